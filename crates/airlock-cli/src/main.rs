@@ -1,1 +1,34 @@
-fn main(){}
+//! `airlock`: run untrusted code behind an OS-enforced boundary. A thin layer over the
+//! `airlock` library: argument parsing, printing and exit codes live here, nothing else.
+
+mod cli;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Exit code for a failure of airlock itself (bad flags, bad profile, sandbox setup).
+pub const SETUP_FAILURE: u8 = 125;
+
+fn main() -> ExitCode {
+    // The init must start before anything else: no threads, no allocator-heavy setup.
+    if std::env::args_os().nth(1).is_some_and(|a| a == airlock::init::INIT_ARG) {
+        airlock::init::init_main();
+    }
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_env("AIRLOCK_LOG")).with_writer(std::io::stderr).init();
+    let args = match cli::Cli::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { SETUP_FAILURE } else { 0 });
+        }
+    };
+    match cli::dispatch(args) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("airlock: error: {error:#}");
+            ExitCode::from(SETUP_FAILURE)
+        }
+    }
+}

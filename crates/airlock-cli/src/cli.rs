@@ -1,0 +1,198 @@
+//! Command-line definitions and the small subcommands (profile, doctor).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use airlock::policy::units::{ByteSize, Seconds};
+
+/// Run untrusted code behind an OS-enforced boundary with real resource limits.
+#[derive(Parser, Debug)]
+#[command(name = "airlock", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Commands,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Commands {
+    /// Run a command in the sandbox: `airlock run [OPTIONS] -- PROGRAM [ARGS...]`.
+    Run(Box<RunArgs>),
+    /// Show or check profiles.
+    #[command(subcommand)]
+    Profile(ProfileCommand),
+    /// Show which isolation layers this host supports and what each profile gets here.
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProfileCommand {
+    /// Print the fully resolved policy of a built-in profile or a profile file, as TOML.
+    Show { profile: String },
+    /// Validate a profile file; errors name the line, the key and what is allowed.
+    Check { file: PathBuf },
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum BackendArg {
+    Auto,
+    Native,
+    None,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum NetworkArg {
+    None,
+    Host,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Built-in profile name (untrusted, trusted) or a profile file.
+    #[arg(long, default_value = "untrusted")]
+    pub profile: String,
+    /// Resource tier: small (256MiB/10s CPU/30s wall/25MiB output) or standard (512MiB/60s/180s/100MiB).
+    #[arg(long)]
+    pub tier: Option<String>,
+    /// Backend override.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    /// Network override.
+    #[arg(long, value_enum)]
+    pub network: Option<NetworkArg>,
+    /// Wall-clock limit, e.g. 30s or 2m.
+    #[arg(long, value_name = "DURATION")]
+    pub wall: Option<Seconds>,
+    /// CPU-time limit of the whole run.
+    #[arg(long, value_name = "DURATION")]
+    pub cpu: Option<Seconds>,
+    /// Memory limit, e.g. 512MiB.
+    #[arg(long, value_name = "SIZE")]
+    pub mem: Option<ByteSize>,
+    /// Processes and threads alive at once.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// Open files per process.
+    #[arg(long, value_name = "N")]
+    pub nofile: Option<u64>,
+    /// Largest file the program may write.
+    #[arg(long, value_name = "SIZE")]
+    pub fsize: Option<ByteSize>,
+    /// Size of each writable tmpfs (workdir, /tmp).
+    #[arg(long, value_name = "SIZE")]
+    pub disk: Option<ByteSize>,
+    /// Files the program may create in its writable areas.
+    #[arg(long, value_name = "N")]
+    pub files: Option<u64>,
+    /// Bytes of stdout kept (default 1MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub stdout_cap: Option<ByteSize>,
+    /// Bytes of stderr kept (default 1MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub stderr_cap: Option<ByteSize>,
+    /// Grace period between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION")]
+    pub grace: Option<Seconds>,
+    /// Use this existing host directory as the working directory (read-write, kept).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Expose a host path read-only at the same path (repeatable).
+    #[arg(long = "ro", value_name = "PATH")]
+    pub read_only: Vec<PathBuf>,
+    /// Expose a host path read-write at the same path (repeatable).
+    #[arg(long = "rw", value_name = "PATH")]
+    pub read_write: Vec<PathBuf>,
+    /// Set an environment variable for the program (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Print one JSON result object on stdout instead of streaming the program's output.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON result object to this file.
+    #[arg(long, value_name = "FILE")]
+    pub result: Option<PathBuf>,
+    /// Keep the run's working directory afterwards (its path is in the result).
+    #[arg(long)]
+    pub keep: bool,
+    /// Give the program this terminal (interactive use; output caps do not apply).
+    #[arg(long)]
+    pub tty: bool,
+    /// Allow backend "none" (Tier 0 only) outside the trusted profile.
+    #[arg(long)]
+    pub dev: bool,
+    /// Run even if a layer the profile requires is missing on this host.
+    #[arg(long)]
+    pub allow_degraded: bool,
+    /// Do not use cgroups.
+    #[arg(long)]
+    pub no_cgroup: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    pub command: Vec<String>,
+}
+
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+pub fn dispatch(cli: Cli) -> Result<u8> {
+    match cli.command {
+        Commands::Run(args) => crate::run::run(*args),
+        Commands::Profile(ProfileCommand::Show { profile }) => {
+            let policy = airlock::policy::load_profile(&profile)?;
+            print!("# resolved profile: {profile}\n{}", policy.to_toml());
+            Ok(0)
+        }
+        Commands::Profile(ProfileCommand::Check { file }) => {
+            let path = file.to_str().context("profile path is not valid UTF-8")?;
+            let reference = if path.contains('/') { path.to_string() } else { format!("./{path}") };
+            airlock::policy::load_profile(&reference)?;
+            println!("{}: ok", file.display());
+            Ok(0)
+        }
+        Commands::Doctor { json } => doctor(json),
+    }
+}
+
+fn doctor(json: bool) -> Result<u8> {
+    let report = airlock::doctor::diagnose(&Default::default());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(0);
+    }
+    let names = |layers: &[airlock::Layer]| layers.iter().map(|l| airlock::result::layer_name(*l)).collect::<Vec<_>>().join(", ");
+    println!("kernel            {}", report.kernel);
+    println!("running as root   {}", report.running_as_root);
+    println!("landlock ABI      {}", report.landlock_abi);
+    println!("seccomp           {}", if report.seccomp { "yes" } else { "no" });
+    println!("cgroup            {} [{}]", report.cgroup.version.as_deref().unwrap_or("unusable"), report.cgroup.controllers.join(", "));
+    for problem in &report.cgroup.problems {
+        println!("  problem: {problem}");
+    }
+    println!("\nbackends:");
+    for b in &report.backends {
+        println!("  {:<8} level={:?} available={} layers: {}", b.name, b.level, b.available, names(&b.layers));
+        for problem in &b.problems {
+            println!("    problem: {problem}");
+        }
+    }
+    println!("\nprofiles:");
+    for p in &report.profiles {
+        println!("  {:<10} backend={} runs={} layers: {}", p.name, p.backend.as_deref().unwrap_or("-"), p.runs, names(&p.layers));
+        if !p.missing_required.is_empty() {
+            println!("    missing required: {}", names(&p.missing_required));
+        }
+        if let Some(note) = &p.note {
+            println!("    note: {note}");
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,115 @@
+//! `airlock run`: builds the policy from the profile and flags, runs, reports.
+
+use anyhow::{bail, Context, Result};
+
+use airlock::policy::{self, BackendChoice, NetworkMode, Policy};
+use airlock::{Input, RunResult, Sandbox, SandboxOptions};
+
+use crate::cli::{BackendArg, NetworkArg, RunArgs};
+
+pub fn run(args: RunArgs) -> Result<u8> {
+    let policy = build_policy(&args)?;
+    let options = SandboxOptions {
+        dev: args.dev,
+        allow_degraded: args.allow_degraded,
+        no_cgroup: args.no_cgroup,
+        trusted_profile: args.profile == "trusted",
+        ..SandboxOptions::default()
+    };
+    let sandbox = Sandbox::with_options(policy, options)?;
+    let (program, rest) = args.command.split_first().context("no program given after --")?;
+    let mut command = sandbox.command(program.clone()).args(rest.iter().cloned()).stdin_from(Input::Inherit).keep_workdir(args.keep).tty(args.tty);
+    for (key, value) in &args.env {
+        command = command.env(key.clone(), value.clone());
+    }
+    if !args.json {
+        command = command.forward_output();
+    }
+    let result = command.run()?;
+    report(&args, &result)?;
+    Ok(exit_code(&result))
+}
+
+fn exit_code(result: &RunResult) -> u8 {
+    u8::try_from(result.cli_exit_code()).unwrap_or(125)
+}
+
+fn report(args: &RunArgs, result: &RunResult) -> Result<()> {
+    let json = serde_json::to_string_pretty(result)?;
+    if let Some(path) = &args.result {
+        std::fs::write(path, format!("{json}\n")).with_context(|| format!("cannot write the result to {}", path.display()))?;
+    }
+    // Warnings go to stderr in every mode: a weaker run must never be silent.
+    for warning in &result.warnings {
+        eprintln!("airlock: warning: {warning}");
+    }
+    if args.json {
+        println!("{json}");
+        return Ok(());
+    }
+    if let Some(error) = &result.error {
+        eprintln!("airlock: sandbox error: {error}");
+    } else if result.status != airlock::RunStatus::Exited && result.status != airlock::RunStatus::Signaled {
+        let status = serde_json::to_value(result.status)?;
+        eprintln!("airlock: run ended: {} after {} ms", status.as_str().unwrap_or("?"), result.wall_ms);
+    }
+    if result.stdout_truncated || result.stderr_truncated {
+        eprintln!("airlock: output truncated (stdout {} bytes, stderr {} bytes written)", result.stdout_bytes, result.stderr_bytes);
+    }
+    Ok(())
+}
+
+fn build_policy(args: &RunArgs) -> Result<Policy> {
+    let mut policy = policy::load_profile(&args.profile)?;
+    if let Some(tier) = &args.tier {
+        if !policy::tier(&mut policy, tier) {
+            bail!("unknown tier {tier:?} for --tier: use one of {}", policy::tier_names().join(", "));
+        }
+    }
+    if let Some(backend) = args.backend {
+        policy.backend = match backend {
+            BackendArg::Auto => BackendChoice::Auto,
+            BackendArg::Native => BackendChoice::Native,
+            BackendArg::None => BackendChoice::None,
+        };
+    }
+    if let Some(network) = args.network {
+        policy.network.mode = match network {
+            NetworkArg::None => NetworkMode::None,
+            NetworkArg::Host => NetworkMode::Host,
+        };
+    }
+    apply_limit_flags(&mut policy, args);
+    policy.filesystem.read_only.extend(args.read_only.iter().map(|p| absolute(p)).collect::<Result<Vec<_>>>()?);
+    policy.filesystem.read_write.extend(args.read_write.iter().map(|p| absolute(p)).collect::<Result<Vec<_>>>()?);
+    if let Some(dir) = &args.workdir {
+        policy.filesystem.workdir = Some(absolute(dir)?);
+    }
+    policy.validate().map_err(|e| anyhow::anyhow!("{e} (from the command-line flags)"))?;
+    Ok(policy)
+}
+
+fn apply_limit_flags(policy: &mut Policy, args: &RunArgs) {
+    let l = &mut policy.limits;
+    set(&mut l.wall_time, args.wall);
+    set(&mut l.cpu_time, args.cpu);
+    set(&mut l.grace, args.grace);
+    set(&mut l.memory, args.mem);
+    set(&mut l.file_size, args.fsize);
+    set(&mut l.disk, args.disk);
+    set(&mut l.stdout, args.stdout_cap);
+    set(&mut l.stderr, args.stderr_cap);
+    set(&mut l.processes, args.pids);
+    set(&mut l.open_files, args.nofile);
+    set(&mut l.files, args.files);
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *slot = value;
+    }
+}
+
+fn absolute(path: &std::path::Path) -> Result<std::path::PathBuf> {
+    std::path::absolute(path).with_context(|| format!("cannot resolve {}", path.display()))
+}

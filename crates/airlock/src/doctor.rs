@@ -1,0 +1,99 @@
+//! `airlock doctor`: what this host supports, layer by layer, and what each built-in profile
+//! would get here.
+
+use serde::Serialize;
+
+use crate::backend::{all_backends, select};
+use crate::layer::{IsolationLevel, Layer};
+use crate::policy::builtin;
+use crate::sandbox::cgroup::{probe as probe_cgroups, CgroupConfig};
+use crate::sandbox::landlock::probe_abi;
+
+/// The whole diagnosis.
+#[derive(Serialize, Debug, Clone)]
+pub struct DoctorReport {
+    pub kernel: String,
+    pub running_as_root: bool,
+    pub landlock_abi: u32,
+    pub seccomp: bool,
+    pub cgroup: CgroupReport,
+    pub backends: Vec<BackendReport>,
+    pub profiles: Vec<ProfileReport>,
+}
+
+/// cgroup support.
+#[derive(Serialize, Debug, Clone)]
+pub struct CgroupReport {
+    pub version: Option<String>,
+    pub controllers: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+/// One backend on this host.
+#[derive(Serialize, Debug, Clone)]
+pub struct BackendReport {
+    pub name: String,
+    pub level: IsolationLevel,
+    pub available: bool,
+    pub layers: Vec<Layer>,
+    pub problems: Vec<String>,
+}
+
+/// What a built-in profile would get here.
+#[derive(Serialize, Debug, Clone)]
+pub struct ProfileReport {
+    pub name: String,
+    pub backend: Option<String>,
+    pub layers: Vec<Layer>,
+    pub missing_required: Vec<Layer>,
+    pub runs: bool,
+    pub note: Option<String>,
+}
+
+/// Probes the host. Reads kernel switches and files; creates nothing that outlives the call.
+pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
+    let cgroups = probe_cgroups(cgroup);
+    let cgroup_ok = cgroups.version.is_some() && !cgroups.controllers.is_empty();
+    let backends: Vec<BackendReport> = all_backends()
+        .iter()
+        .map(|b| {
+            let probe = b.probe();
+            let mut layers = probe.layers;
+            if cgroup_ok {
+                layers.push(Layer::Cgroup);
+            }
+            layers.sort();
+            BackendReport { name: b.name().into(), level: b.level(), available: probe.available, layers, problems: probe.problems }
+        })
+        .collect();
+    let profiles = crate::policy::builtin_names().iter().map(|name| profile_report(name, &backends)).collect();
+    DoctorReport {
+        kernel: nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default(),
+        running_as_root: nix::unistd::geteuid().is_root(),
+        landlock_abi: probe_abi(),
+        seccomp: std::path::Path::new("/proc/sys/kernel/seccomp/actions_avail").exists(),
+        cgroup: CgroupReport {
+            version: cgroups.version.map(|v| format!("{v:?}").to_lowercase()),
+            controllers: cgroups.controllers,
+            problems: cgroups.problems,
+        },
+        backends,
+        profiles,
+    }
+}
+
+fn profile_report(name: &str, backends: &[BackendReport]) -> ProfileReport {
+    let Some(policy) = builtin(name) else {
+        return ProfileReport { name: name.into(), backend: None, layers: vec![], missing_required: vec![], runs: false, note: Some("unknown".into()) };
+    };
+    let chosen = select(&policy).ok().map(|b| b.name().to_string());
+    let report = chosen.as_ref().and_then(|n| backends.iter().find(|b| &b.name == n));
+    let layers = report.map(|b| b.layers.clone()).unwrap_or_default();
+    let missing: Vec<Layer> = policy.require.iter().copied().filter(|l| !layers.contains(l)).collect();
+    let note = match (&chosen, missing.is_empty()) {
+        (None, _) => Some("no backend is available for this profile here".to_string()),
+        (Some(_), false) => Some("refuses to run here unless --allow-degraded is given".to_string()),
+        _ => None,
+    };
+    ProfileReport { name: name.into(), runs: chosen.is_some() && missing.is_empty(), backend: chosen, layers, missing_required: missing, note }
+}

@@ -1,0 +1,203 @@
+//! The child side of a run: Tier 0 hardening in the order that keeps each step possible, then
+//! either exec (Tier 0) or the native sandbox. Runs in a forked copy of the single-threaded
+//! init, so a failure is reported on the setup pipe and ends this process only.
+
+use std::convert::Infallible;
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::sys::resource::{setrlimit, Resource};
+use nix::sys::signal::{SigSet, Signal};
+use nix::unistd::{Gid, Pid, Uid};
+use serde::{Deserialize, Serialize};
+
+use crate::layer::Layer;
+use crate::linux::sys;
+use crate::sandbox::cgroup::RunCgroup;
+use crate::spec::{Confinement, Credentials, InitSpec};
+
+/// Descriptor of the setup pipe in the child (close-on-exec: EOF at exec means success).
+pub(super) const SETUP_FD: RawFd = 3;
+/// Descriptor of the exit-report pipe from the native sandbox's PID 1.
+pub(super) const REPORT_FD: RawFd = 4;
+
+/// One line on the setup pipe.
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum SetupMessage {
+    Layers(Vec<Layer>),
+    Warning(String),
+    Error(String),
+}
+
+/// What the child needs from the init besides the spec.
+pub(super) struct ChildContext<'a> {
+    pub init_pid: Pid,
+    pub cgroup: Option<&'a RunCgroup>,
+}
+
+/// Entry point of the forked child; never returns.
+pub(super) fn run_child(spec: &InitSpec, ctx: &ChildContext) -> ! {
+    let error = match prepare_and_exec(spec, ctx) {
+        Ok(never) => match never {},
+        Err(error) => error,
+    };
+    send_setup(&SetupMessage::Error(error));
+    sys::exit_now(126)
+}
+
+/// Writes one message to the setup pipe. A failure to report is not recoverable here.
+pub(super) fn send_setup(message: &SetupMessage) {
+    if let Ok(mut line) = serde_json::to_vec(message) {
+        line.push(b'\n');
+        let _ = sys::write_all_to_fd(SETUP_FD, &line);
+    }
+}
+
+fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, String> {
+    SigSet::all().thread_unblock().map_err(|e| format!("cannot reset the signal mask: {e}"))?;
+    let mut layers = vec![Layer::EnvScrub, Layer::FdClose, Layer::TreeKill];
+    if let Some(cgroup) = ctx.cgroup {
+        cgroup.join_self().map_err(|e| format!("cannot join the run's cgroup: {e}"))?;
+        layers.push(Layer::Cgroup);
+    }
+    new_session(spec.tty)?;
+    if !spec.tty {
+        layers.push(Layer::NewSession);
+    }
+    apply_rlimits(spec, ctx.cgroup.is_some())?;
+    layers.push(Layer::Rlimits);
+    if let Some(credentials) = spec.credentials {
+        drop_root(credentials)?;
+        layers.push(Layer::UidDrop);
+    }
+    // After the uid change: a credential change clears the parent-death signal.
+    die_with_init(ctx.init_pid)?;
+    match &spec.confinement {
+        Confinement::Tier0 => {
+            nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+            layers.extend([Layer::NoNewPrivs, Layer::Workdir]);
+            finish_and_exec(spec, layers)
+        }
+        Confinement::Native(native) => super::native::enter(spec, native, layers),
+    }
+}
+
+fn new_session(tty: bool) -> Result<(), String> {
+    nix::unistd::setsid().map_err(|e| format!("setsid failed: {e}"))?;
+    if tty {
+        sys::set_controlling_tty(0).map_err(|e| format!("cannot attach the terminal on stdin: {e}"))?;
+    }
+    Ok(())
+}
+
+fn apply_rlimits(spec: &InitSpec, has_cgroup: bool) -> Result<(), String> {
+    let l = &spec.limits;
+    let cpu = l.cpu_time.as_secs().max(1);
+    let mut limits = vec![
+        (Resource::RLIMIT_CORE, 0, 0),
+        (Resource::RLIMIT_CPU, cpu, cpu + 1),
+        (Resource::RLIMIT_NOFILE, l.open_files, l.open_files),
+        (Resource::RLIMIT_FSIZE, l.file_size_bytes, l.file_size_bytes),
+    ];
+    // A cgroup limits the whole run precisely; rlimits are the per-process fallback. Address
+    // space limits break runtimes that reserve big virtual ranges (node, Go), so only fall
+    // back to them when nothing better exists.
+    if !has_cgroup {
+        limits.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
+        limits.push((Resource::RLIMIT_NPROC, l.processes, l.processes));
+    }
+    for (resource, soft, hard) in limits {
+        lower_rlimit(resource, soft, hard)?;
+    }
+    Ok(())
+}
+
+/// Sets a limit, never above the current hard limit (raising needs CAP_SYS_RESOURCE).
+fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Result<(), String> {
+    let (_, current_hard) = nix::sys::resource::getrlimit(resource).map_err(|e| format!("getrlimit {resource:?}: {e}"))?;
+    let hard = hard.min(current_hard);
+    setrlimit(resource, soft.min(hard), hard).map_err(|e| format!("cannot set {resource:?} to {soft}: {e}"))
+}
+
+fn drop_root(credentials: Credentials) -> Result<(), String> {
+    let gid = Gid::from_raw(credentials.gid);
+    let uid = Uid::from_raw(credentials.uid);
+    nix::unistd::setgroups(&[gid]).map_err(|e| format!("setgroups failed: {e}"))?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("cannot switch to gid {gid}: {e}"))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("cannot switch to uid {uid}: {e}"))
+}
+
+fn die_with_init(init_pid: Pid) -> Result<(), String> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+    if nix::unistd::getppid() != init_pid {
+        return Err("the airlock init exited during setup".to_string());
+    }
+    Ok(())
+}
+
+/// Checks the required layers, reports the layers in force and execs the program.
+pub(super) fn finish_and_exec(spec: &InitSpec, layers: Vec<Layer>) -> Result<Infallible, String> {
+    let missing: Vec<Layer> = spec.require.iter().copied().filter(|l| !layers.contains(l)).collect();
+    if !missing.is_empty() && !spec.allow_degraded {
+        let names: Vec<String> = missing.iter().map(|l| crate::result::layer_name(*l)).collect();
+        return Err(format!(
+            "required layers are not in force: {}; fix the host (see `airlock doctor`) or pass --allow-degraded",
+            names.join(", ")
+        ));
+    }
+    sys::cloexec_from(SETUP_FD).map_err(|e| format!("cannot close inherited descriptors: {e}"))?;
+    send_setup(&SetupMessage::Layers(layers));
+    exec_program(spec)
+}
+
+/// Resolves argv[0] against the program's own PATH and execs it with the scrubbed environment.
+pub(super) fn exec_program(spec: &InitSpec) -> Result<Infallible, String> {
+    nix::unistd::chdir(&spec.workdir).map_err(|e| format!("cannot enter the workdir {}: {e}", spec.workdir.display()))?;
+    let program = resolve_program(&spec.argv[0], path_of(&spec.env))?;
+    let argv = sys::c_strings(&spec.argv).map_err(|e| e.to_string())?;
+    let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let env = sys::c_strings(&env).map_err(|e| e.to_string())?;
+    let path = CString::new(program.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    SigSet::all().thread_unblock().map_err(|e| format!("cannot reset the signal mask: {e}"))?;
+    let error = nix::unistd::execve(&path, &argv, &env).unwrap_err();
+    Err(format!("cannot execute {}: {error}", program.display()))
+}
+
+fn path_of(env: &[(String, String)]) -> &str {
+    env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin")
+}
+
+/// Finds `name` like a shell would: as given when it contains a slash, else in each PATH entry.
+pub fn resolve_program(name: &str, path: &str) -> Result<PathBuf, String> {
+    if name.is_empty() {
+        return Err("the program name is empty".to_string());
+    }
+    if name.contains('/') {
+        return Ok(PathBuf::from(name));
+    }
+    path.split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(name))
+        .find(|candidate| is_executable(candidate))
+        .ok_or_else(|| format!("program {name:?} not found in PATH={path} inside the sandbox (expose it with a read_only path or use an absolute path)"))
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_resolve_through_path() {
+        assert_eq!(resolve_program("sh", "/nonexistent:/bin").unwrap(), PathBuf::from("/bin/sh"));
+        assert_eq!(resolve_program("./x", "/bin").unwrap(), PathBuf::from("./x"));
+        let err = resolve_program("no-such-program-xyz", "/bin").unwrap_err();
+        assert!(err.contains("no-such-program-xyz") && err.contains("PATH=/bin"), "{err}");
+    }
+}

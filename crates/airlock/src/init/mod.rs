@@ -1,0 +1,261 @@
+//! The init: `airlock __init`, re-executed by the supervisor for every run. It is
+//! single-threaded, so it can fork freely. It creates the run's directory and cgroup, forks the
+//! child that hardens itself and execs the program, then watches: wall clock, CPU time,
+//! cancellation, the supervisor's death. At the end it kills every process the run left,
+//! removes what it created and reports one [`Outcome`].
+//!
+//! Descriptors: 3 is the control pipe from the supervisor (the spec, then stop requests; EOF
+//! means the supervisor died), 4 is the event pipe to the supervisor (one JSON line each).
+
+mod child;
+mod native;
+mod watch;
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::WaitStatus;
+use serde::{Deserialize, Serialize};
+
+use crate::linux::sys::{self, Forked};
+use crate::sandbox::cgroup::RunCgroup;
+use crate::spec::{InitEvent, InitSpec};
+
+pub use child::resolve_program;
+
+/// The control pipe's descriptor in the init.
+pub const CONTROL_FD: RawFd = 3;
+/// The event pipe's descriptor in the init.
+pub const EVENTS_FD: RawFd = 4;
+/// The argument that makes the airlock binary act as the init.
+pub const INIT_ARG: &str = "__init";
+
+/// Runs the init and exits. Call this first thing in `main` when `argv[1] == INIT_ARG`,
+/// before any thread is started.
+pub fn init_main() -> ! {
+    let code = match run_init() {
+        Ok(()) => 0,
+        Err(error) => {
+            send_event(&InitEvent::SetupFailed { error });
+            1
+        }
+    };
+    sys::exit_now(code)
+}
+
+fn run_init() -> Result<(), String> {
+    // The program may run as our own uid (Tier 0 without root): make our /proc entries
+    // root-owned so it cannot open our descriptors and forge events.
+    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
+    nix::sys::prctl::set_child_subreaper(true).map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
+    let spec = read_spec()?;
+    let mut run = PreparedRun::create(&spec)?;
+    let result = watch::supervise(&spec, &mut run);
+    let cleanup_warnings = run.cleanup(&spec);
+    let mut outcome = result?;
+    outcome.warnings.extend(cleanup_warnings);
+    send_event(&InitEvent::Finished(outcome));
+    Ok(())
+}
+
+fn read_spec() -> Result<InitSpec, String> {
+    // SAFETY of ownership: descriptor 3 was placed by the supervisor for us alone; it is read
+    // here and by the watch loop, and closed only when the process exits.
+    let mut control = std::mem::ManuallyDrop::new(borrow_file(CONTROL_FD));
+    let mut header = [0u8; 8];
+    control.read_exact(&mut header).map_err(|e| format!("cannot read the run spec: {e}"))?;
+    let len = u64::from_le_bytes(header);
+    if len > 64 << 20 {
+        return Err(format!("run spec of {len} bytes is too large"));
+    }
+    let mut body = vec![0u8; len as usize];
+    control.read_exact(&mut body).map_err(|e| format!("cannot read the run spec: {e}"))?;
+    serde_json::from_slice(&body).map_err(|e| format!("malformed run spec: {e}"))
+}
+
+fn borrow_file(fd: RawFd) -> std::fs::File {
+    std::fs::File::from(sys::adopt_fd(fd))
+}
+
+/// Writes one event line to the supervisor. If the supervisor is gone there is nobody to tell.
+pub(crate) fn send_event(event: &InitEvent) {
+    if let Ok(mut line) = serde_json::to_vec(event) {
+        line.push(b'\n');
+        let _ = sys::write_all_to_fd(EVENTS_FD, &line);
+    }
+}
+
+/// What the init created for a run and must remove.
+pub(crate) struct PreparedRun {
+    pub cgroup: Option<RunCgroup>,
+    pub cgroup_warning: Option<String>,
+    pub signals: SignalFd,
+}
+
+impl PreparedRun {
+    fn create(spec: &InitSpec) -> Result<PreparedRun, String> {
+        let mut mask = SigSet::empty();
+        mask.add(Signal::SIGCHLD);
+        mask.thread_block().map_err(|e| format!("cannot block SIGCHLD: {e}"))?;
+        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map_err(|e| format!("signalfd: {e}"))?;
+        make_run_dirs(spec)?;
+        let (cgroup, cgroup_warning) = match &spec.cgroup {
+            None => (None, None),
+            Some(request) => match RunCgroup::create(&request.config, &request.run_id, &request.limits) {
+                Ok(cgroup) => (Some(cgroup), None),
+                Err(e) => (None, Some(format!("no cgroup for this run ({e}); limits fall back to rlimits"))),
+            },
+        };
+        Ok(PreparedRun { cgroup, cgroup_warning, signals })
+    }
+
+    fn cleanup(&mut self, spec: &InitSpec) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Some(cgroup) = self.cgroup.take() {
+            if let Err(e) = cgroup.remove() {
+                warnings.push(format!("cannot remove the run's cgroup: {e}"));
+            }
+        }
+        if !spec.keep {
+            remove_tree(&spec.run_dir);
+            if spec.run_dir.exists() {
+                warnings.push(format!("cannot remove the run directory {}", spec.run_dir.display()));
+            }
+        }
+        warnings
+    }
+}
+
+fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
+    // 0711: the sandbox user may traverse to its own directories but not list the run dir.
+    make_dir(&spec.run_dir, 0o711, None)?;
+    if !spec.workdir_is_callers {
+        make_dir(&spec.workdir, 0o700, spec.credentials)?;
+    }
+    let tmp = spec.run_dir.join("tmp");
+    make_dir(&tmp, 0o700, spec.credentials)
+}
+
+fn make_dir(path: &Path, mode: u32, owner: Option<crate::spec::Credentials>) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    if let Some(owner) = owner {
+        nix::unistd::chown(path, Some(owner.uid.into()), Some(owner.gid.into()))
+            .map_err(|e| format!("cannot hand {} to uid {}: {e}", path.display(), owner.uid))?;
+    }
+    Ok(())
+}
+
+/// Removes a directory tree the sandbox wrote into, even where it removed its own permissions.
+pub(crate) fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    grant_owner_access(path, 0);
+    let _ = std::fs::remove_dir_all(path);
+}
+
+fn grant_owner_access(path: &Path, depth: u32) {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return };
+    if !meta.is_dir() || depth > 64 {
+        return;
+    }
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700));
+    for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+        grant_owner_access(&entry.path(), depth + 1);
+    }
+}
+
+/// The program's own exit, as seen by whoever reaped it.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ExitReport {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub file_size_hit: bool,
+}
+
+impl ExitReport {
+    pub fn from_status(status: WaitStatus, file_size_hit: bool) -> ExitReport {
+        match status {
+            WaitStatus::Exited(_, code) => ExitReport { exit_code: Some(code), signal: None, file_size_hit },
+            WaitStatus::Signaled(_, signal, _) => ExitReport { exit_code: None, signal: Some(signal as i32), file_size_hit },
+            _ => ExitReport { file_size_hit, ..ExitReport::default() },
+        }
+    }
+
+    pub fn send(&self, fd: RawFd) {
+        if let Ok(bytes) = serde_json::to_vec(self) {
+            let _ = sys::write_all_to_fd(fd, &bytes);
+        }
+    }
+}
+
+/// Whether any regular file under `dirs` is at least `size` bytes (bounded walk, no symlinks).
+pub(crate) fn any_file_at_least(dirs: &[PathBuf], size: u64) -> bool {
+    let mut budget = 20_000usize;
+    let mut stack: Vec<(PathBuf, u32)> = dirs.iter().map(|d| (d.clone(), 0)).collect();
+    while let Some((dir, depth)) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            budget = budget.saturating_sub(1);
+            if budget == 0 {
+                return false;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_file() && meta.len() >= size {
+                return true;
+            }
+            if meta.is_dir() && depth < 32 {
+                stack.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    false
+}
+
+/// Forks the child that becomes the program, with the setup pipe on descriptor 3 and the
+/// exit-report pipe on 4; every other inherited descriptor is closed.
+pub(crate) fn fork_child(spec: &InitSpec, run: &PreparedRun, setup: &OwnedFd, report: &OwnedFd) -> Result<nix::unistd::Pid, String> {
+    let init_pid = nix::unistd::getpid();
+    match sys::fork_single_threaded().map_err(|e| format!("cannot fork: {e}"))? {
+        Forked::Parent(pid) => Ok(pid),
+        Forked::Child => {
+            let placed = sys::place_fds(&[(setup.as_raw_fd(), child::SETUP_FD), (report.as_raw_fd(), child::REPORT_FD)]);
+            if placed.is_err() {
+                sys::exit_now(125);
+            }
+            let ctx = child::ChildContext { init_pid, cgroup: run.cgroup.as_ref() };
+            child::run_child(spec, &ctx)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_size_evidence_is_found_only_at_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/big"), vec![0u8; 4096]).unwrap();
+        let dirs = vec![dir.path().to_path_buf()];
+        assert!(any_file_at_least(&dirs, 4096));
+        assert!(!any_file_at_least(&dirs, 4097));
+    }
+
+    #[test]
+    fn exit_report_keeps_code_or_signal() {
+        let pid = nix::unistd::Pid::from_raw(1);
+        assert_eq!(ExitReport::from_status(WaitStatus::Exited(pid, 3), false).exit_code, Some(3));
+        let killed = ExitReport::from_status(WaitStatus::Signaled(pid, Signal::SIGKILL, false), true);
+        assert_eq!((killed.signal, killed.file_size_hit), (Some(9), true));
+    }
+}

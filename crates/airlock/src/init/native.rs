@@ -1,0 +1,170 @@
+//! The native Linux sandbox, entered by the init's child after Tier 0:
+//!
+//! 1. unshare user, mount, PID, IPC, UTS, cgroup (and network) namespaces in one call, so the
+//!    new user namespace owns all the others;
+//! 2. map only our own (already unprivileged) uid and gid, which needs no privilege at all;
+//! 3. fork PID 1 of the new PID namespace; this process stays behind only to mirror its exit;
+//! 4. PID 1 builds the root filesystem, sets the hostname, applies Landlock, no_new_privs,
+//!    drops every capability and installs seccomp last (it needs no privilege);
+//! 5. PID 1 forks the program and reaps every process until the program exits, then exits
+//!    itself, which makes the kernel kill whatever is left in the namespace.
+
+use std::convert::Infallible;
+
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{getgid, getuid, Pid};
+
+use super::child::{finish_and_exec, send_setup, SetupMessage, REPORT_FD, SETUP_FD};
+use super::ExitReport;
+use crate::layer::Layer;
+use crate::linux::sys::{self, Forked};
+use crate::sandbox::landlock::Enforcement;
+use crate::sandbox::rootfs::Workdir;
+use crate::sandbox::{caps, landlock, rootfs, seccomp};
+use crate::spec::{InitSpec, NativeSpec};
+
+pub(super) fn enter(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> Result<Infallible, String> {
+    enter_namespaces(native.new_net)?;
+    layers.extend([Layer::UserNs, Layer::MountNs, Layer::PidNs, Layer::IpcNs, Layer::UtsNs, Layer::CgroupNs]);
+    if native.new_net {
+        layers.push(Layer::NetNs);
+    }
+    // The mirror process must outlive PID 1 and must not die of the graceful SIGTERM the init
+    // sends to the whole tree, or PID 1's parent-death signal would skip the grace period.
+    let stop_signals: SigSet = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT].into_iter().collect();
+    stop_signals.thread_block().map_err(|e| format!("cannot block signals: {e}"))?;
+    match sys::fork_single_threaded().map_err(|e| format!("cannot fork the sandbox's PID 1: {e}"))? {
+        Forked::Parent(pid1) => mirror_exit(pid1),
+        Forked::Child => pid1(spec, native, layers),
+    }
+}
+
+fn enter_namespaces(new_net: bool) -> Result<(), String> {
+    let (uid, gid) = (getuid(), getgid());
+    let mut flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    if new_net {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    unshare(flags).map_err(|e| format!("cannot create namespaces ({flags:?}): {e}; check `airlock doctor` for user namespace support"))?;
+    // A uid change made us non-dumpable, which makes /proc/self/* root-owned; we need to write
+    // our own id maps, then go back to non-dumpable so the sandbox cannot open our descriptors.
+    nix::sys::prctl::set_dumpable(true).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
+    write_proc_self("setgroups", "deny")?;
+    write_proc_self("uid_map", &format!("{uid} {uid} 1"))?;
+    write_proc_self("gid_map", &format!("{gid} {gid} 1"))?;
+    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))
+}
+
+fn write_proc_self(file: &str, contents: &str) -> Result<(), String> {
+    std::fs::write(format!("/proc/self/{file}"), contents).map_err(|e| format!("cannot write {contents:?} to /proc/self/{file}: {e}"))
+}
+
+/// Waits for PID 1 and exits with its status; PID 1 reports the program's own status itself.
+fn mirror_exit(pid1: Pid) -> ! {
+    let _ = sys::close_from(0);
+    let code = loop {
+        match waitpid(pid1, None) {
+            Ok(WaitStatus::Exited(_, code)) => break code,
+            Ok(WaitStatus::Signaled(_, signal, _)) => break 128 + signal as i32,
+            Err(nix::errno::Errno::EINTR) | Ok(_) => continue,
+            Err(_) => break 125,
+        }
+    };
+    sys::exit_now(code)
+}
+
+fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
+    let result = confine(native, &mut layers).and_then(|()| {
+        match sys::fork_single_threaded().map_err(|e| format!("cannot fork the program: {e}"))? {
+            Forked::Child => program(spec, layers),
+            Forked::Parent(program) => reap_until(program, spec, native),
+        }
+    });
+    let Err(error) = result;
+    send_setup(&SetupMessage::Error(error));
+    sys::exit_now(126)
+}
+
+/// Every confinement step of PID 1, in the only order that works: mounts need capabilities,
+/// Landlock and seccomp need no_new_privs, and seccomp would forbid the earlier steps.
+fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Result<(), String> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+    let report = rootfs::enter(&native.rootfs).map_err(|e| e.to_string())?;
+    for path in report.skipped {
+        send_setup(&SetupMessage::Warning(format!("optional host path {} is absent and was not mounted", path.display())));
+    }
+    layers.extend([Layer::Rootfs, Layer::Workdir]);
+    if matches!(native.rootfs.workdir, Workdir::Tmpfs { .. }) {
+        layers.push(Layer::DiskQuota);
+    }
+    nix::unistd::sethostname(&native.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
+    apply_landlock(native, layers);
+    caps::set_no_new_privs().map_err(|e| e.to_string())?;
+    layers.push(Layer::NoNewPrivs);
+    caps::drop_all_capabilities().map_err(|e| e.to_string())?;
+    layers.push(Layer::CapsDropped);
+    seccomp::install(&native.seccomp).map_err(|e| e.to_string())?;
+    layers.push(Layer::Seccomp);
+    Ok(())
+}
+
+/// Landlock is best effort: the layers list says exactly what the kernel enforced.
+fn apply_landlock(native: &NativeSpec, layers: &mut Vec<Layer>) {
+    match landlock::restrict_self(&native.landlock) {
+        Ok(report) => {
+            let enforced = |e: Enforcement| e != Enforcement::None;
+            if enforced(report.filesystem) {
+                layers.push(Layer::LandlockFs);
+            }
+            if enforced(report.network) {
+                layers.push(Layer::LandlockNet);
+            }
+            if enforced(report.scope) {
+                layers.push(Layer::LandlockScope);
+            }
+            if report.filesystem == Enforcement::Partial {
+                send_setup(&SetupMessage::Warning(format!("landlock ABI {} enforces only part of the filesystem rules", report.abi)));
+            }
+        }
+        Err(error) => send_setup(&SetupMessage::Warning(format!("landlock not applied: {error}"))),
+    }
+}
+
+fn program(spec: &InitSpec, layers: Vec<Layer>) -> Result<Infallible, String> {
+    let _ = nix::unistd::close(REPORT_FD);
+    finish_and_exec(spec, layers)
+}
+
+/// PID 1's duty: reap every process of the namespace until the program itself exits.
+fn reap_until(program: Pid, spec: &InitSpec, native: &NativeSpec) -> Result<Infallible, String> {
+    let _ = nix::unistd::close(SETUP_FD);
+    for fd in 0..=2 {
+        let _ = nix::unistd::close(fd);
+    }
+    loop {
+        match waitpid(None::<Pid>, None) {
+            Ok(status) if status.pid() == Some(program) => {
+                let report = ExitReport::from_status(status, file_size_hit(spec, native));
+                report.send(REPORT_FD);
+                sys::exit_now(0)
+            }
+            Err(nix::errno::Errno::ECHILD) => sys::exit_now(0),
+            _ => continue,
+        }
+    }
+}
+
+/// Whether a file in the writable areas reached the size limit: RLIMIT_FSIZE stops writes at
+/// exactly the limit, and interpreters that ignore SIGXFSZ leave only that evidence behind.
+fn file_size_hit(spec: &InitSpec, native: &NativeSpec) -> bool {
+    let mut dirs = vec![spec.workdir.clone(), "/tmp".into()];
+    dirs.extend(native.rootfs.read_write.iter().cloned());
+    super::any_file_at_least(&dirs, spec.limits.file_size_bytes)
+}

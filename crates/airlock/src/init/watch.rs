@@ -1,0 +1,384 @@
+//! The init's watch loop: one poll over the control pipe, SIGCHLD and the setup pipe, with the
+//! wall clock, the CPU budget and the grace period as deadlines.
+
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::OFlag;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use super::child::SetupMessage;
+use super::{any_file_at_least, fork_child, send_event, ExitReport, PreparedRun, CONTROL_FD};
+use crate::layer::Layer;
+use crate::linux::{sys, tree};
+use crate::result::RunStatus;
+use crate::spec::{Confinement, InitEvent, InitSpec, Outcome, StopReason};
+
+/// Why the init stopped the run before the program ended by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopCause {
+    Timeout,
+    CpuLimit,
+    Requested(StopReason),
+    SupervisorGone,
+}
+
+const CPU_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+
+struct Watch<'a> {
+    spec: &'a InitSpec,
+    run: &'a PreparedRun,
+    child: Pid,
+    start: Instant,
+    main: Option<WaitStatus>,
+    stop: Option<(StopCause, Instant)>,
+    setup_pipe: Option<std::fs::File>,
+    setup_buffer: Vec<u8>,
+    setup_error: Option<String>,
+    layers: Vec<Layer>,
+    warnings: Vec<String>,
+    control_open: bool,
+    next_cpu_check: Instant,
+}
+
+pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcome, String> {
+    let (setup_read, setup_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(|e| format!("pipe: {e}"))?;
+    let start = Instant::now();
+    let child = fork_child(spec, run, &setup_write, &report_write)?;
+    drop((setup_write, report_write));
+    silence_stdio();
+    let mut watch = Watch::new(spec, run, child, start, setup_read);
+    watch.run_until_exit();
+    watch.kill_everything();
+    if let Some(error) = watch.setup_error.take() {
+        return Err(error);
+    }
+    Ok(watch.outcome(report_read))
+}
+
+/// The program's output pipes must close once its process tree is gone, so the init keeps
+/// no copy of them.
+fn silence_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        for fd in 0..=2 {
+            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+        }
+    }
+}
+
+impl<'a> Watch<'a> {
+    fn new(spec: &'a InitSpec, run: &'a PreparedRun, child: Pid, start: Instant, setup: OwnedFd) -> Watch<'a> {
+        let mut warnings: Vec<String> = run.cgroup_warning.iter().cloned().collect();
+        if matches!(spec.confinement, Confinement::Tier0) {
+            warnings.push("backend none: Tier 0 only, the program can read the host filesystem and use the network".into());
+        }
+        Watch {
+            spec,
+            run,
+            child,
+            start,
+            main: None,
+            stop: None,
+            setup_pipe: Some(std::fs::File::from(setup)),
+            setup_buffer: Vec::new(),
+            setup_error: None,
+            layers: Vec::new(),
+            warnings,
+            control_open: true,
+            next_cpu_check: start + CPU_CHECK_INTERVAL,
+        }
+    }
+
+    fn run_until_exit(&mut self) {
+        while self.main.is_none() || self.setup_pipe.is_some() {
+            self.poll_once();
+            self.check_clocks();
+        }
+    }
+
+    fn poll_once(&mut self) {
+        let control = sys::adopt_fd_borrowed(CONTROL_FD);
+        let mut fds = vec![PollFd::new(self.run.signals.as_fd(), PollFlags::POLLIN)];
+        if self.control_open {
+            fds.push(PollFd::new(control, PollFlags::POLLIN));
+        }
+        let setup_index = fds.len();
+        if let Some(pipe) = &self.setup_pipe {
+            fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+        }
+        let timeout = PollTimeout::try_from(self.next_deadline_ms()).unwrap_or(PollTimeout::MAX);
+        if poll(&mut fds, timeout).unwrap_or(0) <= 0 {
+            return;
+        }
+        let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+        let (signals_ready, control_ready) = (ready(&fds[0]), self.control_open && ready(&fds[1]));
+        let setup_ready = self.setup_pipe.is_some() && ready(&fds[setup_index]);
+        drop(fds);
+        if signals_ready {
+            while self.run.signals.read_signal().ok().flatten().is_some() {}
+            self.reap();
+        }
+        if control_ready {
+            self.read_control();
+        }
+        if setup_ready {
+            self.read_setup();
+        }
+    }
+
+    fn next_deadline_ms(&self) -> u64 {
+        let now = Instant::now();
+        let mut deadline = self.start + self.spec.limits.wall_time;
+        if let Some((_, kill_at)) = self.stop {
+            deadline = deadline.min(kill_at);
+        }
+        if self.run.cgroup.is_some() {
+            deadline = deadline.min(self.next_cpu_check);
+        }
+        if self.stop.is_some() && self.main.is_none() && Instant::now() >= deadline {
+            // Already past the kill time: poll briefly while the tree dies.
+            return 10;
+        }
+        deadline.saturating_duration_since(now).as_millis().min(60_000) as u64 + 1
+    }
+
+    fn reap(&mut self) {
+        loop {
+            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(status) if status.pid() == Some(self.child) => self.main = Some(status),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn read_control(&mut self) {
+        let mut control = std::mem::ManuallyDrop::new(std::fs::File::from(sys::adopt_fd(CONTROL_FD)));
+        let mut buffer = [0u8; 256];
+        match control.read(&mut buffer) {
+            Ok(0) | Err(_) => {
+                self.control_open = false;
+                self.begin_stop(StopCause::SupervisorGone);
+            }
+            Ok(n) => {
+                for line in buffer[..n].split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    if let Ok(reason) = serde_json::from_slice::<StopReason>(line) {
+                        self.begin_stop(StopCause::Requested(reason));
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_setup(&mut self) {
+        let Some(pipe) = self.setup_pipe.as_mut() else { return };
+        let mut chunk = [0u8; 4096];
+        match pipe.read(&mut chunk) {
+            Ok(0) | Err(_) => {
+                self.setup_pipe = None;
+                self.parse_setup_lines();
+                if self.setup_error.is_none() {
+                    self.announce_start();
+                }
+            }
+            Ok(n) => self.setup_buffer.extend_from_slice(&chunk[..n]),
+        }
+    }
+
+    fn parse_setup_lines(&mut self) {
+        let buffer = std::mem::take(&mut self.setup_buffer);
+        for line in buffer.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            match serde_json::from_slice::<SetupMessage>(line) {
+                Ok(SetupMessage::Layers(layers)) => self.layers.extend(layers),
+                Ok(SetupMessage::Warning(warning)) => self.warnings.push(warning),
+                Ok(SetupMessage::Error(error)) => self.setup_error = Some(error),
+                Err(_) => self.setup_error = Some("the sandbox setup sent a malformed message".into()),
+            }
+        }
+        if self.layers.is_empty() && self.setup_error.is_none() {
+            self.setup_error = Some("the sandbox setup ended without starting the program".into());
+        }
+    }
+
+    fn announce_start(&mut self) {
+        self.layers.sort();
+        self.layers.dedup();
+        let workdir = self.spec.workdir.clone();
+        send_event(&InitEvent::Started { layers: self.layers.clone(), warnings: self.warnings.clone(), workdir });
+    }
+
+    fn check_clocks(&mut self) {
+        let now = Instant::now();
+        if self.main.is_none() && now >= self.start + self.spec.limits.wall_time {
+            self.begin_stop(StopCause::Timeout);
+        }
+        if now >= self.next_cpu_check {
+            self.next_cpu_check = now + CPU_CHECK_INTERVAL;
+            if self.cpu_used() >= Some(self.spec.limits.cpu_time) {
+                self.begin_stop(StopCause::CpuLimit);
+            }
+        }
+        if let Some((_, kill_at)) = self.stop {
+            if now >= kill_at && self.main.is_none() {
+                self.signal_tree(Signal::SIGKILL);
+            }
+        }
+    }
+
+    fn cpu_used(&self) -> Option<Duration> {
+        let ns = self.run.cgroup.as_ref()?.usage().cpu_usage_ns?;
+        Some(Duration::from_nanos(ns))
+    }
+
+    fn begin_stop(&mut self, cause: StopCause) {
+        if self.stop.is_some() || self.main.is_some() {
+            return;
+        }
+        let grace = if cause == StopCause::SupervisorGone { Duration::ZERO } else { self.spec.limits.grace };
+        self.stop = Some((cause, Instant::now() + grace));
+        self.signal_tree(Signal::SIGTERM);
+    }
+
+    fn signal_tree(&self, signal: Signal) {
+        if let Some(cgroup) = &self.run.cgroup {
+            let _ = if signal == Signal::SIGKILL { cgroup.kill_all() } else { cgroup.signal_all(signal) };
+        }
+        tree::signal_descendants(nix::unistd::getpid(), signal);
+    }
+
+    /// After the program exits, nothing it started may survive: kill and reap until the init
+    /// has no children left (it is a subreaper, so orphans come back to it).
+    fn kill_everything(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            self.signal_tree(Signal::SIGKILL);
+            let no_children = loop {
+                match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::StillAlive) => break false,
+                    Ok(status) if status.pid() == Some(self.child) => self.main = Some(status),
+                    Ok(_) => {}
+                    Err(_) => break true,
+                }
+            };
+            let cgroup_empty = self.run.cgroup.as_ref().is_none_or(|c| c.pids().map(|p| p.is_empty()).unwrap_or(true));
+            if (no_children && cgroup_empty) || Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn outcome(&self, report_pipe: OwnedFd) -> Outcome {
+        let usage = self.run.cgroup.as_ref().map(|c| c.usage()).unwrap_or_default();
+        let exit = self.program_exit(report_pipe);
+        let children = getrusage(UsageWho::RUSAGE_CHILDREN).ok();
+        let millis = |tv: nix::sys::time::TimeVal| (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000;
+        let cpu_user_ms = children.map(|u| millis(u.user_time())).unwrap_or(0);
+        let cpu_sys_ms = children.map(|u| millis(u.system_time())).unwrap_or(0);
+        let max_rss = children.map(|u| u.max_rss() as u64 * 1024);
+        let cpu_used = self.cpu_used().unwrap_or(Duration::from_millis(cpu_user_ms + cpu_sys_ms));
+        let evidence = Evidence { stop: self.stop.map(|(c, _)| c), exit, oom_kills: usage.oom_kills, cpu_used, cpu_limit: self.spec.limits.cpu_time };
+        Outcome {
+            status: decide_status(&evidence),
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            cpu_user_ms,
+            cpu_sys_ms,
+            peak_memory_bytes: usage.peak_memory_bytes.or(max_rss),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The native sandbox's PID 1 reports the program's own status; in Tier 0 the child is the
+    /// program.
+    fn program_exit(&self, report_pipe: OwnedFd) -> ExitReport {
+        let mut bytes = Vec::new();
+        let _ = std::fs::File::from(report_pipe).read_to_end(&mut bytes);
+        if let Ok(report) = serde_json::from_slice::<ExitReport>(&bytes) {
+            return report;
+        }
+        let hit = match self.spec.confinement {
+            Confinement::Tier0 => any_file_at_least(&[self.spec.workdir.clone(), self.spec.run_dir.join("tmp")], self.spec.limits.file_size_bytes),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        };
+        self.main.map(|status| ExitReport::from_status(status, hit)).unwrap_or_default()
+    }
+}
+
+/// What the init knows when it decides how a run ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Evidence {
+    pub stop: Option<StopCause>,
+    pub exit: ExitReport,
+    pub oom_kills: u64,
+    pub cpu_used: Duration,
+    pub cpu_limit: Duration,
+}
+
+/// The status of a run: the init's own stop reason first, then the limit evidence, then how
+/// the program ended.
+pub(crate) fn decide_status(e: &Evidence) -> RunStatus {
+    const SIGKILL: i32 = Signal::SIGKILL as i32;
+    match e.stop {
+        Some(StopCause::Timeout) => return RunStatus::Timeout,
+        Some(StopCause::CpuLimit) => return RunStatus::CpuLimit,
+        Some(StopCause::Requested(StopReason::OutputLimit)) => return RunStatus::OutputLimit,
+        Some(StopCause::Requested(StopReason::Cancelled)) | Some(StopCause::SupervisorGone) => return RunStatus::Cancelled,
+        None => {}
+    }
+    let signal = e.exit.signal;
+    if e.oom_kills > 0 {
+        RunStatus::MemoryLimit
+    } else if signal == Some(Signal::SIGXCPU as i32) || (signal == Some(SIGKILL) && e.cpu_used >= e.cpu_limit) {
+        RunStatus::CpuLimit
+    } else if signal == Some(Signal::SIGXFSZ as i32) || e.exit.file_size_hit {
+        RunStatus::FileSizeLimit
+    } else if signal.is_some() {
+        RunStatus::Signaled
+    } else {
+        RunStatus::Exited
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence(exit: ExitReport) -> Evidence {
+        Evidence { stop: None, exit, oom_kills: 0, cpu_used: Duration::ZERO, cpu_limit: Duration::from_secs(10) }
+    }
+
+    #[test]
+    fn stop_reasons_win_over_exit_details() {
+        let mut e = evidence(ExitReport { signal: Some(15), ..Default::default() });
+        e.stop = Some(StopCause::Timeout);
+        assert_eq!(decide_status(&e), RunStatus::Timeout);
+        e.stop = Some(StopCause::Requested(StopReason::OutputLimit));
+        assert_eq!(decide_status(&e), RunStatus::OutputLimit);
+    }
+
+    #[test]
+    fn limit_evidence_maps_to_limit_statuses() {
+        let mut e = evidence(ExitReport { signal: Some(9), ..Default::default() });
+        e.oom_kills = 1;
+        assert_eq!(decide_status(&e), RunStatus::MemoryLimit);
+        let e = evidence(ExitReport { signal: Some(Signal::SIGXCPU as i32), ..Default::default() });
+        assert_eq!(decide_status(&e), RunStatus::CpuLimit);
+        let e = evidence(ExitReport { exit_code: Some(1), file_size_hit: true, ..Default::default() });
+        assert_eq!(decide_status(&e), RunStatus::FileSizeLimit);
+    }
+
+    #[test]
+    fn plain_endings_stay_plain() {
+        assert_eq!(decide_status(&evidence(ExitReport { exit_code: Some(3), ..Default::default() })), RunStatus::Exited);
+        assert_eq!(decide_status(&evidence(ExitReport { signal: Some(11), ..Default::default() })), RunStatus::Signaled);
+    }
+}

@@ -1,0 +1,73 @@
+//! The isolation layers a run can have in force, and the strength levels of backends.
+
+use serde::{Deserialize, Serialize};
+
+/// One defence that was (or must be) in force for a run. A run's result lists only layers the
+/// init actually applied, never ones that were merely requested.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Layer {
+    /// The environment was cleared and rebuilt from the allowlist.
+    EnvScrub,
+    /// Every inherited descriptor beyond stdin, stdout and stderr was closed.
+    FdClose,
+    /// The program runs in a new session without a controlling terminal.
+    NewSession,
+    /// Resource rlimits (address space, CPU, processes, files, file size, core) were set.
+    Rlimits,
+    /// A fresh private working directory was the program's cwd.
+    Workdir,
+    /// Root was dropped to an unprivileged uid/gid.
+    UidDrop,
+    /// The supervisor's own process-tree tracking (subreaper) kills every descendant.
+    TreeKill,
+    /// A per-run cgroup enforced memory, pids and CPU limits and accounting.
+    Cgroup,
+    /// A new user namespace mapping only an unprivileged uid.
+    UserNs,
+    /// A new mount namespace.
+    MountNs,
+    /// A new PID namespace with airlock's init as PID 1.
+    PidNs,
+    /// A new, empty network namespace.
+    NetNs,
+    /// A new IPC namespace.
+    IpcNs,
+    /// A new UTS namespace with a fixed hostname.
+    UtsNs,
+    /// A new cgroup namespace.
+    CgroupNs,
+    /// A root filesystem built from scratch with read-only system binds.
+    Rootfs,
+    /// Writable areas are size- and inode-capped tmpfs.
+    DiskQuota,
+    /// Landlock filesystem rules.
+    LandlockFs,
+    /// Landlock TCP bind/connect denial.
+    LandlockNet,
+    /// Landlock scoping of abstract unix sockets and signals.
+    LandlockScope,
+    /// A seccomp-bpf syscall allowlist.
+    Seccomp,
+    /// `no_new_privs`: setuid binaries and file capabilities grant nothing.
+    NoNewPrivs,
+    /// Every capability set emptied before exec.
+    CapsDropped,
+}
+
+/// How strong a backend's boundary is, weakest first.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsolationLevel {
+    /// Tier 0 only: limits and hygiene, no boundary.
+    Process,
+    /// A shared kernel behind namespaces, Landlock and seccomp.
+    Kernel,
+    /// An OCI container runtime.
+    Container,
+    /// Syscalls served by a user-space kernel (gVisor).
+    UserKernel,
+    /// A virtual machine.
+    Vm,
+}

@@ -1,0 +1,158 @@
+//! The only place in airlock with `unsafe`: thin, documented wrappers whose callers stay safe.
+//! Each wrapper states the contract that makes it sound.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::RawFd;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use nix::unistd::{ForkResult, Pid};
+
+/// Which side of a fork the caller is on.
+#[derive(Debug)]
+pub enum Forked {
+    /// The original process; holds the child's pid.
+    Parent(Pid),
+    /// The new process.
+    Child,
+}
+
+/// Forks the calling process.
+///
+/// Only airlock's init calls this, and the init is single-threaded (it is a freshly exec'd
+/// process that never starts threads), so the child may run any code, not only
+/// async-signal-safe functions.
+pub fn fork_single_threaded() -> io::Result<Forked> {
+    // SAFETY: the caller is the single-threaded init (see above), so no other thread can hold
+    // a lock (malloc, stdio) that would stay locked forever in the child.
+    match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
+        ForkResult::Parent { child } => Ok(Forked::Parent(child)),
+        ForkResult::Child => Ok(Forked::Child),
+    }
+}
+
+/// Makes each `(source, target)` pair's source appear as descriptor `target` in the child
+/// spawned by `command`. The caller keeps the sources open until `spawn` returns. Every other
+/// descriptor of the parent is close-on-exec (Rust opens everything that way), so the child
+/// gets stdio plus exactly these.
+pub fn map_fds_on_spawn<const N: usize>(command: &mut Command, pairs: [(RawFd, RawFd); N]) {
+    // SAFETY: the closure only calls fcntl and dup2, which are async-signal-safe, and only
+    // reads `pairs`, a Copy array moved into the closure before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            // Move every source above the targets first, so a dup2 never clobbers a later source.
+            let mut moved = [0 as RawFd; N];
+            for (slot, (source, _)) in moved.iter_mut().zip(pairs.iter()) {
+                *slot = check(libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64))?;
+            }
+            for (moved_fd, (_, target)) in moved.iter().zip(pairs.iter()) {
+                check(libc::dup2(*moved_fd, *target))?;
+            }
+            Ok(())
+        });
+    }
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Marks every descriptor from `first` upwards close-on-exec (close_range with
+/// CLOSE_RANGE_CLOEXEC), so nothing inherited leaks into the program.
+pub fn cloexec_from(first: RawFd) -> io::Result<()> {
+    // SAFETY: close_range only changes descriptor flags; it dereferences no memory.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC)
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Closes every descriptor from `first` upwards.
+pub fn close_from(first: RawFd) -> io::Result<()> {
+    // SAFETY: close_range only closes descriptors; none of them is owned by Rust code that
+    // will use it afterwards (the init calls this right after fork, before touching files).
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, 0) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Ends the process at once, without running atexit handlers or flushing stdio buffers that a
+/// forked child shares with its parent.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and has no preconditions.
+    unsafe { libc::_exit(code) }
+}
+
+/// Makes `fd` this process's controlling terminal (after `setsid`).
+pub fn set_controlling_tty(fd: RawFd) -> io::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument, no pointer.
+    check(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) }).map(|_| ())
+}
+
+/// Converts strings to the C strings `execve` needs; an interior NUL is an error naming it.
+pub fn c_strings(items: &[String]) -> io::Result<Vec<CString>> {
+    items
+        .iter()
+        .map(|s| CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{s:?} contains a NUL byte"))))
+        .collect()
+}
+
+/// Writes all of `data` to a descriptor this process owns for its whole life (the init's
+/// pipes, which sit at fixed numbers after fork and have no Rust owner).
+pub fn write_all_to_fd(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        // SAFETY: `data` is a live slice; write reads at most `data.len()` bytes from it.
+        let written = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+        if written < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        data = &data[written as usize..];
+    }
+    Ok(())
+}
+
+/// Takes ownership of a descriptor that was placed at a fixed number for this process alone
+/// (the init's pipes from the supervisor).
+pub fn adopt_fd(fd: RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: callers pass only the fixed descriptors the supervisor dup2'd into place for this
+    // process; nothing else in the process owns or closes them.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+/// In a freshly forked child: puts each `(source, target)` at `target` (without
+/// close-on-exec... then sets it, since these pipes must not reach the program), then closes
+/// every descriptor above the highest target.
+pub fn place_fds(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
+    let mut moved = Vec::with_capacity(pairs.len());
+    for (source, _) in pairs {
+        // SAFETY: fcntl(F_DUPFD_CLOEXEC) only duplicates a descriptor.
+        moved.push(check(unsafe { libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64) })?);
+    }
+    for (moved_fd, (_, target)) in moved.iter().zip(pairs) {
+        // SAFETY: dup3 only manipulates descriptors; O_CLOEXEC keeps them from the program.
+        check(unsafe { libc::dup3(*moved_fd, *target, libc::O_CLOEXEC) })?;
+    }
+    let highest = pairs.iter().map(|(_, target)| *target).max().unwrap_or(2);
+    close_from(highest + 1)
+}
+
+/// Borrows one of the init's fixed descriptors for the duration of a poll.
+pub fn adopt_fd_borrowed(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
+    // SAFETY: the fixed descriptors stay open for the whole life of the init process.
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
+}

@@ -1,0 +1,74 @@
+//! Finding and signalling every descendant of a process through /proc, for runs without a
+//! cgroup. The init is a child subreaper, so orphans of the program stay its descendants.
+
+use std::collections::{HashMap, HashSet};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// The parent pid from the text of `/proc/<pid>/stat`. The command name may contain spaces and
+/// parentheses, so the fields after the last `)` are the reliable ones.
+pub fn parent_from_stat(stat: &str) -> Option<i32> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every process on the host and its parent.
+fn process_parents() -> HashMap<i32, i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            Some((pid, parent_from_stat(&stat)?))
+        })
+        .collect()
+}
+
+/// All descendants of `root` (not `root` itself), from a parent map.
+pub fn descendants_in(parents: &HashMap<i32, i32>, root: i32) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for (&pid, &parent) in parents {
+        children.entry(parent).or_default().push(pid);
+    }
+    let mut found = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack = vec![root];
+    while let Some(pid) = stack.pop() {
+        for &child in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+            if seen.insert(child) {
+                found.push(child);
+                stack.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Sends `signal` to every live descendant of `root`; returns how many were signalled.
+pub fn signal_descendants(root: Pid, signal: Signal) -> usize {
+    let targets = descendants_in(&process_parents(), root.as_raw());
+    targets.iter().filter(|&&pid| kill(Pid::from_raw(pid), signal).is_ok()).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parent_is_read_after_the_command_name() {
+        assert_eq!(parent_from_stat("42 (a) b) c) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_from_stat("1 (init) S 0 1 1"), Some(0));
+        assert_eq!(parent_from_stat("garbage"), None);
+    }
+
+    #[test]
+    fn descendants_cover_grandchildren_but_not_siblings() {
+        let parents = HashMap::from([(2, 1), (3, 2), (4, 3), (5, 1), (6, 99)]);
+        let mut found = descendants_in(&parents, 2);
+        found.sort();
+        assert_eq!(found, vec![3, 4]);
+    }
+}

@@ -1,0 +1,204 @@
+//! The policy model: what a run may see, touch and consume. A [`Policy`] is fully resolved
+//! (every value concrete); profiles on disk are partial and layer on top of a base policy.
+
+mod builtin;
+mod profile;
+pub mod units;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use builtin::{builtin, builtin_names, tier, tier_names};
+pub use profile::{load_profile, parse_profile, ProfileFile};
+
+use crate::layer::{IsolationLevel, Layer};
+use units::{ByteSize, Seconds};
+
+/// Which backend runs the program.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendChoice {
+    /// The strongest backend available on this host.
+    Auto,
+    /// airlock's own Linux sandbox: namespaces, Landlock, seccomp, cgroups.
+    Native,
+    /// Tier 0 only. Needs `--dev` or the built-in `trusted` profile.
+    None,
+}
+
+/// Network access of the sandbox.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkMode {
+    /// No network at all: an empty namespace and socket() limited to AF_UNIX.
+    None,
+    /// The host's network, unrestricted. Only when asked for explicitly.
+    Host,
+}
+
+/// What happens when the program writes more than its output cap.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputLimitAction {
+    /// Stop the run with status `output_limit`.
+    Kill,
+    /// Keep running, discard the excess and flag the stream as truncated.
+    Truncate,
+}
+
+/// A fully resolved policy.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// The backend to use.
+    pub backend: BackendChoice,
+    /// Layers that must be in force, or the run is refused (unless degradation is accepted).
+    pub require: Vec<Layer>,
+    /// The weakest backend level `auto` may pick.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_isolation: Option<IsolationLevel>,
+    /// Filesystem rules.
+    pub filesystem: FsPolicy,
+    /// Network rules.
+    pub network: NetworkPolicy,
+    /// Environment allowlist and fixed values.
+    pub env: EnvPolicy,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Identity the program runs as.
+    pub user: UserPolicy,
+}
+
+/// Filesystem rules.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FsPolicy {
+    /// Host paths visible read-only at the same path.
+    pub read_only: Vec<PathBuf>,
+    /// Host paths visible read-write at the same path.
+    pub read_write: Vec<PathBuf>,
+    /// A host directory to use as the working directory; a fresh one per run when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<PathBuf>,
+    /// Allow executing files from writable places (workdir, /tmp).
+    pub exec_writable: bool,
+}
+
+/// Network rules.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicy {
+    /// The network mode.
+    pub mode: NetworkMode,
+}
+
+/// Environment rules: nothing from the caller passes unless named here.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct EnvPolicy {
+    /// Names copied from the caller's environment when present.
+    pub pass: Vec<String>,
+    /// Fixed values; they win over `pass`.
+    pub set: BTreeMap<String, String>,
+}
+
+/// Resource limits. Every run has all of them.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Memory of the whole run (cgroup), or address space per process (rlimit fallback).
+    pub memory: ByteSize,
+    /// CPU time of the whole run.
+    pub cpu_time: Seconds,
+    /// Wall-clock time from start to kill.
+    pub wall_time: Seconds,
+    /// Time between SIGTERM and SIGKILL when a run is stopped.
+    pub grace: Seconds,
+    /// Processes and threads alive at once.
+    pub processes: u64,
+    /// Open file descriptors per process.
+    pub open_files: u64,
+    /// Largest file a process may write.
+    pub file_size: ByteSize,
+    /// Bytes of the writable areas (workdir and /tmp) where they are sandbox-owned tmpfs.
+    pub disk: ByteSize,
+    /// Files the run may create in its writable areas.
+    pub files: u64,
+    /// Bytes of stdout kept.
+    pub stdout: ByteSize,
+    /// Bytes of stderr kept.
+    pub stderr: ByteSize,
+    /// What to do when output passes its cap.
+    pub on_output_limit: OutputLimitAction,
+    /// CPU cores of quota (0 = no quota).
+    pub cpus: f64,
+}
+
+/// The identity of the program.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UserPolicy {
+    /// When airlock runs as root, run the program as `uid`/`gid` instead.
+    pub drop_root: bool,
+    /// The unprivileged uid used when dropping root.
+    pub uid: u32,
+    /// The unprivileged gid used when dropping root.
+    pub gid: u32,
+}
+
+/// A policy value that cannot be used, with the key, the value and what is allowed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid value {value} for `{key}`: {allowed}")]
+pub struct InvalidValue {
+    /// The dotted key, e.g. `limits.processes`.
+    pub key: &'static str,
+    /// The offending value as written.
+    pub value: String,
+    /// What would be accepted.
+    pub allowed: String,
+}
+
+impl Policy {
+    /// Checks every value for sanity; the error names the key, the value and the fix.
+    pub fn validate(&self) -> Result<(), InvalidValue> {
+        let l = &self.limits;
+        check(l.memory.0 >= 16 << 20, "limits.memory", &l.memory, "at least 16MiB: interpreters need that much to start")?;
+        check(!l.wall_time.0.is_zero(), "limits.wall_time", &l.wall_time, "a duration above zero, e.g. 30s")?;
+        check(!l.cpu_time.0.is_zero(), "limits.cpu_time", &l.cpu_time, "a duration above zero, e.g. 10s")?;
+        check(l.processes >= 1, "limits.processes", &l.processes, "at least 1")?;
+        check(l.open_files >= 16, "limits.open_files", &l.open_files, "at least 16: stdio and an interpreter need that many")?;
+        check(l.files >= 16, "limits.files", &l.files, "at least 16")?;
+        check(l.disk.0 >= 1 << 20, "limits.disk", &l.disk, "at least 1MiB")?;
+        check(l.cpus >= 0.0 && l.cpus.is_finite(), "limits.cpus", &l.cpus, "a number of cores >= 0, e.g. 0.5 (0 = no quota)")?;
+        for path in self.filesystem.read_only.iter().chain(&self.filesystem.read_write) {
+            check(path.is_absolute(), "filesystem paths", &path.display(), "absolute paths (start with /)")?;
+        }
+        for name in self.env.pass.iter().chain(self.env.set.keys()) {
+            check(valid_env_name(name), "env", name, "a variable name without '=' or NUL")?;
+        }
+        Ok(())
+    }
+
+    /// True when the program may reach the network.
+    pub fn has_network(&self) -> bool {
+        self.network.mode == NetworkMode::Host
+    }
+
+    /// Serialises the policy as a complete TOML profile.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render policy: {e}\n"))
+    }
+}
+
+fn valid_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('=') && !name.contains('\0')
+}
+
+fn check(ok: bool, key: &'static str, value: &dyn std::fmt::Display, allowed: &str) -> Result<(), InvalidValue> {
+    if ok {
+        return Ok(());
+    }
+    Err(InvalidValue { key, value: value.to_string(), allowed: allowed.to_string() })
+}

@@ -1,0 +1,179 @@
+//! Profiles on disk: partial TOML documents that extend a base policy. Unknown keys are errors.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::units::{ByteSize, Seconds};
+use super::{builtin, BackendChoice, NetworkMode, OutputLimitAction, Policy};
+use crate::error::PolicyError;
+use crate::layer::{IsolationLevel, Layer};
+
+/// A profile file as written: every key optional, layered over `extends` (default `untrusted`).
+#[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileFile {
+    /// A built-in profile name or a path (relative to this file) to extend.
+    pub extends: Option<String>,
+    pub backend: Option<BackendChoice>,
+    pub require: Option<Vec<Layer>>,
+    pub min_isolation: Option<IsolationLevel>,
+    pub filesystem: Option<FsSection>,
+    pub network: Option<NetworkSection>,
+    pub env: Option<EnvSection>,
+    pub limits: Option<LimitsSection>,
+    pub user: Option<UserSection>,
+}
+
+/// `[filesystem]`: lists add to the base profile's lists.
+#[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FsSection {
+    pub read_only: Option<Vec<PathBuf>>,
+    pub read_write: Option<Vec<PathBuf>>,
+    pub workdir: Option<PathBuf>,
+    pub exec_writable: Option<bool>,
+}
+
+/// `[network]`.
+#[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSection {
+    pub mode: Option<NetworkMode>,
+}
+
+/// `[env]`: `pass` adds names, `set` adds or replaces values.
+#[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSection {
+    pub pass: Option<Vec<String>>,
+    pub set: Option<BTreeMap<String, String>>,
+}
+
+/// `[limits]`: each key replaces the base value.
+#[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub memory: Option<ByteSize>,
+    pub cpu_time: Option<Seconds>,
+    pub wall_time: Option<Seconds>,
+    pub grace: Option<Seconds>,
+    pub processes: Option<u64>,
+    pub open_files: Option<u64>,
+    pub file_size: Option<ByteSize>,
+    pub disk: Option<ByteSize>,
+    pub files: Option<u64>,
+    pub stdout: Option<ByteSize>,
+    pub stderr: Option<ByteSize>,
+    pub on_output_limit: Option<OutputLimitAction>,
+    pub cpus: Option<f64>,
+}
+
+/// `[user]`.
+#[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UserSection {
+    pub drop_root: Option<bool>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+}
+
+/// Parses profile text; `origin` names the file in errors (which carry line and column).
+pub fn parse_profile(text: &str, origin: &str) -> Result<ProfileFile, PolicyError> {
+    toml::from_str(text).map_err(|e| PolicyError::Parse {
+        origin: origin.to_string(),
+        message: e.to_string().trim_end().to_string(),
+    })
+}
+
+/// Resolves a built-in profile name or a profile file path into a validated policy.
+pub fn load_profile(name_or_path: &str) -> Result<Policy, PolicyError> {
+    let mut chain = Vec::new();
+    let policy = resolve(name_or_path, None, &mut chain)?;
+    policy.validate().map_err(|source| PolicyError::Invalid { origin: name_or_path.to_string(), source })?;
+    Ok(policy)
+}
+
+fn resolve(reference: &str, relative_to: Option<&Path>, chain: &mut Vec<String>) -> Result<Policy, PolicyError> {
+    if let Some(policy) = builtin(reference) {
+        return Ok(policy);
+    }
+    if !looks_like_path(reference) {
+        return Err(PolicyError::UnknownProfile { name: reference.to_string() });
+    }
+    let path = match relative_to {
+        Some(dir) if Path::new(reference).is_relative() => dir.join(reference),
+        _ => PathBuf::from(reference),
+    };
+    let origin = path.display().to_string();
+    if chain.contains(&origin) {
+        chain.push(origin);
+        return Err(PolicyError::ExtendsCycle { chain: chain.join(" -> ") });
+    }
+    chain.push(origin.clone());
+    let text = std::fs::read_to_string(&path).map_err(|source| PolicyError::Read { path: path.clone(), source })?;
+    let file = parse_profile(&text, &origin)?;
+    let base_name = file.extends.clone().unwrap_or_else(|| "untrusted".to_string());
+    let base = resolve(&base_name, path.parent(), chain)?;
+    Ok(apply(base, file))
+}
+
+fn looks_like_path(reference: &str) -> bool {
+    reference.contains('/') || reference.ends_with(".toml")
+}
+
+/// Layers a profile file over a base policy.
+pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
+    set(&mut policy.backend, file.backend);
+    set(&mut policy.require, file.require);
+    if file.min_isolation.is_some() {
+        policy.min_isolation = file.min_isolation;
+    }
+    if let Some(fs) = file.filesystem {
+        policy.filesystem.read_only.extend(fs.read_only.unwrap_or_default());
+        policy.filesystem.read_write.extend(fs.read_write.unwrap_or_default());
+        if fs.workdir.is_some() {
+            policy.filesystem.workdir = fs.workdir;
+        }
+        set(&mut policy.filesystem.exec_writable, fs.exec_writable);
+    }
+    if let Some(net) = file.network {
+        set(&mut policy.network.mode, net.mode);
+    }
+    if let Some(env) = file.env {
+        policy.env.pass.extend(env.pass.unwrap_or_default());
+        policy.env.set.extend(env.set.unwrap_or_default());
+    }
+    if let Some(limits) = file.limits {
+        apply_limits(&mut policy.limits, limits);
+    }
+    if let Some(user) = file.user {
+        set(&mut policy.user.drop_root, user.drop_root);
+        set(&mut policy.user.uid, user.uid);
+        set(&mut policy.user.gid, user.gid);
+    }
+    policy
+}
+
+pub(crate) fn apply_limits(l: &mut super::Limits, s: LimitsSection) {
+    set(&mut l.memory, s.memory);
+    set(&mut l.cpu_time, s.cpu_time);
+    set(&mut l.wall_time, s.wall_time);
+    set(&mut l.grace, s.grace);
+    set(&mut l.processes, s.processes);
+    set(&mut l.open_files, s.open_files);
+    set(&mut l.file_size, s.file_size);
+    set(&mut l.disk, s.disk);
+    set(&mut l.files, s.files);
+    set(&mut l.stdout, s.stdout);
+    set(&mut l.stderr, s.stderr);
+    set(&mut l.on_output_limit, s.on_output_limit);
+    set(&mut l.cpus, s.cpus);
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *slot = value;
+    }
+}

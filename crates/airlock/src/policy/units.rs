@@ -1,0 +1,153 @@
+//! Human units for sizes and durations (`512MiB`, `90s`, `2m`), used by profiles and the CLI.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A byte count written as `512MiB`, `10MB`, `4096` or `1.5GiB`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+/// A duration written as `90s`, `2m`, `1500ms` or a bare number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Seconds(pub Duration);
+
+const SIZE_HELP: &str =
+    "expected a byte size such as 512MiB, 10MB, 1.5GiB or a plain number of bytes";
+const DURATION_HELP: &str = "expected a duration such as 90s, 2m, 1500ms or a plain number of seconds";
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        parse_size::Config::new()
+            .with_binary()
+            .parse_size(text.trim())
+            .map(ByteSize)
+            .map_err(|_| format!("invalid size {text:?}: {SIZE_HELP}"))
+    }
+}
+
+impl FromStr for Seconds {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if let Ok(secs) = text.parse::<f64>() {
+            if secs.is_finite() && secs >= 0.0 {
+                return Ok(Seconds(Duration::from_secs_f64(secs)));
+            }
+        }
+        humantime::parse_duration(text)
+            .map(Seconds)
+            .map_err(|_| format!("invalid duration {text:?}: {DURATION_HELP}"))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+        for (unit, scale) in UNITS {
+            if self.0 >= scale && self.0 % scale == 0 {
+                return write!(f, "{}{unit}", self.0 / scale);
+            }
+        }
+        write!(f, "{}B", self.0)
+    }
+}
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = self.0.as_millis();
+        if millis % 1000 == 0 {
+            write!(f, "{}s", millis / 1000)
+        } else {
+            write!(f, "{millis}ms")
+        }
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl Serialize for Seconds {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+struct UnitVisitor<T>(std::marker::PhantomData<T>, &'static str);
+
+impl<T: FromStr<Err = String>> Visitor<'_> for UnitVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.1)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        v.parse().map_err(E::custom)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
+        if v < 0 {
+            return Err(E::custom(format!("invalid value {v}: must not be negative; {}", self.1)));
+        }
+        v.to_string().parse().map_err(E::custom)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
+        v.to_string().parse().map_err(E::custom)
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
+        v.to_string().parse().map_err(E::custom)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UnitVisitor(std::marker::PhantomData, SIZE_HELP))
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UnitVisitor(std::marker::PhantomData, DURATION_HELP))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_accept_binary_and_decimal_units() {
+        assert_eq!("512MiB".parse::<ByteSize>(), Ok(ByteSize(512 << 20)));
+        assert_eq!("10MB".parse::<ByteSize>(), Ok(ByteSize(10_000_000)));
+        assert_eq!("4096".parse::<ByteSize>(), Ok(ByteSize(4096)));
+        assert_eq!(ByteSize(256 << 20).to_string(), "256MiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000B");
+    }
+
+    #[test]
+    fn bad_size_names_the_value_and_the_format() {
+        let err = "12XB".parse::<ByteSize>().unwrap_err();
+        assert!(err.contains("\"12XB\"") && err.contains("512MiB"), "{err}");
+    }
+
+    #[test]
+    fn durations_accept_units_and_plain_seconds() {
+        assert_eq!("90s".parse::<Seconds>(), Ok(Seconds(Duration::from_secs(90))));
+        assert_eq!("2m".parse::<Seconds>(), Ok(Seconds(Duration::from_secs(120))));
+        assert_eq!("1.5".parse::<Seconds>(), Ok(Seconds(Duration::from_millis(1500))));
+        assert_eq!(Seconds(Duration::from_millis(1500)).to_string(), "1500ms");
+        assert!("soon".parse::<Seconds>().unwrap_err().contains("90s"));
+    }
+}

@@ -1,0 +1,129 @@
+//! What the supervisor hands the init (`airlock __init`) over a pipe, and what the init
+//! reports back. Plain data: the policy has been resolved and checked on the host side.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::layer::Layer;
+use crate::result::RunStatus;
+
+/// Everything the init needs to start and watch one run.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct InitSpec {
+    /// argv of the program; argv[0] is resolved against the `PATH` in `env` inside the sandbox.
+    pub argv: Vec<String>,
+    /// The complete environment of the program.
+    pub env: Vec<(String, String)>,
+    /// The per-run directory the init creates and removes (unless `keep`).
+    pub run_dir: PathBuf,
+    /// The program's working directory (the same path inside and outside the sandbox).
+    pub workdir: PathBuf,
+    /// The workdir is the caller's own directory: never create or remove it.
+    pub workdir_is_callers: bool,
+    /// Keep the run directory after the run.
+    pub keep: bool,
+    /// Limits enforced by rlimits and the init's clocks.
+    pub limits: SpecLimits,
+    /// Drop root to this uid/gid.
+    pub credentials: Option<Credentials>,
+    /// The per-run cgroup to create, if any.
+    #[cfg(target_os = "linux")]
+    pub cgroup: Option<CgroupRequest>,
+    /// The boundary the backend asks for.
+    pub confinement: Confinement,
+    /// Layers that must be in force before exec; the init refuses to exec otherwise.
+    pub require: Vec<Layer>,
+    /// Run anyway when a required layer is missing.
+    pub allow_degraded: bool,
+    /// Give the program the caller's terminal as its controlling terminal.
+    pub tty: bool,
+}
+
+/// Limits the init enforces itself.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct SpecLimits {
+    pub memory_bytes: u64,
+    pub cpu_time: Duration,
+    pub wall_time: Duration,
+    pub grace: Duration,
+    pub processes: u64,
+    pub open_files: u64,
+    pub file_size_bytes: u64,
+    pub disk_bytes: u64,
+    pub files: u64,
+    pub cpus: f64,
+}
+
+/// A uid/gid pair.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Where and with which limits to create the run's cgroup.
+#[cfg(target_os = "linux")]
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct CgroupRequest {
+    pub config: crate::sandbox::cgroup::CgroupConfig,
+    pub run_id: String,
+    pub limits: crate::sandbox::cgroup::CgroupLimits,
+}
+
+/// The boundary around the program, chosen by the backend.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum Confinement {
+    /// Tier 0 only.
+    Tier0,
+    /// The native Linux sandbox.
+    #[cfg(target_os = "linux")]
+    Native(NativeSpec),
+}
+
+/// The native backend's plan: namespaces, root filesystem, Landlock and seccomp.
+#[cfg(target_os = "linux")]
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct NativeSpec {
+    pub new_net: bool,
+    pub hostname: String,
+    pub rootfs: crate::sandbox::rootfs::RootfsPlan,
+    pub landlock: crate::sandbox::landlock::LandlockRules,
+    pub seccomp: crate::sandbox::seccomp::SeccompConfig,
+}
+
+/// A message from the init to the supervisor, one JSON object per line.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum InitEvent {
+    /// The program was exec'd with these layers in force.
+    Started { layers: Vec<Layer>, warnings: Vec<String>, workdir: PathBuf },
+    /// Setup failed before the program ran.
+    SetupFailed { error: String },
+    /// The run is over and everything it left behind is gone.
+    Finished(Outcome),
+}
+
+/// How the run ended, as the init saw it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Outcome {
+    pub status: RunStatus,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cpu_user_ms: u64,
+    pub cpu_sys_ms: u64,
+    pub peak_memory_bytes: Option<u64>,
+    pub warnings: Vec<String>,
+}
+
+/// A command from the supervisor to the init, one per line on the control pipe.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The caller cancelled the run.
+    Cancelled,
+    /// Output passed its cap.
+    OutputLimit,
+}

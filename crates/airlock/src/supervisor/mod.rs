@@ -1,0 +1,606 @@
+//! The supervisor: the in-process half of a run. It resolves the backend, starts the init
+//! (`airlock __init`), feeds stdin, drains output under caps, relays cancellation and turns
+//! the init's report into a [`RunResult`].
+
+mod output;
+mod runtime;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+pub use output::{Drained, OutputSink, StreamKind};
+pub use runtime::{new_run_id, runtime_dir};
+
+use crate::backend::{self, Backend, PlanContext};
+use crate::error::Error;
+use crate::init::INIT_ARG;
+use crate::layer::Layer;
+use crate::linux::sys;
+use crate::policy::{BackendChoice, OutputLimitAction, Policy};
+use crate::result::{RunResult, RunStatus};
+use crate::sandbox::cgroup::{CgroupConfig, CgroupLimits};
+use crate::spec::{CgroupRequest, Credentials, InitEvent, InitSpec, Outcome, SpecLimits, StopReason};
+
+/// How the sandbox itself is set up, as opposed to what the program may do (the policy).
+#[derive(Debug, Clone, Default)]
+pub struct SandboxOptions {
+    /// Allow `backend = "none"` (Tier 0 only) outside the `trusted` profile.
+    pub dev: bool,
+    /// Run even when a layer the policy requires is missing; the result lists what was in force.
+    pub allow_degraded: bool,
+    /// The binary to re-execute as the init (default: `AIRLOCK_INIT`, else the current exe).
+    pub init_program: Option<PathBuf>,
+    /// Where per-run directories are made (default: see [`runtime_dir`]).
+    pub runtime_dir: Option<PathBuf>,
+    /// Where per-run cgroups are made; `None` uses the default parent `airlock`.
+    pub cgroup: Option<CgroupConfig>,
+    /// Do not use cgroups even when available.
+    pub no_cgroup: bool,
+    /// The policy came from the built-in `trusted` profile, which may use backend none.
+    pub trusted_profile: bool,
+}
+
+/// A policy plus sandbox options: the factory for commands.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    policy: Policy,
+    options: SandboxOptions,
+}
+
+/// The program's stdin.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// The supervisor's own stdin.
+    Inherit,
+    /// Empty.
+    Null,
+    /// These bytes, then EOF.
+    Bytes(Vec<u8>),
+}
+
+/// Something that happens during a run, for callers that stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEvent {
+    /// The program was exec'd with these layers in force.
+    Started { layers: Vec<Layer> },
+    /// A chunk of stdout (within the cap).
+    Stdout(Vec<u8>),
+    /// A chunk of stderr (within the cap).
+    Stderr(Vec<u8>),
+}
+
+/// One program to run in the sandbox.
+#[derive(Debug, Clone)]
+pub struct Command {
+    sandbox: Sandbox,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    stdin: Input,
+    stdout: Sink,
+    stderr: Sink,
+    keep: bool,
+    tty: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sink {
+    Capture,
+    Forward,
+    Stream,
+    Discard,
+}
+
+impl Sandbox {
+    /// A sandbox for `policy` with default options.
+    pub fn new(policy: Policy) -> Result<Sandbox, Error> {
+        Sandbox::with_options(policy, SandboxOptions::default())
+    }
+
+    /// A sandbox with explicit options.
+    pub fn with_options(policy: Policy, options: SandboxOptions) -> Result<Sandbox, Error> {
+        policy.validate()?;
+        Ok(Sandbox { policy, options })
+    }
+
+    /// The policy runs will follow.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Starts building a command; stdout and stderr are captured by default.
+    pub fn command(&self, program: impl Into<String>) -> Command {
+        Command {
+            sandbox: self.clone(),
+            argv: vec![program.into()],
+            env: Vec::new(),
+            stdin: Input::Null,
+            stdout: Sink::Capture,
+            stderr: Sink::Capture,
+            keep: false,
+            tty: false,
+        }
+    }
+}
+
+impl Command {
+    /// Adds one argument.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.argv.push(arg.into());
+        self
+    }
+
+    /// Adds arguments.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.argv.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable for the program (wins over the policy).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Feeds these bytes on stdin.
+    pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Input::Bytes(bytes.into());
+        self
+    }
+
+    /// Chooses stdin.
+    pub fn stdin_from(mut self, input: Input) -> Self {
+        self.stdin = input;
+        self
+    }
+
+    /// Copies output to the supervisor's own stdout/stderr as it arrives (still capped).
+    pub fn forward_output(mut self) -> Self {
+        self.stdout = Sink::Forward;
+        self.stderr = Sink::Forward;
+        self
+    }
+
+    /// Sends output as [`RunEvent`]s on the handle's event channel.
+    pub fn stream_output(mut self) -> Self {
+        self.stdout = Sink::Stream;
+        self.stderr = Sink::Stream;
+        self
+    }
+
+    /// Counts output but keeps none.
+    pub fn discard_output(mut self) -> Self {
+        self.stdout = Sink::Discard;
+        self.stderr = Sink::Discard;
+        self
+    }
+
+    /// Keeps the run's working directory after the run.
+    pub fn keep_workdir(mut self, keep: bool) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// Gives the program the caller's terminal (stdio inherited, no caps on output).
+    pub fn tty(mut self, tty: bool) -> Self {
+        self.tty = tty;
+        self
+    }
+
+    /// Runs to completion.
+    pub fn run(self) -> Result<RunResult, Error> {
+        self.spawn()?.wait()
+    }
+
+    /// Starts the run and returns a handle to stream, cancel and wait for it.
+    pub fn spawn(self) -> Result<RunHandle, Error> {
+        let prepared = Prepared::new(&self)?;
+        launch(self, prepared)
+    }
+}
+
+/// Host-side decisions made before the init starts.
+struct Prepared {
+    backend: Box<dyn Backend>,
+    spec: InitSpec,
+    warnings: Vec<String>,
+}
+
+impl Prepared {
+    fn new(command: &Command) -> Result<Prepared, Error> {
+        if command.argv.iter().any(|a| a.contains('\0')) {
+            return Err(Error::Command("arguments must not contain NUL bytes".into()));
+        }
+        let sandbox = &command.sandbox;
+        let policy = &sandbox.policy;
+        let options = &sandbox.options;
+        if policy.backend == BackendChoice::None && !options.dev && !options.trusted_profile {
+            return Err(Error::UnisolatedRefused);
+        }
+        let backend = backend::select(policy)?;
+        let mut warnings = Vec::new();
+        let require = required_layers(policy);
+        check_degradation(&require, backend.as_ref(), options.allow_degraded, &mut warnings)?;
+        let run_id = new_run_id();
+        let run_dir = runtime_dir(options.runtime_dir.as_deref())?.join(&run_id);
+        let (workdir, fresh) = match &policy.filesystem.workdir {
+            Some(dir) => (prepare_callers_workdir(dir)?, false),
+            None => (run_dir.join("work"), true),
+        };
+        let ctx = PlanContext { policy, workdir: &workdir, fresh_workdir: fresh, keep: command.keep, tty: command.tty };
+        let confinement = backend.plan(&ctx)?;
+        let tier0 = matches!(confinement, crate::spec::Confinement::Tier0);
+        let spec = InitSpec {
+            argv: command.argv.clone(),
+            env: program_env(policy, &command.env, &workdir, tier0.then(|| run_dir.join("tmp"))),
+            run_dir,
+            workdir,
+            workdir_is_callers: !fresh,
+            keep: command.keep,
+            limits: spec_limits(policy),
+            credentials: credentials(policy),
+            cgroup: cgroup_request(policy, options, &run_id),
+            confinement,
+            require,
+            allow_degraded: options.allow_degraded,
+            tty: command.tty,
+        };
+        Ok(Prepared { backend, spec, warnings })
+    }
+}
+
+/// The layers a run must have. Choosing backend `none` (which already needs an explicit
+/// opt-in) is choosing Tier 0, so only Tier-0 requirements remain.
+fn required_layers(policy: &Policy) -> Vec<Layer> {
+    let mut require = policy.require.clone();
+    if policy.backend == BackendChoice::None {
+        let tier0 = backend::NoneBackend.probe().layers;
+        require.retain(|l| tier0.contains(l));
+    }
+    require
+}
+
+fn check_degradation(require: &[Layer], backend: &dyn Backend, allow: bool, warnings: &mut Vec<String>) -> Result<(), Error> {
+    let probe = backend.probe();
+    let mut missing: Vec<Layer> = require.iter().copied().filter(|l| !probe.layers.contains(l)).collect();
+    missing.retain(|l| *l != Layer::Cgroup);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let reason = if probe.problems.is_empty() { format!("backend {} does not provide them", backend.name()) } else { probe.problems.join("; ") };
+    if !allow {
+        return Err(Error::Degraded { missing, reason });
+    }
+    let names: Vec<String> = missing.iter().map(|l| crate::result::layer_name(*l)).collect();
+    warnings.push(format!("degraded: running without {} ({reason})", names.join(", ")));
+    Ok(())
+}
+
+fn prepare_callers_workdir(dir: &Path) -> Result<PathBuf, Error> {
+    let absolute = std::path::absolute(dir).map_err(|e| Error::io(format!("cannot resolve workdir {}", dir.display()), e))?;
+    if !absolute.is_dir() {
+        return Err(Error::BadPath { what: "workdir", path: absolute, reason: "is not an existing directory; create it first".into() });
+    }
+    Ok(absolute)
+}
+
+fn program_env(policy: &Policy, extra: &[(String, String)], workdir: &Path, tmpdir: Option<PathBuf>) -> Vec<(String, String)> {
+    let mut env = std::collections::BTreeMap::new();
+    env.insert("HOME".to_string(), workdir.display().to_string());
+    if let Some(tmp) = tmpdir {
+        env.insert("TMPDIR".to_string(), tmp.display().to_string());
+    }
+    for name in &policy.env.pass {
+        if let Ok(value) = std::env::var(name) {
+            env.insert(name.clone(), value);
+        }
+    }
+    env.extend(policy.env.set.clone());
+    env.extend(extra.iter().cloned());
+    env.into_iter().collect()
+}
+
+fn spec_limits(policy: &Policy) -> SpecLimits {
+    let l = &policy.limits;
+    SpecLimits {
+        memory_bytes: l.memory.0,
+        cpu_time: l.cpu_time.0,
+        wall_time: l.wall_time.0,
+        grace: l.grace.0,
+        processes: l.processes,
+        open_files: l.open_files,
+        file_size_bytes: l.file_size.0,
+        disk_bytes: l.disk.0,
+        files: l.files,
+        cpus: l.cpus,
+    }
+}
+
+fn credentials(policy: &Policy) -> Option<Credentials> {
+    (nix::unistd::geteuid().is_root() && policy.user.drop_root).then_some(Credentials { uid: policy.user.uid, gid: policy.user.gid })
+}
+
+fn cgroup_request(policy: &Policy, options: &SandboxOptions, run_id: &str) -> Option<CgroupRequest> {
+    if options.no_cgroup {
+        return None;
+    }
+    let l = &policy.limits;
+    let limits = CgroupLimits {
+        memory_bytes: Some(l.memory.0),
+        pids: Some(l.processes),
+        cpu_millicores: (l.cpus > 0.0).then(|| (l.cpus * 1000.0).round() as u64),
+    };
+    Some(CgroupRequest { config: options.cgroup.clone().unwrap_or_default(), run_id: run_id.to_string(), limits })
+}
+
+/// A running program.
+#[derive(Debug)]
+pub struct RunHandle {
+    init: std::process::Child,
+    control: Arc<Mutex<std::fs::File>>,
+    events_reader: JoinHandle<Vec<InitEvent>>,
+    stdout_reader: Option<JoinHandle<Drained>>,
+    stderr_reader: Option<JoinHandle<Drained>>,
+    stdin_writer: Option<JoinHandle<()>>,
+    events: Option<Receiver<RunEvent>>,
+    backend: String,
+    warnings: Vec<String>,
+    start: Instant,
+    capture: (bool, bool),
+    keep: bool,
+}
+
+/// A cloneable way to cancel a run from another thread.
+#[derive(Debug, Clone)]
+pub struct Canceller {
+    control: Arc<Mutex<std::fs::File>>,
+}
+
+impl Canceller {
+    /// Asks the init to stop the run (SIGTERM, then SIGKILL after the grace period).
+    pub fn cancel(&self) {
+        send_stop(&self.control, StopReason::Cancelled);
+    }
+}
+
+fn send_stop(control: &Mutex<std::fs::File>, reason: StopReason) {
+    if let (Ok(mut pipe), Ok(mut line)) = (control.lock(), serde_json::to_vec(&reason)) {
+        line.push(b'\n');
+        let _ = pipe.write_all(&line);
+    }
+}
+
+fn launch(command: Command, prepared: Prepared) -> Result<RunHandle, Error> {
+    let Prepared { backend, spec, warnings } = prepared;
+    let policy = &command.sandbox.policy;
+    let (control_read, control_write) = pipe()?;
+    let (events_read, events_write) = pipe()?;
+    let program = init_program(&command.sandbox.options);
+    let mut init = std::process::Command::new(&program);
+    init.arg(INIT_ARG).env_clear();
+    let (stdin, stdout, stderr) = stdio_for(&command)?;
+    init.stdin(stdin);
+    let mut out_pipes = (None, None);
+    init.stdout(match stdout {
+        Some((read, write)) => {
+            out_pipes.0 = Some(read);
+            Stdio::from(write)
+        }
+        None => Stdio::inherit(),
+    });
+    init.stderr(match stderr {
+        Some((read, write)) => {
+            out_pipes.1 = Some(read);
+            Stdio::from(write)
+        }
+        None => Stdio::inherit(),
+    });
+    sys::map_fds_on_spawn(&mut init, [(control_read.as_raw_fd(), crate::init::CONTROL_FD), (events_write.as_raw_fd(), crate::init::EVENTS_FD)]);
+    let mut child = init.spawn().map_err(|source| Error::Spawn { program: program.clone(), source })?;
+    drop((control_read, events_write, init));
+    let mut control = std::fs::File::from(control_write);
+    if let Err(e) = write_spec(&mut control, &spec) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(Error::io("cannot send the run spec to the init", e));
+    }
+    let control = Arc::new(Mutex::new(control));
+    let stdin_writer = match (&command.stdin, child.stdin.take()) {
+        (Input::Bytes(bytes), Some(mut pipe)) => {
+            let bytes = bytes.clone();
+            Some(std::thread::spawn(move || {
+                let _ = pipe.write_all(&bytes);
+            }))
+        }
+        _ => None,
+    };
+    let (event_tx, event_rx) = channel();
+    let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
+    let reader = |pipe: Option<OwnedFd>, sink: Sink, kind: StreamKind, cap: u64| {
+        pipe.map(|fd| {
+            let sink = match sink {
+                Sink::Capture => OutputSink::Capture,
+                Sink::Forward => OutputSink::Forward,
+                Sink::Stream => OutputSink::Stream(event_tx.clone()),
+                Sink::Discard => OutputSink::Discard,
+            };
+            let control = Arc::clone(&control);
+            std::thread::spawn(move || {
+                output::drain(std::fs::File::from(fd), kind, &sink, cap, || {
+                    if kill_on_overflow {
+                        send_stop(&control, StopReason::OutputLimit);
+                    }
+                })
+            })
+        })
+    };
+    let stdout_reader = reader(out_pipes.0, command.stdout, StreamKind::Stdout, policy.limits.stdout.0);
+    let stderr_reader = reader(out_pipes.1, command.stderr, StreamKind::Stderr, policy.limits.stderr.0);
+    let events_reader = spawn_event_reader(events_read, event_tx);
+    Ok(RunHandle {
+        init: child,
+        control,
+        events_reader,
+        stdout_reader,
+        stderr_reader,
+        stdin_writer,
+        events: Some(event_rx),
+        backend: backend.name().to_string(),
+        warnings,
+        start: Instant::now(),
+        capture: (command.stdout == Sink::Capture, command.stderr == Sink::Capture),
+        keep: command.keep,
+    })
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::io("cannot create a pipe", e.into()))
+}
+
+type PipePair = Option<(OwnedFd, OwnedFd)>;
+
+fn stdio_for(command: &Command) -> Result<(Stdio, PipePair, PipePair), Error> {
+    let stdin = match command.stdin {
+        Input::Inherit => Stdio::inherit(),
+        Input::Null => Stdio::null(),
+        Input::Bytes(_) => Stdio::piped(),
+    };
+    if command.tty {
+        return Ok((stdin, None, None));
+    }
+    Ok((stdin, Some(pipe()?), Some(pipe()?)))
+}
+
+fn init_program(options: &SandboxOptions) -> PathBuf {
+    options
+        .init_program
+        .clone()
+        .or_else(|| std::env::var_os("AIRLOCK_INIT").map(PathBuf::from))
+        .or_else(|| std::env::current_exe().ok())
+        .unwrap_or_else(|| PathBuf::from("airlock"))
+}
+
+fn write_spec(control: &mut std::fs::File, spec: &InitSpec) -> std::io::Result<()> {
+    let body = serde_json::to_vec(spec)?;
+    control.write_all(&(body.len() as u64).to_le_bytes())?;
+    control.write_all(&body)
+}
+
+fn spawn_event_reader(events: OwnedFd, tx: std::sync::mpsc::Sender<RunEvent>) -> JoinHandle<Vec<InitEvent>> {
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for line in BufReader::new(std::fs::File::from(events)).lines() {
+            let Ok(line) = line else { break };
+            let Ok(event) = serde_json::from_str::<InitEvent>(&line) else { continue };
+            if let InitEvent::Started { layers, .. } = &event {
+                let _ = tx.send(RunEvent::Started { layers: layers.clone() });
+            }
+            seen.push(event);
+        }
+        seen
+    })
+}
+
+impl RunHandle {
+    /// The stream of [`RunEvent`]s (once; later calls return `None`).
+    pub fn events(&mut self) -> Option<Receiver<RunEvent>> {
+        self.events.take()
+    }
+
+    /// Asks the init to stop the run; `wait` then returns status `cancelled`.
+    pub fn cancel(&self) {
+        send_stop(&self.control, StopReason::Cancelled);
+    }
+
+    /// A cancel handle that can move to another thread.
+    pub fn canceller(&self) -> Canceller {
+        Canceller { control: Arc::clone(&self.control) }
+    }
+
+    /// The pid of the init process watching this run.
+    pub fn init_pid(&self) -> u32 {
+        self.init.id()
+    }
+
+    /// Waits for the run to end and everything it started to be gone.
+    pub fn wait(mut self) -> Result<RunResult, Error> {
+        let join = |h: Option<JoinHandle<Drained>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
+        let stdout = join(self.stdout_reader.take());
+        let stderr = join(self.stderr_reader.take());
+        let events = self.events_reader.join().unwrap_or_default();
+        if let Some(writer) = self.stdin_writer.take() {
+            let _ = writer.join();
+        }
+        let init_status = self.init.wait().map_err(|e| Error::io("cannot wait for the init", e))?;
+        let wall_ms = self.start.elapsed().as_millis() as u64;
+        let mut result = assemble(&events, init_status, &self.backend, wall_ms);
+        result.warnings.splice(0..0, self.warnings.clone());
+        if !self.keep {
+            result.workdir = None;
+        }
+        let text = |d: &Drained| String::from_utf8_lossy(&d.kept).into_owned();
+        result.stdout = self.capture.0.then(|| text(&stdout));
+        result.stderr = self.capture.1.then(|| text(&stderr));
+        (result.stdout_truncated, result.stdout_bytes) = (stdout.truncated, stdout.total);
+        (result.stderr_truncated, result.stderr_bytes) = (stderr.truncated, stderr.total);
+        Ok(result)
+    }
+}
+
+fn assemble(events: &[InitEvent], init_status: std::process::ExitStatus, backend: &str, wall_ms: u64) -> RunResult {
+    let mut result = RunResult {
+        status: RunStatus::SandboxError,
+        exit_code: None,
+        signal: None,
+        wall_ms,
+        cpu_user_ms: 0,
+        cpu_sys_ms: 0,
+        peak_memory_bytes: None,
+        stdout: None,
+        stderr: None,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        stdout_bytes: 0,
+        stderr_bytes: 0,
+        backend: backend.to_string(),
+        isolation: Vec::new(),
+        error: None,
+        warnings: Vec::new(),
+        workdir: None,
+    };
+    for event in events {
+        match event {
+            InitEvent::Started { layers, warnings, workdir } => {
+                result.isolation = layers.clone();
+                result.warnings.extend(warnings.iter().cloned());
+                result.workdir = Some(workdir.clone());
+            }
+            InitEvent::SetupFailed { error } => {
+                result.error.get_or_insert_with(|| error.clone());
+            }
+            InitEvent::Finished(outcome) => apply_outcome(&mut result, outcome),
+        }
+    }
+    if result.status == RunStatus::SandboxError && result.error.is_none() {
+        result.error = Some(format!("the airlock init ended without a report ({init_status})"));
+    }
+    result
+}
+
+fn apply_outcome(result: &mut RunResult, outcome: &Outcome) {
+    if result.error.is_some() {
+        return;
+    }
+    result.status = outcome.status;
+    result.exit_code = outcome.exit_code;
+    result.signal = outcome.signal;
+    result.cpu_user_ms = outcome.cpu_user_ms;
+    result.cpu_sys_ms = outcome.cpu_sys_ms;
+    result.peak_memory_bytes = outcome.peak_memory_bytes;
+    result.warnings.extend(outcome.warnings.iter().cloned());
+}

@@ -1,0 +1,111 @@
+//! Draining the program's stdout and stderr: keep up to a cap, count everything, and ask the
+//! init to stop the run when the cap is passed and the policy says so. The pipes are always
+//! read to EOF, so nothing written before a timeout is lost and the program never blocks on
+//! a full pipe.
+
+use std::io::{Read, Write};
+use std::sync::mpsc::Sender;
+
+/// Where a stream's bytes go.
+#[derive(Debug, Clone)]
+pub enum OutputSink {
+    /// Keep them for the result.
+    Capture,
+    /// Copy them to the supervisor's own stdout or stderr as they arrive.
+    Forward,
+    /// Send them as events to the run handle.
+    Stream(Sender<crate::supervisor::RunEvent>),
+    /// Drop them (still counted).
+    Discard,
+}
+
+/// Which of the two streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKind {
+    Stdout,
+    Stderr,
+}
+
+/// What a drained stream produced.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Drained {
+    /// Bytes kept (Capture only).
+    pub kept: Vec<u8>,
+    /// Bytes the program wrote in all.
+    pub total: u64,
+    /// More than `cap` bytes were written.
+    pub truncated: bool,
+}
+
+/// Reads `source` to EOF under `cap`. `on_overflow` runs once, when the cap is first passed.
+pub fn drain(mut source: impl Read, kind: StreamKind, sink: &OutputSink, cap: u64, mut on_overflow: impl FnMut()) -> Drained {
+    let mut drained = Drained::default();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = match source.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let room = cap.saturating_sub(drained.total) as usize;
+        let keep = n.min(room);
+        drained.total += n as u64;
+        deliver(&buffer[..keep], kind, sink, &mut drained.kept);
+        if n > keep && !drained.truncated {
+            drained.truncated = true;
+            on_overflow();
+        }
+    }
+    drained
+}
+
+fn deliver(bytes: &[u8], kind: StreamKind, sink: &OutputSink, kept: &mut Vec<u8>) {
+    if bytes.is_empty() {
+        return;
+    }
+    match sink {
+        OutputSink::Capture => kept.extend_from_slice(bytes),
+        OutputSink::Forward => {
+            let _ = match kind {
+                StreamKind::Stdout => forward(std::io::stdout().lock(), bytes),
+                StreamKind::Stderr => forward(std::io::stderr().lock(), bytes),
+            };
+        }
+        OutputSink::Stream(events) => {
+            let event = match kind {
+                StreamKind::Stdout => crate::supervisor::RunEvent::Stdout(bytes.to_vec()),
+                StreamKind::Stderr => crate::supervisor::RunEvent::Stderr(bytes.to_vec()),
+            };
+            let _ = events.send(event);
+        }
+        OutputSink::Discard => {}
+    }
+}
+
+fn forward(mut target: impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    target.write_all(bytes)?;
+    target.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_up_to_the_cap_and_counts_everything() {
+        let mut overflows = 0;
+        let data = vec![b'x'; 200_000];
+        let drained = drain(&data[..], StreamKind::Stdout, &OutputSink::Capture, 1000, || overflows += 1);
+        assert_eq!(drained.kept.len(), 1000);
+        assert_eq!(drained.total, 200_000);
+        assert!(drained.truncated);
+        assert_eq!(overflows, 1);
+    }
+
+    #[test]
+    fn output_at_the_cap_is_not_truncated() {
+        let drained = drain(&b"hello"[..], StreamKind::Stderr, &OutputSink::Capture, 5, || panic!("no overflow"));
+        assert_eq!((drained.kept.as_slice(), drained.truncated), (&b"hello"[..], false));
+    }
+}
