@@ -1,0 +1,322 @@
+//! The pure half of [`super::enter`]: the ordered list of operations that builds the root.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::{RootfsPlan, Workdir};
+
+/// One step of building the sandbox root. Paths are as seen from inside the sandbox; the
+/// executor maps them onto the staging tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountOp {
+    /// Make every mount in this namespace private so nothing propagates to the host.
+    MakeMountsPrivate,
+    /// Pivot into a small staging tmpfs, leaving the host root reachable under it.
+    EnterStaging,
+    /// The empty tmpfs that becomes the sandbox's `/`.
+    MountNewRoot,
+    MakeDir {
+        path: PathBuf,
+    },
+    WriteFile {
+        path: PathBuf,
+        contents: String,
+        mode: u32,
+    },
+    /// Optional host path, read-only at the same path: a symlink is recreated, an absent path
+    /// is reported as skipped.
+    MirrorReadOnly {
+        path: PathBuf,
+    },
+    /// Required host path bound at the same path.
+    Bind {
+        path: PathBuf,
+        access: BindAccess,
+    },
+    Tmpfs {
+        path: PathBuf,
+        size_bytes: u64,
+        max_files: u64,
+        mode: u32,
+        exec: bool,
+    },
+    Symlink {
+        target: PathBuf,
+        link: PathBuf,
+    },
+    /// Seal an already-populated tmpfs (used for `/dev`).
+    RemountReadOnly {
+        path: PathBuf,
+    },
+    MountProc {
+        hidepid: bool,
+    },
+    /// Best effort: a failure is reported, not fatal (runc's masked and read-only paths).
+    ProtectProc {
+        path: PathBuf,
+        how: ProcProtection,
+    },
+    /// Drop the host root; after this only the new root's mounts remain reachable.
+    DetachHost,
+    PivotIntoNewRoot,
+    RemountRootReadOnly,
+    Chdir {
+        path: PathBuf,
+    },
+}
+
+/// Mount options of a [`MountOp::Bind`]; `nosuid` is always on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAccess {
+    pub writable: bool,
+    pub exec: bool,
+    /// Device nodes usable (no `nodev`); only for the `/dev` nodes.
+    pub devices: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcProtection {
+    /// Bind the entry over itself read-only.
+    ReadOnly,
+    /// Bind `/dev/null` over a file.
+    MaskFile,
+    /// Mount an empty read-only tmpfs over a directory.
+    MaskDir,
+}
+
+const DEVICE_NODES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+const DEV_SYMLINKS: &[(&str, &str)] = &[
+    ("/proc/self/fd", "/dev/fd"),
+    ("/proc/self/fd/0", "/dev/stdin"),
+    ("/proc/self/fd/1", "/dev/stdout"),
+    ("/proc/self/fd/2", "/dev/stderr"),
+];
+const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+const PROC_MASKED_FILES: &[&str] = &[
+    "kcore",
+    "keys",
+    "key-users",
+    "kallsyms",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "latency_stats",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "config.gz",
+];
+const PROC_MASKED_DIRS: &[&str] = &["acpi", "asound", "scsi"];
+
+/// `/dev` holds a handful of nodes and links; its tmpfs is sealed read-only afterwards.
+const DEV_TMPFS_BYTES: u64 = 64 * 1024;
+const DEV_TMPFS_FILES: u64 = 64;
+
+/// The ordered operations [`super::enter`] executes for `plan`, numbered as in the comments.
+pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
+    let mut ops = Vec::new();
+    // 1. Private propagation first, or every later mount would show up on the host.
+    ops.push(MountOp::MakeMountsPrivate);
+    // 2. Staging root: host root moves to a subdirectory so host paths stay reachable without
+    //    any of our mounts hiding them (bubblewrap's first pivot).
+    ops.push(MountOp::EnterStaging);
+    // 3. The new root is an empty tmpfs: only what follows exists in the sandbox.
+    ops.push(MountOp::MountNewRoot);
+    // 4. Skeleton.
+    ops.extend(["/etc", "/proc", "/dev", "/tmp"].map(|p| MountOp::MakeDir { path: p.into() }));
+    // 5. Generated files go first, so they are written to the root tmpfs, never through a bind.
+    ops.extend(plan.generated_files.iter().map(|f| MountOp::WriteFile {
+        path: f.path.clone(),
+        contents: f.contents.clone(),
+        mode: f.mode,
+    }));
+    // 6-7. System directories, then /etc entries (a generated file replaces a host entry).
+    let generated: BTreeSet<&Path> = plan
+        .generated_files
+        .iter()
+        .map(|f| f.path.as_path())
+        .collect();
+    let mirrored = plan.system_ro.iter().chain(
+        plan.etc_files
+            .iter()
+            .filter(|p| !generated.contains(p.as_path())),
+    );
+    ops.extend(mirrored.map(|p| MountOp::MirrorReadOnly { path: p.clone() }));
+    // 8. /dev.
+    push_dev(&mut ops, plan);
+    // 9. /proc.
+    push_proc(&mut ops, plan.proc_hidepid);
+    // 10. /tmp.
+    ops.push(MountOp::Tmpfs {
+        path: "/tmp".into(),
+        size_bytes: plan.tmp.size_bytes,
+        max_files: plan.tmp.max_files,
+        mode: 0o1777,
+        exec: plan.exec_writable,
+    });
+    // 11. Workdir and user paths, parents before children so nested binds land on top.
+    push_user_mounts(&mut ops, plan);
+    // 12-13. Drop the host, then make the new root `/` (second pivot, staging unmounted).
+    ops.push(MountOp::DetachHost);
+    ops.push(MountOp::PivotIntoNewRoot);
+    // 14. Seal `/` itself only now: mount points and generated files had to be created first.
+    ops.push(MountOp::RemountRootReadOnly);
+    // 15. Start where the program works.
+    ops.push(MountOp::Chdir {
+        path: plan.workdir.path().to_path_buf(),
+    });
+    ops
+}
+
+fn push_dev(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
+    ops.push(MountOp::Tmpfs {
+        path: "/dev".into(),
+        size_bytes: DEV_TMPFS_BYTES,
+        max_files: DEV_TMPFS_FILES,
+        mode: 0o755,
+        exec: false,
+    });
+    // Device nodes cannot be created in a user namespace; binding the host's works.
+    let tty: &[&str] = if plan.tty { &["tty"] } else { &[] };
+    for name in DEVICE_NODES.iter().chain(tty) {
+        ops.push(MountOp::Bind {
+            path: Path::new("/dev").join(name),
+            access: BindAccess {
+                writable: true,
+                exec: false,
+                devices: true,
+            },
+        });
+    }
+    ops.extend(DEV_SYMLINKS.iter().map(|(target, link)| MountOp::Symlink {
+        target: target.into(),
+        link: link.into(),
+    }));
+    ops.push(MountOp::Tmpfs {
+        path: "/dev/shm".into(),
+        size_bytes: plan.dev_shm.size_bytes,
+        max_files: plan.dev_shm.max_files,
+        mode: 0o1777,
+        exec: plan.exec_writable,
+    });
+    ops.push(MountOp::RemountReadOnly {
+        path: "/dev".into(),
+    });
+}
+
+fn push_proc(ops: &mut Vec<MountOp>, hidepid: bool) {
+    ops.push(MountOp::MountProc { hidepid });
+    let protections = [
+        (PROC_READ_ONLY, ProcProtection::ReadOnly),
+        (PROC_MASKED_FILES, ProcProtection::MaskFile),
+        (PROC_MASKED_DIRS, ProcProtection::MaskDir),
+    ];
+    for (names, how) in protections {
+        ops.extend(names.iter().map(|name| MountOp::ProtectProc {
+            path: Path::new("/proc").join(name),
+            how,
+        }));
+    }
+}
+
+fn push_user_mounts(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
+    let writable = BindAccess {
+        writable: true,
+        exec: plan.exec_writable,
+        devices: false,
+    };
+    // Read-only paths may hold programs (a venv, a toolchain): not writable, so W^X holds.
+    let read_only = BindAccess {
+        writable: false,
+        exec: true,
+        devices: false,
+    };
+    let mut user_ops: Vec<MountOp> = Vec::new();
+    user_ops.push(match &plan.workdir {
+        Workdir::Bind { host } => MountOp::Bind {
+            path: host.clone(),
+            access: writable,
+        },
+        Workdir::Tmpfs {
+            path,
+            size_bytes,
+            max_files,
+        } => MountOp::Tmpfs {
+            path: path.clone(),
+            size_bytes: *size_bytes,
+            max_files: *max_files,
+            mode: 0o755,
+            exec: plan.exec_writable,
+        },
+    });
+    let binds = |paths: &[PathBuf], access| {
+        paths
+            .iter()
+            .map(move |p| MountOp::Bind {
+                path: p.clone(),
+                access,
+            })
+            .collect::<Vec<_>>()
+    };
+    user_ops.extend(binds(&plan.read_write, writable));
+    user_ops.extend(binds(&plan.read_only, read_only));
+    user_ops.sort_by_key(mount_depth);
+    ops.extend(user_ops);
+}
+
+fn mount_depth(op: &MountOp) -> usize {
+    match op {
+        MountOp::Bind { path, .. } | MountOp::Tmpfs { path, .. } => path.components().count(),
+        _ => 0,
+    }
+}
+
+impl fmt::Display for BindAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rw = if self.writable { "rw" } else { "ro" };
+        let exec = if self.exec { "exec" } else { "noexec" };
+        let dev = if self.devices { "dev" } else { "nodev" };
+        write!(f, "{rw},nosuid,{dev},{exec}")
+    }
+}
+
+impl fmt::Display for MountOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MountOp::MakeMountsPrivate => write!(f, "make-private /"),
+            MountOp::EnterStaging => write!(f, "enter-staging"),
+            MountOp::MountNewRoot => write!(f, "mount-new-root"),
+            MountOp::MakeDir { path } => write!(f, "mkdir {}", path.display()),
+            MountOp::WriteFile { path, mode, .. } => {
+                write!(f, "write {} mode={mode:o}", path.display())
+            }
+            MountOp::MirrorReadOnly { path } => write!(f, "mirror-ro {}", path.display()),
+            MountOp::Bind { path, access } => write!(f, "bind {} {access}", path.display()),
+            MountOp::Tmpfs {
+                path,
+                size_bytes,
+                max_files,
+                mode,
+                exec,
+            } => {
+                let exec = if *exec { "exec" } else { "noexec" };
+                write!(
+                    f,
+                    "tmpfs {} size={size_bytes},nr_inodes={max_files},mode={mode:o},{exec}",
+                    path.display()
+                )
+            }
+            MountOp::Symlink { target, link } => {
+                write!(f, "symlink {} -> {}", link.display(), target.display())
+            }
+            MountOp::RemountReadOnly { path } => write!(f, "remount-ro {}", path.display()),
+            MountOp::MountProc { hidepid } => write!(f, "proc hidepid={hidepid}"),
+            MountOp::ProtectProc { path, how } => write!(f, "protect {} {how:?}", path.display()),
+            MountOp::DetachHost => write!(f, "detach-host"),
+            MountOp::PivotIntoNewRoot => write!(f, "pivot-new-root"),
+            MountOp::RemountRootReadOnly => write!(f, "remount-ro /"),
+            MountOp::Chdir { path } => write!(f, "chdir {}", path.display()),
+        }
+    }
+}

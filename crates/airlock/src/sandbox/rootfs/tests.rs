@@ -1,0 +1,261 @@
+use super::*;
+
+fn sample_plan(work: &Path) -> RootfsPlan {
+    RootfsPlan {
+        system_ro: vec!["/usr".into(), "/bin".into()],
+        etc_files: vec!["/etc/ld.so.cache".into(), "/etc/hosts".into()],
+        generated_files: vec![GeneratedFile {
+            path: "/etc/hosts".into(),
+            contents: "127.0.0.1 localhost sandbox\n".into(),
+            mode: 0o644,
+        }],
+        read_only: vec![work.join("data/ro")],
+        read_write: vec![work.join("data")],
+        workdir: Workdir::Bind {
+            host: work.to_path_buf(),
+        },
+        tmp: TmpfsSpec {
+            size_bytes: 1 << 20,
+            max_files: 100,
+        },
+        dev_shm: TmpfsSpec {
+            size_bytes: 1 << 16,
+            max_files: 10,
+        },
+        exec_writable: false,
+        tty: true,
+        hostname: "sandbox".into(),
+        proc_hidepid: false,
+    }
+}
+
+const EXPECTED_OPS: &str = "\
+make-private /
+enter-staging
+mount-new-root
+mkdir /etc
+mkdir /proc
+mkdir /dev
+mkdir /tmp
+write /etc/hosts mode=644
+mirror-ro /usr
+mirror-ro /bin
+mirror-ro /etc/ld.so.cache
+tmpfs /dev size=65536,nr_inodes=64,mode=755,noexec
+bind /dev/null rw,nosuid,dev,noexec
+bind /dev/zero rw,nosuid,dev,noexec
+bind /dev/full rw,nosuid,dev,noexec
+bind /dev/random rw,nosuid,dev,noexec
+bind /dev/urandom rw,nosuid,dev,noexec
+bind /dev/tty rw,nosuid,dev,noexec
+symlink /dev/fd -> /proc/self/fd
+symlink /dev/stdin -> /proc/self/fd/0
+symlink /dev/stdout -> /proc/self/fd/1
+symlink /dev/stderr -> /proc/self/fd/2
+tmpfs /dev/shm size=65536,nr_inodes=10,mode=1777,noexec
+remount-ro /dev
+proc hidepid=false
+protect /proc/sys ReadOnly
+protect /proc/sysrq-trigger ReadOnly
+protect /proc/irq ReadOnly
+protect /proc/bus ReadOnly
+protect /proc/fs ReadOnly
+protect /proc/kcore MaskFile
+protect /proc/keys MaskFile
+protect /proc/key-users MaskFile
+protect /proc/kallsyms MaskFile
+protect /proc/timer_list MaskFile
+protect /proc/timer_stats MaskFile
+protect /proc/sched_debug MaskFile
+protect /proc/latency_stats MaskFile
+protect /proc/kpagecount MaskFile
+protect /proc/kpageflags MaskFile
+protect /proc/kpagecgroup MaskFile
+protect /proc/config.gz MaskFile
+protect /proc/acpi MaskDir
+protect /proc/asound MaskDir
+protect /proc/scsi MaskDir
+tmpfs /tmp size=1048576,nr_inodes=100,mode=1777,noexec
+bind /w rw,nosuid,nodev,noexec
+bind /w/data rw,nosuid,nodev,noexec
+bind /w/data/ro ro,nosuid,nodev,exec
+detach-host
+pivot-new-root
+remount-ro /
+chdir /w
+";
+
+fn render(ops: &[MountOp]) -> String {
+    ops.iter().map(|op| format!("{op}\n")).collect()
+}
+
+#[test]
+fn operations_for_sample_plan_match_snapshot() {
+    let ops = plan_operations(&sample_plan(Path::new("/w")));
+    assert_eq!(render(&ops), EXPECTED_OPS);
+}
+
+#[test]
+fn generated_file_content_reaches_its_operation() {
+    let ops = plan_operations(&sample_plan(Path::new("/w")));
+    let written = ops.iter().find_map(|op| match op {
+        MountOp::WriteFile { contents, .. } => Some(contents.as_str()),
+        _ => None,
+    });
+    assert_eq!(written, Some("127.0.0.1 localhost sandbox\n"));
+}
+
+#[test]
+fn exec_writable_lifts_noexec_from_writable_mounts_only() {
+    let mut plan = sample_plan(Path::new("/w"));
+    plan.exec_writable = true;
+    plan.tty = false;
+    plan.workdir = Workdir::Tmpfs {
+        path: "/scratch".into(),
+        size_bytes: 4096,
+        max_files: 8,
+    };
+    let rendered = render(&plan_operations(&plan));
+    assert!(rendered.contains("tmpfs /tmp size=1048576,nr_inodes=100,mode=1777,exec\n"));
+    assert!(rendered.contains("tmpfs /scratch size=4096,nr_inodes=8,mode=755,exec\n"));
+    assert!(rendered.contains("bind /w/data rw,nosuid,nodev,exec\n"));
+    assert!(rendered.contains("tmpfs /dev size=65536,nr_inodes=64,mode=755,noexec\n"));
+    assert!(!rendered.contains("/dev/tty"));
+    assert!(rendered.ends_with("chdir /scratch\n"));
+}
+
+#[test]
+fn hidepid_is_passed_to_proc() {
+    let mut plan = sample_plan(Path::new("/w"));
+    plan.proc_hidepid = true;
+    let ops = plan_operations(&plan);
+    assert!(ops.contains(&MountOp::MountProc { hidepid: true }));
+}
+
+#[test]
+fn plan_round_trips_through_json() {
+    let plan = sample_plan(Path::new("/w"));
+    let json = serde_json::to_string(&plan).unwrap();
+    assert_eq!(serde_json::from_str::<RootfsPlan>(&json).unwrap(), plan);
+}
+
+#[test]
+fn defaults_cover_merged_usr_and_linker_config() {
+    let system = default_system_ro();
+    for path in ["/usr", "/bin", "/lib", "/lib64"] {
+        assert!(system.contains(&PathBuf::from(path)), "{path}");
+    }
+    let etc = default_etc_files();
+    assert!(etc.contains(&PathBuf::from("/etc/ld.so.cache")));
+    assert!(!etc
+        .iter()
+        .any(|p| p.ends_with("shadow") || p.ends_with("passwd")));
+}
+
+fn existing_plan() -> (tempfile::TempDir, RootfsPlan) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("data/ro")).unwrap();
+    let plan = sample_plan(dir.path());
+    (dir, plan)
+}
+
+fn validate_message(plan: &RootfsPlan) -> String {
+    validate(plan).unwrap_err().to_string()
+}
+
+#[test]
+fn validate_accepts_existing_paths() {
+    let (_dir, plan) = existing_plan();
+    validate(&plan).unwrap();
+}
+
+#[test]
+fn validate_names_a_missing_read_only_path_and_the_fix() {
+    let (dir, mut plan) = existing_plan();
+    let missing = dir.path().join("nope");
+    plan.read_only.push(missing.clone());
+    let message = validate_message(&plan);
+    assert_eq!(
+        message,
+        format!(
+            "read-only path {} does not exist on the host; create it or remove it from the policy",
+            missing.display()
+        )
+    );
+}
+
+#[test]
+fn validate_names_a_missing_workdir() {
+    let (dir, mut plan) = existing_plan();
+    plan.workdir = Workdir::Bind {
+        host: dir.path().join("gone"),
+    };
+    assert!(validate_message(&plan).starts_with("workdir path "));
+}
+
+#[test]
+fn validate_rejects_relative_and_dotdot_paths() {
+    let (dir, mut plan) = existing_plan();
+    plan.read_write.push("data".into());
+    assert_eq!(
+        validate_message(&plan),
+        "invalid read-write path data: it must be absolute"
+    );
+    plan.read_write.pop();
+    let sneaky = dir.path().join("data/../data");
+    plan.read_write.push(sneaky.clone());
+    assert_eq!(
+        validate_message(&plan),
+        format!(
+            "invalid read-write path {}: it must not contain `..`",
+            sneaky.display()
+        )
+    );
+}
+
+#[test]
+fn validate_rejects_root_and_reserved_destinations() {
+    for path in ["/", "/proc/1", "/sys/fs/cgroup", "/dev/dri"] {
+        let (_dir, mut plan) = existing_plan();
+        plan.read_only.push(path.into());
+        let message = validate_message(&plan);
+        assert!(
+            message.starts_with(&format!("invalid read-only path {path}: ")),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn validate_rejects_unbounded_tmpfs() {
+    let (_dir, mut plan) = existing_plan();
+    plan.tmp.max_files = 0;
+    assert_eq!(
+        validate_message(&plan),
+        "tmpfs for /tmp needs a non-zero size and file count (zero would mean unlimited)"
+    );
+}
+
+#[test]
+fn validate_rejects_generated_file_hidden_by_a_mount() {
+    let (_dir, mut plan) = existing_plan();
+    plan.generated_files.push(GeneratedFile {
+        path: "/tmp/motd".into(),
+        contents: String::new(),
+        mode: 0o644,
+    });
+    assert_eq!(
+        validate_message(&plan),
+        "generated file /tmp/motd lies under the mount at /tmp and would be hidden; \
+         move it or drop that mount"
+    );
+}
+
+#[test]
+fn enter_refuses_to_run_outside_a_fresh_pid_namespace() {
+    let (_dir, plan) = existing_plan();
+    match enter(&plan) {
+        Err(RootfsError::NotSandboxInit { pid }) => assert_ne!(pid, 1),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
