@@ -97,8 +97,10 @@ fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
 fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Result<(), String> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
     let report = rootfs::enter(&native.rootfs).map_err(|e| e.to_string())?;
-    for path in report.skipped {
-        send_setup(&SetupMessage::Warning(format!("optional host path {} is absent and was not mounted", path.display())));
+    // Absent optional host paths (e.g. /lib32) are normal; a /proc file that exists but could
+    // not be masked is a weaker sandbox and must be said.
+    for path in report.unprotected {
+        send_setup(&SetupMessage::Warning(format!("{} could not be masked or made read-only", path.display())));
     }
     layers.extend([Layer::Rootfs, Layer::Workdir]);
     if matches!(native.rootfs.workdir, Workdir::Tmpfs { .. }) {
