@@ -81,6 +81,41 @@ pub enum Confinement {
     /// The native Linux sandbox.
     #[cfg(target_os = "linux")]
     Native(NativeSpec),
+    /// An external sandbox tool (bwrap, runsc, runc, ...) wraps the program.
+    Wrapped(WrapSpec),
+}
+
+/// How to start the program through an external sandbox tool. The init applies Tier 0, writes
+/// `files`, optionally hands the tool our seccomp filters as descriptors, then execs
+/// `tool_argv` followed by the program's argv.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct WrapSpec {
+    /// The tool's full argv up to (not including) the program's argv; argv[0] is absolute.
+    pub tool_argv: Vec<String>,
+    /// Files the init writes before the run (absolute paths inside the run directory), e.g.
+    /// an OCI bundle's config.json.
+    pub files: Vec<WrapFile>,
+    /// Descriptor numbers at which the init places our seccomp filters (allowlist first), as
+    /// raw `struct sock_filter` arrays, for tools that take `--add-seccomp-fd N`.
+    pub seccomp_fds: Vec<i32>,
+    /// The seccomp configuration for those filters.
+    pub seccomp: Option<crate::sandbox::seccomp::SeccompConfig>,
+    /// Keep root instead of dropping to the policy's uid (tools that need root to set up,
+    /// like rootful runc; the tool itself then runs the program unprivileged).
+    pub keep_root: bool,
+    /// Set no_new_privs before exec (must be false for setuid tools).
+    pub no_new_privs: bool,
+    /// Layers the tool enforces with these arguments. Reported as in force once the tool has
+    /// started; the conformance suite is what proves each claim.
+    pub layers: Vec<crate::layer::Layer>,
+}
+
+/// A file written by the init for a wrapped run.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct WrapFile {
+    pub path: PathBuf,
+    pub contents: Vec<u8>,
+    pub mode: u32,
 }
 
 /// The native backend's plan: namespaces, root filesystem, Landlock and seccomp.

@@ -69,7 +69,8 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
     }
     apply_rlimits(spec, ctx.cgroup.is_some())?;
     layers.push(Layer::Rlimits);
-    if let Some(credentials) = spec.credentials {
+    let keep_root = matches!(&spec.confinement, Confinement::Wrapped(w) if w.keep_root);
+    if let (Some(credentials), false) = (spec.credentials, keep_root) {
         drop_root(credentials)?;
         layers.push(Layer::UidDrop);
     }
@@ -82,6 +83,7 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
             finish_and_exec(spec, layers)
         }
         Confinement::Native(native) => super::native::enter(spec, native, layers),
+        Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers),
     }
 }
 
@@ -140,6 +142,28 @@ fn die_with_init(init_pid: Pid) -> Result<(), String> {
 
 /// Checks the required layers, reports the layers in force and execs the program.
 pub(super) fn finish_and_exec(spec: &InitSpec, layers: Vec<Layer>) -> Result<Infallible, String> {
+    check_required(spec, &layers)?;
+    sys::cloexec_from(SETUP_FD).map_err(|e| format!("cannot close inherited descriptors: {e}"))?;
+    send_setup(&SetupMessage::Layers(layers));
+    exec_program(spec)
+}
+
+/// Like [`finish_and_exec`] for a wrapper tool: `prepare` runs after inherited descriptors
+/// are marked close-on-exec (so it can place the few the tool needs) and names what to exec.
+pub(super) fn finish_and_exec_with(
+    spec: &InitSpec,
+    layers: Vec<Layer>,
+    prepare: impl FnOnce() -> Result<(PathBuf, Vec<String>), String>,
+) -> Result<Infallible, String> {
+    check_required(spec, &layers)?;
+    sys::cloexec_from(SETUP_FD).map_err(|e| format!("cannot close inherited descriptors: {e}"))?;
+    let (program, argv) = prepare()?;
+    send_setup(&SetupMessage::Layers(layers));
+    nix::unistd::chdir(&spec.workdir).map_err(|e| format!("cannot enter the workdir {}: {e}", spec.workdir.display()))?;
+    exec_argv(&program, &argv, &spec.env)
+}
+
+fn check_required(spec: &InitSpec, layers: &[Layer]) -> Result<(), String> {
     let missing: Vec<Layer> = spec.require.iter().copied().filter(|l| !layers.contains(l)).collect();
     if !missing.is_empty() && !spec.allow_degraded {
         let names: Vec<String> = missing.iter().map(|l| crate::result::layer_name(*l)).collect();
@@ -148,17 +172,20 @@ pub(super) fn finish_and_exec(spec: &InitSpec, layers: Vec<Layer>) -> Result<Inf
             names.join(", ")
         ));
     }
-    sys::cloexec_from(SETUP_FD).map_err(|e| format!("cannot close inherited descriptors: {e}"))?;
-    send_setup(&SetupMessage::Layers(layers));
-    exec_program(spec)
+    Ok(())
 }
 
 /// Resolves argv[0] against the program's own PATH and execs it with the scrubbed environment.
 pub(super) fn exec_program(spec: &InitSpec) -> Result<Infallible, String> {
     nix::unistd::chdir(&spec.workdir).map_err(|e| format!("cannot enter the workdir {}: {e}", spec.workdir.display()))?;
     let program = resolve_program(&spec.argv[0], path_of(&spec.env))?;
-    let argv = sys::c_strings(&spec.argv).map_err(|e| e.to_string())?;
-    let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    exec_argv(&program, &spec.argv, &spec.env)
+}
+
+/// Execs `program` with `argv` and exactly the environment `env`.
+pub(super) fn exec_argv(program: &Path, argv: &[String], env: &[(String, String)]) -> Result<Infallible, String> {
+    let argv = sys::c_strings(argv).map_err(|e| e.to_string())?;
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let env = sys::c_strings(&env).map_err(|e| e.to_string())?;
     let path = CString::new(program.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     SigSet::all().thread_unblock().map_err(|e| format!("cannot reset the signal mask: {e}"))?;

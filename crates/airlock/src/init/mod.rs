@@ -10,6 +10,7 @@
 mod child;
 mod native;
 mod watch;
+mod wrapped;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -138,7 +139,26 @@ fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
         make_dir(&spec.workdir, 0o700, spec.credentials)?;
     }
     let tmp = spec.run_dir.join("tmp");
-    make_dir(&tmp, 0o700, spec.credentials)
+    make_dir(&tmp, 0o700, spec.credentials)?;
+    if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
+        write_wrap_files(spec, wrap)?;
+    }
+    Ok(())
+}
+
+/// Files a wrapper tool reads (e.g. an OCI bundle), only ever inside the run directory.
+fn write_wrap_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
+    for file in &wrap.files {
+        if !file.path.starts_with(&spec.run_dir) || file.path.components().any(|c| c == std::path::Component::ParentDir) {
+            return Err(format!("wrapper file {} is outside the run directory", file.path.display()));
+        }
+        if let Some(parent) = file.path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&file.path, &file.contents).map_err(|e| format!("cannot write {}: {e}", file.path.display()))?;
+        std::fs::set_permissions(&file.path, std::fs::Permissions::from_mode(file.mode)).map_err(|e| format!("chmod {}: {e}", file.path.display()))?;
+    }
+    Ok(())
 }
 
 fn make_dir(path: &Path, mode: u32, owner: Option<crate::spec::Credentials>) -> Result<(), String> {

@@ -305,9 +305,10 @@ impl<'a> Watch<'a> {
             return report;
         }
         let hit = match self.spec.confinement {
-            Confinement::Tier0 => any_file_at_least(&[self.spec.workdir.clone(), self.spec.run_dir.join("tmp")], self.spec.limits.file_size_bytes),
-            #[allow(unreachable_patterns)]
-            _ => false,
+            Confinement::Native(_) => false,
+            Confinement::Tier0 | Confinement::Wrapped(_) => {
+                any_file_at_least(&[self.spec.workdir.clone(), self.spec.run_dir.join("tmp")], self.spec.limits.file_size_bytes)
+            }
         };
         self.main.map(|status| ExitReport::from_status(status, hit)).unwrap_or_default()
     }

@@ -156,3 +156,18 @@ pub fn adopt_fd_borrowed(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
     // SAFETY: the fixed descriptors stay open for the whole life of the init process.
     unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
 }
+
+/// Like [`place_fds`] but leaves the targets inheritable across exec (for descriptors a
+/// wrapper tool must receive) and closes nothing.
+pub fn place_fds_inheritable(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
+    let mut moved = Vec::with_capacity(pairs.len());
+    for (source, _) in pairs {
+        // SAFETY: fcntl(F_DUPFD_CLOEXEC) only duplicates a descriptor.
+        moved.push(check(unsafe { libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64) })?);
+    }
+    for (moved_fd, (_, target)) in moved.iter().zip(pairs) {
+        // SAFETY: dup2 only manipulates descriptors; the target loses close-on-exec on purpose.
+        check(unsafe { libc::dup2(*moved_fd, *target) })?;
+    }
+    Ok(())
+}
