@@ -153,7 +153,11 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }
         Commands::Profile(ProfileCommand::Check { file }) => {
             let path = file.to_str().context("profile path is not valid UTF-8")?;
-            let reference = if path.contains('/') { path.to_string() } else { format!("./{path}") };
+            let reference = if path.contains('/') {
+                path.to_string()
+            } else {
+                format!("./{path}")
+            };
             airlock::policy::load_profile(&reference)?;
             println!("{}: ok", file.display());
             Ok(0)
@@ -168,25 +172,50 @@ fn doctor(json: bool) -> Result<u8> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(0);
     }
-    let names = |layers: &[airlock::Layer]| layers.iter().map(|l| airlock::result::layer_name(*l)).collect::<Vec<_>>().join(", ");
+    let names = |layers: &[airlock::Layer]| {
+        layers
+            .iter()
+            .map(|l| airlock::result::layer_name(*l))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     println!("kernel            {}", report.kernel);
     println!("running as root   {}", report.running_as_root);
     println!("landlock ABI      {}", report.landlock_abi);
-    println!("seccomp           {}", if report.seccomp { "yes" } else { "no" });
-    println!("cgroup            {} [{}]", report.cgroup.version.as_deref().unwrap_or("unusable"), report.cgroup.controllers.join(", "));
+    println!(
+        "seccomp           {}",
+        if report.seccomp { "yes" } else { "no" }
+    );
+    println!(
+        "cgroup            {} [{}]",
+        report.cgroup.version.as_deref().unwrap_or("unusable"),
+        report.cgroup.controllers.join(", ")
+    );
     for problem in &report.cgroup.problems {
         println!("  problem: {problem}");
     }
     println!("\nbackends:");
     for b in &report.backends {
-        println!("  {:<8} level={:?} available={} layers: {}", b.name, b.level, b.available, names(&b.layers));
+        println!(
+            "  {:<8} level={:?} available={} layers: {}",
+            b.name,
+            b.level,
+            b.available,
+            names(&b.layers)
+        );
         for problem in &b.problems {
             println!("    problem: {problem}");
         }
     }
     println!("\nprofiles:");
     for p in &report.profiles {
-        println!("  {:<10} backend={} runs={} layers: {}", p.name, p.backend.as_deref().unwrap_or("-"), p.runs, names(&p.layers));
+        println!(
+            "  {:<10} backend={} runs={} layers: {}",
+            p.name,
+            p.backend.as_deref().unwrap_or("-"),
+            p.runs,
+            names(&p.layers)
+        );
         if !p.missing_required.is_empty() {
             println!("    missing required: {}", names(&p.missing_required));
         }

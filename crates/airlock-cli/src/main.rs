@@ -13,10 +13,16 @@ pub const SETUP_FAILURE: u8 = 125;
 
 fn main() -> ExitCode {
     // The init must start before anything else: no threads, no allocator-heavy setup.
-    if std::env::args_os().nth(1).is_some_and(|a| a == airlock::init::INIT_ARG) {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == airlock::init::INIT_ARG)
+    {
         airlock::init::init_main();
     }
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_env("AIRLOCK_LOG")).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("AIRLOCK_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
     let args = match cli::Cli::try_parse() {
         Ok(args) => args,
         Err(e) => {

@@ -17,8 +17,16 @@ pub fn run(args: RunArgs) -> Result<u8> {
         ..SandboxOptions::default()
     };
     let sandbox = Sandbox::with_options(policy, options)?;
-    let (program, rest) = args.command.split_first().context("no program given after --")?;
-    let mut command = sandbox.command(program.clone()).args(rest.iter().cloned()).stdin_from(Input::Inherit).keep_workdir(args.keep).tty(args.tty);
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("no program given after --")?;
+    let mut command = sandbox
+        .command(program.clone())
+        .args(rest.iter().cloned())
+        .stdin_from(Input::Inherit)
+        .keep_workdir(args.keep)
+        .tty(args.tty);
     for (key, value) in &args.env {
         command = command.env(key.clone(), value.clone());
     }
@@ -37,7 +45,8 @@ fn exit_code(result: &RunResult) -> u8 {
 fn report(args: &RunArgs, result: &RunResult) -> Result<()> {
     let json = serde_json::to_string_pretty(result)?;
     if let Some(path) = &args.result {
-        std::fs::write(path, format!("{json}\n")).with_context(|| format!("cannot write the result to {}", path.display()))?;
+        std::fs::write(path, format!("{json}\n"))
+            .with_context(|| format!("cannot write the result to {}", path.display()))?;
     }
     // Warnings go to stderr in every mode: a weaker run must never be silent.
     for warning in &result.warnings {
@@ -49,12 +58,21 @@ fn report(args: &RunArgs, result: &RunResult) -> Result<()> {
     }
     if let Some(error) = &result.error {
         eprintln!("airlock: sandbox error: {error}");
-    } else if result.status != airlock::RunStatus::Exited && result.status != airlock::RunStatus::Signaled {
+    } else if result.status != airlock::RunStatus::Exited
+        && result.status != airlock::RunStatus::Signaled
+    {
         let status = serde_json::to_value(result.status)?;
-        eprintln!("airlock: run ended: {} after {} ms", status.as_str().unwrap_or("?"), result.wall_ms);
+        eprintln!(
+            "airlock: run ended: {} after {} ms",
+            status.as_str().unwrap_or("?"),
+            result.wall_ms
+        );
     }
     if result.stdout_truncated || result.stderr_truncated {
-        eprintln!("airlock: output truncated (stdout {} bytes, stderr {} bytes written)", result.stdout_bytes, result.stderr_bytes);
+        eprintln!(
+            "airlock: output truncated (stdout {} bytes, stderr {} bytes written)",
+            result.stdout_bytes, result.stderr_bytes
+        );
     }
     Ok(())
 }
@@ -63,7 +81,10 @@ fn build_policy(args: &RunArgs) -> Result<Policy> {
     let mut policy = policy::load_profile(&args.profile)?;
     if let Some(tier) = &args.tier {
         if !policy::tier(&mut policy, tier) {
-            bail!("unknown tier {tier:?} for --tier: use one of {}", policy::tier_names().join(", "));
+            bail!(
+                "unknown tier {tier:?} for --tier: use one of {}",
+                policy::tier_names().join(", ")
+            );
         }
     }
     if let Some(backend) = args.backend {
@@ -80,12 +101,24 @@ fn build_policy(args: &RunArgs) -> Result<Policy> {
         };
     }
     apply_limit_flags(&mut policy, args);
-    policy.filesystem.read_only.extend(args.read_only.iter().map(|p| absolute(p)).collect::<Result<Vec<_>>>()?);
-    policy.filesystem.read_write.extend(args.read_write.iter().map(|p| absolute(p)).collect::<Result<Vec<_>>>()?);
+    policy.filesystem.read_only.extend(
+        args.read_only
+            .iter()
+            .map(|p| absolute(p))
+            .collect::<Result<Vec<_>>>()?,
+    );
+    policy.filesystem.read_write.extend(
+        args.read_write
+            .iter()
+            .map(|p| absolute(p))
+            .collect::<Result<Vec<_>>>()?,
+    );
     if let Some(dir) = &args.workdir {
         policy.filesystem.workdir = Some(absolute(dir)?);
     }
-    policy.validate().map_err(|e| anyhow::anyhow!("{e} (from the command-line flags)"))?;
+    policy
+        .validate()
+        .map_err(|e| anyhow::anyhow!("{e} (from the command-line flags)"))?;
     Ok(policy)
 }
 

@@ -63,12 +63,23 @@ pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
                 layers.push(Layer::Cgroup);
             }
             layers.sort();
-            BackendReport { name: b.name().into(), level: b.level(), available: probe.available, layers, problems: probe.problems }
+            BackendReport {
+                name: b.name().into(),
+                level: b.level(),
+                available: probe.available,
+                layers,
+                problems: probe.problems,
+            }
         })
         .collect();
-    let profiles = crate::policy::builtin_names().iter().map(|name| profile_report(name, &backends)).collect();
+    let profiles = crate::policy::builtin_names()
+        .iter()
+        .map(|name| profile_report(name, &backends))
+        .collect();
     DoctorReport {
-        kernel: nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default(),
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
         running_as_root: nix::unistd::geteuid().is_root(),
         landlock_abi: probe_abi(),
         seccomp: std::path::Path::new("/proc/sys/kernel/seccomp/actions_avail").exists(),
@@ -84,16 +95,39 @@ pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
 
 fn profile_report(name: &str, backends: &[BackendReport]) -> ProfileReport {
     let Some(policy) = builtin(name) else {
-        return ProfileReport { name: name.into(), backend: None, layers: vec![], missing_required: vec![], runs: false, note: Some("unknown".into()) };
+        return ProfileReport {
+            name: name.into(),
+            backend: None,
+            layers: vec![],
+            missing_required: vec![],
+            runs: false,
+            note: Some("unknown".into()),
+        };
     };
     let chosen = select(&policy).ok().map(|b| b.name().to_string());
-    let report = chosen.as_ref().and_then(|n| backends.iter().find(|b| &b.name == n));
+    let report = chosen
+        .as_ref()
+        .and_then(|n| backends.iter().find(|b| &b.name == n));
     let layers = report.map(|b| b.layers.clone()).unwrap_or_default();
-    let missing: Vec<Layer> = policy.require.iter().copied().filter(|l| !layers.contains(l)).collect();
+    let missing: Vec<Layer> = policy
+        .require
+        .iter()
+        .copied()
+        .filter(|l| !layers.contains(l))
+        .collect();
     let note = match (&chosen, missing.is_empty()) {
         (None, _) => Some("no backend is available for this profile here".to_string()),
-        (Some(_), false) => Some("refuses to run here unless --allow-degraded is given".to_string()),
+        (Some(_), false) => {
+            Some("refuses to run here unless --allow-degraded is given".to_string())
+        }
         _ => None,
     };
-    ProfileReport { name: name.into(), runs: chosen.is_some() && missing.is_empty(), backend: chosen, layers, missing_required: missing, note }
+    ProfileReport {
+        name: name.into(),
+        runs: chosen.is_some() && missing.is_empty(),
+        backend: chosen,
+        layers,
+        missing_required: missing,
+        note,
+    }
 }

@@ -17,14 +17,20 @@ pub enum PolicyError {
     #[error("unknown profile {name:?}: use a built-in profile (untrusted, trusted) or a path to a .toml file")]
     UnknownProfile { name: String },
     /// A profile file could not be read.
-    #[error("cannot read profile {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot read profile {path}: {cause}")]
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
     /// Profiles extend each other in a loop.
     #[error("profiles extend each other in a loop: {chain}")]
     ExtendsCycle { chain: String },
     /// A value is out of range.
-    #[error("profile {origin}: {source}")]
-    Invalid { origin: String, source: InvalidValue },
+    #[error("profile {origin}: {problem}")]
+    Invalid {
+        origin: String,
+        problem: InvalidValue,
+    },
 }
 
 /// Why a run could not start.
@@ -38,7 +44,7 @@ pub enum Error {
     #[error(transparent)]
     Invalid(#[from] InvalidValue),
     /// `backend = "none"` without an explicit opt-in.
-    #[error("backend \"none\" gives no isolation beyond Tier 0; pass --dev (library: RunOptions::dev) or use the built-in `trusted` profile")]
+    #[error("backend \"none\" gives no isolation beyond Tier 0; pass --dev (library: SandboxOptions::dev) or use the built-in `trusted` profile")]
     UnisolatedRefused,
     /// The requested backend cannot run on this host.
     #[error("backend {backend} is not available here: {reason}")]
@@ -48,25 +54,41 @@ pub enum Error {
     Degraded { missing: Vec<Layer>, reason: String },
     /// A path the policy names does not exist or is unusable.
     #[error("{what} {path}: {reason}")]
-    BadPath { what: &'static str, path: PathBuf, reason: String },
+    BadPath {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
     /// The command is empty or not representable.
     #[error("invalid command: {0}")]
     Command(String),
     /// The init program used to set up the sandbox could not be started.
-    #[error("cannot start the sandbox init {program}: {source}")]
-    Spawn { program: PathBuf, source: std::io::Error },
+    #[error("cannot start the sandbox init {program}: {cause}")]
+    Spawn {
+        program: PathBuf,
+        cause: std::io::Error,
+    },
     /// Host-side I/O around the run failed.
-    #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    #[error("{context}: {cause}")]
+    Io {
+        context: String,
+        cause: std::io::Error,
+    },
 }
 
 fn list_layers(layers: &[Layer]) -> String {
-    let names: Vec<String> = layers.iter().map(|l| crate::result::layer_name(*l)).collect();
+    let names: Vec<String> = layers
+        .iter()
+        .map(|l| crate::result::layer_name(*l))
+        .collect();
     names.join(", ")
 }
 
 impl Error {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            cause: source,
+        }
     }
 }

@@ -134,7 +134,11 @@ pub struct NativeSpec {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum InitEvent {
     /// The program was exec'd with these layers in force.
-    Started { layers: Vec<Layer>, warnings: Vec<String>, workdir: PathBuf },
+    Started {
+        layers: Vec<Layer>,
+        warnings: Vec<String>,
+        workdir: PathBuf,
+    },
     /// Setup failed before the program ran.
     SetupFailed { error: String },
     /// The run is over and everything it left behind is gone.

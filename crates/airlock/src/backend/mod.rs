@@ -76,13 +76,25 @@ fn select_auto(min: IsolationLevel) -> Result<Box<dyn Backend>, Error> {
     }
     Err(Error::BackendUnavailable {
         backend: format!("auto (min_isolation {min:?})"),
-        reason: if reasons.is_empty() { "no backend reaches that level yet".into() } else { reasons.join(" | ") },
+        reason: if reasons.is_empty() {
+            "no backend reaches that level yet".into()
+        } else {
+            reasons.join(" | ")
+        },
     })
 }
 
 /// The Tier-0 layers every backend gets from the init.
 pub(crate) fn tier0_layers() -> Vec<Layer> {
-    let mut layers = vec![Layer::EnvScrub, Layer::FdClose, Layer::NewSession, Layer::Rlimits, Layer::Workdir, Layer::TreeKill, Layer::NoNewPrivs];
+    let mut layers = vec![
+        Layer::EnvScrub,
+        Layer::FdClose,
+        Layer::NewSession,
+        Layer::Rlimits,
+        Layer::Workdir,
+        Layer::TreeKill,
+        Layer::NoNewPrivs,
+    ];
     if nix::unistd::geteuid().is_root() {
         layers.push(Layer::UidDrop);
     }
@@ -92,10 +104,22 @@ pub(crate) fn tier0_layers() -> Vec<Layer> {
 /// Checks that every extra path of the policy exists, naming the key and the fix otherwise.
 pub(crate) fn check_policy_paths(policy: &Policy) -> Result<(), Error> {
     let fs = &policy.filesystem;
-    let listed = fs.read_only.iter().map(|p| ("filesystem.read_only path", p)).chain(fs.read_write.iter().map(|p| ("filesystem.read_write path", p)));
+    let listed = fs
+        .read_only
+        .iter()
+        .map(|p| ("filesystem.read_only path", p))
+        .chain(
+            fs.read_write
+                .iter()
+                .map(|p| ("filesystem.read_write path", p)),
+        );
     for (what, path) in listed {
         if !path.exists() {
-            return Err(Error::BadPath { what, path: PathBuf::from(path), reason: "does not exist; create it or remove it from the profile".into() });
+            return Err(Error::BadPath {
+                what,
+                path: PathBuf::from(path),
+                reason: "does not exist; create it or remove it from the profile".into(),
+            });
         }
     }
     Ok(())

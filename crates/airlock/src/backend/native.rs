@@ -8,7 +8,9 @@ use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::policy::Policy;
 use crate::sandbox::landlock::{probe_abi, LandlockRules};
-use crate::sandbox::rootfs::{default_etc_files, default_system_ro, GeneratedFile, RootfsPlan, TmpfsSpec, Workdir};
+use crate::sandbox::rootfs::{
+    default_etc_files, default_system_ro, GeneratedFile, RootfsPlan, TmpfsSpec, Workdir,
+};
 use crate::sandbox::seccomp::SeccompConfig;
 use crate::spec::{Confinement, NativeSpec};
 
@@ -33,17 +35,34 @@ impl Backend for NativeBackend {
         let userns = user_namespaces_usable(&mut problems);
         let seccomp = Path::new("/proc/sys/kernel/seccomp/actions_avail").exists();
         if !seccomp {
-            problems.push("seccomp filters are not available in this kernel (CONFIG_SECCOMP_FILTER)".into());
+            problems.push(
+                "seccomp filters are not available in this kernel (CONFIG_SECCOMP_FILTER)".into(),
+            );
         }
         let mut layers = tier0_layers();
         if userns {
-            layers.extend([Layer::UserNs, Layer::MountNs, Layer::PidNs, Layer::NetNs, Layer::IpcNs, Layer::UtsNs, Layer::CgroupNs, Layer::Rootfs, Layer::DiskQuota, Layer::CapsDropped]);
+            layers.extend([
+                Layer::UserNs,
+                Layer::MountNs,
+                Layer::PidNs,
+                Layer::NetNs,
+                Layer::IpcNs,
+                Layer::UtsNs,
+                Layer::CgroupNs,
+                Layer::Rootfs,
+                Layer::DiskQuota,
+                Layer::CapsDropped,
+            ]);
         }
         if seccomp {
             layers.push(Layer::Seccomp);
         }
         layers.extend(landlock_layers(probe_abi(), &mut problems));
-        Probe { available: userns, layers, problems }
+        Probe {
+            available: userns,
+            layers,
+            problems,
+        }
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
@@ -56,15 +75,23 @@ impl Backend for NativeBackend {
             hostname: SANDBOX_HOSTNAME.into(),
             rootfs,
             landlock,
-            seccomp: SeccompConfig { allow_network: policy.has_network() },
+            seccomp: SeccompConfig {
+                allow_network: policy.has_network(),
+            },
         }))
     }
 }
 
 fn user_namespaces_usable(problems: &mut Vec<String>) -> bool {
-    let read = |path: &str| std::fs::read_to_string(path).ok().map(|s| s.trim().to_string());
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
     if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
-        problems.push("user namespaces are disabled: set the sysctl user.max_user_namespaces above 0".into());
+        problems.push(
+            "user namespaces are disabled: set the sysctl user.max_user_namespaces above 0".into(),
+        );
         return false;
     }
     let root = nix::unistd::geteuid().is_root();
@@ -72,7 +99,9 @@ fn user_namespaces_usable(problems: &mut Vec<String>) -> bool {
         problems.push("unprivileged user namespaces are disabled: set the sysctl kernel.unprivileged_userns_clone=1".into());
         return false;
     }
-    if !root && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+    if !root
+        && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
+    {
         problems.push("AppArmor restricts unprivileged user namespaces: set kernel.apparmor_restrict_unprivileged_userns=0 or add an AppArmor profile for airlock".into());
         return false;
     }
@@ -82,13 +111,16 @@ fn user_namespaces_usable(problems: &mut Vec<String>) -> bool {
 fn landlock_layers(abi: u32, problems: &mut Vec<String>) -> Vec<Layer> {
     let mut layers = Vec::new();
     match abi {
-        0 => problems.push("Landlock is not enabled: boot with lsm=...,landlock (kernel >= 5.13)".into()),
+        0 => problems
+            .push("Landlock is not enabled: boot with lsm=...,landlock (kernel >= 5.13)".into()),
         _ => layers.push(Layer::LandlockFs),
     }
     if abi >= 4 {
         layers.push(Layer::LandlockNet);
     } else if abi > 0 {
-        problems.push(format!("Landlock ABI {abi} cannot restrict TCP (needs ABI 4, kernel >= 6.7)"));
+        problems.push(format!(
+            "Landlock ABI {abi} cannot restrict TCP (needs ABI 4, kernel >= 6.7)"
+        ));
     }
     if abi >= 6 {
         layers.push(Layer::LandlockScope);
@@ -98,11 +130,20 @@ fn landlock_layers(abi: u32, problems: &mut Vec<String>) -> Vec<Layer> {
 
 fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
     let limits = &ctx.policy.limits;
-    let tmpfs = TmpfsSpec { size_bytes: limits.disk.0, max_files: limits.files };
+    let tmpfs = TmpfsSpec {
+        size_bytes: limits.disk.0,
+        max_files: limits.files,
+    };
     let workdir = if ctx.fresh_workdir && !ctx.keep {
-        Workdir::Tmpfs { path: ctx.workdir.to_path_buf(), size_bytes: limits.disk.0, max_files: limits.files }
+        Workdir::Tmpfs {
+            path: ctx.workdir.to_path_buf(),
+            size_bytes: limits.disk.0,
+            max_files: limits.files,
+        }
     } else {
-        Workdir::Bind { host: ctx.workdir.to_path_buf() }
+        Workdir::Bind {
+            host: ctx.workdir.to_path_buf(),
+        }
     };
     RootfsPlan {
         system_ro: default_system_ro(),
@@ -111,8 +152,11 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
         read_only: ctx.policy.filesystem.read_only.clone(),
         read_write: ctx.policy.filesystem.read_write.clone(),
         workdir,
-        tmp: tmpfs.clone(),
-        dev_shm: TmpfsSpec { size_bytes: limits.disk.0.min(64 << 20), max_files: limits.files.min(1024) },
+        tmp: tmpfs,
+        dev_shm: TmpfsSpec {
+            size_bytes: limits.disk.0.min(64 << 20),
+            max_files: limits.files.min(1024),
+        },
         exec_writable: ctx.policy.filesystem.exec_writable,
         tty: ctx.tty,
         hostname: SANDBOX_HOSTNAME.into(),
@@ -125,9 +169,15 @@ fn identity_files(ctx: &PlanContext) -> Vec<GeneratedFile> {
     let (uid, gid) = sandbox_ids(ctx.policy);
     let home = ctx.workdir.display();
     let mut files = vec![
-        file("/etc/passwd", format!("sandbox:x:{uid}:{gid}:airlock sandbox:{home}:/bin/sh\n")),
+        file(
+            "/etc/passwd",
+            format!("sandbox:x:{uid}:{gid}:airlock sandbox:{home}:/bin/sh\n"),
+        ),
         file("/etc/group", format!("sandbox:x:{gid}:\n")),
-        file("/etc/hosts", format!("127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost\n")),
+        file(
+            "/etc/hosts",
+            format!("127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost\n"),
+        ),
         file("/etc/hostname", format!("{SANDBOX_HOSTNAME}\n")),
     ];
     if ctx.policy.has_network() {
@@ -139,7 +189,11 @@ fn identity_files(ctx: &PlanContext) -> Vec<GeneratedFile> {
 }
 
 fn file(path: &str, contents: String) -> GeneratedFile {
-    GeneratedFile { path: PathBuf::from(path), contents, mode: 0o644 }
+    GeneratedFile {
+        path: PathBuf::from(path),
+        contents,
+        mode: 0o644,
+    }
 }
 
 /// The uid and gid the program has inside: the unprivileged host ids it runs as.
@@ -147,7 +201,10 @@ pub(crate) fn sandbox_ids(policy: &Policy) -> (u32, u32) {
     if nix::unistd::geteuid().is_root() && policy.user.drop_root {
         (policy.user.uid, policy.user.gid)
     } else {
-        (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
     }
 }
 
@@ -156,7 +213,8 @@ fn landlock_rules(policy: &Policy, rootfs: &RootfsPlan, workdir: &Path) -> Landl
     let mut read_exec: Vec<PathBuf> = rootfs.system_ro.clone();
     read_exec.extend(["/etc", "/proc", "/dev"].map(PathBuf::from));
     read_exec.extend(policy.filesystem.read_only.iter().cloned());
-    let mut read_write: Vec<PathBuf> = vec![workdir.to_path_buf(), "/tmp".into(), "/dev/shm".into()];
+    let mut read_write: Vec<PathBuf> =
+        vec![workdir.to_path_buf(), "/tmp".into(), "/dev/shm".into()];
     read_write.extend(["/dev/null", "/dev/zero", "/dev/full"].map(PathBuf::from));
     read_write.extend(policy.filesystem.read_write.iter().cloned());
     LandlockRules {

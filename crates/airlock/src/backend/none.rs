@@ -19,7 +19,11 @@ impl Backend for NoneBackend {
     }
 
     fn probe(&self) -> Probe {
-        Probe { available: true, layers: tier0_layers(), problems: Vec::new() }
+        Probe {
+            available: true,
+            layers: tier0_layers(),
+            problems: Vec::new(),
+        }
     }
 
     fn plan(&self, _ctx: &PlanContext) -> Result<Confinement, Error> {

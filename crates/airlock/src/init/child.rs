@@ -57,10 +57,14 @@ pub(super) fn send_setup(message: &SetupMessage) {
 }
 
 fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, String> {
-    SigSet::all().thread_unblock().map_err(|e| format!("cannot reset the signal mask: {e}"))?;
+    SigSet::all()
+        .thread_unblock()
+        .map_err(|e| format!("cannot reset the signal mask: {e}"))?;
     let mut layers = vec![Layer::EnvScrub, Layer::FdClose, Layer::TreeKill];
     if let Some(cgroup) = ctx.cgroup {
-        cgroup.join_self().map_err(|e| format!("cannot join the run's cgroup: {e}"))?;
+        cgroup
+            .join_self()
+            .map_err(|e| format!("cannot join the run's cgroup: {e}"))?;
         layers.push(Layer::Cgroup);
     }
     new_session(spec.tty)?;
@@ -78,7 +82,8 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
     die_with_init(ctx.init_pid)?;
     match &spec.confinement {
         Confinement::Tier0 => {
-            nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+            nix::sys::prctl::set_no_new_privs()
+                .map_err(|e| format!("cannot set no_new_privs: {e}"))?;
             layers.extend([Layer::NoNewPrivs, Layer::Workdir]);
             finish_and_exec(spec, layers)
         }
@@ -90,7 +95,8 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
 fn new_session(tty: bool) -> Result<(), String> {
     nix::unistd::setsid().map_err(|e| format!("setsid failed: {e}"))?;
     if tty {
-        sys::set_controlling_tty(0).map_err(|e| format!("cannot attach the terminal on stdin: {e}"))?;
+        sys::set_controlling_tty(0)
+            .map_err(|e| format!("cannot attach the terminal on stdin: {e}"))?;
     }
     Ok(())
 }
@@ -119,21 +125,25 @@ fn apply_rlimits(spec: &InitSpec, has_cgroup: bool) -> Result<(), String> {
 
 /// Sets a limit, never above the current hard limit (raising needs CAP_SYS_RESOURCE).
 fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Result<(), String> {
-    let (_, current_hard) = nix::sys::resource::getrlimit(resource).map_err(|e| format!("getrlimit {resource:?}: {e}"))?;
+    let (_, current_hard) = nix::sys::resource::getrlimit(resource)
+        .map_err(|e| format!("getrlimit {resource:?}: {e}"))?;
     let hard = hard.min(current_hard);
-    setrlimit(resource, soft.min(hard), hard).map_err(|e| format!("cannot set {resource:?} to {soft}: {e}"))
+    setrlimit(resource, soft.min(hard), hard)
+        .map_err(|e| format!("cannot set {resource:?} to {soft}: {e}"))
 }
 
 fn drop_root(credentials: Credentials) -> Result<(), String> {
     let gid = Gid::from_raw(credentials.gid);
     let uid = Uid::from_raw(credentials.uid);
     nix::unistd::setgroups(&[gid]).map_err(|e| format!("setgroups failed: {e}"))?;
-    nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("cannot switch to gid {gid}: {e}"))?;
+    nix::unistd::setresgid(gid, gid, gid)
+        .map_err(|e| format!("cannot switch to gid {gid}: {e}"))?;
     nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("cannot switch to uid {uid}: {e}"))
 }
 
 fn die_with_init(init_pid: Pid) -> Result<(), String> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
     if nix::unistd::getppid() != init_pid {
         return Err("the airlock init exited during setup".to_string());
     }
@@ -159,14 +169,23 @@ pub(super) fn finish_and_exec_with(
     sys::cloexec_from(SETUP_FD).map_err(|e| format!("cannot close inherited descriptors: {e}"))?;
     let (program, argv) = prepare()?;
     send_setup(&SetupMessage::Layers(layers));
-    nix::unistd::chdir(&spec.workdir).map_err(|e| format!("cannot enter the workdir {}: {e}", spec.workdir.display()))?;
+    nix::unistd::chdir(&spec.workdir)
+        .map_err(|e| format!("cannot enter the workdir {}: {e}", spec.workdir.display()))?;
     exec_argv(&program, &argv, &spec.env)
 }
 
 fn check_required(spec: &InitSpec, layers: &[Layer]) -> Result<(), String> {
-    let missing: Vec<Layer> = spec.require.iter().copied().filter(|l| !layers.contains(l)).collect();
+    let missing: Vec<Layer> = spec
+        .require
+        .iter()
+        .copied()
+        .filter(|l| !layers.contains(l))
+        .collect();
     if !missing.is_empty() && !spec.allow_degraded {
-        let names: Vec<String> = missing.iter().map(|l| crate::result::layer_name(*l)).collect();
+        let names: Vec<String> = missing
+            .iter()
+            .map(|l| crate::result::layer_name(*l))
+            .collect();
         return Err(format!(
             "required layers are not in force: {}; fix the host (see `airlock doctor`) or pass --allow-degraded",
             names.join(", ")
@@ -177,24 +196,34 @@ fn check_required(spec: &InitSpec, layers: &[Layer]) -> Result<(), String> {
 
 /// Resolves argv[0] against the program's own PATH and execs it with the scrubbed environment.
 pub(super) fn exec_program(spec: &InitSpec) -> Result<Infallible, String> {
-    nix::unistd::chdir(&spec.workdir).map_err(|e| format!("cannot enter the workdir {}: {e}", spec.workdir.display()))?;
+    nix::unistd::chdir(&spec.workdir)
+        .map_err(|e| format!("cannot enter the workdir {}: {e}", spec.workdir.display()))?;
     let program = resolve_program(&spec.argv[0], path_of(&spec.env))?;
     exec_argv(&program, &spec.argv, &spec.env)
 }
 
 /// Execs `program` with `argv` and exactly the environment `env`.
-pub(super) fn exec_argv(program: &Path, argv: &[String], env: &[(String, String)]) -> Result<Infallible, String> {
+pub(super) fn exec_argv(
+    program: &Path,
+    argv: &[String],
+    env: &[(String, String)],
+) -> Result<Infallible, String> {
     let argv = sys::c_strings(argv).map_err(|e| e.to_string())?;
     let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let env = sys::c_strings(&env).map_err(|e| e.to_string())?;
     let path = CString::new(program.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    SigSet::all().thread_unblock().map_err(|e| format!("cannot reset the signal mask: {e}"))?;
+    SigSet::all()
+        .thread_unblock()
+        .map_err(|e| format!("cannot reset the signal mask: {e}"))?;
     let error = nix::unistd::execve(&path, &argv, &env).unwrap_err();
     Err(format!("cannot execute {}: {error}", program.display()))
 }
 
 fn path_of(env: &[(String, String)]) -> &str {
-    env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin")
+    env.iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/bin:/bin")
 }
 
 /// Finds `name` like a shell would: as given when it contains a slash, else in each PATH entry.
@@ -213,7 +242,9 @@ pub fn resolve_program(name: &str, path: &str) -> Result<PathBuf, String> {
 }
 
 fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -222,9 +253,18 @@ mod tests {
 
     #[test]
     fn programs_resolve_through_path() {
-        assert_eq!(resolve_program("sh", "/nonexistent:/bin").unwrap(), PathBuf::from("/bin/sh"));
-        assert_eq!(resolve_program("./x", "/bin").unwrap(), PathBuf::from("./x"));
+        assert_eq!(
+            resolve_program("sh", "/nonexistent:/bin").unwrap(),
+            PathBuf::from("/bin/sh")
+        );
+        assert_eq!(
+            resolve_program("./x", "/bin").unwrap(),
+            PathBuf::from("./x")
+        );
         let err = resolve_program("no-such-program-xyz", "/bin").unwrap_err();
-        assert!(err.contains("no-such-program-xyz") && err.contains("PATH=/bin"), "{err}");
+        assert!(
+            err.contains("no-such-program-xyz") && err.contains("PATH=/bin"),
+            "{err}"
+        );
     }
 }

@@ -52,7 +52,8 @@ fn run_init() -> Result<(), String> {
     // The program may run as our own uid (Tier 0 without root): make our /proc entries
     // root-owned so it cannot open our descriptors and forge events.
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
-    nix::sys::prctl::set_child_subreaper(true).map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
     let spec = read_spec()?;
     let mut run = PreparedRun::create(&spec)?;
     let result = watch::supervise(&spec, &mut run);
@@ -68,13 +69,17 @@ fn read_spec() -> Result<InitSpec, String> {
     // here and by the watch loop, and closed only when the process exits.
     let mut control = std::mem::ManuallyDrop::new(borrow_file(CONTROL_FD));
     let mut header = [0u8; 8];
-    control.read_exact(&mut header).map_err(|e| format!("cannot read the run spec: {e}"))?;
+    control
+        .read_exact(&mut header)
+        .map_err(|e| format!("cannot read the run spec: {e}"))?;
     let len = u64::from_le_bytes(header);
     if len > 64 << 20 {
         return Err(format!("run spec of {len} bytes is too large"));
     }
     let mut body = vec![0u8; len as usize];
-    control.read_exact(&mut body).map_err(|e| format!("cannot read the run spec: {e}"))?;
+    control
+        .read_exact(&mut body)
+        .map_err(|e| format!("cannot read the run spec: {e}"))?;
     serde_json::from_slice(&body).map_err(|e| format!("malformed run spec: {e}"))
 }
 
@@ -101,18 +106,30 @@ impl PreparedRun {
     fn create(spec: &InitSpec) -> Result<PreparedRun, String> {
         let mut mask = SigSet::empty();
         mask.add(Signal::SIGCHLD);
-        mask.thread_block().map_err(|e| format!("cannot block SIGCHLD: {e}"))?;
+        mask.thread_block()
+            .map_err(|e| format!("cannot block SIGCHLD: {e}"))?;
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .map_err(|e| format!("signalfd: {e}"))?;
         make_run_dirs(spec)?;
         let (cgroup, cgroup_warning) = match &spec.cgroup {
             None => (None, None),
-            Some(request) => match RunCgroup::create(&request.config, &request.run_id, &request.limits) {
-                Ok(cgroup) => (Some(cgroup), None),
-                Err(e) => (None, Some(format!("no cgroup for this run ({e}); limits fall back to rlimits"))),
-            },
+            Some(request) => {
+                match RunCgroup::create(&request.config, &request.run_id, &request.limits) {
+                    Ok(cgroup) => (Some(cgroup), None),
+                    Err(e) => (
+                        None,
+                        Some(format!(
+                            "no cgroup for this run ({e}); limits fall back to rlimits"
+                        )),
+                    ),
+                }
+            }
         };
-        Ok(PreparedRun { cgroup, cgroup_warning, signals })
+        Ok(PreparedRun {
+            cgroup,
+            cgroup_warning,
+            signals,
+        })
     }
 
     fn cleanup(&mut self, spec: &InitSpec) -> Vec<String> {
@@ -125,7 +142,10 @@ impl PreparedRun {
         if !spec.keep {
             remove_tree(&spec.run_dir);
             if spec.run_dir.exists() {
-                warnings.push(format!("cannot remove the run directory {}", spec.run_dir.display()));
+                warnings.push(format!(
+                    "cannot remove the run directory {}",
+                    spec.run_dir.display()
+                ));
             }
         }
         warnings
@@ -149,14 +169,25 @@ fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
 /// Files a wrapper tool reads (e.g. an OCI bundle), only ever inside the run directory.
 fn write_wrap_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
     for file in &wrap.files {
-        if !file.path.starts_with(&spec.run_dir) || file.path.components().any(|c| c == std::path::Component::ParentDir) {
-            return Err(format!("wrapper file {} is outside the run directory", file.path.display()));
+        if !file.path.starts_with(&spec.run_dir)
+            || file
+                .path
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+        {
+            return Err(format!(
+                "wrapper file {} is outside the run directory",
+                file.path.display()
+            ));
         }
         if let Some(parent) = file.path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
         }
-        std::fs::write(&file.path, &file.contents).map_err(|e| format!("cannot write {}: {e}", file.path.display()))?;
-        std::fs::set_permissions(&file.path, std::fs::Permissions::from_mode(file.mode)).map_err(|e| format!("chmod {}: {e}", file.path.display()))?;
+        std::fs::write(&file.path, &file.contents)
+            .map_err(|e| format!("cannot write {}: {e}", file.path.display()))?;
+        std::fs::set_permissions(&file.path, std::fs::Permissions::from_mode(file.mode))
+            .map_err(|e| format!("chmod {}: {e}", file.path.display()))?;
     }
     Ok(())
 }
@@ -166,7 +197,8 @@ fn make_dir(path: &Path, mode: u32, owner: Option<crate::spec::Credentials>) -> 
         .mode(mode)
         .create(path)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
     if let Some(owner) = owner {
         nix::unistd::chown(path, Some(owner.uid.into()), Some(owner.gid.into()))
             .map_err(|e| format!("cannot hand {} to uid {}: {e}", path.display(), owner.uid))?;
@@ -184,7 +216,9 @@ pub(crate) fn remove_tree(path: &Path) {
 }
 
 fn grant_owner_access(path: &Path, depth: u32) {
-    let Ok(meta) = std::fs::symlink_metadata(path) else { return };
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return;
+    };
     if !meta.is_dir() || depth > 64 {
         return;
     }
@@ -205,9 +239,20 @@ pub(crate) struct ExitReport {
 impl ExitReport {
     pub fn from_status(status: WaitStatus, file_size_hit: bool) -> ExitReport {
         match status {
-            WaitStatus::Exited(_, code) => ExitReport { exit_code: Some(code), signal: None, file_size_hit },
-            WaitStatus::Signaled(_, signal, _) => ExitReport { exit_code: None, signal: Some(signal as i32), file_size_hit },
-            _ => ExitReport { file_size_hit, ..ExitReport::default() },
+            WaitStatus::Exited(_, code) => ExitReport {
+                exit_code: Some(code),
+                signal: None,
+                file_size_hit,
+            },
+            WaitStatus::Signaled(_, signal, _) => ExitReport {
+                exit_code: None,
+                signal: Some(signal as i32),
+                file_size_hit,
+            },
+            _ => ExitReport {
+                file_size_hit,
+                ..ExitReport::default()
+            },
         }
     }
 
@@ -242,16 +287,27 @@ pub(crate) fn any_file_at_least(dirs: &[PathBuf], size: u64) -> bool {
 
 /// Forks the child that becomes the program, with the setup pipe on descriptor 3 and the
 /// exit-report pipe on 4; every other inherited descriptor is closed.
-pub(crate) fn fork_child(spec: &InitSpec, run: &PreparedRun, setup: &OwnedFd, report: &OwnedFd) -> Result<nix::unistd::Pid, String> {
+pub(crate) fn fork_child(
+    spec: &InitSpec,
+    run: &PreparedRun,
+    setup: &OwnedFd,
+    report: &OwnedFd,
+) -> Result<nix::unistd::Pid, String> {
     let init_pid = nix::unistd::getpid();
     match sys::fork_single_threaded().map_err(|e| format!("cannot fork: {e}"))? {
         Forked::Parent(pid) => Ok(pid),
         Forked::Child => {
-            let placed = sys::place_fds(&[(setup.as_raw_fd(), child::SETUP_FD), (report.as_raw_fd(), child::REPORT_FD)]);
+            let placed = sys::place_fds(&[
+                (setup.as_raw_fd(), child::SETUP_FD),
+                (report.as_raw_fd(), child::REPORT_FD),
+            ]);
             if placed.is_err() {
                 sys::exit_now(125);
             }
-            let ctx = child::ChildContext { init_pid, cgroup: run.cgroup.as_ref() };
+            let ctx = child::ChildContext {
+                init_pid,
+                cgroup: run.cgroup.as_ref(),
+            };
             child::run_child(spec, &ctx)
         }
     }
@@ -274,8 +330,12 @@ mod tests {
     #[test]
     fn exit_report_keeps_code_or_signal() {
         let pid = nix::unistd::Pid::from_raw(1);
-        assert_eq!(ExitReport::from_status(WaitStatus::Exited(pid, 3), false).exit_code, Some(3));
-        let killed = ExitReport::from_status(WaitStatus::Signaled(pid, Signal::SIGKILL, false), true);
+        assert_eq!(
+            ExitReport::from_status(WaitStatus::Exited(pid, 3), false).exit_code,
+            Some(3)
+        );
+        let killed =
+            ExitReport::from_status(WaitStatus::Signaled(pid, Signal::SIGKILL, false), true);
         assert_eq!((killed.signal, killed.file_size_hit), (Some(9), true));
     }
 }

@@ -25,17 +25,39 @@ use crate::sandbox::rootfs::Workdir;
 use crate::sandbox::{caps, landlock, rootfs, seccomp};
 use crate::spec::{InitSpec, NativeSpec};
 
-pub(super) fn enter(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> Result<Infallible, String> {
+pub(super) fn enter(
+    spec: &InitSpec,
+    native: &NativeSpec,
+    mut layers: Vec<Layer>,
+) -> Result<Infallible, String> {
     enter_namespaces(native.new_net)?;
-    layers.extend([Layer::UserNs, Layer::MountNs, Layer::PidNs, Layer::IpcNs, Layer::UtsNs, Layer::CgroupNs]);
+    layers.extend([
+        Layer::UserNs,
+        Layer::MountNs,
+        Layer::PidNs,
+        Layer::IpcNs,
+        Layer::UtsNs,
+        Layer::CgroupNs,
+    ]);
     if native.new_net {
         layers.push(Layer::NetNs);
     }
     // The mirror process must outlive PID 1 and must not die of the graceful SIGTERM the init
     // sends to the whole tree, or PID 1's parent-death signal would skip the grace period.
-    let stop_signals: SigSet = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT].into_iter().collect();
-    stop_signals.thread_block().map_err(|e| format!("cannot block signals: {e}"))?;
-    match sys::fork_single_threaded().map_err(|e| format!("cannot fork the sandbox's PID 1: {e}"))? {
+    let stop_signals: SigSet = [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ]
+    .into_iter()
+    .collect();
+    stop_signals
+        .thread_block()
+        .map_err(|e| format!("cannot block signals: {e}"))?;
+    match sys::fork_single_threaded()
+        .map_err(|e| format!("cannot fork the sandbox's PID 1: {e}"))?
+    {
         Forked::Parent(pid1) => mirror_exit(pid1),
         Forked::Child => pid1(spec, native, layers),
     }
@@ -63,7 +85,8 @@ fn enter_namespaces(new_net: bool) -> Result<(), String> {
 }
 
 fn write_proc_self(file: &str, contents: &str) -> Result<(), String> {
-    std::fs::write(format!("/proc/self/{file}"), contents).map_err(|e| format!("cannot write {contents:?} to /proc/self/{file}: {e}"))
+    std::fs::write(format!("/proc/self/{file}"), contents)
+        .map_err(|e| format!("cannot write {contents:?} to /proc/self/{file}: {e}"))
 }
 
 /// Waits for PID 1 and exits with its status; PID 1 reports the program's own status itself.
@@ -95,18 +118,23 @@ fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
 /// Every confinement step of PID 1, in the only order that works: mounts need capabilities,
 /// Landlock and seccomp need no_new_privs, and seccomp would forbid the earlier steps.
 fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Result<(), String> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
     let report = rootfs::enter(&native.rootfs).map_err(|e| e.to_string())?;
     // Absent optional host paths (e.g. /lib32) are normal; a /proc file that exists but could
     // not be masked is a weaker sandbox and must be said.
     for path in report.unprotected {
-        send_setup(&SetupMessage::Warning(format!("{} could not be masked or made read-only", path.display())));
+        send_setup(&SetupMessage::Warning(format!(
+            "{} could not be masked or made read-only",
+            path.display()
+        )));
     }
     layers.extend([Layer::Rootfs, Layer::Workdir]);
     if matches!(native.rootfs.workdir, Workdir::Tmpfs { .. }) {
         layers.push(Layer::DiskQuota);
     }
-    nix::unistd::sethostname(&native.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
+    nix::unistd::sethostname(&native.hostname)
+        .map_err(|e| format!("cannot set the hostname: {e}"))?;
     apply_landlock(native, layers);
     caps::set_no_new_privs().map_err(|e| e.to_string())?;
     layers.push(Layer::NoNewPrivs);
@@ -132,10 +160,15 @@ fn apply_landlock(native: &NativeSpec, layers: &mut Vec<Layer>) {
                 layers.push(Layer::LandlockScope);
             }
             if report.filesystem == Enforcement::Partial {
-                send_setup(&SetupMessage::Warning(format!("landlock ABI {} enforces only part of the filesystem rules", report.abi)));
+                send_setup(&SetupMessage::Warning(format!(
+                    "landlock ABI {} enforces only part of the filesystem rules",
+                    report.abi
+                )));
             }
         }
-        Err(error) => send_setup(&SetupMessage::Warning(format!("landlock not applied: {error}"))),
+        Err(error) => send_setup(&SetupMessage::Warning(format!(
+            "landlock not applied: {error}"
+        ))),
     }
 }
 

@@ -47,8 +47,10 @@ struct Watch<'a> {
 }
 
 pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcome, String> {
-    let (setup_read, setup_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(|e| format!("pipe: {e}"))?;
+    let (setup_read, setup_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+        .map_err(|e| format!("pipe: {e}"))?;
     let start = Instant::now();
     let child = fork_child(spec, run, &setup_write, &report_write)?;
     drop((setup_write, report_write));
@@ -65,7 +67,11 @@ pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcom
 /// The program's output pipes must close once its process tree is gone, so the init keeps
 /// no copy of them.
 fn silence_stdio() {
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
         use std::os::fd::AsRawFd;
         for fd in 0..=2 {
             let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
@@ -74,7 +80,13 @@ fn silence_stdio() {
 }
 
 impl<'a> Watch<'a> {
-    fn new(spec: &'a InitSpec, run: &'a PreparedRun, child: Pid, start: Instant, setup: OwnedFd) -> Watch<'a> {
+    fn new(
+        spec: &'a InitSpec,
+        run: &'a PreparedRun,
+        child: Pid,
+        start: Instant,
+        setup: OwnedFd,
+    ) -> Watch<'a> {
         let mut warnings: Vec<String> = run.cgroup_warning.iter().cloned().collect();
         if matches!(spec.confinement, Confinement::Tier0) {
             warnings.push("backend none: Tier 0 only, the program can read the host filesystem and use the network".into());
@@ -146,7 +158,11 @@ impl<'a> Watch<'a> {
             // Already past the kill time: poll briefly while the tree dies.
             return 10;
         }
-        deadline.saturating_duration_since(now).as_millis().min(60_000) as u64 + 1
+        deadline
+            .saturating_duration_since(now)
+            .as_millis()
+            .min(60_000) as u64
+            + 1
     }
 
     fn reap(&mut self) {
@@ -160,7 +176,8 @@ impl<'a> Watch<'a> {
     }
 
     fn read_control(&mut self) {
-        let mut control = std::mem::ManuallyDrop::new(std::fs::File::from(sys::adopt_fd(CONTROL_FD)));
+        let mut control =
+            std::mem::ManuallyDrop::new(std::fs::File::from(sys::adopt_fd(CONTROL_FD)));
         let mut buffer = [0u8; 256];
         match control.read(&mut buffer) {
             Ok(0) | Err(_) => {
@@ -178,7 +195,9 @@ impl<'a> Watch<'a> {
     }
 
     fn read_setup(&mut self) {
-        let Some(pipe) = self.setup_pipe.as_mut() else { return };
+        let Some(pipe) = self.setup_pipe.as_mut() else {
+            return;
+        };
         let mut chunk = [0u8; 4096];
         match pipe.read(&mut chunk) {
             Ok(0) | Err(_) => {
@@ -199,7 +218,9 @@ impl<'a> Watch<'a> {
                 Ok(SetupMessage::Layers(layers)) => self.layers.extend(layers),
                 Ok(SetupMessage::Warning(warning)) => self.warnings.push(warning),
                 Ok(SetupMessage::Error(error)) => self.setup_error = Some(error),
-                Err(_) => self.setup_error = Some("the sandbox setup sent a malformed message".into()),
+                Err(_) => {
+                    self.setup_error = Some("the sandbox setup sent a malformed message".into())
+                }
             }
         }
         if self.layers.is_empty() && self.setup_error.is_none() {
@@ -211,7 +232,11 @@ impl<'a> Watch<'a> {
         self.layers.sort();
         self.layers.dedup();
         let workdir = self.spec.workdir.clone();
-        send_event(&InitEvent::Started { layers: self.layers.clone(), warnings: self.warnings.clone(), workdir });
+        send_event(&InitEvent::Started {
+            layers: self.layers.clone(),
+            warnings: self.warnings.clone(),
+            workdir,
+        });
     }
 
     fn check_clocks(&mut self) {
@@ -241,14 +266,22 @@ impl<'a> Watch<'a> {
         if self.stop.is_some() || self.main.is_some() {
             return;
         }
-        let grace = if cause == StopCause::SupervisorGone { Duration::ZERO } else { self.spec.limits.grace };
+        let grace = if cause == StopCause::SupervisorGone {
+            Duration::ZERO
+        } else {
+            self.spec.limits.grace
+        };
         self.stop = Some((cause, Instant::now() + grace));
         self.signal_tree(Signal::SIGTERM);
     }
 
     fn signal_tree(&self, signal: Signal) {
         if let Some(cgroup) = &self.run.cgroup {
-            let _ = if signal == Signal::SIGKILL { cgroup.kill_all() } else { cgroup.signal_all(signal) };
+            let _ = if signal == Signal::SIGKILL {
+                cgroup.kill_all()
+            } else {
+                cgroup.signal_all(signal)
+            };
         }
         tree::signal_descendants(nix::unistd::getpid(), signal);
     }
@@ -267,7 +300,11 @@ impl<'a> Watch<'a> {
                     Err(_) => break true,
                 }
             };
-            let cgroup_empty = self.run.cgroup.as_ref().is_none_or(|c| c.pids().map(|p| p.is_empty()).unwrap_or(true));
+            let cgroup_empty = self
+                .run
+                .cgroup
+                .as_ref()
+                .is_none_or(|c| c.pids().map(|p| p.is_empty()).unwrap_or(true));
             if (no_children && cgroup_empty) || Instant::now() >= deadline {
                 return;
             }
@@ -276,15 +313,30 @@ impl<'a> Watch<'a> {
     }
 
     fn outcome(&self, report_pipe: OwnedFd) -> Outcome {
-        let usage = self.run.cgroup.as_ref().map(|c| c.usage()).unwrap_or_default();
+        let usage = self
+            .run
+            .cgroup
+            .as_ref()
+            .map(|c| c.usage())
+            .unwrap_or_default();
         let exit = self.program_exit(report_pipe);
         let children = getrusage(UsageWho::RUSAGE_CHILDREN).ok();
-        let millis = |tv: nix::sys::time::TimeVal| (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000;
+        let millis = |tv: nix::sys::time::TimeVal| {
+            (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000
+        };
         let cpu_user_ms = children.map(|u| millis(u.user_time())).unwrap_or(0);
         let cpu_sys_ms = children.map(|u| millis(u.system_time())).unwrap_or(0);
         let max_rss = children.map(|u| u.max_rss() as u64 * 1024);
-        let cpu_used = self.cpu_used().unwrap_or(Duration::from_millis(cpu_user_ms + cpu_sys_ms));
-        let evidence = Evidence { stop: self.stop.map(|(c, _)| c), exit, oom_kills: usage.oom_kills, cpu_used, cpu_limit: self.spec.limits.cpu_time };
+        let cpu_used = self
+            .cpu_used()
+            .unwrap_or(Duration::from_millis(cpu_user_ms + cpu_sys_ms));
+        let evidence = Evidence {
+            stop: self.stop.map(|(c, _)| c),
+            exit,
+            oom_kills: usage.oom_kills,
+            cpu_used,
+            cpu_limit: self.spec.limits.cpu_time,
+        };
         Outcome {
             status: decide_status(&evidence),
             exit_code: exit.exit_code,
@@ -306,11 +358,14 @@ impl<'a> Watch<'a> {
         }
         let hit = match self.spec.confinement {
             Confinement::Native(_) => false,
-            Confinement::Tier0 | Confinement::Wrapped(_) => {
-                any_file_at_least(&[self.spec.workdir.clone(), self.spec.run_dir.join("tmp")], self.spec.limits.file_size_bytes)
-            }
+            Confinement::Tier0 | Confinement::Wrapped(_) => any_file_at_least(
+                &[self.spec.workdir.clone(), self.spec.run_dir.join("tmp")],
+                self.spec.limits.file_size_bytes,
+            ),
         };
-        self.main.map(|status| ExitReport::from_status(status, hit)).unwrap_or_default()
+        self.main
+            .map(|status| ExitReport::from_status(status, hit))
+            .unwrap_or_default()
     }
 }
 
@@ -332,13 +387,17 @@ pub(crate) fn decide_status(e: &Evidence) -> RunStatus {
         Some(StopCause::Timeout) => return RunStatus::Timeout,
         Some(StopCause::CpuLimit) => return RunStatus::CpuLimit,
         Some(StopCause::Requested(StopReason::OutputLimit)) => return RunStatus::OutputLimit,
-        Some(StopCause::Requested(StopReason::Cancelled)) | Some(StopCause::SupervisorGone) => return RunStatus::Cancelled,
+        Some(StopCause::Requested(StopReason::Cancelled)) | Some(StopCause::SupervisorGone) => {
+            return RunStatus::Cancelled
+        }
         None => {}
     }
     let signal = e.exit.signal;
     if e.oom_kills > 0 {
         RunStatus::MemoryLimit
-    } else if signal == Some(Signal::SIGXCPU as i32) || (signal == Some(SIGKILL) && e.cpu_used >= e.cpu_limit) {
+    } else if signal == Some(Signal::SIGXCPU as i32)
+        || (signal == Some(SIGKILL) && e.cpu_used >= e.cpu_limit)
+    {
         RunStatus::CpuLimit
     } else if signal == Some(Signal::SIGXFSZ as i32) || e.exit.file_size_hit {
         RunStatus::FileSizeLimit
@@ -354,12 +413,21 @@ mod tests {
     use super::*;
 
     fn evidence(exit: ExitReport) -> Evidence {
-        Evidence { stop: None, exit, oom_kills: 0, cpu_used: Duration::ZERO, cpu_limit: Duration::from_secs(10) }
+        Evidence {
+            stop: None,
+            exit,
+            oom_kills: 0,
+            cpu_used: Duration::ZERO,
+            cpu_limit: Duration::from_secs(10),
+        }
     }
 
     #[test]
     fn stop_reasons_win_over_exit_details() {
-        let mut e = evidence(ExitReport { signal: Some(15), ..Default::default() });
+        let mut e = evidence(ExitReport {
+            signal: Some(15),
+            ..Default::default()
+        });
         e.stop = Some(StopCause::Timeout);
         assert_eq!(decide_status(&e), RunStatus::Timeout);
         e.stop = Some(StopCause::Requested(StopReason::OutputLimit));
@@ -368,18 +436,40 @@ mod tests {
 
     #[test]
     fn limit_evidence_maps_to_limit_statuses() {
-        let mut e = evidence(ExitReport { signal: Some(9), ..Default::default() });
+        let mut e = evidence(ExitReport {
+            signal: Some(9),
+            ..Default::default()
+        });
         e.oom_kills = 1;
         assert_eq!(decide_status(&e), RunStatus::MemoryLimit);
-        let e = evidence(ExitReport { signal: Some(Signal::SIGXCPU as i32), ..Default::default() });
+        let e = evidence(ExitReport {
+            signal: Some(Signal::SIGXCPU as i32),
+            ..Default::default()
+        });
         assert_eq!(decide_status(&e), RunStatus::CpuLimit);
-        let e = evidence(ExitReport { exit_code: Some(1), file_size_hit: true, ..Default::default() });
+        let e = evidence(ExitReport {
+            exit_code: Some(1),
+            file_size_hit: true,
+            ..Default::default()
+        });
         assert_eq!(decide_status(&e), RunStatus::FileSizeLimit);
     }
 
     #[test]
     fn plain_endings_stay_plain() {
-        assert_eq!(decide_status(&evidence(ExitReport { exit_code: Some(3), ..Default::default() })), RunStatus::Exited);
-        assert_eq!(decide_status(&evidence(ExitReport { signal: Some(11), ..Default::default() })), RunStatus::Signaled);
+        assert_eq!(
+            decide_status(&evidence(ExitReport {
+                exit_code: Some(3),
+                ..Default::default()
+            })),
+            RunStatus::Exited
+        );
+        assert_eq!(
+            decide_status(&evidence(ExitReport {
+                signal: Some(11),
+                ..Default::default()
+            })),
+            RunStatus::Signaled
+        );
     }
 }

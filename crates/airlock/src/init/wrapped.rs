@@ -13,7 +13,11 @@ use crate::linux::sys;
 use crate::sandbox::seccomp;
 use crate::spec::{InitSpec, WrapSpec};
 
-pub(super) fn exec(spec: &InitSpec, wrap: &WrapSpec, mut layers: Vec<Layer>) -> Result<Infallible, String> {
+pub(super) fn exec(
+    spec: &InitSpec,
+    wrap: &WrapSpec,
+    mut layers: Vec<Layer>,
+) -> Result<Infallible, String> {
     if wrap.no_new_privs {
         nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
         layers.push(Layer::NoNewPrivs);
@@ -22,23 +26,41 @@ pub(super) fn exec(spec: &InitSpec, wrap: &WrapSpec, mut layers: Vec<Layer>) -> 
     layers.extend(wrap.layers.iter().copied());
     let mut argv = wrap.tool_argv.clone();
     argv.extend(spec.argv.iter().cloned());
-    let tool = wrap.tool_argv.first().ok_or("the wrapper has an empty command line")?;
-    let placed: Vec<(i32, i32)> = filters.iter().map(|fd| fd.as_raw_fd()).zip(wrap.seccomp_fds.iter().copied()).collect();
+    let tool = wrap
+        .tool_argv
+        .first()
+        .ok_or("the wrapper has an empty command line")?;
+    let placed: Vec<(i32, i32)> = filters
+        .iter()
+        .map(|fd| fd.as_raw_fd())
+        .zip(wrap.seccomp_fds.iter().copied())
+        .collect();
     finish_and_exec_with(spec, layers, || {
-        sys::place_fds_inheritable(&placed).map_err(|e| format!("cannot pass the seccomp filters to {tool}: {e}"))?;
+        sys::place_fds_inheritable(&placed)
+            .map_err(|e| format!("cannot pass the seccomp filters to {tool}: {e}"))?;
         Ok((Path::new(tool).to_path_buf(), argv.clone()))
     })
 }
 
 /// Our seccomp filters as raw `struct sock_filter` arrays in memfds, for `--add-seccomp-fd`.
 fn seccomp_descriptors(wrap: &WrapSpec) -> Result<Vec<OwnedFd>, String> {
-    let Some(config) = &wrap.seccomp else { return Ok(Vec::new()) };
+    let Some(config) = &wrap.seccomp else {
+        return Ok(Vec::new());
+    };
     let programs = seccomp::build_filters(config).map_err(|e| e.to_string())?;
-    programs.iter().take(wrap.seccomp_fds.len()).map(|program| filter_memfd(program)).collect()
+    programs
+        .iter()
+        .take(wrap.seccomp_fds.len())
+        .map(filter_memfd)
+        .collect()
 }
 
 fn filter_memfd(program: &seccompiler::BpfProgram) -> Result<OwnedFd, String> {
-    let fd = nix::sys::memfd::memfd_create(c"airlock-seccomp", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).map_err(|e| format!("memfd_create: {e}"))?;
+    let fd = nix::sys::memfd::memfd_create(
+        c"airlock-seccomp",
+        nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC,
+    )
+    .map_err(|e| format!("memfd_create: {e}"))?;
     let mut file = std::fs::File::from(fd);
     let mut bytes = Vec::with_capacity(program.len() * 8);
     for insn in program {
@@ -47,7 +69,9 @@ fn filter_memfd(program: &seccompiler::BpfProgram) -> Result<OwnedFd, String> {
         bytes.push(insn.jf);
         bytes.extend_from_slice(&insn.k.to_ne_bytes());
     }
-    file.write_all(&bytes).map_err(|e| format!("cannot write the seccomp filter: {e}"))?;
-    nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekSet).map_err(|e| format!("lseek: {e}"))?;
+    file.write_all(&bytes)
+        .map_err(|e| format!("cannot write the seccomp filter: {e}"))?;
+    nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekSet)
+        .map_err(|e| format!("lseek: {e}"))?;
     Ok(OwnedFd::from(file))
 }

@@ -67,7 +67,12 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 pub fn cloexec_from(first: RawFd) -> io::Result<()> {
     // SAFETY: close_range only changes descriptor flags; it dereferences no memory.
     let ret = unsafe {
-        libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC)
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
     };
     if ret < 0 {
         return Err(io::Error::last_os_error());
@@ -79,7 +84,14 @@ pub fn cloexec_from(first: RawFd) -> io::Result<()> {
 pub fn close_from(first: RawFd) -> io::Result<()> {
     // SAFETY: close_range only closes descriptors; none of them is owned by Rust code that
     // will use it afterwards (the init calls this right after fork, before touching files).
-    let ret = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, 0) };
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            0,
+        )
+    };
     if ret < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -103,7 +115,14 @@ pub fn set_controlling_tty(fd: RawFd) -> io::Result<()> {
 pub fn c_strings(items: &[String]) -> io::Result<Vec<CString>> {
     items
         .iter()
-        .map(|s| CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{s:?} contains a NUL byte"))))
+        .map(|s| {
+            CString::new(s.as_bytes()).map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{s:?} contains a NUL byte"),
+                )
+            })
+        })
         .collect()
 }
 
@@ -141,7 +160,9 @@ pub fn place_fds(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
     let mut moved = Vec::with_capacity(pairs.len());
     for (source, _) in pairs {
         // SAFETY: fcntl(F_DUPFD_CLOEXEC) only duplicates a descriptor.
-        moved.push(check(unsafe { libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64) })?);
+        moved.push(check(unsafe {
+            libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64)
+        })?);
     }
     for (moved_fd, (_, target)) in moved.iter().zip(pairs) {
         // SAFETY: dup3 only manipulates descriptors; O_CLOEXEC keeps them from the program.
@@ -163,7 +184,9 @@ pub fn place_fds_inheritable(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
     let mut moved = Vec::with_capacity(pairs.len());
     for (source, _) in pairs {
         // SAFETY: fcntl(F_DUPFD_CLOEXEC) only duplicates a descriptor.
-        moved.push(check(unsafe { libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64) })?);
+        moved.push(check(unsafe {
+            libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64)
+        })?);
     }
     for (moved_fd, (_, target)) in moved.iter().zip(pairs) {
         // SAFETY: dup2 only manipulates descriptors; the target loses close-on-exec on purpose.

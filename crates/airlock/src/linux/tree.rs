@@ -50,7 +50,10 @@ pub fn descendants_in(parents: &HashMap<i32, i32>, root: i32) -> Vec<i32> {
 /// Sends `signal` to every live descendant of `root`; returns how many were signalled.
 pub fn signal_descendants(root: Pid, signal: Signal) -> usize {
     let targets = descendants_in(&process_parents(), root.as_raw());
-    targets.iter().filter(|&&pid| kill(Pid::from_raw(pid), signal).is_ok()).count()
+    targets
+        .iter()
+        .filter(|&&pid| kill(Pid::from_raw(pid), signal).is_ok())
+        .count()
 }
 
 #[cfg(test)]

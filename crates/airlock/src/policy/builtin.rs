@@ -29,7 +29,8 @@ pub fn builtin(name: &str) -> Option<Policy> {
 
 fn untrusted() -> Policy {
     // The shipped file is complete; a unit test proves it parses into a full policy.
-    toml::from_str(UNTRUSTED).unwrap_or_else(|e| panic!("built-in profile untrusted is invalid: {e}"))
+    toml::from_str(UNTRUSTED)
+        .unwrap_or_else(|e| panic!("built-in profile untrusted is invalid: {e}"))
 }
 
 /// Applies a named resource tier's limits to a policy.

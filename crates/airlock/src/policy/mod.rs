@@ -164,19 +164,64 @@ impl Policy {
     /// Checks every value for sanity; the error names the key, the value and the fix.
     pub fn validate(&self) -> Result<(), InvalidValue> {
         let l = &self.limits;
-        check(l.memory.0 >= 16 << 20, "limits.memory", &l.memory, "at least 16MiB: interpreters need that much to start")?;
-        check(!l.wall_time.0.is_zero(), "limits.wall_time", &l.wall_time, "a duration above zero, e.g. 30s")?;
-        check(!l.cpu_time.0.is_zero(), "limits.cpu_time", &l.cpu_time, "a duration above zero, e.g. 10s")?;
-        check(l.processes >= 1, "limits.processes", &l.processes, "at least 1")?;
-        check(l.open_files >= 16, "limits.open_files", &l.open_files, "at least 16: stdio and an interpreter need that many")?;
+        check(
+            l.memory.0 >= 16 << 20,
+            "limits.memory",
+            &l.memory,
+            "at least 16MiB: interpreters need that much to start",
+        )?;
+        check(
+            !l.wall_time.0.is_zero(),
+            "limits.wall_time",
+            &l.wall_time,
+            "a duration above zero, e.g. 30s",
+        )?;
+        check(
+            !l.cpu_time.0.is_zero(),
+            "limits.cpu_time",
+            &l.cpu_time,
+            "a duration above zero, e.g. 10s",
+        )?;
+        check(
+            l.processes >= 1,
+            "limits.processes",
+            &l.processes,
+            "at least 1",
+        )?;
+        check(
+            l.open_files >= 16,
+            "limits.open_files",
+            &l.open_files,
+            "at least 16: stdio and an interpreter need that many",
+        )?;
         check(l.files >= 16, "limits.files", &l.files, "at least 16")?;
         check(l.disk.0 >= 1 << 20, "limits.disk", &l.disk, "at least 1MiB")?;
-        check(l.cpus >= 0.0 && l.cpus.is_finite(), "limits.cpus", &l.cpus, "a number of cores >= 0, e.g. 0.5 (0 = no quota)")?;
-        for path in self.filesystem.read_only.iter().chain(&self.filesystem.read_write) {
-            check(path.is_absolute(), "filesystem paths", &path.display(), "absolute paths (start with /)")?;
+        check(
+            l.cpus >= 0.0 && l.cpus.is_finite(),
+            "limits.cpus",
+            &l.cpus,
+            "a number of cores >= 0, e.g. 0.5 (0 = no quota)",
+        )?;
+        for path in self
+            .filesystem
+            .read_only
+            .iter()
+            .chain(&self.filesystem.read_write)
+        {
+            check(
+                path.is_absolute(),
+                "filesystem paths",
+                &path.display(),
+                "absolute paths (start with /)",
+            )?;
         }
         for name in self.env.pass.iter().chain(self.env.set.keys()) {
-            check(valid_env_name(name), "env", name, "a variable name without '=' or NUL")?;
+            check(
+                valid_env_name(name),
+                "env",
+                name,
+                "a variable name without '=' or NUL",
+            )?;
         }
         Ok(())
     }
@@ -196,9 +241,18 @@ fn valid_env_name(name: &str) -> bool {
     !name.is_empty() && !name.contains('=') && !name.contains('\0')
 }
 
-fn check(ok: bool, key: &'static str, value: &dyn std::fmt::Display, allowed: &str) -> Result<(), InvalidValue> {
+fn check(
+    ok: bool,
+    key: &'static str,
+    value: &dyn std::fmt::Display,
+    allowed: &str,
+) -> Result<(), InvalidValue> {
     if ok {
         return Ok(());
     }
-    Err(InvalidValue { key, value: value.to_string(), allowed: allowed.to_string() })
+    Err(InvalidValue {
+        key,
+        value: value.to_string(),
+        allowed: allowed.to_string(),
+    })
 }

@@ -91,30 +91,50 @@ pub fn parse_profile(text: &str, origin: &str) -> Result<ProfileFile, PolicyErro
 pub fn load_profile(name_or_path: &str) -> Result<Policy, PolicyError> {
     let mut chain = Vec::new();
     let policy = resolve(name_or_path, None, &mut chain)?;
-    policy.validate().map_err(|source| PolicyError::Invalid { origin: name_or_path.to_string(), source })?;
+    policy.validate().map_err(|source| PolicyError::Invalid {
+        origin: name_or_path.to_string(),
+        problem: source,
+    })?;
     Ok(policy)
 }
 
-fn resolve(reference: &str, relative_to: Option<&Path>, chain: &mut Vec<String>) -> Result<Policy, PolicyError> {
+fn resolve(
+    reference: &str,
+    relative_to: Option<&Path>,
+    chain: &mut Vec<String>,
+) -> Result<Policy, PolicyError> {
     if let Some(policy) = builtin(reference) {
         return Ok(policy);
     }
     if !looks_like_path(reference) {
-        return Err(PolicyError::UnknownProfile { name: reference.to_string() });
+        return Err(PolicyError::UnknownProfile {
+            name: reference.to_string(),
+        });
     }
     let path = match relative_to {
         Some(dir) if Path::new(reference).is_relative() => dir.join(reference),
         _ => PathBuf::from(reference),
     };
-    let origin = path.display().to_string();
+    let origin = std::fs::canonicalize(&path)
+        .unwrap_or_else(|_| path.clone())
+        .display()
+        .to_string();
     if chain.contains(&origin) {
         chain.push(origin);
-        return Err(PolicyError::ExtendsCycle { chain: chain.join(" -> ") });
+        return Err(PolicyError::ExtendsCycle {
+            chain: chain.join(" -> "),
+        });
     }
     chain.push(origin.clone());
-    let text = std::fs::read_to_string(&path).map_err(|source| PolicyError::Read { path: path.clone(), source })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| PolicyError::Read {
+        path: path.clone(),
+        cause: source,
+    })?;
     let file = parse_profile(&text, &origin)?;
-    let base_name = file.extends.clone().unwrap_or_else(|| "untrusted".to_string());
+    let base_name = file
+        .extends
+        .clone()
+        .unwrap_or_else(|| "untrusted".to_string());
     let base = resolve(&base_name, path.parent(), chain)?;
     Ok(apply(base, file))
 }
@@ -131,8 +151,14 @@ pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
         policy.min_isolation = file.min_isolation;
     }
     if let Some(fs) = file.filesystem {
-        policy.filesystem.read_only.extend(fs.read_only.unwrap_or_default());
-        policy.filesystem.read_write.extend(fs.read_write.unwrap_or_default());
+        policy
+            .filesystem
+            .read_only
+            .extend(fs.read_only.unwrap_or_default());
+        policy
+            .filesystem
+            .read_write
+            .extend(fs.read_write.unwrap_or_default());
         if fs.workdir.is_some() {
             policy.filesystem.workdir = fs.workdir;
         }

@@ -17,7 +17,8 @@ pub struct Seconds(pub Duration);
 
 const SIZE_HELP: &str =
     "expected a byte size such as 512MiB, 10MB, 1.5GiB or a plain number of bytes";
-const DURATION_HELP: &str = "expected a duration such as 90s, 2m, 1500ms or a plain number of seconds";
+const DURATION_HELP: &str =
+    "expected a duration such as 90s, 2m, 1500ms or a plain number of seconds";
 
 impl FromStr for ByteSize {
     type Err = String;
@@ -49,9 +50,14 @@ impl FromStr for Seconds {
 
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+        const UNITS: [(&str, u64); 4] = [
+            ("TiB", 1 << 40),
+            ("GiB", 1 << 30),
+            ("MiB", 1 << 20),
+            ("KiB", 1 << 10),
+        ];
         for (unit, scale) in UNITS {
-            if self.0 >= scale && self.0 % scale == 0 {
+            if self.0 >= scale && self.0.is_multiple_of(scale) {
                 return write!(f, "{}{unit}", self.0 / scale);
             }
         }
@@ -62,7 +68,7 @@ impl fmt::Display for ByteSize {
 impl fmt::Display for Seconds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let millis = self.0.as_millis();
-        if millis % 1000 == 0 {
+        if millis.is_multiple_of(1000) {
             write!(f, "{}s", millis / 1000)
         } else {
             write!(f, "{millis}ms")
@@ -97,7 +103,10 @@ impl<T: FromStr<Err = String>> Visitor<'_> for UnitVisitor<T> {
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
         if v < 0 {
-            return Err(E::custom(format!("invalid value {v}: must not be negative; {}", self.1)));
+            return Err(E::custom(format!(
+                "invalid value {v}: must not be negative; {}",
+                self.1
+            )));
         }
         v.to_string().parse().map_err(E::custom)
     }
@@ -144,9 +153,18 @@ mod tests {
 
     #[test]
     fn durations_accept_units_and_plain_seconds() {
-        assert_eq!("90s".parse::<Seconds>(), Ok(Seconds(Duration::from_secs(90))));
-        assert_eq!("2m".parse::<Seconds>(), Ok(Seconds(Duration::from_secs(120))));
-        assert_eq!("1.5".parse::<Seconds>(), Ok(Seconds(Duration::from_millis(1500))));
+        assert_eq!(
+            "90s".parse::<Seconds>(),
+            Ok(Seconds(Duration::from_secs(90)))
+        );
+        assert_eq!(
+            "2m".parse::<Seconds>(),
+            Ok(Seconds(Duration::from_secs(120)))
+        );
+        assert_eq!(
+            "1.5".parse::<Seconds>(),
+            Ok(Seconds(Duration::from_millis(1500)))
+        );
         assert_eq!(Seconds(Duration::from_millis(1500)).to_string(), "1500ms");
         assert!("soon".parse::<Seconds>().unwrap_err().contains("90s"));
     }

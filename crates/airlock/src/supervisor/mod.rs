@@ -25,7 +25,9 @@ use crate::linux::sys;
 use crate::policy::{BackendChoice, OutputLimitAction, Policy};
 use crate::result::{RunResult, RunStatus};
 use crate::sandbox::cgroup::{CgroupConfig, CgroupLimits};
-use crate::spec::{CgroupRequest, Credentials, InitEvent, InitSpec, Outcome, SpecLimits, StopReason};
+use crate::spec::{
+    CgroupRequest, Credentials, InitEvent, InitSpec, Outcome, SpecLimits, StopReason,
+};
 
 /// How the sandbox itself is set up, as opposed to what the program may do (the policy).
 #[derive(Debug, Clone, Default)]
@@ -214,7 +216,9 @@ struct Prepared {
 impl Prepared {
     fn new(command: &Command) -> Result<Prepared, Error> {
         if command.argv.iter().any(|a| a.contains('\0')) {
-            return Err(Error::Command("arguments must not contain NUL bytes".into()));
+            return Err(Error::Command(
+                "arguments must not contain NUL bytes".into(),
+            ));
         }
         let sandbox = &command.sandbox;
         let policy = &sandbox.policy;
@@ -225,19 +229,35 @@ impl Prepared {
         let backend = backend::select(policy)?;
         let mut warnings = Vec::new();
         let require = required_layers(policy);
-        check_degradation(&require, backend.as_ref(), options.allow_degraded, &mut warnings)?;
+        check_degradation(
+            &require,
+            backend.as_ref(),
+            options.allow_degraded,
+            &mut warnings,
+        )?;
         let run_id = new_run_id();
         let run_dir = runtime_dir(options.runtime_dir.as_deref())?.join(&run_id);
         let (workdir, fresh) = match &policy.filesystem.workdir {
             Some(dir) => (prepare_callers_workdir(dir)?, false),
             None => (run_dir.join("work"), true),
         };
-        let ctx = PlanContext { policy, workdir: &workdir, fresh_workdir: fresh, keep: command.keep, tty: command.tty };
+        let ctx = PlanContext {
+            policy,
+            workdir: &workdir,
+            fresh_workdir: fresh,
+            keep: command.keep,
+            tty: command.tty,
+        };
         let confinement = backend.plan(&ctx)?;
         let tier0 = matches!(confinement, crate::spec::Confinement::Tier0);
         let spec = InitSpec {
             argv: command.argv.clone(),
-            env: program_env(policy, &command.env, &workdir, tier0.then(|| run_dir.join("tmp"))),
+            env: program_env(
+                policy,
+                &command.env,
+                &workdir,
+                tier0.then(|| run_dir.join("tmp")),
+            ),
             run_dir,
             workdir,
             workdir_is_callers: !fresh,
@@ -250,7 +270,11 @@ impl Prepared {
             allow_degraded: options.allow_degraded,
             tty: command.tty,
         };
-        Ok(Prepared { backend, spec, warnings })
+        Ok(Prepared {
+            backend,
+            spec,
+            warnings,
+        })
     }
 }
 
@@ -265,31 +289,60 @@ fn required_layers(policy: &Policy) -> Vec<Layer> {
     require
 }
 
-fn check_degradation(require: &[Layer], backend: &dyn Backend, allow: bool, warnings: &mut Vec<String>) -> Result<(), Error> {
+fn check_degradation(
+    require: &[Layer],
+    backend: &dyn Backend,
+    allow: bool,
+    warnings: &mut Vec<String>,
+) -> Result<(), Error> {
     let probe = backend.probe();
-    let mut missing: Vec<Layer> = require.iter().copied().filter(|l| !probe.layers.contains(l)).collect();
+    let mut missing: Vec<Layer> = require
+        .iter()
+        .copied()
+        .filter(|l| !probe.layers.contains(l))
+        .collect();
     missing.retain(|l| *l != Layer::Cgroup);
     if missing.is_empty() {
         return Ok(());
     }
-    let reason = if probe.problems.is_empty() { format!("backend {} does not provide them", backend.name()) } else { probe.problems.join("; ") };
+    let reason = if probe.problems.is_empty() {
+        format!("backend {} does not provide them", backend.name())
+    } else {
+        probe.problems.join("; ")
+    };
     if !allow {
         return Err(Error::Degraded { missing, reason });
     }
-    let names: Vec<String> = missing.iter().map(|l| crate::result::layer_name(*l)).collect();
-    warnings.push(format!("degraded: running without {} ({reason})", names.join(", ")));
+    let names: Vec<String> = missing
+        .iter()
+        .map(|l| crate::result::layer_name(*l))
+        .collect();
+    warnings.push(format!(
+        "degraded: running without {} ({reason})",
+        names.join(", ")
+    ));
     Ok(())
 }
 
 fn prepare_callers_workdir(dir: &Path) -> Result<PathBuf, Error> {
-    let absolute = std::path::absolute(dir).map_err(|e| Error::io(format!("cannot resolve workdir {}", dir.display()), e))?;
+    let absolute = std::path::absolute(dir)
+        .map_err(|e| Error::io(format!("cannot resolve workdir {}", dir.display()), e))?;
     if !absolute.is_dir() {
-        return Err(Error::BadPath { what: "workdir", path: absolute, reason: "is not an existing directory; create it first".into() });
+        return Err(Error::BadPath {
+            what: "workdir",
+            path: absolute,
+            reason: "is not an existing directory; create it first".into(),
+        });
     }
     Ok(absolute)
 }
 
-fn program_env(policy: &Policy, extra: &[(String, String)], workdir: &Path, tmpdir: Option<PathBuf>) -> Vec<(String, String)> {
+fn program_env(
+    policy: &Policy,
+    extra: &[(String, String)],
+    workdir: &Path,
+    tmpdir: Option<PathBuf>,
+) -> Vec<(String, String)> {
     let mut env = std::collections::BTreeMap::new();
     env.insert("HOME".to_string(), workdir.display().to_string());
     if let Some(tmp) = tmpdir {
@@ -322,10 +375,17 @@ fn spec_limits(policy: &Policy) -> SpecLimits {
 }
 
 fn credentials(policy: &Policy) -> Option<Credentials> {
-    (nix::unistd::geteuid().is_root() && policy.user.drop_root).then_some(Credentials { uid: policy.user.uid, gid: policy.user.gid })
+    (nix::unistd::geteuid().is_root() && policy.user.drop_root).then_some(Credentials {
+        uid: policy.user.uid,
+        gid: policy.user.gid,
+    })
 }
 
-fn cgroup_request(policy: &Policy, options: &SandboxOptions, run_id: &str) -> Option<CgroupRequest> {
+fn cgroup_request(
+    policy: &Policy,
+    options: &SandboxOptions,
+    run_id: &str,
+) -> Option<CgroupRequest> {
     if options.no_cgroup {
         return None;
     }
@@ -335,7 +395,11 @@ fn cgroup_request(policy: &Policy, options: &SandboxOptions, run_id: &str) -> Op
         pids: Some(l.processes),
         cpu_millicores: (l.cpus > 0.0).then(|| (l.cpus * 1000.0).round() as u64),
     };
-    Some(CgroupRequest { config: options.cgroup.clone().unwrap_or_default(), run_id: run_id.to_string(), limits })
+    Some(CgroupRequest {
+        config: options.cgroup.clone().unwrap_or_default(),
+        run_id: run_id.to_string(),
+        limits,
+    })
 }
 
 /// A running program.
@@ -376,7 +440,11 @@ fn send_stop(control: &Mutex<std::fs::File>, reason: StopReason) {
 }
 
 fn launch(command: Command, prepared: Prepared) -> Result<RunHandle, Error> {
-    let Prepared { backend, spec, warnings } = prepared;
+    let Prepared {
+        backend,
+        spec,
+        warnings,
+    } = prepared;
     let policy = &command.sandbox.policy;
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
@@ -400,8 +468,17 @@ fn launch(command: Command, prepared: Prepared) -> Result<RunHandle, Error> {
         }
         None => Stdio::inherit(),
     });
-    sys::map_fds_on_spawn(&mut init, [(control_read.as_raw_fd(), crate::init::CONTROL_FD), (events_write.as_raw_fd(), crate::init::EVENTS_FD)]);
-    let mut child = init.spawn().map_err(|source| Error::Spawn { program: program.clone(), source })?;
+    sys::map_fds_on_spawn(
+        &mut init,
+        [
+            (control_read.as_raw_fd(), crate::init::CONTROL_FD),
+            (events_write.as_raw_fd(), crate::init::EVENTS_FD),
+        ],
+    );
+    let mut child = init.spawn().map_err(|source| Error::Spawn {
+        program: program.clone(),
+        cause: source,
+    })?;
     drop((control_read, events_write, init));
     let mut control = std::fs::File::from(control_write);
     if let Err(e) = write_spec(&mut control, &spec) {
@@ -439,8 +516,18 @@ fn launch(command: Command, prepared: Prepared) -> Result<RunHandle, Error> {
             })
         })
     };
-    let stdout_reader = reader(out_pipes.0, command.stdout, StreamKind::Stdout, policy.limits.stdout.0);
-    let stderr_reader = reader(out_pipes.1, command.stderr, StreamKind::Stderr, policy.limits.stderr.0);
+    let stdout_reader = reader(
+        out_pipes.0,
+        command.stdout,
+        StreamKind::Stdout,
+        policy.limits.stdout.0,
+    );
+    let stderr_reader = reader(
+        out_pipes.1,
+        command.stderr,
+        StreamKind::Stderr,
+        policy.limits.stderr.0,
+    );
     let events_reader = spawn_event_reader(events_read, event_tx);
     Ok(RunHandle {
         init: child,
@@ -453,13 +540,17 @@ fn launch(command: Command, prepared: Prepared) -> Result<RunHandle, Error> {
         backend: backend.name().to_string(),
         warnings,
         start: Instant::now(),
-        capture: (command.stdout == Sink::Capture, command.stderr == Sink::Capture),
+        capture: (
+            command.stdout == Sink::Capture,
+            command.stderr == Sink::Capture,
+        ),
         keep: command.keep,
     })
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::io("cannot create a pipe", e.into()))
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| Error::io("cannot create a pipe", e.into()))
 }
 
 type PipePair = Option<(OwnedFd, OwnedFd)>;
@@ -491,14 +582,21 @@ fn write_spec(control: &mut std::fs::File, spec: &InitSpec) -> std::io::Result<(
     control.write_all(&body)
 }
 
-fn spawn_event_reader(events: OwnedFd, tx: std::sync::mpsc::Sender<RunEvent>) -> JoinHandle<Vec<InitEvent>> {
+fn spawn_event_reader(
+    events: OwnedFd,
+    tx: std::sync::mpsc::Sender<RunEvent>,
+) -> JoinHandle<Vec<InitEvent>> {
     std::thread::spawn(move || {
         let mut seen = Vec::new();
         for line in BufReader::new(std::fs::File::from(events)).lines() {
             let Ok(line) = line else { break };
-            let Ok(event) = serde_json::from_str::<InitEvent>(&line) else { continue };
+            let Ok(event) = serde_json::from_str::<InitEvent>(&line) else {
+                continue;
+            };
             if let InitEvent::Started { layers, .. } = &event {
-                let _ = tx.send(RunEvent::Started { layers: layers.clone() });
+                let _ = tx.send(RunEvent::Started {
+                    layers: layers.clone(),
+                });
             }
             seen.push(event);
         }
@@ -519,7 +617,9 @@ impl RunHandle {
 
     /// A cancel handle that can move to another thread.
     pub fn canceller(&self) -> Canceller {
-        Canceller { control: Arc::clone(&self.control) }
+        Canceller {
+            control: Arc::clone(&self.control),
+        }
     }
 
     /// The pid of the init process watching this run.
@@ -529,14 +629,18 @@ impl RunHandle {
 
     /// Waits for the run to end and everything it started to be gone.
     pub fn wait(mut self) -> Result<RunResult, Error> {
-        let join = |h: Option<JoinHandle<Drained>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
+        let join =
+            |h: Option<JoinHandle<Drained>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
         let stdout = join(self.stdout_reader.take());
         let stderr = join(self.stderr_reader.take());
         let events = self.events_reader.join().unwrap_or_default();
         if let Some(writer) = self.stdin_writer.take() {
             let _ = writer.join();
         }
-        let init_status = self.init.wait().map_err(|e| Error::io("cannot wait for the init", e))?;
+        let init_status = self
+            .init
+            .wait()
+            .map_err(|e| Error::io("cannot wait for the init", e))?;
         let wall_ms = self.start.elapsed().as_millis() as u64;
         let mut result = assemble(&events, init_status, &self.backend, wall_ms);
         result.warnings.splice(0..0, self.warnings.clone());
@@ -552,7 +656,12 @@ impl RunHandle {
     }
 }
 
-fn assemble(events: &[InitEvent], init_status: std::process::ExitStatus, backend: &str, wall_ms: u64) -> RunResult {
+fn assemble(
+    events: &[InitEvent],
+    init_status: std::process::ExitStatus,
+    backend: &str,
+    wall_ms: u64,
+) -> RunResult {
     let mut result = RunResult {
         status: RunStatus::SandboxError,
         exit_code: None,
@@ -575,7 +684,11 @@ fn assemble(events: &[InitEvent], init_status: std::process::ExitStatus, backend
     };
     for event in events {
         match event {
-            InitEvent::Started { layers, warnings, workdir } => {
+            InitEvent::Started {
+                layers,
+                warnings,
+                workdir,
+            } => {
                 result.isolation = layers.clone();
                 result.warnings.extend(warnings.iter().cloned());
                 result.workdir = Some(workdir.clone());
@@ -587,7 +700,9 @@ fn assemble(events: &[InitEvent], init_status: std::process::ExitStatus, backend
         }
     }
     if result.status == RunStatus::SandboxError && result.error.is_none() {
-        result.error = Some(format!("the airlock init ended without a report ({init_status})"));
+        result.error = Some(format!(
+            "the airlock init ended without a report ({init_status})"
+        ));
     }
     result
 }

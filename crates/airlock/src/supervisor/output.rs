@@ -38,7 +38,13 @@ pub struct Drained {
 }
 
 /// Reads `source` to EOF under `cap`. `on_overflow` runs once, when the cap is first passed.
-pub fn drain(mut source: impl Read, kind: StreamKind, sink: &OutputSink, cap: u64, mut on_overflow: impl FnMut()) -> Drained {
+pub fn drain(
+    mut source: impl Read,
+    kind: StreamKind,
+    sink: &OutputSink,
+    cap: u64,
+    mut on_overflow: impl FnMut(),
+) -> Drained {
     let mut drained = Drained::default();
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -96,7 +102,13 @@ mod tests {
     fn keeps_up_to_the_cap_and_counts_everything() {
         let mut overflows = 0;
         let data = vec![b'x'; 200_000];
-        let drained = drain(&data[..], StreamKind::Stdout, &OutputSink::Capture, 1000, || overflows += 1);
+        let drained = drain(
+            &data[..],
+            StreamKind::Stdout,
+            &OutputSink::Capture,
+            1000,
+            || overflows += 1,
+        );
         assert_eq!(drained.kept.len(), 1000);
         assert_eq!(drained.total, 200_000);
         assert!(drained.truncated);
@@ -105,7 +117,16 @@ mod tests {
 
     #[test]
     fn output_at_the_cap_is_not_truncated() {
-        let drained = drain(&b"hello"[..], StreamKind::Stderr, &OutputSink::Capture, 5, || panic!("no overflow"));
-        assert_eq!((drained.kept.as_slice(), drained.truncated), (&b"hello"[..], false));
+        let drained = drain(
+            &b"hello"[..],
+            StreamKind::Stderr,
+            &OutputSink::Capture,
+            5,
+            || panic!("no overflow"),
+        );
+        assert_eq!(
+            (drained.kept.as_slice(), drained.truncated),
+            (&b"hello"[..], false)
+        );
     }
 }

@@ -19,10 +19,16 @@ pub fn runtime_dir(configured: Option<&Path>) -> Result<PathBuf, Error> {
             .recursive(true)
             .mode(0o711)
             .create(&dir)
-            .map_err(|e| Error::io(format!("cannot create the runtime directory {}", dir.display()), e))?;
+            .map_err(|e| {
+                Error::io(
+                    format!("cannot create the runtime directory {}", dir.display()),
+                    e,
+                )
+            })?;
         let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711));
     }
-    let meta = std::fs::symlink_metadata(&dir).map_err(|e| Error::io(format!("cannot inspect {}", dir.display()), e))?;
+    let meta = std::fs::symlink_metadata(&dir)
+        .map_err(|e| Error::io(format!("cannot inspect {}", dir.display()), e))?;
     let uid = nix::unistd::geteuid().as_raw();
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
         return Err(Error::BadPath {
@@ -48,7 +54,14 @@ fn default_runtime_dir() -> PathBuf {
 /// A run id unique across processes and time: pid, clock and a counter.
 pub fn new_run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("run-{}-{:x}-{count}", std::process::id(), nanos & 0xffff_ffff_ffff)
+    format!(
+        "run-{}-{:x}-{count}",
+        std::process::id(),
+        nanos & 0xffff_ffff_ffff
+    )
 }

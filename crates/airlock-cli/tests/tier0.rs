@@ -1,0 +1,404 @@
+//! Every Tier-0 promise, proved from inside a run of the real binary, on the Tier-0-only
+//! backend and (where it runs) the default native sandbox.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn modes() -> Vec<(&'static str, &'static [&'static str])> {
+    let mut modes = vec![("tier0", TIER0)];
+    if native_available() {
+        modes.push(("native", NATIVE));
+    } else {
+        eprintln!(
+            "skipping the native mode: the native backend cannot run here (see `airlock doctor`)"
+        );
+    }
+    modes
+}
+
+#[test]
+fn parent_secrets_in_the_environment_never_reach_the_program() {
+    let secret = unique("SECRET-TOKEN-");
+    for (mode, base) in modes() {
+        let out = airlock()
+            .args(["run", "--json"])
+            .args(base)
+            .args(["--", "/usr/bin/env"])
+            .env("AWS_SECRET_ACCESS_KEY", &secret)
+            .env("LANG", "C.UTF-8")
+            .output()
+            .unwrap();
+        let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let env = result["stdout"].as_str().unwrap();
+        assert!(!env.contains(&secret), "{mode}: secret leaked: {env}");
+        assert!(
+            env.contains("PATH=/usr/local/bin:/usr/bin:/bin"),
+            "{mode}: {env}"
+        );
+        assert!(
+            env.contains("LANG=C.UTF-8"),
+            "{mode}: allowlisted LANG missing: {env}"
+        );
+        assert!(env.lines().any(|l| l.starts_with("HOME=")), "{mode}: {env}");
+        let layers = result["isolation"].as_array().unwrap();
+        assert!(layers.iter().any(|l| l == "env_scrub"), "{mode}");
+    }
+}
+
+#[test]
+fn explicit_env_values_reach_the_program() {
+    let result = run_json(
+        &flags(TIER0, &["--env", "GREETING=hello there"]),
+        &["/bin/sh", "-c", "echo \"$GREETING\""],
+    );
+    assert_eq!(result["stdout"], "hello there\n");
+}
+
+#[test]
+fn inherited_descriptors_are_closed() {
+    let secret_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret_file.path(), "fd-secret").unwrap();
+    for (mode, base) in modes() {
+        // bash opens descriptor 7 without close-on-exec, so airlock inherits it.
+        let script = format!(
+            "exec 7<{}; exec {} run --json {} -- {PYTHON} -c 'import os; print(sorted(os.listdir(\"/proc/self/fd\")))'",
+            secret_file.path().display(),
+            env!("CARGO_BIN_EXE_airlock"),
+            base.join(" ")
+        );
+        let out = std::process::Command::new("/bin/bash")
+            .arg("-c")
+            .arg(script)
+            .output()
+            .unwrap();
+        let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            result["stdout"], "['0', '1', '2', '3']\n",
+            "{mode}: descriptors beyond stdio reached the program: {result}"
+        );
+    }
+}
+
+#[test]
+fn an_infinite_loop_ends_at_the_wall_limit() {
+    for (mode, base) in modes() {
+        let started = Instant::now();
+        let result = run_json(
+            &flags(base, &["--wall", "2s", "--grace", "1s"]),
+            &[PYTHON, "-c", "while True: pass"],
+        );
+        let elapsed = started.elapsed();
+        assert_eq!(status(&result), "timeout", "{mode}: {result}");
+        assert!(
+            elapsed < Duration::from_secs(2 + 1 + 1),
+            "{mode}: took {elapsed:?}"
+        );
+        assert!(
+            elapsed >= Duration::from_secs(2),
+            "{mode}: stopped early after {elapsed:?}"
+        );
+    }
+}
+
+#[test]
+fn a_program_ignoring_sigterm_is_killed_after_the_grace_period() {
+    for (mode, base) in modes() {
+        let started = Instant::now();
+        let code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\nwhile True: time.sleep(0.1)";
+        let result = run_json(
+            &flags(base, &["--wall", "1s", "--grace", "1s"]),
+            &[PYTHON, "-c", code],
+        );
+        assert_eq!(status(&result), "timeout", "{mode}: {result}");
+        assert_eq!(
+            result["stdout"], "ready\n",
+            "{mode}: output written before the timeout was lost"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(1 + 1 + 1),
+            "{mode}: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_setsid_double_forked_grandchild_is_gone_after_the_run() {
+    for (mode, base) in modes() {
+        let marker = unique("airlock-survivor-");
+        let code = format!(
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execv('/bin/sleep', ['/bin/sleep', '1000', '{marker}'])\n    os._exit(0)\ntime.sleep(0.3)\nprint('parent done')"
+        );
+        let result = run_json(base, &[PYTHON, "-c", &code]);
+        assert_eq!(status(&result), "exited", "{mode}: {result}");
+        let survivors = processes_with(&marker);
+        assert!(
+            survivors.is_empty(),
+            "{mode}: processes survived the run: {survivors:?}"
+        );
+    }
+}
+
+#[test]
+fn killing_airlock_kills_the_whole_tree() {
+    for (mode, base) in modes() {
+        let marker = unique("airlock-orphan-");
+        let script = format!("/bin/sleep 1000 {marker} & setsid /bin/sleep 1000 {marker} & wait");
+        let mut child = airlock()
+            .arg("run")
+            .args(base)
+            .args(["--", "/bin/sh", "-c", &script])
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while processes_with(&marker).len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "{mode}: the program never started"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !processes_with(&marker).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{mode}: the tree outlived airlock: {:?}",
+                processes_with(&marker)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn a_huge_allocation_ends_with_memory_limit() {
+    if !is_root() {
+        eprintln!("skipping: memory_limit needs a cgroup (root here); unprivileged runs fall back to RLIMIT_AS, where the allocation fails inside the program");
+        return;
+    }
+    for (mode, base) in modes() {
+        let result = run_json(
+            &flags(base, &["--mem", "256MiB"]),
+            &[PYTHON, "-c", "x = b'x' * (4 << 30)"],
+        );
+        assert_eq!(status(&result), "memory_limit", "{mode}: {result}");
+        let peak = result["peak_memory_bytes"].as_u64().unwrap();
+        assert!(peak <= 256 << 20, "{mode}: peak {peak} above the limit");
+    }
+}
+
+#[test]
+fn a_fork_bomb_is_contained_by_the_process_limit() {
+    for (mode, base) in modes() {
+        let marker = unique("airlock-bomb-");
+        let code = format!(
+            "import os, sys, time\nsys.argv.append('{marker}')\nforks = 0\nfor _ in range(500):\n    try:\n        if os.fork() == 0:\n            time.sleep(30); os._exit(0)\n        forks += 1\n    except OSError:\n        break\nprint(forks)"
+        );
+        let result = run_json(
+            &flags(base, &["--pids", "32", "--wall", "20s"]),
+            &[PYTHON, "-c", &code],
+        );
+        assert_eq!(status(&result), "exited", "{mode}: {result}");
+        let forks: u32 = result["stdout"].as_str().unwrap().trim().parse().unwrap();
+        assert!(
+            forks < 32,
+            "{mode}: {forks} forks succeeded under --pids 32"
+        );
+        assert!(
+            processes_with(&marker).is_empty(),
+            "{mode}: bomb processes survived"
+        );
+    }
+}
+
+#[test]
+fn a_gigabyte_write_stops_at_the_file_size_limit() {
+    for (mode, base) in modes() {
+        let code = "f = open('big', 'wb')\nfor _ in range(1024):\n    f.write(b'x' * (1 << 20))";
+        let result = run_json(&flags(base, &["--fsize", "10MiB"]), &[PYTHON, "-c", code]);
+        assert_eq!(status(&result), "file_size_limit", "{mode}: {result}");
+    }
+}
+
+#[test]
+fn output_past_the_cap_is_truncated_and_flagged() {
+    for (mode, base) in modes() {
+        let result = run_json(
+            &flags(base, &["--stdout-cap", "1KiB"]),
+            &[
+                PYTHON,
+                "-c",
+                "import sys\nfor _ in range(10000): sys.stdout.write('y' * 100)",
+            ],
+        );
+        assert_eq!(result["stdout_truncated"], true, "{mode}: {result}");
+        assert_eq!(result["stdout"].as_str().unwrap().len(), 1024, "{mode}");
+        assert_eq!(status(&result), "output_limit", "{mode}: {result}");
+        assert_eq!(result["stderr_truncated"], false, "{mode}");
+    }
+}
+
+#[test]
+fn the_workdir_is_removed_after_the_run_even_after_a_timeout() {
+    for (mode, base) in modes() {
+        for (program, wall) in [
+            ("print(__import__('os').getcwd(), flush=True)", "10s"),
+            (
+                "import os,time\nprint(os.getcwd(), flush=True)\ntime.sleep(60)",
+                "1s",
+            ),
+        ] {
+            let result = run_json(
+                &flags(base, &["--wall", wall, "--grace", "1s"]),
+                &[PYTHON, "-c", program],
+            );
+            let workdir = result["stdout"].as_str().unwrap().trim().to_string();
+            assert!(
+                workdir.contains("/run-"),
+                "{mode}: unexpected workdir {workdir:?}"
+            );
+            let run_dir = std::path::Path::new(&workdir).parent().unwrap();
+            assert!(
+                !run_dir.exists(),
+                "{mode}: {} left behind ({})",
+                run_dir.display(),
+                status(&result)
+            );
+        }
+    }
+}
+
+#[test]
+fn keep_preserves_the_workdir_and_reports_it() {
+    let result = run_json(
+        &flags(TIER0, &["--keep"]),
+        &["/bin/sh", "-c", "echo data > kept.txt"],
+    );
+    let workdir = std::path::PathBuf::from(
+        result["workdir"]
+            .as_str()
+            .expect("kept workdir in the result"),
+    );
+    assert_eq!(
+        std::fs::read_to_string(workdir.join("kept.txt")).unwrap(),
+        "data\n"
+    );
+    std::fs::remove_dir_all(workdir.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn exit_codes_follow_the_program_signals_and_timeouts() {
+    let code = |args: &[&str]| run(args).status.code().unwrap();
+    assert_eq!(
+        code(&[
+            "run",
+            "--dev",
+            "--backend",
+            "none",
+            "--",
+            "/bin/sh",
+            "-c",
+            "exit 3"
+        ]),
+        3
+    );
+    assert_eq!(
+        code(&[
+            "run",
+            "--dev",
+            "--backend",
+            "none",
+            "--",
+            "/bin/sh",
+            "-c",
+            "kill -9 $$"
+        ]),
+        137
+    );
+    assert_eq!(
+        code(&[
+            "run",
+            "--dev",
+            "--backend",
+            "none",
+            "--wall",
+            "1s",
+            "--",
+            "/bin/sleep",
+            "10"
+        ]),
+        124
+    );
+    assert_eq!(
+        code(&[
+            "run",
+            "--dev",
+            "--backend",
+            "none",
+            "--",
+            "no-such-program-anywhere"
+        ]),
+        125
+    );
+}
+
+#[test]
+fn stdin_streams_through() {
+    let mut child = airlock()
+        .args(["run", "--dev", "--backend", "none", "--", PYTHON, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"print(sum(range(10)))\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "45\n");
+}
+
+#[test]
+fn result_file_is_written_while_output_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let result_path = dir.path().join("out.json");
+    let out = run(&[
+        "run",
+        "--dev",
+        "--backend",
+        "none",
+        "--result",
+        result_path.to_str().unwrap(),
+        "--",
+        "/bin/echo",
+        "streamed",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "streamed\n");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&result_path).unwrap()).unwrap();
+    assert_eq!(result["status"], "exited");
+    assert!(
+        result.get("stdout").is_none(),
+        "streamed output is not captured: {result}"
+    );
+}
+
+#[test]
+fn root_drops_to_the_unprivileged_user() {
+    if !is_root() {
+        eprintln!("skipping: only a root caller drops privileges");
+        return;
+    }
+    for (mode, base) in modes() {
+        let result = run_json(base, &["/usr/bin/id", "-u"]);
+        assert_eq!(result["stdout"], "65534\n", "{mode}: {result}");
+    }
+}
