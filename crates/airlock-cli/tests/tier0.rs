@@ -125,20 +125,25 @@ fn a_program_ignoring_sigterm_is_killed_after_the_grace_period() {
     }
 }
 
+/// A command that sleeps for a long time with `marker` in its command line.
+fn sleeper(marker: &str) -> String {
+    format!("{PYTHON} -c 'import time; time.sleep(1000)' {marker}")
+}
+
 #[test]
 fn a_setsid_double_forked_grandchild_is_gone_after_the_run() {
     for (mode, base) in modes() {
         let marker = unique("airlock-survivor-");
+        // The grandchild leaves the session and the parent's tree; the program proves it is
+        // alive (signal 0) before exiting, so the test can only pass if airlock kills it.
         let code = format!(
-            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execv('/bin/sleep', ['/bin/sleep', '1000', '{marker}'])\n    os._exit(0)\ntime.sleep(0.3)\nprint('parent done')"
+            "import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.write(w, str(os.getpid()).encode()); os.close(w)\n        os.execv('{PYTHON}', ['{PYTHON}', '-c', 'import time; time.sleep(1000)', '{marker}'])\n    os._exit(0)\nos.close(w)\npid = int(os.read(r, 32))\ntime.sleep(0.5)\nos.kill(pid, 0)\nprint('alive', pid)"
         );
         let result = run_json(base, &[PYTHON, "-c", &code]);
         assert_eq!(status(&result), "exited", "{mode}: {result}");
+        assert!(result["stdout"].as_str().unwrap().starts_with("alive"), "{mode}: the grandchild never ran: {result}");
         let survivors = processes_with(&marker);
-        assert!(
-            survivors.is_empty(),
-            "{mode}: processes survived the run: {survivors:?}"
-        );
+        assert!(survivors.is_empty(), "{mode}: processes survived the run: {survivors:?}");
     }
 }
 
@@ -146,30 +151,18 @@ fn a_setsid_double_forked_grandchild_is_gone_after_the_run() {
 fn killing_airlock_kills_the_whole_tree() {
     for (mode, base) in modes() {
         let marker = unique("airlock-orphan-");
-        let script = format!("/bin/sleep 1000 {marker} & setsid /bin/sleep 1000 {marker} & wait");
-        let mut child = airlock()
-            .arg("run")
-            .args(base)
-            .args(["--", "/bin/sh", "-c", &script])
-            .spawn()
-            .unwrap();
+        let script = format!("{} & setsid {} & wait", sleeper(&marker), sleeper(&marker));
+        let mut child = airlock().arg("run").args(base).args(["--", "/bin/sh", "-c", &script]).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while processes_with(&marker).len() < 2 {
-            assert!(
-                Instant::now() < deadline,
-                "{mode}: the program never started"
-            );
+            assert!(Instant::now() < deadline, "{mode}: the program never started");
             std::thread::sleep(Duration::from_millis(20));
         }
         child.kill().unwrap();
         child.wait().unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while !processes_with(&marker).is_empty() {
-            assert!(
-                Instant::now() < deadline,
-                "{mode}: the tree outlived airlock: {:?}",
-                processes_with(&marker)
-            );
+            assert!(Instant::now() < deadline, "{mode}: the tree outlived airlock: {:?}", processes_with(&marker));
             std::thread::sleep(Duration::from_millis(20));
         }
     }

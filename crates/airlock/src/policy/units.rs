@@ -24,8 +24,8 @@ impl FromStr for ByteSize {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
+        // KiB/MiB/GiB are powers of 1024 and KB/MB/GB powers of 1000, as written.
         parse_size::Config::new()
-            .with_binary()
             .parse_size(text.trim())
             .map(ByteSize)
             .map_err(|_| format!("invalid size {text:?}: {SIZE_HELP}"))
