@@ -7,6 +7,16 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// Tier 0 without a cgroup: only the init's own subreaper tracking can find the tree.
+const TIER0_NO_CGROUP: &[&str] = &["--dev", "--backend", "none", "--no-cgroup"];
+
+/// The modes for process-tree promises: each kill mechanism on its own as well.
+fn tree_modes() -> Vec<(&'static str, &'static [&'static str])> {
+    let mut modes = modes();
+    modes.push(("tier0-no-cgroup", TIER0_NO_CGROUP));
+    modes
+}
+
 fn modes() -> Vec<(&'static str, &'static [&'static str])> {
     let mut modes = vec![("tier0", TIER0)];
     if native_available() {
@@ -132,7 +142,7 @@ fn sleeper(marker: &str) -> String {
 
 #[test]
 fn a_setsid_double_forked_grandchild_is_gone_after_the_run() {
-    for (mode, base) in modes() {
+    for (mode, base) in tree_modes() {
         let marker = unique("airlock-survivor-");
         // The grandchild leaves the session and the parent's tree; the program proves it is
         // alive (signal 0) before exiting, so the test can only pass if airlock kills it.
@@ -149,7 +159,7 @@ fn a_setsid_double_forked_grandchild_is_gone_after_the_run() {
 
 #[test]
 fn killing_airlock_kills_the_whole_tree() {
-    for (mode, base) in modes() {
+    for (mode, base) in tree_modes() {
         let marker = unique("airlock-orphan-");
         let script = format!("{} & setsid {} & wait", sleeper(&marker), sleeper(&marker));
         let mut child = airlock().arg("run").args(base).args(["--", "/bin/sh", "-c", &script]).spawn().unwrap();
