@@ -151,9 +151,15 @@ fn a_setsid_double_forked_grandchild_is_gone_after_the_run() {
         );
         let result = run_json(base, &[PYTHON, "-c", &code]);
         assert_eq!(status(&result), "exited", "{mode}: {result}");
-        assert!(result["stdout"].as_str().unwrap().starts_with("alive"), "{mode}: the grandchild never ran: {result}");
+        assert!(
+            result["stdout"].as_str().unwrap().starts_with("alive"),
+            "{mode}: the grandchild never ran: {result}"
+        );
         let survivors = processes_with(&marker);
-        assert!(survivors.is_empty(), "{mode}: processes survived the run: {survivors:?}");
+        assert!(
+            survivors.is_empty(),
+            "{mode}: processes survived the run: {survivors:?}"
+        );
     }
 }
 
@@ -162,17 +168,29 @@ fn killing_airlock_kills_the_whole_tree() {
     for (mode, base) in tree_modes() {
         let marker = unique("airlock-orphan-");
         let script = format!("{} & setsid {} & wait", sleeper(&marker), sleeper(&marker));
-        let mut child = airlock().arg("run").args(base).args(["--", "/bin/sh", "-c", &script]).spawn().unwrap();
+        let mut child = airlock()
+            .arg("run")
+            .args(base)
+            .args(["--", "/bin/sh", "-c", &script])
+            .spawn()
+            .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while processes_with(&marker).len() < 2 {
-            assert!(Instant::now() < deadline, "{mode}: the program never started");
+            assert!(
+                Instant::now() < deadline,
+                "{mode}: the program never started"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         child.kill().unwrap();
         child.wait().unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while !processes_with(&marker).is_empty() {
-            assert!(Instant::now() < deadline, "{mode}: the tree outlived airlock: {:?}", processes_with(&marker));
+            assert!(
+                Instant::now() < deadline,
+                "{mode}: the tree outlived airlock: {:?}",
+                processes_with(&marker)
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -1,0 +1,115 @@
+//! The library API without the CLI: start, stream, cancel and account for a run, as the daemon
+//! and other embedders will.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use airlock::policy::load_profile;
+use airlock::{Input, RunEvent, RunStatus, Sandbox, SandboxOptions};
+
+fn sandbox(profile: &str) -> Sandbox {
+    let options = SandboxOptions {
+        init_program: Some(env!("CARGO_BIN_EXE_airlock").into()),
+        trusted_profile: profile == "trusted",
+        ..SandboxOptions::default()
+    };
+    Sandbox::with_options(load_profile(profile).unwrap(), options).unwrap()
+}
+
+fn profiles() -> Vec<&'static str> {
+    if common::native_available() {
+        vec!["trusted", "untrusted"]
+    } else {
+        eprintln!("skipping untrusted: the native backend cannot run here");
+        vec!["trusted"]
+    }
+}
+
+#[test]
+fn run_returns_a_result_with_accounting() {
+    for profile in profiles() {
+        let result = sandbox(profile)
+            .command(common::PYTHON)
+            .arg("-")
+            .stdin("print(sum(range(10)))")
+            .run()
+            .unwrap();
+        assert!(result.success(), "{profile}: {result:?}");
+        assert_eq!(result.stdout.as_deref(), Some("45\n"));
+        assert!(
+            result.peak_memory_bytes.unwrap_or(0) > 1 << 20,
+            "{profile}: no memory accounting"
+        );
+        assert!(
+            result.cpu_user_ms + result.cpu_sys_ms > 0,
+            "{profile}: no CPU accounting"
+        );
+    }
+}
+
+#[test]
+fn output_streams_as_events_before_the_run_ends() {
+    for profile in profiles() {
+        let code = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.2)";
+        let mut handle = sandbox(profile)
+            .command(common::PYTHON)
+            .args(["-c", code])
+            .stream_output()
+            .spawn()
+            .unwrap();
+        let events = handle.events().unwrap();
+        let mut seen = String::new();
+        let mut started = false;
+        while let Ok(event) = events.recv_timeout(Duration::from_secs(10)) {
+            match event {
+                RunEvent::Started { layers } => started = !layers.is_empty(),
+                RunEvent::Stdout(bytes) => seen.push_str(&String::from_utf8_lossy(&bytes)),
+                RunEvent::Stderr(_) => {}
+            }
+            if seen.contains('2') {
+                break;
+            }
+        }
+        assert!(started, "{profile}: no Started event");
+        assert_eq!(seen, "0\n1\n2\n", "{profile}");
+        let result = handle.wait().unwrap();
+        assert_eq!(result.status, RunStatus::Exited);
+        assert_eq!(result.stdout, None, "streamed output is not also captured");
+    }
+}
+
+#[test]
+fn cancel_stops_a_run_from_another_thread() {
+    for profile in profiles() {
+        let handle = sandbox(profile)
+            .command("/bin/sleep")
+            .arg("60")
+            .stdin_from(Input::Null)
+            .spawn()
+            .unwrap();
+        let canceller = handle.canceller();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            canceller.cancel();
+        });
+        let result = handle.wait().unwrap();
+        assert_eq!(result.status, RunStatus::Cancelled, "{profile}: {result:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{profile}: cancel took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn setup_failures_are_results_not_panics() {
+    let result = sandbox("trusted")
+        .command("definitely-not-installed")
+        .run()
+        .unwrap();
+    assert_eq!(result.status, RunStatus::SandboxError);
+    assert!(result.error.unwrap().contains("definitely-not-installed"));
+}
