@@ -175,23 +175,18 @@ pub(super) fn finish_and_exec_with(
 }
 
 fn check_required(spec: &InitSpec, layers: &[Layer]) -> Result<(), String> {
-    let missing: Vec<Layer> = spec
-        .require
-        .iter()
-        .copied()
-        .filter(|l| !layers.contains(l))
-        .collect();
-    if !missing.is_empty() && !spec.allow_degraded {
-        let names: Vec<String> = missing
-            .iter()
-            .map(|l| crate::result::layer_name(*l))
-            .collect();
-        return Err(format!(
-            "required layers are not in force: {}; fix the host (see `airlock doctor`) or pass --allow-degraded",
-            names.join(", ")
-        ));
+    let missing: Vec<String> = spec.require.iter().filter(|l| !layers.contains(l)).map(|l| crate::result::layer_name(*l)).collect();
+    if missing.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    if spec.allow_degraded {
+        send_setup(&SetupMessage::Warning(format!("degraded: required layers not in force: {}", missing.join(", "))));
+        return Ok(());
+    }
+    Err(format!(
+        "required layers are not in force: {}; fix the host (see `airlock doctor`) or pass --allow-degraded",
+        missing.join(", ")
+    ))
 }
 
 /// Resolves argv[0] against the program's own PATH and execs it with the scrubbed environment.
