@@ -284,7 +284,7 @@ fn required_layers(policy: &Policy) -> Vec<Layer> {
     let mut require = policy.require.clone();
     if policy.backend == BackendChoice::None {
         let tier0 = backend::NoneBackend.probe().layers;
-        require.retain(|l| tier0.contains(l));
+        require.retain(|l| tier0.contains(l) || *l == Layer::Cgroup);
     }
     require
 }
