@@ -232,7 +232,7 @@ impl Prepared {
             Some(dir) => (prepare_callers_workdir(dir)?, false),
             None => (run_dir.join("work"), true),
         };
-        let ctx = PlanContext { policy, workdir: &workdir, fresh_workdir: fresh, keep: command.keep, tty: command.tty };
+        let ctx = PlanContext { policy, workdir: &workdir, run_dir: &run_dir, fresh_workdir: fresh, keep: command.keep, tty: command.tty };
         let confinement = backend.plan(&ctx)?;
         let tier0 = matches!(confinement, crate::spec::Confinement::Tier0);
         let spec = InitSpec {
