@@ -28,6 +28,8 @@ pub enum Commands {
         #[arg(long)]
         json: bool,
     },
+    /// Grade a sandbox command line (or several) with airlock's attacks: one table row each.
+    Conformance(crate::conformance_cmd::ConformanceArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -42,6 +44,7 @@ pub enum ProfileCommand {
 pub enum BackendArg {
     Auto,
     Native,
+    Bwrap,
     None,
 }
 
@@ -163,6 +166,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             Ok(0)
         }
         Commands::Doctor { json } => doctor(json),
+        Commands::Conformance(args) => crate::conformance_cmd::run(args),
     }
 }
 

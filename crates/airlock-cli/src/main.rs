@@ -2,6 +2,7 @@
 //! `airlock` library: argument parsing, printing and exit codes live here, nothing else.
 
 mod cli;
+mod conformance_cmd;
 mod run;
 
 use std::process::ExitCode;

@@ -91,6 +91,7 @@ fn build_policy(args: &RunArgs) -> Result<Policy> {
         policy.backend = match backend {
             BackendArg::Auto => BackendChoice::Auto,
             BackendArg::Native => BackendChoice::Native,
+            BackendArg::Bwrap => BackendChoice::Bwrap,
             BackendArg::None => BackendChoice::None,
         };
     }

@@ -229,13 +229,44 @@ fn a_missing_program_is_a_sandbox_error_naming_it() {
 #[test]
 fn a_missing_required_layer_refuses_the_run_unless_degradation_is_accepted() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write_profile(&dir, "needs-cgroup.toml", "extends = \"trusted\"\nrequire = [\"cgroup\", \"rlimits\"]\n");
-    assert_mentions(&["run", "--profile", &file, "--dev", "--no-cgroup", "--", "/bin/true"], &["cgroup", "--allow-degraded"]);
-    let out = run(&["run", "--json", "--profile", &file, "--dev", "--no-cgroup", "--allow-degraded", "--", "/bin/true"]);
+    let file = write_profile(
+        &dir,
+        "needs-cgroup.toml",
+        "extends = \"trusted\"\nrequire = [\"cgroup\", \"rlimits\"]\n",
+    );
+    assert_mentions(
+        &[
+            "run",
+            "--profile",
+            &file,
+            "--dev",
+            "--no-cgroup",
+            "--",
+            "/bin/true",
+        ],
+        &["cgroup", "--allow-degraded"],
+    );
+    let out = run(&[
+        "run",
+        "--json",
+        "--profile",
+        &file,
+        "--dev",
+        "--no-cgroup",
+        "--allow-degraded",
+        "--",
+        "/bin/true",
+    ]);
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result["status"], "exited");
     let layers = result["isolation"].as_array().unwrap();
-    assert!(!layers.iter().any(|l| l == "cgroup"), "a layer that was not applied is listed: {result}");
+    assert!(
+        !layers.iter().any(|l| l == "cgroup"),
+        "a layer that was not applied is listed: {result}"
+    );
     let warnings = result["warnings"].to_string();
-    assert!(warnings.contains("degraded") && warnings.contains("cgroup"), "{warnings}");
+    assert!(
+        warnings.contains("degraded") && warnings.contains("cgroup"),
+        "{warnings}"
+    );
 }

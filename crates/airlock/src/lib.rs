@@ -27,6 +27,9 @@ pub mod layer;
 pub mod policy;
 pub mod pool;
 pub mod result;
+/// macOS's Seatbelt backend: a pure SBPL generator everywhere, the runner on macOS only.
+#[path = "backend/seatbelt.rs"]
+pub mod seatbelt;
 pub mod worker;
 
 #[cfg(target_os = "linux")]

@@ -1,6 +1,7 @@
 //! Backends: how the program is started inside a boundary. A backend only plans the
 //! confinement the init applies; the supervisor owns timeouts, output and accounting.
 
+mod bwrap;
 mod native;
 mod none;
 
@@ -11,6 +12,7 @@ use crate::layer::{IsolationLevel, Layer};
 use crate::policy::{BackendChoice, Policy};
 use crate::spec::Confinement;
 
+pub use bwrap::{bwrap_args, BwrapBackend, BwrapInstall, HostLayout, SystemEntry};
 pub use native::NativeBackend;
 pub use none::NoneBackend;
 
@@ -31,6 +33,8 @@ pub struct PlanContext<'a> {
     pub policy: &'a Policy,
     /// The program's working directory (same path inside and outside).
     pub workdir: &'a Path,
+    /// The per-run directory the init creates and removes; wrapper files go here.
+    pub run_dir: &'a Path,
     /// The workdir is created for this run (not the caller's).
     pub fresh_workdir: bool,
     /// The workdir must survive the run, so it cannot live only in the sandbox.
@@ -50,38 +54,80 @@ pub trait Backend: Send + Sync {
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error>;
 }
 
-/// Every backend, strongest first.
+/// Every backend: by level, then fastest first within a level.
 pub fn all_backends() -> Vec<Box<dyn Backend>> {
-    vec![Box::new(NativeBackend), Box::new(NoneBackend)]
+    vec![
+        Box::new(NativeBackend),
+        Box::new(BwrapBackend),
+        Box::new(NoneBackend),
+    ]
 }
 
-/// Picks the backend for a policy: `auto` means the strongest available one at or above
-/// `min_isolation`, never silently a weaker one.
+/// Picks the backend for a policy: `auto` means the fastest available one at or above
+/// `min_isolation` (default `kernel`), never silently a weaker one.
 pub fn select(policy: &Policy) -> Result<Box<dyn Backend>, Error> {
     match policy.backend {
         BackendChoice::Native => Ok(Box::new(NativeBackend)),
+        BackendChoice::Bwrap => require_available(Box::new(BwrapBackend)),
         BackendChoice::None => Ok(Box::new(NoneBackend)),
-        BackendChoice::Auto => select_auto(policy.min_isolation.unwrap_or(IsolationLevel::Kernel)),
+        BackendChoice::Auto => select_auto(
+            policy.min_isolation.unwrap_or(IsolationLevel::Kernel),
+            all_backends(),
+        ),
     }
 }
 
-fn select_auto(min: IsolationLevel) -> Result<Box<dyn Backend>, Error> {
+/// A backend named explicitly must run here; otherwise say why and how to fix it.
+fn require_available(backend: Box<dyn Backend>) -> Result<Box<dyn Backend>, Error> {
+    let probe = backend.probe();
+    if probe.available {
+        return Ok(backend);
+    }
+    Err(Error::BackendUnavailable {
+        backend: backend.name().into(),
+        reason: probe.problems.join("; "),
+    })
+}
+
+/// The weakest level at or above `min` is the fastest; `none` is never picked implicitly
+/// (it needs an explicit opt-in).
+fn select_auto(
+    min: IsolationLevel,
+    backends: Vec<Box<dyn Backend>>,
+) -> Result<Box<dyn Backend>, Error> {
+    let mut candidates: Vec<Box<dyn Backend>> = backends
+        .into_iter()
+        .filter(|b| b.level() >= min && b.level() > IsolationLevel::Process)
+        .collect();
+    candidates.sort_by_key(|b| b.level());
     let mut reasons = Vec::new();
-    for backend in all_backends().into_iter().filter(|b| b.level() >= min) {
+    for backend in candidates {
         let probe = backend.probe();
         if probe.available {
             return Ok(backend);
         }
         reasons.push(format!("{}: {}", backend.name(), probe.problems.join("; ")));
     }
+    let level = level_name(min);
     Err(Error::BackendUnavailable {
-        backend: format!("auto (min_isolation {min:?})"),
+        backend: format!("auto (min_isolation = \"{level}\")"),
         reason: if reasons.is_empty() {
-            "no backend reaches that level yet".into()
+            format!("no backend at level \"{level}\" or above is built into this airlock; lower min_isolation or name a backend")
         } else {
-            reasons.join(" | ")
+            format!(
+                "no backend at level \"{level}\" or above can run here: {}",
+                reasons.join(" | ")
+            )
         },
     })
+}
+
+/// The name of a level as written in profiles.
+pub fn level_name(level: IsolationLevel) -> String {
+    serde_json::to_value(level)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{level:?}"))
 }
 
 /// The Tier-0 layers every backend gets from the init.
@@ -123,4 +169,112 @@ pub(crate) fn check_policy_paths(policy: &Policy) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod selection_tests {
+    use super::*;
+
+    struct Fake(&'static str, IsolationLevel, bool);
+
+    impl Backend for Fake {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn level(&self) -> IsolationLevel {
+            self.1
+        }
+        fn probe(&self) -> Probe {
+            Probe {
+                available: self.2,
+                layers: vec![],
+                problems: if self.2 {
+                    vec![]
+                } else {
+                    vec![format!("{} missing: install it", self.0)]
+                },
+            }
+        }
+        fn plan(&self, _ctx: &PlanContext) -> Result<Confinement, Error> {
+            Ok(Confinement::Tier0)
+        }
+    }
+
+    fn pick(min: IsolationLevel, backends: Vec<Fake>) -> Result<&'static str, String> {
+        let boxed = backends
+            .into_iter()
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .collect();
+        select_auto(min, boxed)
+            .map(|b| b.name())
+            .map_err(|e| e.to_string())
+    }
+
+    use IsolationLevel::{Container, Kernel, Process, UserKernel};
+
+    #[test]
+    fn the_fastest_level_at_or_above_the_minimum_wins() {
+        let hosts = || {
+            vec![
+                Fake("gvisor", UserKernel, true),
+                Fake("container", Container, true),
+                Fake("native", Kernel, true),
+                Fake("bwrap", Kernel, true),
+            ]
+        };
+        assert_eq!(pick(Kernel, hosts()), Ok("native"));
+        assert_eq!(pick(Container, hosts()), Ok("container"));
+        assert_eq!(pick(UserKernel, hosts()), Ok("gvisor"));
+    }
+
+    #[test]
+    fn bwrap_stands_in_when_native_cannot_run() {
+        assert_eq!(
+            pick(
+                Kernel,
+                vec![Fake("native", Kernel, false), Fake("bwrap", Kernel, true)]
+            ),
+            Ok("bwrap")
+        );
+    }
+
+    #[test]
+    fn a_weaker_backend_is_never_picked() {
+        let err = pick(
+            Container,
+            vec![Fake("native", Kernel, true), Fake("none", Process, true)],
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("min_isolation = \"container\"") && err.contains("lower min_isolation"),
+            "{err}"
+        );
+        let err = pick(
+            Container,
+            vec![
+                Fake("container", Container, false),
+                Fake("native", Kernel, true),
+            ],
+        )
+        .unwrap_err();
+        assert!(err.contains("container missing: install it"), "{err}");
+    }
+
+    #[test]
+    fn none_is_never_picked_implicitly() {
+        let err = pick(
+            Process,
+            vec![Fake("native", Kernel, false), Fake("none", Process, true)],
+        )
+        .unwrap_err();
+        assert!(err.contains("native missing"), "{err}");
+    }
+
+    #[test]
+    fn the_real_list_is_ordered_by_level_then_speed() {
+        let names: Vec<&str> = all_backends().iter().map(|b| b.name()).collect();
+        let native = names.iter().position(|n| *n == "native").unwrap();
+        let bwrap = names.iter().position(|n| *n == "bwrap").unwrap();
+        assert!(native < bwrap, "{names:?}");
+    }
 }

@@ -175,12 +175,20 @@ pub(super) fn finish_and_exec_with(
 }
 
 fn check_required(spec: &InitSpec, layers: &[Layer]) -> Result<(), String> {
-    let missing: Vec<String> = spec.require.iter().filter(|l| !layers.contains(l)).map(|l| crate::result::layer_name(*l)).collect();
+    let missing: Vec<String> = spec
+        .require
+        .iter()
+        .filter(|l| !layers.contains(l))
+        .map(|l| crate::result::layer_name(*l))
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
     if spec.allow_degraded {
-        send_setup(&SetupMessage::Warning(format!("degraded: required layers not in force: {}", missing.join(", "))));
+        send_setup(&SetupMessage::Warning(format!(
+            "degraded: required layers not in force: {}",
+            missing.join(", ")
+        )));
         return Ok(());
     }
     Err(format!(

@@ -24,6 +24,8 @@ pub enum BackendChoice {
     Auto,
     /// airlock's own Linux sandbox: namespaces, Landlock, seccomp, cgroups.
     Native,
+    /// The distro's bubblewrap, with airlock's seccomp filters, Tier 0 and cgroup.
+    Bwrap,
     /// Tier 0 only. Needs `--dev` or the built-in `trusted` profile.
     None,
 }

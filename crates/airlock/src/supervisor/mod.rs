@@ -244,6 +244,7 @@ impl Prepared {
         let ctx = PlanContext {
             policy,
             workdir: &workdir,
+            run_dir: &run_dir,
             fresh_workdir: fresh,
             keep: command.keep,
             tty: command.tty,

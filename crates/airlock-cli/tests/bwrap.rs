@@ -1,0 +1,418 @@
+//! The bwrap backend and backend selection, driven through the real `airlock` binary.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const PYTHON: &str = "/usr/bin/python3";
+
+fn airlock() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_airlock"))
+}
+
+fn run_json(args: &[&str]) -> (Value, Output) {
+    let output = airlock()
+        .arg("run")
+        .arg("--json")
+        .args(args)
+        .output()
+        .expect("airlock runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    (value, output)
+}
+
+fn stdout_of(result: &Value) -> &str {
+    result["stdout"].as_str().unwrap_or("")
+}
+
+/// Returns false (and says why) when bwrap cannot run here.
+fn bwrap_usable() -> bool {
+    let output = airlock()
+        .args(["doctor", "--json"])
+        .output()
+        .expect("doctor runs");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("doctor prints JSON");
+    let bwrap = report["backends"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|b| b["name"] == "bwrap")
+        .cloned()
+        .unwrap_or(Value::Null);
+    if bwrap["available"] == true {
+        return true;
+    }
+    eprintln!("skipped: bwrap is not usable here: {}", bwrap["problems"]);
+    false
+}
+
+fn python_bwrap(code: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["--backend", "bwrap"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", PYTHON, "-c", code]);
+    let (result, output) = run_json(&args);
+    assert_ne!(
+        result,
+        Value::Null,
+        "no JSON result: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    result
+}
+
+#[test]
+fn python_and_bash_run_under_bwrap() {
+    if !bwrap_usable() {
+        return;
+    }
+    let result = python_bwrap("print(6 * 7)", &[]);
+    assert_eq!(stdout_of(&result), "42\n", "{result}");
+    assert_eq!(result["backend"], "bwrap");
+    let (result, _) = run_json(&[
+        "--backend",
+        "bwrap",
+        "--",
+        "/bin/bash",
+        "-c",
+        "echo $((6 * 7)) && hostname",
+    ]);
+    assert_eq!(stdout_of(&result), "42\nairlock\n", "{result}");
+}
+
+#[test]
+fn host_listener_is_unreachable_and_inet_sockets_are_refused() {
+    if !bwrap_usable() {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let code = format!(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)"
+    );
+    let result = python_bwrap(&code, &[]);
+    // EPERM from seccomp (AF_INET sockets are not allowed without network), not ECONNREFUSED.
+    assert_eq!(stdout_of(&result), "refused 1\n", "{result}");
+    assert!(
+        listener.accept().is_err(),
+        "the host listener got a connection"
+    );
+    let isolation = result["isolation"].as_array().unwrap();
+    assert!(
+        isolation.contains(&Value::from("net_ns")) && isolation.contains(&Value::from("seccomp")),
+        "{result}"
+    );
+
+    // The same attempt with the network on reaches the listener: the test can fail.
+    // untrusted requires net_ns, which a host network cannot have (the native backend alike).
+    let result = python_bwrap(&code, &["--network", "host", "--allow-degraded"]);
+    assert_eq!(stdout_of(&result), "connected\n", "{result}");
+    assert!(listener.accept().is_ok());
+}
+
+#[test]
+fn seccomp_denies_what_namespaces_alone_would_allow() {
+    if !bwrap_usable() {
+        return;
+    }
+    // Inside bwrap's own network namespace an AF_INET socket is harmless to the kernel, so
+    // only our seccomp filter refuses it; a user namespace is refused by the filter (and by
+    // --disable-userns).
+    let code = "import ctypes, socket\nlibc = ctypes.CDLL(None, use_errno=True)\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    print('socket ok')\nexcept OSError as e:\n    print('socket', e.errno)\nprint('unshare', libc.unshare(0x10000000), ctypes.get_errno())";
+    let result = python_bwrap(code, &[]);
+    assert_eq!(stdout_of(&result), "socket 1\nunshare -1 1\n", "{result}");
+}
+
+#[test]
+fn host_files_are_invisible_and_capabilities_are_gone() {
+    if !bwrap_usable() {
+        return;
+    }
+    let secret = tempfile::Builder::new()
+        .prefix("airlock-bwrap-secret")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let file = secret.path().join("secret");
+    std::fs::write(&file, "top secret").unwrap();
+    let code = format!(
+        "import os\nprint(os.path.exists({path:?}), os.path.exists('/root'), os.path.exists('/home'))\nprint(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]) < 5)",
+        path = file.display().to_string()
+    );
+    let result = python_bwrap(&code, &[]);
+    assert_eq!(
+        stdout_of(&result),
+        "False False False\n0000000000000000\nTrue\n",
+        "{result}"
+    );
+}
+
+#[test]
+fn fresh_workdir_is_private_and_gone_after_the_run() {
+    if !bwrap_usable() {
+        return;
+    }
+    let result = python_bwrap(
+        "import os\nopen('f', 'w').write('x')\nprint(os.getcwd())",
+        &[],
+    );
+    let workdir = PathBuf::from(stdout_of(&result).trim());
+    assert!(workdir.is_absolute(), "{result}");
+    assert!(
+        !workdir.exists() && !workdir.parent().unwrap().exists(),
+        "{} survived the run",
+        workdir.display()
+    );
+
+    let result = python_bwrap(
+        "import os\nopen('kept', 'w').write('x')\nprint(os.getcwd())",
+        &["--keep"],
+    );
+    let kept = PathBuf::from(
+        result["workdir"]
+            .as_str()
+            .expect("kept workdir in the result"),
+    );
+    assert!(kept.join("kept").is_file(), "{result}");
+    std::fs::remove_dir_all(kept.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn tmp_is_size_capped() {
+    if !bwrap_usable() {
+        return;
+    }
+    let code = "try:\n    open('/tmp/big', 'wb').write(b'x' * (3 << 20))\n    print('wrote')\nexcept OSError as e:\n    print('full', e.errno)";
+    let result = python_bwrap(code, &["--disk", "2MiB"]);
+    assert_eq!(stdout_of(&result), "full 28\n", "{result}");
+}
+
+#[test]
+fn extra_paths_keep_their_access() {
+    if !bwrap_usable() {
+        return;
+    }
+    let ro = tempfile::tempdir_in("/var/tmp").unwrap();
+    let rw = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(ro.path().join("in"), "data").unwrap();
+    for dir in [ro.path(), rw.path()] {
+        open_up(dir);
+    }
+    let code = format!(
+        "print(open({input:?}).read())\ntry:\n    open({ro_out:?}, 'w')\nexcept OSError as e:\n    print('ro', e.errno)\nopen({rw_out:?}, 'w').write('out')",
+        input = ro.path().join("in").display().to_string(),
+        ro_out = ro.path().join("x").display().to_string(),
+        rw_out = rw.path().join("out").display().to_string(),
+    );
+    let ro_arg = ro.path().display().to_string();
+    let rw_arg = rw.path().display().to_string();
+    let result = python_bwrap(&code, &["--ro", &ro_arg, "--rw", &rw_arg]);
+    assert_eq!(stdout_of(&result), "data\nro 30\n", "{result}");
+    assert_eq!(
+        std::fs::read_to_string(rw.path().join("out")).unwrap(),
+        "out"
+    );
+}
+
+fn open_up(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+}
+
+fn profile(contents: &str) -> tempfile::NamedTempFile {
+    let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    std::io::Write::write_all(&mut file, contents.as_bytes()).unwrap();
+    file
+}
+
+#[test]
+fn min_isolation_above_every_backend_is_refused_with_the_reason() {
+    let file = profile("min_isolation = \"container\"\n");
+    let output = airlock()
+        .args([
+            "run",
+            "--profile",
+            file.path().to_str().unwrap(),
+            "--",
+            "/bin/true",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("min_isolation = \"container\"") && stderr.contains("lower min_isolation"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn min_isolation_kernel_picks_the_fastest_kernel_backend() {
+    let file = profile("min_isolation = \"kernel\"\n");
+    let (result, output) = run_json(&[
+        "--profile",
+        file.path().to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ]);
+    let native_runs = result["status"] == "exited";
+    if !native_runs {
+        eprintln!(
+            "skipped: native cannot run here: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return;
+    }
+    assert_eq!(result["backend"], "native", "{result}");
+}
+
+#[test]
+fn a_profile_requiring_landlock_refuses_bwrap_unless_degraded() {
+    if !bwrap_usable() {
+        return;
+    }
+    let file = profile("require = [\"env_scrub\", \"seccomp\", \"landlock_fs\"]\n");
+    let path = file.path().to_str().unwrap();
+    let output = airlock()
+        .args([
+            "run",
+            "--profile",
+            path,
+            "--backend",
+            "bwrap",
+            "--",
+            "/bin/true",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("landlock_fs") && stderr.contains("--allow-degraded"),
+        "{stderr}"
+    );
+
+    let (result, _) = run_json(&[
+        "--profile",
+        path,
+        "--backend",
+        "bwrap",
+        "--allow-degraded",
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(result["status"], "exited", "{result}");
+    assert!(
+        result["warnings"].to_string().contains("landlock_fs"),
+        "{result}"
+    );
+    assert!(
+        !result["isolation"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("landlock_fs")),
+        "{result}"
+    );
+}
+
+#[test]
+fn untrusted_requirements_are_all_met_by_bwrap() {
+    if !bwrap_usable() {
+        return;
+    }
+    let (result, output) = run_json(&["--backend", "bwrap", "--", "/bin/true"]);
+    assert_eq!(
+        result["status"],
+        "exited",
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(result.get("warnings").is_none(), "{result}");
+}
+
+#[test]
+fn doctor_lists_bwrap_with_its_level() {
+    let output = airlock().args(["doctor", "--json"]).output().unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let bwrap = report["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "bwrap")
+        .expect("bwrap is listed")
+        .clone();
+    assert_eq!(bwrap["level"], "kernel");
+    if bwrap["available"] == false {
+        let problems = bwrap["problems"].to_string();
+        assert!(
+            problems.contains("apt-get install bubblewrap")
+                || problems.contains("sysctl")
+                || problems.contains("setuid"),
+            "{problems}"
+        );
+    }
+}
+
+#[test]
+fn conformance_grades_bare_and_airlock_by_host_evidence() {
+    if !Path::new(PYTHON).exists() {
+        eprintln!("skipped: {PYTHON} is missing");
+        return;
+    }
+    let me = env!("CARGO_BIN_EXE_airlock");
+    let airlock_prefix = format!("{me} run --");
+    let mut child = airlock()
+        .args([
+            "conformance",
+            "--json",
+            "--prefix",
+            "env",
+            "--name",
+            "bare",
+            "--prefix",
+            &airlock_prefix,
+            "--name",
+            "airlock",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child.wait().unwrap();
+    let rows: Value = serde_json::from_str(&stdout).expect("conformance prints JSON");
+    let verdicts = |row: usize| -> Vec<(String, String)> {
+        rows[row]["attacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["class"].as_str().unwrap().to_string(),
+                    a["verdict"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let bare = verdicts(0);
+    for class in ["fs-read", "fs-write", "network", "env"] {
+        assert!(
+            bare.contains(&(class.to_string(), "escaped".to_string())),
+            "bare must fail {class}: {bare:?}"
+        );
+    }
+    for (class, verdict) in verdicts(1) {
+        assert_eq!(verdict, "blocked", "airlock {class}: {}", rows[1]);
+    }
+}

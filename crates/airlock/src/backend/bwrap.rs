@@ -1,0 +1,441 @@
+//! `bwrap`: the program runs under a distro bubblewrap. For hosts where the native backend
+//! cannot create what it needs but bwrap can (a setuid bwrap, or a bwrap an LSM profile lets
+//! through). Tier 0, the cgroup and our seccomp filters still come from airlock; bwrap builds
+//! the namespaces and the root filesystem. It cannot apply Landlock, cap inodes of its tmpfs
+//! mounts or mount writable places noexec, so those are never claimed.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use super::{check_policy_paths, tier0_layers, Backend, PlanContext, Probe};
+use crate::error::Error;
+use crate::layer::{IsolationLevel, Layer};
+use crate::sandbox::rootfs::{default_etc_files, default_system_ro};
+use crate::sandbox::seccomp::SeccompConfig;
+use crate::spec::{Confinement, WrapFile, WrapSpec};
+
+/// The hostname inside every bwrap sandbox (the same as the native one).
+pub const BWRAP_HOSTNAME: &str = super::native::SANDBOX_HOSTNAME;
+
+/// Descriptors at which the init hands bwrap our seccomp filters (allowlist, then deny list).
+pub const SECCOMP_FDS: [i32; 2] = [10, 11];
+
+/// Where bwrap is looked for before `PATH`.
+const BWRAP_CANDIDATES: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
+
+/// The oldest bwrap with everything we pass (`--add-seccomp-fd`, `--size`).
+const MIN_VERSION: (u32, u32, u32) = (0, 5, 0);
+
+/// The layers bwrap builds with the arguments of [`bwrap_args`].
+const BWRAP_LAYERS: &[Layer] = &[
+    Layer::UserNs,
+    Layer::MountNs,
+    Layer::PidNs,
+    Layer::IpcNs,
+    Layer::UtsNs,
+    Layer::CgroupNs,
+    Layer::Rootfs,
+    Layer::CapsDropped,
+    Layer::Workdir,
+];
+
+/// The bubblewrap backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BwrapBackend;
+
+/// A bwrap binary found on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BwrapInstall {
+    pub path: PathBuf,
+    pub version: (u32, u32, u32),
+    /// The binary is setuid root: it must not run under no_new_privs.
+    pub setuid: bool,
+}
+
+/// One system directory of the host as the sandbox shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SystemEntry {
+    /// Bound read-only at the same path.
+    Dir(PathBuf),
+    /// Recreated as a symlink (merged-/usr hosts: `/bin -> usr/bin`).
+    Symlink { path: PathBuf, target: PathBuf },
+}
+
+/// The host paths the sandbox sees, resolved once on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLayout {
+    pub system: Vec<SystemEntry>,
+    /// `/etc` entries bound read-only when they exist.
+    pub etc: Vec<PathBuf>,
+    /// Generated files (host path inside the run directory, path inside the sandbox).
+    pub identity: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Backend for BwrapBackend {
+    fn name(&self) -> &'static str {
+        "bwrap"
+    }
+
+    fn level(&self) -> IsolationLevel {
+        IsolationLevel::Kernel
+    }
+
+    fn probe(&self) -> Probe {
+        let status = cached_status();
+        let mut layers = tier0_layers();
+        if status.install.is_some() && status.problems.is_empty() {
+            layers.extend(BWRAP_LAYERS);
+            layers.extend([Layer::NetNs, Layer::Seccomp, Layer::NoNewPrivs]);
+            layers.sort();
+            layers.dedup();
+        }
+        let mut problems = status.problems.clone();
+        problems.push("bwrap applies no Landlock rules, no inode cap on its tmpfs mounts and no noexec on writable places: use the native backend for those".into());
+        Probe {
+            available: status.install.is_some() && status.problems.is_empty(),
+            layers,
+            problems,
+        }
+    }
+
+    fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
+        check_policy_paths(ctx.policy)?;
+        let status = cached_status();
+        let install = match (&status.install, status.problems.is_empty()) {
+            (Some(install), true) => install,
+            _ => {
+                return Err(Error::BackendUnavailable {
+                    backend: "bwrap".into(),
+                    reason: status.problems.join("; "),
+                })
+            }
+        };
+        let identity = identity_files(ctx);
+        let layout = HostLayout {
+            system: resolve_system_entries(&default_system_ro()),
+            etc: default_etc_files(),
+            identity: identity
+                .iter()
+                .map(|(file, inside)| (file.path.clone(), inside.clone()))
+                .collect(),
+        };
+        let mut layers = BWRAP_LAYERS.to_vec();
+        if !ctx.policy.has_network() {
+            layers.push(Layer::NetNs);
+        }
+        layers.push(Layer::Seccomp);
+        if install.setuid {
+            // bwrap itself sets no_new_privs before it execs the program.
+            layers.push(Layer::NoNewPrivs);
+        }
+        Ok(Confinement::Wrapped(WrapSpec {
+            tool_argv: bwrap_args(ctx, install, &layout),
+            files: identity.into_iter().map(|(file, _)| file).collect(),
+            seccomp_fds: SECCOMP_FDS.to_vec(),
+            seccomp: Some(SeccompConfig {
+                allow_network: ctx.policy.has_network(),
+            }),
+            keep_root: false,
+            no_new_privs: !install.setuid,
+            layers,
+        }))
+    }
+}
+
+/// The complete bwrap command line up to (and including) the `--` before the program.
+pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout) -> Vec<String> {
+    let policy = ctx.policy;
+    let mut args = Args(vec![install.path.display().to_string()]);
+    args.flag("--unshare-all");
+    args.flag("--unshare-user");
+    if policy.has_network() {
+        args.flag("--share-net");
+    }
+    if install.version >= (0, 8, 0) {
+        args.flag("--disable-userns");
+    }
+    args.flag("--die-with-parent");
+    if !ctx.tty {
+        // Without a terminal of its own the program cannot push input into ours (TIOCSTI).
+        args.flag("--new-session");
+    }
+    args.flags(["--cap-drop", "ALL"]);
+    args.flags(["--hostname", BWRAP_HOSTNAME]);
+    for entry in &layout.system {
+        match entry {
+            SystemEntry::Dir(path) => args.paths("--ro-bind", path, path),
+            SystemEntry::Symlink { path, target } => args.paths("--symlink", target, path),
+        }
+    }
+    for path in &layout.etc {
+        args.paths("--ro-bind-try", path, path);
+    }
+    for (host, inside) in &layout.identity {
+        args.paths("--ro-bind", host, inside);
+    }
+    args.flags(["--proc", "/proc", "--dev", "/dev"]);
+    let disk = policy.limits.disk.0.to_string();
+    args.flags(["--size", &disk, "--tmpfs", "/tmp"]);
+    let shm = policy.limits.disk.0.min(64 << 20).to_string();
+    args.flags(["--size", &shm, "--tmpfs", "/dev/shm"]);
+    for path in &policy.filesystem.read_only {
+        args.paths("--ro-bind", path, path);
+    }
+    for path in &policy.filesystem.read_write {
+        args.paths("--bind", path, path);
+    }
+    if ctx.fresh_workdir && !ctx.keep {
+        args.flags(["--size", &disk]);
+        args.path("--tmpfs", ctx.workdir);
+    } else {
+        args.paths("--bind", ctx.workdir, ctx.workdir);
+    }
+    args.path("--chdir", ctx.workdir);
+    for fd in SECCOMP_FDS {
+        args.flags(["--add-seccomp-fd", &fd.to_string()]);
+    }
+    args.flag("--");
+    args.0
+}
+
+struct Args(Vec<String>);
+
+impl Args {
+    fn flag(&mut self, flag: &str) {
+        self.0.push(flag.to_string());
+    }
+
+    fn flags<const N: usize>(&mut self, flags: [&str; N]) {
+        self.0.extend(flags.iter().map(|f| f.to_string()));
+    }
+
+    fn path(&mut self, flag: &str, path: &Path) {
+        self.0
+            .extend([flag.to_string(), path.display().to_string()]);
+    }
+
+    fn paths(&mut self, flag: &str, first: &Path, second: &Path) {
+        self.0.extend([
+            flag.to_string(),
+            first.display().to_string(),
+            second.display().to_string(),
+        ]);
+    }
+}
+
+/// Host directories as bind (real directories) or symlink (merged-/usr aliases); absent ones
+/// are left out.
+pub fn resolve_system_entries(paths: &[PathBuf]) -> Vec<SystemEntry> {
+    paths
+        .iter()
+        .filter_map(|path| {
+            let meta = std::fs::symlink_metadata(path).ok()?;
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(path).ok()?;
+                return Some(SystemEntry::Symlink {
+                    path: path.clone(),
+                    target,
+                });
+            }
+            meta.is_dir().then(|| SystemEntry::Dir(path.clone()))
+        })
+        .collect()
+}
+
+/// passwd, group, hosts and hostname naming only the sandbox user and host, written by the
+/// init into the run directory and bound over the sandbox's `/etc`.
+fn identity_files(ctx: &PlanContext) -> Vec<(WrapFile, PathBuf)> {
+    let (uid, gid) = super::native::sandbox_ids(ctx.policy);
+    let home = ctx.workdir.display();
+    let mut files = vec![
+        (
+            "passwd",
+            format!("sandbox:x:{uid}:{gid}:airlock sandbox:{home}:/bin/sh\n"),
+        ),
+        ("group", format!("sandbox:x:{gid}:\n")),
+        (
+            "hosts",
+            format!("127.0.0.1 localhost {BWRAP_HOSTNAME}\n::1 localhost\n"),
+        ),
+        ("hostname", format!("{BWRAP_HOSTNAME}\n")),
+    ];
+    if ctx.policy.has_network() {
+        if let Ok(resolv) = std::fs::read_to_string("/etc/resolv.conf") {
+            files.push(("resolv.conf", resolv));
+        }
+    }
+    let dir = ctx.run_dir.join("bwrap-etc");
+    files
+        .into_iter()
+        .map(|(name, contents)| {
+            let file = WrapFile {
+                path: dir.join(name),
+                contents: contents.into_bytes(),
+                mode: 0o644,
+            };
+            (file, Path::new("/etc").join(name))
+        })
+        .collect()
+}
+
+/// What probing found, computed once per process.
+#[derive(Debug, Clone)]
+struct BwrapStatus {
+    install: Option<BwrapInstall>,
+    problems: Vec<String>,
+}
+
+fn cached_status() -> &'static BwrapStatus {
+    static STATUS: OnceLock<BwrapStatus> = OnceLock::new();
+    STATUS.get_or_init(probe_host)
+}
+
+fn probe_host() -> BwrapStatus {
+    let Some(path) = find_bwrap() else {
+        return BwrapStatus {
+            install: None,
+            problems: vec![
+                "bwrap is not installed: apt-get install bubblewrap (or dnf install bubblewrap)"
+                    .into(),
+            ],
+        };
+    };
+    let mut problems = Vec::new();
+    let version = read_version(&path).unwrap_or_else(|| {
+        problems.push(format!(
+            "cannot read the version of {}: reinstall bubblewrap",
+            path.display()
+        ));
+        (0, 0, 0)
+    });
+    if version < MIN_VERSION {
+        let (a, b, c) = version;
+        problems.push(format!("bwrap {a}.{b}.{c} is too old (needs 0.5.0 for --add-seccomp-fd and --size): upgrade bubblewrap"));
+    }
+    let setuid = std::fs::metadata(&path)
+        .map(|m| m.permissions().mode() & 0o4000 != 0)
+        .unwrap_or(false);
+    let install = BwrapInstall {
+        path,
+        version,
+        setuid,
+    };
+    if problems.is_empty() {
+        if let Err(problem) = trial_run(&install) {
+            problems.push(problem);
+        }
+    }
+    BwrapStatus {
+        install: Some(install),
+        problems,
+    }
+}
+
+fn find_bwrap() -> Option<PathBuf> {
+    let path_dirs = std::env::var("PATH").unwrap_or_default();
+    BWRAP_CANDIDATES
+        .iter()
+        .map(PathBuf::from)
+        .chain(
+            path_dirs
+                .split(':')
+                .filter(|d| !d.is_empty())
+                .map(|d| Path::new(d).join("bwrap")),
+        )
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+fn read_version(path: &Path) -> Option<(u32, u32, u32)> {
+    let output = Command::new(path)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    parse_version(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// Parses `bubblewrap 0.8.0` into `(0, 8, 0)`.
+pub fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let word = text
+        .split_whitespace()
+        .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))?;
+    let mut parts = word.split('.').map(|p| {
+        p.trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse::<u32>()
+            .ok()
+    });
+    Some((
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+        parts.next().flatten().unwrap_or(0),
+    ))
+}
+
+/// Runs bwrap the way a run will (as the unprivileged sandbox user when we are root), so
+/// "available" means a run can really start.
+fn trial_run(install: &BwrapInstall) -> Result<(), String> {
+    let mut command = Command::new(&install.path);
+    command.args([
+        "--unshare-all",
+        "--unshare-user",
+        "--ro-bind",
+        "/",
+        "/",
+        "--",
+        "/bin/true",
+    ]);
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env_clear();
+    if nix::unistd::geteuid().is_root() {
+        let nobody = crate::policy::builtin("untrusted")
+            .map(|p| (p.user.uid, p.user.gid))
+            .unwrap_or((65534, 65534));
+        command.uid(nobody.0).gid(nobody.1);
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", install.path.display()))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    Err(format!(
+        "{} cannot create its namespaces here ({stderr}): {}",
+        install.path.display(),
+        userns_fix()
+    ))
+}
+
+/// The exact switch that keeps unprivileged user namespaces from working on this host.
+fn userns_fix() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        return "AppArmor restricts unprivileged user namespaces: set kernel.apparmor_restrict_unprivileged_userns=0 or install the distro's bwrap AppArmor profile (apparmor-profiles: /etc/apparmor.d/bwrap-userns-restrict)".into();
+    }
+    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        return "unprivileged user namespaces are disabled: set the sysctl kernel.unprivileged_userns_clone=1 (or make bwrap setuid: chmod u+s /usr/bin/bwrap)".into();
+    }
+    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        return "user namespaces are disabled: set the sysctl user.max_user_namespaces above 0"
+            .into();
+    }
+    "check `dmesg` for an LSM denial; a setuid bwrap (chmod u+s) works without unprivileged user namespaces".into()
+}
+
+#[cfg(test)]
+mod tests;
