@@ -270,3 +270,21 @@ fn a_missing_required_layer_refuses_the_run_unless_degradation_is_accepted() {
         "{warnings}"
     );
 }
+
+#[test]
+fn the_host_network_is_an_explicit_choice_that_drops_the_network_namespace() {
+    if !native_available() {
+        eprintln!("skipping: the native backend cannot run here");
+        return;
+    }
+    let code = "import socket\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_STREAM); print('inet')\nexcept OSError as e: print('refused', e.errno)";
+    let default = run_json(&[], &[PYTHON, "-c", code]);
+    assert_eq!(default["stdout"], "refused 1\n", "{default}");
+    let host = run_json(&["--network", "host"], &[PYTHON, "-c", code]);
+    assert_eq!(host["stdout"], "inet\n", "{host}");
+    let layers = host["isolation"].to_string();
+    assert!(
+        !layers.contains("net_ns") && layers.contains("seccomp"),
+        "{layers}"
+    );
+}

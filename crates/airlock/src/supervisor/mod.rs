@@ -279,10 +279,14 @@ impl Prepared {
     }
 }
 
-/// The layers a run must have. Choosing backend `none` (which already needs an explicit
-/// opt-in) is choosing Tier 0, so only Tier-0 requirements remain.
+/// The layers a run must have. Explicit choices narrow the profile's list: the host network
+/// means no network namespace, and backend `none` (which needs its own opt-in) means Tier 0.
 fn required_layers(policy: &Policy) -> Vec<Layer> {
     let mut require = policy.require.clone();
+    // Asking for the host network is asking for no network namespace.
+    if policy.has_network() {
+        require.retain(|l| *l != Layer::NetNs && *l != Layer::LandlockNet);
+    }
     if policy.backend == BackendChoice::None {
         let tier0 = backend::NoneBackend.probe().layers;
         require.retain(|l| tier0.contains(l) || *l == Layer::Cgroup);
