@@ -30,6 +30,12 @@ pub enum Commands {
     },
     /// Grade a sandbox command line (or several) with airlock's attacks: one table row each.
     Conformance(crate::conformance_cmd::ConformanceArgs),
+    /// Run a worker on staged inputs and ingest its out/: `airlock worker --in NAME=PATH --out DIR -- PROGRAM`.
+    Worker(Box<crate::worker_cmd::WorkerArgs>),
+    /// Call a Python function with JSON arguments: `airlock call module:function --args '{"x":1}'`.
+    Call(Box<crate::call_cmd::CallArgs>),
+    /// Run code given as a string: `airlock exec python 'print(1)'`.
+    Exec(Box<crate::exec_cmd::ExecArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -167,6 +173,9 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }
         Commands::Doctor { json } => doctor(json),
         Commands::Conformance(args) => crate::conformance_cmd::run(args),
+        Commands::Worker(args) => crate::worker_cmd::worker(*args),
+        Commands::Call(args) => crate::call_cmd::call_tool(*args),
+        Commands::Exec(args) => crate::exec_cmd::exec(*args),
     }
 }
 

@@ -1,9 +1,13 @@
 //! `airlock`: run untrusted code behind an OS-enforced boundary. A thin layer over the
 //! `airlock` library: argument parsing, printing and exit codes live here, nothing else.
 
+mod call_cmd;
 mod cli;
 mod conformance_cmd;
+mod exec_cmd;
 mod run;
+mod sandbox_flags;
+mod worker_cmd;
 
 use std::process::ExitCode;
 

@@ -23,6 +23,7 @@
 //! [`SandboxOptions::init_program`] (or `AIRLOCK_INIT`) at the `airlock` binary.
 
 pub mod error;
+pub mod interp;
 pub mod layer;
 pub mod policy;
 pub mod pool;
@@ -46,6 +47,8 @@ pub mod sandbox;
 pub mod spec;
 #[cfg(target_os = "linux")]
 pub mod supervisor;
+#[cfg(target_os = "linux")]
+pub mod tool;
 
 pub use error::{Error, PolicyError};
 pub use layer::{IsolationLevel, Layer};

@@ -14,6 +14,8 @@ use std::path::PathBuf;
 #[cfg(target_os = "linux")]
 pub mod ingest;
 pub mod protocol;
+#[cfg(target_os = "linux")]
+pub mod run;
 pub mod stage;
 
 #[cfg(target_os = "linux")]

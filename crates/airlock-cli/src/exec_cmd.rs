@@ -1,0 +1,93 @@
+//! `airlock exec`: run code given as a string with a registered interpreter, e.g.
+//! `airlock exec python 'print(1)'`. Unknown or disallowed interpreters are refused (exit 125).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use airlock::interp::InterpreterRegistry;
+use airlock::{Input, RunResult, Sandbox};
+
+use crate::sandbox_flags::{print_warnings, ProfileFlags};
+
+/// Environment variable naming the interpreter registry file when --interpreters is absent.
+pub const REGISTRY_ENV: &str = "AIRLOCK_INTERPRETERS";
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub sandbox: ProfileFlags,
+    /// Interpreter registry TOML (default: $AIRLOCK_INTERPRETERS, else the built-ins).
+    #[arg(long, value_name = "FILE")]
+    pub interpreters: Option<PathBuf>,
+    /// Only these interpreters may run (comma-separated names or aliases); overrides the
+    /// registry's allowed_programs.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub allow: Option<Vec<String>>,
+    /// Print one JSON result object instead of streaming the program's output.
+    #[arg(long)]
+    pub json: bool,
+    /// The interpreter, e.g. python, node, bash.
+    pub interpreter: String,
+    /// The code to run.
+    pub code: String,
+    /// Arguments passed to the program after the code.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+pub fn exec(args: ExecArgs) -> Result<u8> {
+    let registry = registry(&args)?;
+    let invocation = registry.invocation(&args.interpreter, &args.code, &args.args)?;
+    let sandbox = Sandbox::with_options(args.sandbox.policy()?, args.sandbox.options())?;
+    let (program, rest) = invocation
+        .argv
+        .split_first()
+        .context("interpreter argv is empty")?;
+    if program.starts_with('/') && !std::path::Path::new(program).exists() {
+        bail!(
+            "interpreter {:?}: {program} is not installed on this host",
+            invocation.interpreter
+        );
+    }
+    let mut command = sandbox.command(program.clone()).args(rest.iter().cloned());
+    command = match invocation.stdin {
+        Some(code) => command.stdin(code),
+        None => command.stdin_from(Input::Inherit),
+    };
+    for (key, value) in &args.sandbox.env {
+        command = command.env(key.clone(), value.clone());
+    }
+    if !args.json {
+        command = command.forward_output();
+    }
+    let result = command.run()?;
+    report(&args, &result)?;
+    Ok(u8::try_from(result.cli_exit_code()).unwrap_or(125))
+}
+
+fn registry(args: &ExecArgs) -> Result<InterpreterRegistry> {
+    let file = args
+        .interpreters
+        .clone()
+        .or_else(|| std::env::var_os(REGISTRY_ENV).map(PathBuf::from));
+    let mut registry = match file {
+        Some(path) => InterpreterRegistry::load(&path)?,
+        None => InterpreterRegistry::builtin(),
+    };
+    if let Some(allow) = &args.allow {
+        registry.set_allowed(allow)?;
+    }
+    Ok(registry)
+}
+
+fn report(args: &ExecArgs, result: &RunResult) -> Result<()> {
+    print_warnings(&result.warnings);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(result)?);
+    } else if let Some(error) = &result.error {
+        eprintln!("airlock: sandbox error: {error}");
+    }
+    Ok(())
+}
