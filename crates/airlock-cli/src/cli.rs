@@ -43,6 +43,8 @@ pub enum BackendArg {
     Auto,
     Native,
     None,
+    Gvisor,
+    Container,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]

@@ -71,6 +71,8 @@ fn build_policy(args: &RunArgs) -> Result<Policy> {
             BackendArg::Auto => BackendChoice::Auto,
             BackendArg::Native => BackendChoice::Native,
             BackendArg::None => BackendChoice::None,
+            BackendArg::Gvisor => BackendChoice::Gvisor,
+            BackendArg::Container => BackendChoice::Container,
         };
     }
     if let Some(network) = args.network {

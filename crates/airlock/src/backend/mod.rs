@@ -1,8 +1,11 @@
 //! Backends: how the program is started inside a boundary. A backend only plans the
 //! confinement the init applies; the supervisor owns timeouts, output and accounting.
 
+mod container;
+mod gvisor;
 mod native;
 mod none;
+pub mod oci;
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +14,8 @@ use crate::layer::{IsolationLevel, Layer};
 use crate::policy::{BackendChoice, Policy};
 use crate::spec::Confinement;
 
+pub use container::ContainerBackend;
+pub use gvisor::{decide_platform, GvisorBackend, KvmFacts, PlatformChoice};
 pub use native::NativeBackend;
 pub use none::NoneBackend;
 
@@ -36,6 +41,16 @@ pub struct PlanContext<'a> {
     /// The workdir must survive the run, so it cannot live only in the sandbox.
     pub keep: bool,
     pub tty: bool,
+    /// The per-run directory the init creates; files a tool reads (an OCI bundle) go here.
+    pub run_dir: &'a Path,
+    /// The run's id (unique, usable as a container id).
+    pub run_id: &'a str,
+    /// The program's argv, for backends that put it in a config file.
+    pub argv: &'a [String],
+    /// The program's environment (without Tier 0's TMPDIR), for the same backends.
+    pub env: &'a [(String, String)],
+    /// The cgroup the init creates for the run, if any.
+    pub cgroup: Option<&'a crate::spec::CgroupRequest>,
 }
 
 /// A way to start a program inside a boundary.
@@ -50,9 +65,10 @@ pub trait Backend: Send + Sync {
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error>;
 }
 
-/// Every backend, strongest first.
+/// Every backend in `auto`'s order of preference: native first (fast, complete layers); the
+/// stronger boundaries (gvisor, then container) only when `min_isolation` rules native out.
 pub fn all_backends() -> Vec<Box<dyn Backend>> {
-    vec![Box::new(NativeBackend), Box::new(NoneBackend)]
+    vec![Box::new(NativeBackend), Box::new(GvisorBackend), Box::new(ContainerBackend), Box::new(NoneBackend)]
 }
 
 /// Picks the backend for a policy: `auto` means the strongest available one at or above
@@ -61,6 +77,8 @@ pub fn select(policy: &Policy) -> Result<Box<dyn Backend>, Error> {
     match policy.backend {
         BackendChoice::Native => Ok(Box::new(NativeBackend)),
         BackendChoice::None => Ok(Box::new(NoneBackend)),
+        BackendChoice::Gvisor => Ok(Box::new(GvisorBackend)),
+        BackendChoice::Container => Ok(Box::new(ContainerBackend)),
         BackendChoice::Auto => select_auto(policy.min_isolation.unwrap_or(IsolationLevel::Kernel)),
     }
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
-use super::child::finish_and_exec_with;
+use super::child::{finish_and_exec_with, send_setup, SetupMessage};
 use crate::layer::Layer;
 use crate::linux::sys;
 use crate::sandbox::seccomp;
@@ -20,8 +20,13 @@ pub(super) fn exec(spec: &InitSpec, wrap: &WrapSpec, mut layers: Vec<Layer>) -> 
     }
     let filters = seccomp_descriptors(wrap)?;
     layers.extend(wrap.layers.iter().copied());
+    for note in &wrap.notes {
+        send_setup(&SetupMessage::Warning(note.clone()));
+    }
     let mut argv = wrap.tool_argv.clone();
-    argv.extend(spec.argv.iter().cloned());
+    if !wrap.argv_in_files {
+        argv.extend(spec.argv.iter().cloned());
+    }
     let tool = wrap.tool_argv.first().ok_or("the wrapper has an empty command line")?;
     let placed: Vec<(i32, i32)> = filters.iter().map(|fd| fd.as_raw_fd()).zip(wrap.seccomp_fds.iter().copied()).collect();
     finish_and_exec_with(spec, layers, || {
@@ -50,4 +55,20 @@ fn filter_memfd(program: &seccompiler::BpfProgram) -> Result<OwnedFd, String> {
     file.write_all(&bytes).map_err(|e| format!("cannot write the seccomp filter: {e}"))?;
     nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekSet).map_err(|e| format!("lseek: {e}"))?;
     Ok(OwnedFd::from(file))
+}
+
+/// Removes the empty directories a tool may leave. Returns warnings for what could not be
+/// removed.
+pub(super) fn clean_up_after_tool(wrap: &WrapSpec) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for dir in &wrap.cleanup_dirs {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // A parent shared with other runs is still in use: that is theirs to remove.
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
+            Err(e) => warnings.push(format!("cannot remove {} left by the sandbox tool: {e}", dir.display())),
+        }
+    }
+    warnings
 }
