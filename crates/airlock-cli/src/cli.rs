@@ -52,6 +52,8 @@ pub enum BackendArg {
     Native,
     Bwrap,
     None,
+    Gvisor,
+    Container,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]

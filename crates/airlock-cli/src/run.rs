@@ -93,6 +93,8 @@ fn build_policy(args: &RunArgs) -> Result<Policy> {
             BackendArg::Native => BackendChoice::Native,
             BackendArg::Bwrap => BackendChoice::Bwrap,
             BackendArg::None => BackendChoice::None,
+            BackendArg::Gvisor => BackendChoice::Gvisor,
+            BackendArg::Container => BackendChoice::Container,
         };
     }
     if let Some(network) = args.network {

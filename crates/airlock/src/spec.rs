@@ -88,7 +88,7 @@ pub enum Confinement {
 /// How to start the program through an external sandbox tool. The init applies Tier 0, writes
 /// `files`, optionally hands the tool our seccomp filters as descriptors, then execs
 /// `tool_argv` followed by the program's argv.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct WrapSpec {
     /// The tool's full argv up to (not including) the program's argv; argv[0] is absolute.
     pub tool_argv: Vec<String>,
@@ -108,9 +108,28 @@ pub struct WrapSpec {
     /// Layers the tool enforces with these arguments. Reported as in force once the tool has
     /// started; the conformance suite is what proves each claim.
     pub layers: Vec<crate::layer::Layer>,
+    /// The program's argv is already in `files` (an OCI config): exec `tool_argv` alone.
+    #[serde(default)]
+    pub argv_in_files: bool,
+    /// The tool applies the program's rlimits itself (from its config); the init lowers only
+    /// RLIMIT_CORE and RLIMIT_CPU on the tool, which may need more descriptors than the program.
+    #[serde(default)]
+    pub rlimits_by_tool: bool,
+    /// Leave the run cgroup's pids limit unset: the tool's own helper processes would count
+    /// against it (gVisor's ptrace stubs); the tool must enforce the limit another way.
+    #[serde(default)]
+    pub no_cgroup_pids_limit: bool,
+    /// Facts about this run's enforcement, reported as warnings of the run.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// Directories the tool may leave behind (e.g. its cgroups in hierarchies airlock does not
+    /// use, when it was killed or kept its container), removed with `rmdir` in order after the
+    /// process tree is dead and accounting is read: never recursively, so only empty ones go.
+    #[serde(default)]
+    pub cleanup_dirs: Vec<PathBuf>,
 }
 
-/// A file written by the init for a wrapped run.
+/// A file written by the init for a wrapped run; a path ending in `/` is a directory.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct WrapFile {
     pub path: PathBuf,

@@ -141,6 +141,7 @@ impl Backend for BwrapBackend {
             keep_root: false,
             no_new_privs: !install.setuid,
             layers,
+            ..WrapSpec::default()
         }))
     }
 }

@@ -2,8 +2,11 @@
 //! confinement the init applies; the supervisor owns timeouts, output and accounting.
 
 mod bwrap;
+mod container;
+mod gvisor;
 mod native;
 mod none;
+pub mod oci;
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +16,8 @@ use crate::policy::{BackendChoice, Policy};
 use crate::spec::Confinement;
 
 pub use bwrap::{bwrap_args, BwrapBackend, BwrapInstall, HostLayout, SystemEntry};
+pub use container::ContainerBackend;
+pub use gvisor::{decide_platform, GvisorBackend, KvmFacts, PlatformChoice};
 pub use native::NativeBackend;
 pub use none::NoneBackend;
 
@@ -33,13 +38,22 @@ pub struct PlanContext<'a> {
     pub policy: &'a Policy,
     /// The program's working directory (same path inside and outside).
     pub workdir: &'a Path,
-    /// The per-run directory the init creates and removes; wrapper files go here.
+    /// The per-run directory the init creates and removes; files a tool reads (bwrap's /etc
+    /// files, an OCI bundle) go here.
     pub run_dir: &'a Path,
     /// The workdir is created for this run (not the caller's).
     pub fresh_workdir: bool,
     /// The workdir must survive the run, so it cannot live only in the sandbox.
     pub keep: bool,
     pub tty: bool,
+    /// The run's id (unique, usable as a container id).
+    pub run_id: &'a str,
+    /// The program's argv, for backends that put it in a config file.
+    pub argv: &'a [String],
+    /// The program's environment (without Tier 0's TMPDIR), for the same backends.
+    pub env: &'a [(String, String)],
+    /// The cgroup the init creates for the run, if any.
+    pub cgroup: Option<&'a crate::spec::CgroupRequest>,
 }
 
 /// A way to start a program inside a boundary.
@@ -54,11 +68,14 @@ pub trait Backend: Send + Sync {
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error>;
 }
 
-/// Every backend: by level, then fastest first within a level.
+/// Every backend: by level, then fastest first within a level, so `auto` can take the first
+/// available one at or above `min_isolation` (container starts faster than gVisor here).
 pub fn all_backends() -> Vec<Box<dyn Backend>> {
     vec![
         Box::new(NativeBackend),
         Box::new(BwrapBackend),
+        Box::new(ContainerBackend),
+        Box::new(GvisorBackend),
         Box::new(NoneBackend),
     ]
 }
@@ -70,6 +87,8 @@ pub fn select(policy: &Policy) -> Result<Box<dyn Backend>, Error> {
         BackendChoice::Native => Ok(Box::new(NativeBackend)),
         BackendChoice::Bwrap => require_available(Box::new(BwrapBackend)),
         BackendChoice::None => Ok(Box::new(NoneBackend)),
+        BackendChoice::Gvisor => Ok(Box::new(GvisorBackend)),
+        BackendChoice::Container => Ok(Box::new(ContainerBackend)),
         BackendChoice::Auto => select_auto(
             policy.min_isolation.unwrap_or(IsolationLevel::Kernel),
             all_backends(),

@@ -71,7 +71,8 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
     if !spec.tty {
         layers.push(Layer::NewSession);
     }
-    apply_rlimits(spec, ctx.cgroup.is_some())?;
+    let rlimits_by_tool = matches!(&spec.confinement, Confinement::Wrapped(w) if w.rlimits_by_tool);
+    apply_rlimits(spec, ctx.cgroup.is_some(), rlimits_by_tool)?;
     layers.push(Layer::Rlimits);
     let keep_root = matches!(&spec.confinement, Confinement::Wrapped(w) if w.keep_root);
     if let (Some(credentials), false) = (spec.credentials, keep_root) {
@@ -101,15 +102,22 @@ fn new_session(tty: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn apply_rlimits(spec: &InitSpec, has_cgroup: bool) -> Result<(), String> {
+fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Result<(), String> {
     let l = &spec.limits;
     let cpu = l.cpu_time.as_secs().max(1);
     let mut limits = vec![
         (Resource::RLIMIT_CORE, 0, 0),
         (Resource::RLIMIT_CPU, cpu, cpu + 1),
-        (Resource::RLIMIT_NOFILE, l.open_files, l.open_files),
-        (Resource::RLIMIT_FSIZE, l.file_size_bytes, l.file_size_bytes),
     ];
+    // A tool that applies the program's rlimits itself may need more descriptors (runsc fails
+    // below ~512) or a larger file than the program gets.
+    if rlimits_by_tool {
+        return limits
+            .into_iter()
+            .try_for_each(|(resource, soft, hard)| lower_rlimit(resource, soft, hard));
+    }
+    limits.push((Resource::RLIMIT_NOFILE, l.open_files, l.open_files));
+    limits.push((Resource::RLIMIT_FSIZE, l.file_size_bytes, l.file_size_bytes));
     // A cgroup limits the whole run precisely; rlimits are the per-process fallback. Address
     // space limits break runtimes that reserve big virtual ranges (node, Go), so only fall
     // back to them when nothing better exists.

@@ -113,17 +113,19 @@ impl PreparedRun {
         make_run_dirs(spec)?;
         let (cgroup, cgroup_warning) = match &spec.cgroup {
             None => (None, None),
-            Some(request) => {
-                match RunCgroup::create(&request.config, &request.run_id, &request.limits) {
-                    Ok(cgroup) => (Some(cgroup), None),
-                    Err(e) => (
-                        None,
-                        Some(format!(
-                            "no cgroup for this run ({e}); limits fall back to rlimits"
-                        )),
-                    ),
-                }
-            }
+            Some(request) => match RunCgroup::create(
+                &request.config,
+                &request.run_id,
+                &cgroup_limits(spec, request),
+            ) {
+                Ok(cgroup) => (Some(cgroup), None),
+                Err(e) => (
+                    None,
+                    Some(format!(
+                        "no cgroup for this run ({e}); limits fall back to rlimits"
+                    )),
+                ),
+            },
         };
         Ok(PreparedRun {
             cgroup,
@@ -134,6 +136,9 @@ impl PreparedRun {
 
     fn cleanup(&mut self, spec: &InitSpec) -> Vec<String> {
         let mut warnings = Vec::new();
+        if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
+            warnings.extend(wrapped::clean_up_after_tool(wrap));
+        }
         if let Some(cgroup) = self.cgroup.take() {
             if let Err(e) = cgroup.remove() {
                 warnings.push(format!("cannot remove the run's cgroup: {e}"));
@@ -150,6 +155,18 @@ impl PreparedRun {
         }
         warnings
     }
+}
+
+/// The run's cgroup limits, minus the pids limit when the wrapper tool's helpers would hit it.
+fn cgroup_limits(
+    spec: &InitSpec,
+    request: &crate::spec::CgroupRequest,
+) -> crate::sandbox::cgroup::CgroupLimits {
+    let mut limits = request.limits.clone();
+    if matches!(&spec.confinement, crate::spec::Confinement::Wrapped(w) if w.no_cgroup_pids_limit) {
+        limits.pids = None;
+    }
+    limits
 }
 
 fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
@@ -179,6 +196,14 @@ fn write_wrap_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(),
                 "wrapper file {} is outside the run directory",
                 file.path.display()
             ));
+        }
+        // A path ending in `/` is a directory (e.g. a mountpoint in an OCI root).
+        if file.path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+            std::fs::create_dir_all(&file.path)
+                .map_err(|e| format!("cannot create {}: {e}", file.path.display()))?;
+            std::fs::set_permissions(&file.path, std::fs::Permissions::from_mode(file.mode))
+                .map_err(|e| format!("chmod {}: {e}", file.path.display()))?;
+            continue;
         }
         if let Some(parent) = file.path.parent() {
             std::fs::create_dir_all(parent)

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
-use super::child::finish_and_exec_with;
+use super::child::{finish_and_exec_with, send_setup, SetupMessage};
 use crate::layer::Layer;
 use crate::linux::sys;
 use crate::sandbox::seccomp;
@@ -24,8 +24,13 @@ pub(super) fn exec(
     }
     let filters = seccomp_descriptors(wrap)?;
     layers.extend(wrap.layers.iter().copied());
+    for note in &wrap.notes {
+        send_setup(&SetupMessage::Warning(note.clone()));
+    }
     let mut argv = wrap.tool_argv.clone();
-    argv.extend(spec.argv.iter().cloned());
+    if !wrap.argv_in_files {
+        argv.extend(spec.argv.iter().cloned());
+    }
     let tool = wrap
         .tool_argv
         .first()
@@ -74,4 +79,25 @@ fn filter_memfd(program: &seccompiler::BpfProgram) -> Result<OwnedFd, String> {
     nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekSet)
         .map_err(|e| format!("lseek: {e}"))?;
     Ok(OwnedFd::from(file))
+}
+
+/// Removes the empty directories a tool may leave. Returns warnings for what could not be
+/// removed.
+pub(super) fn clean_up_after_tool(wrap: &WrapSpec) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for dir in &wrap.cleanup_dirs {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // A parent shared with other runs is still in use: that is theirs to remove.
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    || e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
+            Err(e) => warnings.push(format!(
+                "cannot remove {} left by the sandbox tool: {e}",
+                dir.display()
+            )),
+        }
+    }
+    warnings
 }

@@ -28,6 +28,10 @@ pub enum BackendChoice {
     Bwrap,
     /// Tier 0 only. Needs `--dev` or the built-in `trusted` profile.
     None,
+    /// gVisor's user-space kernel (`runsc`) around an OCI bundle.
+    Gvisor,
+    /// An OCI container run by runc or crun.
+    Container,
 }
 
 /// Network access of the sandbox.

@@ -241,13 +241,19 @@ impl Prepared {
             Some(dir) => (prepare_callers_workdir(dir)?, false),
             None => (run_dir.join("work"), true),
         };
+        let cgroup = cgroup_request(policy, options, &run_id);
+        let plan_env = program_env(policy, &command.env, &workdir, None);
         let ctx = PlanContext {
             policy,
             workdir: &workdir,
-            run_dir: &run_dir,
             fresh_workdir: fresh,
             keep: command.keep,
             tty: command.tty,
+            run_dir: &run_dir,
+            run_id: &run_id,
+            argv: &command.argv,
+            env: &plan_env,
+            cgroup: cgroup.as_ref(),
         };
         let confinement = backend.plan(&ctx)?;
         let tier0 = matches!(confinement, crate::spec::Confinement::Tier0);
@@ -265,7 +271,7 @@ impl Prepared {
             keep: command.keep,
             limits: spec_limits(policy),
             credentials: credentials(policy),
-            cgroup: cgroup_request(policy, options, &run_id),
+            cgroup,
             confinement,
             require,
             allow_degraded: options.allow_degraded,

@@ -1,0 +1,447 @@
+//! `container`: the program runs in an OCI container started by `runc` (preferred) or `crun`
+//! directly, from a bundle the init writes into the run directory. No image: the root is an
+//! empty read-only directory with the host's system directories bound read-only.
+//!
+//! cgroups: the init puts the runtime into the run's own cgroup and `linux.cgroupsPath` names
+//! that same cgroup, so the container's processes, limits, OOM kills and CPU time are all
+//! accounted where the init reads them. `run --keep` stops runc from removing the cgroup before
+//! the init has read it (and from retrying for 150 ms because the runtime itself is still in
+//! it). `runc delete` is not needed afterwards: the container's state lives in the run
+//! directory, and the init removes the cgroup and the empty directories the runtime created in
+//! the other hierarchies once every process is dead.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::oci::{existing, oci_spec, OciInput, OciMounts, OciResources, OciRlimit, OciSeccomp};
+use super::{check_policy_paths, tier0_layers, Backend, PlanContext, Probe};
+use crate::error::Error;
+use crate::layer::{IsolationLevel, Layer};
+use crate::sandbox::rootfs::{default_etc_files, default_system_ro};
+use crate::spec::{Confinement, WrapFile, WrapSpec};
+
+/// The hostname inside every container.
+pub const CONTAINER_HOSTNAME: &str = "airlock";
+/// The host uid/gid that the container's root maps to while the runtime sets it up: never
+/// host root, never the program's own id.
+pub const CONTAINER_ROOT_HOST_ID: u32 = 100_000;
+/// Where the cgroup filesystem lives.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// An OCI runtime binary this backend can drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OciRuntime {
+    Runc,
+    Crun,
+}
+
+impl OciRuntime {
+    fn name(self) -> &'static str {
+        match self {
+            OciRuntime::Runc => "runc",
+            OciRuntime::Crun => "crun",
+        }
+    }
+}
+
+/// The container backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ContainerBackend;
+
+impl Backend for ContainerBackend {
+    fn name(&self) -> &'static str {
+        "container"
+    }
+
+    fn level(&self) -> IsolationLevel {
+        IsolationLevel::Container
+    }
+
+    fn probe(&self) -> Probe {
+        let mut problems = Vec::new();
+        let runtime = find_runtime(&mut problems);
+        if !nix::unistd::geteuid().is_root() {
+            problems.push("the container backend drives rootful runc/crun: run airlock as root (rootless OCI runtimes are not supported yet)".into());
+        }
+        let available = runtime.is_some() && nix::unistd::geteuid().is_root();
+        Probe {
+            available,
+            layers: container_layers(false),
+            problems,
+        }
+    }
+
+    fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
+        check_policy_paths(ctx.policy)?;
+        let mut problems = Vec::new();
+        let Some((runtime, binary)) = find_runtime(&mut problems) else {
+            return Err(Error::BackendUnavailable {
+                backend: "container".into(),
+                reason: problems.join("; "),
+            });
+        };
+        let bundle = Bundle::new(ctx);
+        let mut input = bundle.oci_input(ctx);
+        input.resources.pids = Some(ctx.policy.limits.processes);
+        input.seccomp = Some(OciSeccomp {
+            allow_network: ctx.policy.has_network(),
+        });
+        input.user_namespace = true;
+        let mut files = bundle.skeleton_files(&input);
+        files.push(bundle.config_file(&input));
+        let id = container_id(ctx.run_id);
+        let state = bundle.dir.join("state");
+        let mut tool_argv = vec![
+            binary.display().to_string(),
+            "--root".into(),
+            state.display().to_string(),
+        ];
+        if runtime == OciRuntime::Runc {
+            // runc logs its failed attempt to remove a busy cgroup; keep that off the program's stderr.
+            tool_argv.extend([
+                "--log".to_string(),
+                bundle.dir.join("runtime.log").display().to_string(),
+            ]);
+        }
+        tool_argv.extend([
+            "run".to_string(),
+            "--keep".into(),
+            "--bundle".into(),
+            bundle.dir.display().to_string(),
+            id.clone(),
+        ]);
+        let (tool_argv, mut notes) = match runtime {
+            OciRuntime::Runc => (tool_argv, Vec::new()),
+            OciRuntime::Crun => crun_hybrid_workaround(tool_argv, &bundle, &mut files),
+        };
+        notes.push(format!(
+            "container: OCI runtime {} ({})",
+            runtime.name(),
+            binary.display()
+        ));
+        Ok(Confinement::Wrapped(WrapSpec {
+            tool_argv,
+            files,
+            keep_root: true,
+            no_new_privs: true,
+            layers: container_layers(ctx.policy.has_network()),
+            argv_in_files: true,
+            rlimits_by_tool: true,
+            notes,
+            cleanup_dirs: runtime_cgroup_dirs(ctx),
+            ..WrapSpec::default()
+        }))
+    }
+}
+
+/// The layers the container gives on top of Tier 0.
+fn container_layers(host_network: bool) -> Vec<Layer> {
+    let mut layers = tier0_layers();
+    layers.extend([
+        Layer::UserNs,
+        Layer::MountNs,
+        Layer::PidNs,
+        Layer::IpcNs,
+        Layer::UtsNs,
+        Layer::CgroupNs,
+        Layer::Rootfs,
+        Layer::CapsDropped,
+        Layer::Seccomp,
+    ]);
+    if !host_network {
+        layers.push(Layer::NetNs);
+    }
+    layers
+}
+
+fn find_runtime(problems: &mut Vec<String>) -> Option<(OciRuntime, PathBuf)> {
+    for runtime in [OciRuntime::Runc, OciRuntime::Crun] {
+        if let Some(binary) = find_binary(runtime.name()) {
+            return Some((runtime, binary));
+        }
+    }
+    problems.push("no OCI runtime found: install runc (`apt-get install runc`) or crun".into());
+    None
+}
+
+/// An executable named `name` in the usual system directories (not the caller's PATH, which
+/// may be a user-writable shim).
+pub(crate) fn find_binary(name: &str) -> Option<PathBuf> {
+    [
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+        "/usr/local/sbin",
+        "/usr/local/bin",
+    ]
+    .iter()
+    .map(|dir| Path::new(dir).join(name))
+    .find(|path| {
+        std::fs::metadata(path)
+            .map(|m| m.is_file())
+            .unwrap_or(false)
+    })
+}
+
+/// A container id unique to the run.
+pub(crate) fn container_id(run_id: &str) -> String {
+    format!("airlock-{run_id}")
+}
+
+/// The run's cgroup directories in every hierarchy (the run's first, then the shared parent):
+/// the runtime also creates them in hierarchies airlock itself does not use.
+pub(crate) fn runtime_cgroup_dirs(ctx: &PlanContext) -> Vec<PathBuf> {
+    let Some(path) = cgroups_path(ctx) else {
+        return Vec::new();
+    };
+    let hierarchies: Vec<PathBuf> = std::fs::read_dir(CGROUP_ROOT)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    let run = path.trim_start_matches('/');
+    let mut dirs: Vec<PathBuf> = hierarchies.iter().map(|h| h.join(run)).collect();
+    if let Some(parent) = Path::new(run)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        dirs.extend(hierarchies.iter().map(|h| h.join(parent)));
+    }
+    dirs
+}
+
+/// The run's own cgroup, as an absolute path inside every hierarchy.
+pub(crate) fn cgroups_path(ctx: &PlanContext) -> Option<String> {
+    let request = ctx.cgroup?;
+    Some(format!(
+        "/{}/{}",
+        request.config.parent.trim_matches('/'),
+        request.run_id
+    ))
+}
+
+/// crun 1.8 refuses a hybrid cgroup layout whose v2 mount offers any controller; hiding the
+/// controller list in a private mount namespace makes it use v1 like runc.
+fn crun_hybrid_workaround(
+    tool_argv: Vec<String>,
+    bundle: &Bundle,
+    files: &mut Vec<WrapFile>,
+) -> (Vec<String>, Vec<String>) {
+    let controllers = Path::new(CGROUP_ROOT).join("unified/cgroup.controllers");
+    let hybrid = std::fs::read_to_string(&controllers)
+        .map(|s| !s.trim().is_empty())
+        .unwrap_or(false);
+    let (Some(unshare), true) = (find_binary("unshare"), hybrid) else {
+        return (tool_argv, Vec::new());
+    };
+    let empty = bundle.dir.join("empty");
+    files.push(WrapFile {
+        path: empty.clone(),
+        contents: Vec::new(),
+        mode: 0o444,
+    });
+    let quoted: Vec<String> = tool_argv.iter().map(|a| shell_quote(a)).collect();
+    let script = format!(
+        "mount --bind -o ro {} {} && exec {}",
+        shell_quote(&empty.display().to_string()),
+        controllers.display(),
+        quoted.join(" ")
+    );
+    let argv = vec![
+        unshare.display().to_string(),
+        "-m".into(),
+        "--propagation".into(),
+        "private".into(),
+        "/bin/sh".into(),
+        "-c".into(),
+        script,
+    ];
+    (argv, vec!["container: crun runs with the v2 controller list hidden in a private mount namespace (hybrid cgroups)".into()])
+}
+
+fn shell_quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', r"'\''"))
+}
+
+/// The bundle directory of one run and the files that make it up.
+pub(crate) struct Bundle {
+    pub dir: PathBuf,
+    pub rootfs: PathBuf,
+}
+
+impl Bundle {
+    pub fn new(ctx: &PlanContext) -> Bundle {
+        let dir = ctx.run_dir.join("oci");
+        Bundle {
+            rootfs: dir.join("rootfs"),
+            dir,
+        }
+    }
+
+    /// The OCI input every OCI backend shares; callers add backend-specific facets.
+    pub fn oci_input(&self, ctx: &PlanContext) -> OciInput {
+        let policy = ctx.policy;
+        let limits = &policy.limits;
+        let (uid, gid) = super::native::sandbox_ids(policy);
+        let mut files_ro: Vec<(PathBuf, PathBuf)> = existing(&default_etc_files())
+            .into_iter()
+            .map(|p| (p.clone(), p))
+            .collect();
+        if policy.has_network() && Path::new("/etc/resolv.conf").exists() {
+            files_ro.push(("/etc/resolv.conf".into(), "/etc/resolv.conf".into()));
+        }
+        OciInput {
+            argv: ctx.argv.to_vec(),
+            env: ctx.env.to_vec(),
+            cwd: ctx.workdir.to_path_buf(),
+            uid,
+            gid,
+            hostname: CONTAINER_HOSTNAME.into(),
+            rootfs: self.rootfs.clone(),
+            mounts: OciMounts {
+                system_ro: existing(&default_system_ro()),
+                files_ro,
+                read_only: policy.filesystem.read_only.clone(),
+                read_write: policy.filesystem.read_write.clone(),
+                workdir: ctx.workdir.to_path_buf(),
+                tmp_bytes: limits.disk.0,
+                tmp_files: limits.files,
+                shm_bytes: limits.disk.0.min(64 << 20),
+                exec_writable: policy.filesystem.exec_writable,
+            },
+            host_network: policy.has_network(),
+            resources: OciResources {
+                memory_bytes: Some(limits.memory.0),
+                pids: None,
+                cpus: (limits.cpus > 0.0).then_some(limits.cpus),
+            },
+            rlimits: rlimits(policy),
+            cgroups_path: cgroups_path(ctx),
+            seccomp: None,
+            user_namespace: false,
+            container_root_host_id: CONTAINER_ROOT_HOST_ID,
+        }
+    }
+
+    pub fn config_file(&self, input: &OciInput) -> WrapFile {
+        let json = serde_json::to_vec_pretty(&oci_spec(input)).unwrap_or_default();
+        WrapFile {
+            path: self.dir.join("config.json"),
+            contents: json,
+            mode: 0o600,
+        }
+    }
+
+    /// The root's skeleton: identity files and a mountpoint for every mount, made in advance so
+    /// that a runtime working as an unprivileged container root never needs to create them.
+    pub fn skeleton_files(&self, input: &OciInput) -> Vec<WrapFile> {
+        let mut files = identity_files(&self.rootfs, input);
+        let m = &input.mounts;
+        // The workdir may not exist yet: the init creates it.
+        let mut dirs: Vec<PathBuf> = vec![
+            "/proc".into(),
+            "/dev".into(),
+            "/tmp".into(),
+            m.workdir.clone(),
+        ];
+        let mut plain_files = Vec::new();
+        let binds = m.system_ro.iter().chain(&m.read_only).chain(&m.read_write);
+        for target in binds.chain(m.files_ro.iter().map(|(_, dst)| dst)) {
+            let source = m
+                .files_ro
+                .iter()
+                .find(|(_, dst)| dst == target)
+                .map(|(src, _)| src)
+                .unwrap_or(target);
+            if source.is_dir() {
+                dirs.push(target.clone());
+            } else {
+                plain_files.push(target.clone());
+            }
+        }
+        for dir in dirs {
+            // runc gives a tmpfs the mode of its mountpoint.
+            let mode = if dir == Path::new("/tmp") {
+                0o1777
+            } else {
+                0o755
+            };
+            files.push(WrapFile {
+                path: dir_marker(&self.rootfs.join(relative(&dir))),
+                contents: Vec::new(),
+                mode,
+            });
+        }
+        files.extend(plain_files.into_iter().map(|f| WrapFile {
+            path: self.rootfs.join(relative(&f)),
+            contents: Vec::new(),
+            mode: 0o444,
+        }));
+        files
+    }
+}
+
+/// A directory entry for the init: a path ending in `/` is created as a directory.
+fn dir_marker(path: &Path) -> PathBuf {
+    let mut bytes = path.as_os_str().as_bytes().to_vec();
+    bytes.push(b'/');
+    PathBuf::from(std::ffi::OsStr::from_bytes(&bytes))
+}
+
+fn relative(path: &Path) -> &Path {
+    path.strip_prefix("/").unwrap_or(path)
+}
+
+/// passwd, group, hosts and hostname naming only the sandbox user and host.
+fn identity_files(rootfs: &Path, input: &OciInput) -> Vec<WrapFile> {
+    let (uid, gid, home) = (input.uid, input.gid, input.cwd.display());
+    [
+        (
+            "etc/passwd",
+            format!("sandbox:x:{uid}:{gid}:airlock sandbox:{home}:/bin/sh\n"),
+        ),
+        ("etc/group", format!("sandbox:x:{gid}:\n")),
+        (
+            "etc/hosts",
+            format!("127.0.0.1 localhost {CONTAINER_HOSTNAME}\n::1 localhost\n"),
+        ),
+        ("etc/hostname", format!("{CONTAINER_HOSTNAME}\n")),
+    ]
+    .into_iter()
+    .map(|(path, contents)| WrapFile {
+        path: rootfs.join(path),
+        contents: contents.into_bytes(),
+        mode: 0o644,
+    })
+    .collect()
+}
+
+/// The program's rlimits, never above this process's hard limits (raising needs
+/// CAP_SYS_RESOURCE).
+pub(crate) fn rlimits(policy: &crate::policy::Policy) -> Vec<OciRlimit> {
+    use nix::sys::resource::{getrlimit, Resource};
+    let l = &policy.limits;
+    let clamp = |kind: &'static str, resource: Resource, value: u64| {
+        let hard = getrlimit(resource)
+            .map(|(_, hard)| hard)
+            .unwrap_or(value)
+            .min(value);
+        OciRlimit {
+            kind,
+            soft: hard,
+            hard,
+        }
+    };
+    vec![
+        clamp("RLIMIT_NOFILE", Resource::RLIMIT_NOFILE, l.open_files),
+        clamp("RLIMIT_FSIZE", Resource::RLIMIT_FSIZE, l.file_size.0),
+        OciRlimit {
+            kind: "RLIMIT_CORE",
+            soft: 0,
+            hard: 0,
+        },
+    ]
+}

@@ -1,0 +1,273 @@
+//! `gvisor`: the program's syscalls are served by gVisor's user-space kernel (`runsc`), from
+//! the same OCI bundle as the `container` backend.
+//!
+//! Platform: KVM only when the CPU has real virtualization (not PVM, where runsc hangs);
+//! systrap when this runsc has it; ptrace otherwise. Under ptrace (and systrap) every guest
+//! address space needs a host stub process, so a cgroup pids limit kills the whole sandbox:
+//! the run's cgroup gets no pids limit and `limits.processes` is enforced inside the sandbox as
+//! RLIMIT_NPROC instead (the sentry refuses the fork with EAGAIN). Memory and CPU stay on the
+//! run's cgroup, which runsc joins through `linux.cgroupsPath`.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use super::container::{container_id, find_binary, rlimits, runtime_cgroup_dirs, Bundle};
+use super::oci::{OciRlimit, OciSeccomp};
+use super::{check_policy_paths, tier0_layers, Backend, PlanContext, Probe};
+use crate::error::Error;
+use crate::layer::{IsolationLevel, Layer};
+use crate::spec::{Confinement, WrapSpec};
+
+/// The first runsc release date (YYYYMMDD) with the systrap platform.
+const SYSTRAP_SINCE: u32 = 20230601;
+
+/// The gVisor backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GvisorBackend;
+
+/// The platform runsc uses here, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlatformChoice {
+    pub platform: &'static str,
+    pub reason: String,
+}
+
+impl Backend for GvisorBackend {
+    fn name(&self) -> &'static str {
+        "gvisor"
+    }
+
+    fn level(&self) -> IsolationLevel {
+        IsolationLevel::UserKernel
+    }
+
+    fn probe(&self) -> Probe {
+        let mut problems = Vec::new();
+        let runsc = find_runsc(&mut problems);
+        if !nix::unistd::geteuid().is_root() {
+            problems.push("the gvisor backend drives rootful runsc: run airlock as root (runsc --rootless is not supported yet)".into());
+        }
+        if let Some(runsc) = &runsc {
+            let choice = choose_platform(runsc);
+            problems.push(format!(
+                "note: runsc platform {} ({})",
+                choice.platform, choice.reason
+            ));
+            problems.push(PIDS_NOTE.into());
+        }
+        let available = runsc.is_some() && nix::unistd::geteuid().is_root();
+        Probe {
+            available,
+            layers: gvisor_layers(false),
+            problems,
+        }
+    }
+
+    fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
+        check_policy_paths(ctx.policy)?;
+        let mut problems = Vec::new();
+        let Some(runsc) = find_runsc(&mut problems) else {
+            return Err(Error::BackendUnavailable {
+                backend: "gvisor".into(),
+                reason: problems.join("; "),
+            });
+        };
+        let platform = choose_platform(&runsc);
+        let bundle = Bundle::new(ctx);
+        let mut input = bundle.oci_input(ctx);
+        input.rlimits = rlimits(ctx.policy);
+        input.rlimits.push(OciRlimit {
+            kind: "RLIMIT_NPROC",
+            soft: ctx.policy.limits.processes,
+            hard: ctx.policy.limits.processes,
+        });
+        input.seccomp = Some(OciSeccomp {
+            allow_network: ctx.policy.has_network(),
+        });
+        let mut files = bundle.skeleton_files(&input);
+        files.push(bundle.config_file(&input));
+        let id = container_id(ctx.run_id);
+        let state = bundle.dir.join("state").display().to_string();
+        let network = if ctx.policy.has_network() {
+            "--network=host"
+        } else {
+            "--network=none"
+        };
+        let tool_argv = vec![
+            runsc.display().to_string(),
+            "--root".into(),
+            state,
+            format!("--platform={}", platform.platform),
+            network.into(),
+            "--oci-seccomp".into(),
+            "run".into(),
+            "--bundle".into(),
+            bundle.dir.display().to_string(),
+            id,
+        ];
+        let notes = vec![
+            format!(
+                "gvisor: runsc platform {} ({})",
+                platform.platform, platform.reason
+            ),
+            PIDS_NOTE.into(),
+        ];
+        Ok(Confinement::Wrapped(WrapSpec {
+            tool_argv,
+            files,
+            keep_root: true,
+            no_new_privs: true,
+            layers: gvisor_layers(ctx.policy.has_network()),
+            argv_in_files: true,
+            rlimits_by_tool: true,
+            no_cgroup_pids_limit: true,
+            notes,
+            cleanup_dirs: runtime_cgroup_dirs(ctx),
+            ..WrapSpec::default()
+        }))
+    }
+}
+
+const PIDS_NOTE: &str = "gvisor: limits.processes is enforced inside the sandbox as RLIMIT_NPROC, not by the host cgroup (runsc's stub processes would count against a cgroup pids limit and kill the whole sandbox)";
+
+/// What the sentry gives: its own kernel behind the OCI namespaces, with the bundle as root.
+fn gvisor_layers(host_network: bool) -> Vec<Layer> {
+    let mut layers = tier0_layers();
+    layers.extend([
+        Layer::MountNs,
+        Layer::PidNs,
+        Layer::IpcNs,
+        Layer::UtsNs,
+        Layer::Rootfs,
+        Layer::CapsDropped,
+        Layer::Seccomp,
+    ]);
+    if !host_network {
+        // Without host networking runsc starts the sandbox in a new user namespace that maps
+        // only nobody (65534) to nobody; the sentry runs as that uid.
+        layers.extend([Layer::NetNs, Layer::UserNs]);
+    }
+    layers
+}
+
+fn find_runsc(problems: &mut Vec<String>) -> Option<std::path::PathBuf> {
+    let found = find_binary("runsc");
+    if found.is_none() {
+        problems.push("runsc (gVisor) is not installed: `apt-get install runsc` (Debian) or see gvisor.dev/docs/user_guide/install".into());
+    }
+    found
+}
+
+/// Picks the platform once per process.
+pub fn choose_platform(runsc: &Path) -> PlatformChoice {
+    static CHOICE: OnceLock<PlatformChoice> = OnceLock::new();
+    CHOICE
+        .get_or_init(|| decide_platform(&kvm_facts(), runsc_release_date(runsc)))
+        .clone()
+}
+
+/// Facts about /dev/kvm that decide whether gVisor's KVM platform can work.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KvmFacts {
+    pub device: bool,
+    pub hardware_virtualization: bool,
+    pub pvm: bool,
+}
+
+fn kvm_facts() -> KvmFacts {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .unwrap_or("");
+    KvmFacts {
+        device: Path::new("/dev/kvm").exists(),
+        hardware_virtualization: flags.split_whitespace().any(|f| f == "vmx" || f == "svm"),
+        pvm: Path::new("/sys/module/kvm_pvm").exists(),
+    }
+}
+
+/// The release date in `runsc --version` ("runsc version 0.0~20221219.0" or "release-20231009.0").
+fn runsc_release_date(runsc: &Path) -> Option<u32> {
+    let output = std::process::Command::new(runsc)
+        .arg("--version")
+        .output()
+        .ok()?;
+    parse_release_date(&String::from_utf8_lossy(&output.stdout))
+}
+
+fn parse_release_date(version: &str) -> Option<u32> {
+    let line = version.lines().next()?;
+    line.split(|c: char| !c.is_ascii_digit())
+        .find(|t| t.len() == 8)
+        .and_then(|t| t.parse().ok())
+}
+
+/// The platform rule, separated from the host for tests.
+pub fn decide_platform(kvm: &KvmFacts, release: Option<u32>) -> PlatformChoice {
+    if kvm.device && kvm.hardware_virtualization && !kvm.pvm {
+        return PlatformChoice {
+            platform: "kvm",
+            reason: "/dev/kvm with hardware virtualization".into(),
+        };
+    }
+    let why_not_kvm = match (kvm.device, kvm.pvm) {
+        (false, _) => "no /dev/kvm",
+        (true, true) => "/dev/kvm is PVM (kvm_pvm), where runsc's KVM platform hangs",
+        (true, false) => "the CPU has no vmx/svm",
+    };
+    if release.is_some_and(|date| date >= SYSTRAP_SINCE) {
+        return PlatformChoice {
+            platform: "systrap",
+            reason: format!("{why_not_kvm}; systrap is faster than ptrace"),
+        };
+    }
+    let release = release
+        .map(|d| d.to_string())
+        .unwrap_or_else(|| "unknown".into());
+    PlatformChoice {
+        platform: "ptrace",
+        reason: format!("{why_not_kvm}; this runsc ({release}) predates systrap"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_dates_parse_from_both_version_styles() {
+        assert_eq!(
+            parse_release_date("runsc version 0.0~20221219.0\nspec: 1.0.2-dev\n"),
+            Some(20221219)
+        );
+        assert_eq!(
+            parse_release_date("runsc version release-20231009.0\n"),
+            Some(20231009)
+        );
+        assert_eq!(parse_release_date("runsc version dev\n"), None);
+    }
+
+    #[test]
+    fn pvm_kvm_is_never_chosen() {
+        let pvm = KvmFacts {
+            device: true,
+            hardware_virtualization: false,
+            pvm: true,
+        };
+        let choice = decide_platform(&pvm, Some(20221219));
+        assert_eq!(choice.platform, "ptrace");
+        assert!(choice.reason.contains("PVM"), "{}", choice.reason);
+        assert_eq!(decide_platform(&pvm, Some(20240101)).platform, "systrap");
+        let real = KvmFacts {
+            device: true,
+            hardware_virtualization: true,
+            pvm: false,
+        };
+        assert_eq!(decide_platform(&real, Some(20221219)).platform, "kvm");
+        assert_eq!(
+            decide_platform(&KvmFacts::default(), None).platform,
+            "ptrace"
+        );
+    }
+}

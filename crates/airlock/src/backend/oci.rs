@@ -1,0 +1,654 @@
+//! The OCI runtime spec (`config.json`) shared by the `container` (runc, crun) and `gvisor`
+//! (runsc) backends. [`oci_spec`] is pure: every host fact (which paths exist, the current hard
+//! rlimits, the cgroup path) is decided by the caller and passed in [`OciInput`].
+//!
+//! The root is an empty directory made read-only; the host's system directories, a few `/etc`
+//! entries and the generated identity files are bound read-only at their own paths, the
+//! workdir and the policy's `read_write` paths read-write. The seccomp section is airlock's own
+//! policy translated to OCI: the allowlist and refusal lists are read from the source of
+//! `sandbox/seccomp.rs` itself, so both sandboxes share one list.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+
+/// The OCI spec version we write.
+pub const OCI_VERSION: &str = "1.0.2";
+
+/// Everything [`oci_spec`] needs, already resolved against the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OciInput {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// The program's working directory inside (the same path as outside).
+    pub cwd: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    pub hostname: String,
+    /// The root directory: an empty directory, absolute or relative to the bundle.
+    pub rootfs: PathBuf,
+    pub mounts: OciMounts,
+    /// Keep the host network (no network namespace).
+    pub host_network: bool,
+    pub resources: OciResources,
+    /// `process.rlimits`; callers keep them at or below their own hard limits (raising needs
+    /// CAP_SYS_RESOURCE, which the runtime may lack).
+    pub rlimits: Vec<OciRlimit>,
+    /// `linux.cgroupsPath`: absolute paths are taken from each hierarchy's root.
+    pub cgroups_path: Option<String>,
+    /// Translate airlock's seccomp policy into `linux.seccomp`.
+    pub seccomp: Option<OciSeccomp>,
+    /// Add a user namespace mapping only the program's id (to itself) and the container's
+    /// root (to `container_root_host_id`, an otherwise unused host id).
+    pub user_namespace: bool,
+    pub container_root_host_id: u32,
+}
+
+/// What is visible inside, beyond the empty root.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OciMounts {
+    /// Host directories bound read-only at the same path (`/usr`, `/lib`, ...).
+    pub system_ro: Vec<PathBuf>,
+    /// Files bound read-only: (host source, destination inside).
+    pub files_ro: Vec<(PathBuf, PathBuf)>,
+    /// The policy's `read_only` paths, at the same path.
+    pub read_only: Vec<PathBuf>,
+    /// The policy's `read_write` paths, at the same path.
+    pub read_write: Vec<PathBuf>,
+    /// The workdir, bound read-write at the same path.
+    pub workdir: PathBuf,
+    /// Size and inode caps of the private `/tmp`.
+    pub tmp_bytes: u64,
+    pub tmp_files: u64,
+    /// Size of the private `/dev/shm`.
+    pub shm_bytes: u64,
+    /// Allow executing files from the writable mounts.
+    pub exec_writable: bool,
+}
+
+/// `linux.resources`; `None` leaves a resource unlimited.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OciResources {
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    /// CPU cores of CFS quota (0.5 = half a core).
+    pub cpus: Option<f64>,
+}
+
+/// One `process.rlimits` entry, e.g. `RLIMIT_NOFILE`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OciRlimit {
+    pub kind: &'static str,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// The knobs of the translated seccomp policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OciSeccomp {
+    /// Allow sockets of every family; when false only `AF_UNIX` sockets may be made.
+    pub allow_network: bool,
+}
+
+/// The CFS period the quota is expressed in.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// runc's default masks: kernel interfaces that leak host data or allow host changes.
+const MASKED_PATHS: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+];
+const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// Builds the complete `config.json`.
+pub fn oci_spec(input: &OciInput) -> Value {
+    json!({
+        "ociVersion": OCI_VERSION,
+        "process": process(input),
+        "root": { "path": input.rootfs, "readonly": true },
+        "hostname": input.hostname,
+        "mounts": mounts(&input.mounts),
+        "linux": linux(input),
+    })
+}
+
+fn process(input: &OciInput) -> Value {
+    let env: Vec<String> = input.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let rlimits: Vec<Value> = input
+        .rlimits
+        .iter()
+        .map(|r| json!({ "type": r.kind, "soft": r.soft, "hard": r.hard }))
+        .collect();
+    let no_caps: Vec<String> = Vec::new();
+    json!({
+        "terminal": false,
+        "user": { "uid": input.uid, "gid": input.gid, "additionalGids": [input.gid] },
+        "args": input.argv,
+        "env": env,
+        "cwd": input.cwd,
+        "capabilities": { "bounding": no_caps, "effective": no_caps, "inheritable": no_caps, "permitted": no_caps, "ambient": no_caps },
+        "rlimits": rlimits,
+        "noNewPrivileges": true,
+    })
+}
+
+fn mounts(m: &OciMounts) -> Vec<Value> {
+    let noexec = |mut options: Vec<String>| {
+        if !m.exec_writable {
+            options.push("noexec".into());
+        }
+        options
+    };
+    let mut list = vec![
+        json!({ "destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"] }),
+        json!({ "destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "noexec", "strictatime", "mode=755", "size=65536k"] }),
+        json!({ "destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"] }),
+        tmpfs(
+            "/dev/shm",
+            noexec(vec![
+                "nosuid".into(),
+                "nodev".into(),
+                "mode=1777".into(),
+                format!("size={}", m.shm_bytes),
+            ]),
+        ),
+        tmpfs(
+            "/tmp",
+            noexec(vec![
+                "nosuid".into(),
+                "nodev".into(),
+                "mode=1777".into(),
+                format!("size={}", m.tmp_bytes),
+                format!("nr_inodes={}", m.tmp_files),
+            ]),
+        ),
+    ];
+    let mut binds: Vec<(PathBuf, PathBuf, Vec<String>)> = Vec::new();
+    let ro = || {
+        vec![
+            "rbind".to_string(),
+            "ro".into(),
+            "nosuid".into(),
+            "nodev".into(),
+        ]
+    };
+    binds.extend(m.system_ro.iter().map(|p| (p.clone(), p.clone(), ro())));
+    binds.extend(
+        m.files_ro
+            .iter()
+            .map(|(src, dst)| (src.clone(), dst.clone(), ro())),
+    );
+    binds.extend(m.read_only.iter().map(|p| (p.clone(), p.clone(), ro())));
+    let rw = || {
+        noexec(vec![
+            "rbind".to_string(),
+            "rw".into(),
+            "nosuid".into(),
+            "nodev".into(),
+        ])
+    };
+    binds.extend(m.read_write.iter().map(|p| (p.clone(), p.clone(), rw())));
+    binds.push((m.workdir.clone(), m.workdir.clone(), rw()));
+    // Parents before children, so a nested path is not hidden by a later mount of its parent.
+    binds.sort_by_key(|(_, dst, _)| dst.components().count());
+    list.extend(binds.into_iter().map(|(src, dst, options)| json!({ "destination": dst, "type": "bind", "source": src, "options": options })));
+    list
+}
+
+fn tmpfs(destination: &str, options: Vec<String>) -> Value {
+    json!({ "destination": destination, "type": "tmpfs", "source": "tmpfs", "options": options })
+}
+
+fn linux(input: &OciInput) -> Value {
+    let mut namespaces = vec!["pid", "ipc", "uts", "mount", "cgroup"];
+    if !input.host_network {
+        namespaces.push("network");
+    }
+    if input.user_namespace {
+        namespaces.push("user");
+    }
+    let namespaces: Vec<Value> = namespaces
+        .into_iter()
+        .map(|kind| json!({ "type": kind }))
+        .collect();
+    let mut linux = json!({
+        "namespaces": namespaces,
+        "resources": resources(&input.resources),
+        "maskedPaths": MASKED_PATHS,
+        "readonlyPaths": READONLY_PATHS,
+    });
+    if let Some(path) = &input.cgroups_path {
+        linux["cgroupsPath"] = json!(path);
+    }
+    if let Some(seccomp) = &input.seccomp {
+        linux["seccomp"] = seccomp_section(seccomp);
+    }
+    if input.user_namespace {
+        linux["uidMappings"] = id_mappings(input.container_root_host_id, input.uid);
+        linux["gidMappings"] = id_mappings(input.container_root_host_id, input.gid);
+    }
+    linux
+}
+
+fn id_mappings(root_host_id: u32, id: u32) -> Value {
+    let mut mappings = vec![json!({ "containerID": 0, "hostID": root_host_id, "size": 1 })];
+    if id != 0 {
+        mappings.push(json!({ "containerID": id, "hostID": id, "size": 1 }));
+    }
+    json!(mappings)
+}
+
+fn resources(r: &OciResources) -> Value {
+    let mut resources = json!({ "devices": [{ "allow": false, "access": "rwm" }] });
+    if let Some(bytes) = r.memory_bytes {
+        // `swap` is memory plus swap: equal to the limit means no swap on top.
+        resources["memory"] = json!({ "limit": bytes, "swap": bytes });
+    }
+    if let Some(pids) = r.pids {
+        resources["pids"] = json!({ "limit": pids });
+    }
+    if let Some(cpus) = r.cpus.filter(|c| *c > 0.0) {
+        let quota = ((cpus * CPU_PERIOD_US as f64).round() as u64).max(1000);
+        resources["cpu"] = json!({ "quota": quota, "period": CPU_PERIOD_US });
+    }
+    resources
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seccomp: airlock's allowlist (ENOSYS for anything unlisted) and refusals (EPERM), as in
+// `sandbox/seccomp.rs`, expressed as one libseccomp-style profile.
+// ---------------------------------------------------------------------------------------------
+
+const ENOSYS: u32 = libc::ENOSYS as u32;
+const EPERM: u32 = libc::EPERM as u32;
+const EAFNOSUPPORT: u32 = libc::EAFNOSUPPORT as u32;
+
+/// Allowed syscalls that get argument rules instead of a plain allow.
+const NARROWED: &[&str] = &["clone", "socket", "socketpair", "personality"];
+
+fn seccomp_section(cfg: &OciSeccomp) -> Value {
+    let lists = seccomp_lists();
+    let plain: Vec<&str> = lists
+        .allowed
+        .iter()
+        .map(String::as_str)
+        .filter(|name| !NARROWED.contains(name))
+        .collect();
+    let refused: Vec<&str> = lists.refused.iter().map(String::as_str).collect();
+    let mut rules = vec![
+        json!({ "names": plain, "action": "SCMP_ACT_ALLOW" }),
+        json!({ "names": refused, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM }),
+    ];
+    rules.extend(clone_rules());
+    rules.extend(personality_rules());
+    rules.extend(socket_rules(cfg.allow_network));
+    json!({
+        "defaultAction": "SCMP_ACT_ERRNO",
+        "defaultErrnoRet": ENOSYS,
+        "architectures": architectures(),
+        "syscalls": rules,
+    })
+}
+
+/// `clone` without any namespace flag is allowed; with one it is refused. `clone3` stays
+/// unlisted (ENOSYS), so glibc falls back to `clone`, whose flags seccomp can read.
+fn clone_rules() -> Vec<Value> {
+    let flags = [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWCGROUP,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+    ]
+    .map(|f| f as u64);
+    let all = flags.iter().fold(0, |acc, f| acc | f);
+    // libseccomp's MASKED_EQ takes the mask in `value` and the expected bits in `valueTwo`.
+    let mut rules = vec![json!({ "names": ["clone"], "action": "SCMP_ACT_ALLOW",
+        "args": [{ "index": 0, "value": all, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }] })];
+    rules.extend(flags.iter().map(|flag| {
+        json!({ "names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM,
+            "args": [{ "index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ" }] })
+    }));
+    rules
+}
+
+/// Only querying the persona (0xffffffff) or asking for the default (`PER_LINUX`, 0).
+fn personality_rules() -> Vec<Value> {
+    [0u64, 0xffff_ffff]
+        .iter()
+        .map(|value| json!({ "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": value, "op": "SCMP_CMP_EQ" }] }))
+        .collect()
+}
+
+fn socket_rules(allow_network: bool) -> Vec<Value> {
+    if allow_network {
+        return vec![json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW" })];
+    }
+    let unix = libc::AF_UNIX as u64;
+    vec![
+        json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": unix, "op": "SCMP_CMP_EQ" }] }),
+        json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ERRNO", "errnoRet": EAFNOSUPPORT,
+            "args": [{ "index": 0, "value": unix, "op": "SCMP_CMP_NE" }] }),
+    ]
+}
+
+fn architectures() -> Vec<&'static str> {
+    if cfg!(target_arch = "aarch64") {
+        vec!["SCMP_ARCH_AARCH64"]
+    } else {
+        vec!["SCMP_ARCH_X86_64"]
+    }
+}
+
+/// Syscall names of airlock's seccomp policy.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SeccompLists {
+    pub allowed: BTreeSet<String>,
+    pub refused: BTreeSet<String>,
+}
+
+/// The allow and refuse lists of `sandbox/seccomp.rs`, read from its source so the two
+/// sandboxes cannot drift apart. Names unknown to an architecture are ignored by libseccomp.
+pub fn seccomp_lists() -> &'static SeccompLists {
+    static LISTS: OnceLock<SeccompLists> = OnceLock::new();
+    LISTS.get_or_init(|| parse_seccomp_source(include_str!("../sandbox/seccomp.rs")))
+}
+
+fn parse_seccomp_source(source: &str) -> SeccompLists {
+    let groups = |name: &str| -> Vec<String> {
+        let Some(body) = block_after(source, &format!("const {name}: &[&[Syscall]] = &[")) else {
+            return Vec::new();
+        };
+        body.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let names_of = |groups: Vec<String>| -> BTreeSet<String> {
+        groups
+            .iter()
+            .flat_map(|group| group_syscalls(source, group))
+            .collect()
+    };
+    SeccompLists {
+        allowed: names_of(groups("ALLOWED")),
+        refused: names_of(groups("REFUSED")),
+    }
+}
+
+/// Every `SYS_*` name of each definition of `const GROUP: &[Syscall] = syscalls![...]` (a group
+/// may be defined once per architecture).
+fn group_syscalls(source: &str, group: &str) -> Vec<String> {
+    let marker = format!("const {group}: &[Syscall] =");
+    let mut names = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(&marker) {
+        rest = &rest[at + marker.len()..];
+        let definition = rest.split(';').next().unwrap_or("");
+        names.extend(
+            definition
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .filter_map(|t| t.strip_prefix("SYS_"))
+                .map(str::to_string),
+        );
+    }
+    names
+}
+
+fn block_after<'a>(source: &'a str, marker: &str) -> Option<&'a str> {
+    let start = source.find(marker)? + marker.len();
+    let end = source[start..].find("];")?;
+    Some(&source[start..start + end])
+}
+
+/// Paths of `candidates` that exist on this host (symlinks count: binding follows them).
+pub fn existing(candidates: &[PathBuf]) -> Vec<PathBuf> {
+    candidates.iter().filter(|p| p.exists()).cloned().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn sample() -> OciInput {
+        OciInput {
+            argv: vec!["/usr/bin/python3".into(), "-c".into(), "print(1)".into()],
+            env: vec![
+                ("HOME".into(), "/run/airlock/r1/work".into()),
+                ("PATH".into(), "/usr/bin:/bin".into()),
+            ],
+            cwd: "/run/airlock/r1/work".into(),
+            uid: 65534,
+            gid: 65534,
+            hostname: "airlock".into(),
+            rootfs: "rootfs".into(),
+            mounts: OciMounts {
+                system_ro: vec!["/usr".into(), "/lib".into(), "/lib64".into(), "/bin".into()],
+                files_ro: vec![
+                    ("/etc/ld.so.cache".into(), "/etc/ld.so.cache".into()),
+                    (
+                        "/run/airlock/r1/oci/etc/passwd".into(),
+                        "/etc/passwd".into(),
+                    ),
+                ],
+                read_only: vec!["/opt/data".into()],
+                read_write: vec!["/srv/out".into()],
+                workdir: "/run/airlock/r1/work".into(),
+                tmp_bytes: 256 << 20,
+                tmp_files: 10000,
+                shm_bytes: 64 << 20,
+                exec_writable: false,
+            },
+            host_network: false,
+            resources: OciResources {
+                memory_bytes: Some(512 << 20),
+                pids: Some(64),
+                cpus: Some(1.0),
+            },
+            rlimits: vec![
+                OciRlimit {
+                    kind: "RLIMIT_NOFILE",
+                    soft: 256,
+                    hard: 256,
+                },
+                OciRlimit {
+                    kind: "RLIMIT_FSIZE",
+                    soft: 64 << 20,
+                    hard: 64 << 20,
+                },
+                OciRlimit {
+                    kind: "RLIMIT_CORE",
+                    soft: 0,
+                    hard: 0,
+                },
+            ],
+            cgroups_path: Some("/airlock/r1".into()),
+            seccomp: None,
+            user_namespace: true,
+            container_root_host_id: 100_000,
+        }
+    }
+
+    fn golden(name: &str, value: &Value) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden/oci")
+            .join(name);
+        let rendered = serde_json::to_string_pretty(value).unwrap() + "\n";
+        if std::env::var_os("AIRLOCK_UPDATE_GOLDEN").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &rendered).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (set AIRLOCK_UPDATE_GOLDEN=1 to create it)",
+                path.display()
+            )
+        });
+        assert_eq!(
+            rendered,
+            expected,
+            "{} differs; review and set AIRLOCK_UPDATE_GOLDEN=1 to accept",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn sample_policy_matches_golden_spec() {
+        golden("sample.json", &oci_spec(&sample()));
+    }
+
+    #[test]
+    fn sample_with_seccomp_matches_golden_spec() {
+        let mut input = sample();
+        input.seccomp = Some(OciSeccomp {
+            allow_network: false,
+        });
+        golden("sample-seccomp.json", &oci_spec(&input));
+    }
+
+    #[test]
+    fn spec_is_locked_down() {
+        let spec = oci_spec(&sample());
+        assert_eq!(spec["root"]["readonly"], true);
+        assert_eq!(spec["process"]["noNewPrivileges"], true);
+        for set in [
+            "bounding",
+            "effective",
+            "inheritable",
+            "permitted",
+            "ambient",
+        ] {
+            assert_eq!(spec["process"]["capabilities"][set], json!([]), "{set}");
+        }
+        let namespaces: Vec<&str> = spec["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["type"].as_str().unwrap())
+            .collect();
+        assert!(
+            namespaces.contains(&"network")
+                && namespaces.contains(&"pid")
+                && namespaces.contains(&"mount")
+        );
+        assert_eq!(spec["linux"]["resources"]["memory"]["limit"], 512u64 << 20);
+        assert_eq!(spec["linux"]["resources"]["pids"]["limit"], 64);
+        assert_eq!(spec["linux"]["resources"]["cpu"]["quota"], 100_000);
+    }
+
+    #[test]
+    fn host_network_drops_the_network_namespace() {
+        let mut input = sample();
+        input.host_network = true;
+        let spec = oci_spec(&input);
+        assert!(!spec["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["type"] == "network"));
+    }
+
+    #[test]
+    fn writable_mounts_are_noexec_unless_asked() {
+        let writable = |spec: &Value| -> Vec<Value> {
+            spec["mounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| {
+                    ["/tmp", "/srv/out", "/run/airlock/r1/work"]
+                        .contains(&m["destination"].as_str().unwrap())
+                })
+                .cloned()
+                .collect()
+        };
+        let mut input = sample();
+        assert!(writable(&oci_spec(&input))
+            .iter()
+            .all(|m| m["options"].as_array().unwrap().contains(&json!("noexec"))));
+        input.mounts.exec_writable = true;
+        assert!(writable(&oci_spec(&input))
+            .iter()
+            .all(|m| !m["options"].as_array().unwrap().contains(&json!("noexec"))));
+    }
+
+    #[test]
+    fn parent_mounts_come_before_nested_ones() {
+        let mut input = sample();
+        input.mounts.read_only = vec!["/usr/share/x".into()];
+        let spec = oci_spec(&input);
+        let order: Vec<&str> = spec["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap())
+            .collect();
+        let position = |p: &str| order.iter().position(|d| *d == p).unwrap();
+        assert!(position("/usr") < position("/usr/share/x"));
+    }
+
+    #[test]
+    fn seccomp_lists_come_from_the_native_policy() {
+        let lists = seccomp_lists();
+        for name in ["read", "execve", "futex", "clone", "openat", "exit_group"] {
+            assert!(lists.allowed.contains(name), "{name} should be allowed");
+        }
+        for name in [
+            "mount",
+            "unshare",
+            "setns",
+            "bpf",
+            "ptrace",
+            "keyctl",
+            "kexec_load",
+        ] {
+            assert!(lists.refused.contains(name), "{name} should be refused");
+        }
+        assert!(
+            lists.allowed.len() > 150,
+            "only {} allowed syscalls parsed",
+            lists.allowed.len()
+        );
+        assert!(lists.allowed.is_disjoint(&lists.refused));
+        assert!(!lists.allowed.contains("clone3"), "clone3 must stay ENOSYS");
+    }
+
+    #[test]
+    fn seccomp_section_refuses_namespaces_and_foreign_sockets() {
+        let section = seccomp_section(&OciSeccomp {
+            allow_network: false,
+        });
+        assert_eq!(section["defaultAction"], "SCMP_ACT_ERRNO");
+        assert_eq!(section["defaultErrnoRet"], ENOSYS);
+        let rules = section["syscalls"].as_array().unwrap();
+        let plain = rules[0]["names"].as_array().unwrap();
+        assert!(!plain.contains(&json!("clone")) && !plain.contains(&json!("socket")));
+        let clone_refusals = rules
+            .iter()
+            .filter(|r| r["names"] == json!(["clone"]) && r["action"] == "SCMP_ACT_ERRNO")
+            .count();
+        assert_eq!(clone_refusals, 7);
+        assert!(rules.iter().any(
+            |r| r["names"] == json!(["socket", "socketpair"]) && r["errnoRet"] == EAFNOSUPPORT
+        ));
+    }
+}
