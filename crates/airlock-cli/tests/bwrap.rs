@@ -233,7 +233,7 @@ fn profile(contents: &str) -> tempfile::NamedTempFile {
 
 #[test]
 fn min_isolation_above_every_backend_is_refused_with_the_reason() {
-    let file = profile("min_isolation = \"container\"\n");
+    let file = profile("min_isolation = \"vm\"\n");
     let output = airlock()
         .args([
             "run",
@@ -247,7 +247,7 @@ fn min_isolation_above_every_backend_is_refused_with_the_reason() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(125), "{stderr}");
     assert!(
-        stderr.contains("min_isolation = \"container\"") && stderr.contains("lower min_isolation"),
+        stderr.contains("min_isolation = \"vm\"") && stderr.contains("lower min_isolation"),
         "{stderr}"
     );
 }
@@ -414,5 +414,33 @@ fn conformance_grades_bare_and_airlock_by_host_evidence() {
     }
     for (class, verdict) in verdicts(1) {
         assert_eq!(verdict, "blocked", "airlock {class}: {}", rows[1]);
+    }
+}
+
+#[test]
+fn min_isolation_picks_the_fastest_backend_at_or_above_the_level() {
+    let runtime_present = |tool: &str| {
+        ["/usr/bin/", "/usr/sbin/"]
+            .iter()
+            .any(|dir| std::path::Path::new(&format!("{dir}{tool}")).exists())
+    };
+    if !nix::unistd::geteuid().is_root() || !runtime_present("runc") || !runtime_present("runsc") {
+        eprintln!("skipping: needs root with runc and runsc installed (.ci/run installs them)");
+        return;
+    }
+    for (level, expected) in [("container", "container"), ("user-kernel", "gvisor")] {
+        let file = profile(&format!("min_isolation = \"{level}\"\n"));
+        let (result, output) = run_json(&[
+            "--profile",
+            file.path().to_str().unwrap(),
+            "--",
+            "/bin/true",
+        ]);
+        assert!(
+            output.status.success(),
+            "{level}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(result["backend"], expected, "{level}: {result}");
     }
 }

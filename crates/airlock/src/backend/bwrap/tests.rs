@@ -39,6 +39,10 @@ fn ctx<'a>(policy: &'a Policy, fresh: bool, keep: bool) -> PlanContext<'a> {
         fresh_workdir: fresh,
         keep,
         tty: false,
+        run_id: "r1",
+        argv: &[],
+        env: &[],
+        cgroup: None,
     }
 }
 
