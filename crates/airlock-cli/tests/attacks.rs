@@ -65,6 +65,82 @@ fn attacks_against_weakened_untrusted_profiles_as_root() {
     run_suite(Mode::Weakened, User::Root);
 }
 
+/// Tier 0 without root runs the program as the caller's own uid: the env scrub means nothing if
+/// the program can read the supervisor's /proc/PID/environ (or ptrace it) instead.
+#[test]
+fn tier0_without_root_keeps_the_supervisors_environment_private() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let root = nix::unistd::geteuid().is_root();
+    if !Path::new(PYTHON).exists() || (root && !Path::new("/usr/bin/setpriv").exists()) {
+        eprintln!("skipped: needs {PYTHON} and, as root, setpriv");
+        return;
+    }
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/attacks")
+        .canonicalize()
+        .expect("tests/attacks exists");
+    let script = scripts.join("parent_env.py").display().to_string();
+    let secret = format!("secret-{}", random_hex());
+    let run = |argv: &[String]| {
+        let mut line: Vec<String> = Vec::new();
+        if root {
+            line.extend([
+                "/usr/bin/setpriv".to_string(),
+                format!("--reuid={UNPRIVILEGED_UID}"),
+                format!("--regid={UNPRIVILEGED_UID}"),
+                "--clear-groups".into(),
+            ]);
+        }
+        line.extend(argv.iter().cloned());
+        let output = Command::new(&line[0])
+            .args(&line[1..])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("AIRLOCK_ATTACK_SECRET", &secret)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .expect("start the run");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let attack = [
+        PYTHON.to_string(),
+        "-B".into(),
+        script,
+        "AIRLOCK_ATTACK_SECRET".into(),
+    ];
+    let bare = run(&attack);
+    assert!(
+        bare.contains(&secret),
+        "the bare attack must find the secret, or this test proves nothing: {bare}"
+    );
+    let mut tier0 = vec![
+        env!("CARGO_BIN_EXE_airlock").to_string(),
+        "run".into(),
+        "--json".into(),
+        "--dev".into(),
+        "--backend".into(),
+        "none".into(),
+    ];
+    tier0.extend([
+        "--ro".to_string(),
+        scripts.display().to_string(),
+        "--".into(),
+    ]);
+    tier0.extend(attack);
+    let result: Value = serde_json::from_str(&run(&tier0)).expect("airlock prints a JSON result");
+    let stdout = result["stdout"].as_str().unwrap_or_default();
+    assert_eq!(result["status"], "exited", "{result}");
+    assert!(
+        stdout.contains("BLOCKED"),
+        "the attack must have tried: {result}"
+    );
+    assert!(
+        !stdout.contains(&secret),
+        "a Tier 0 program read the supervisor's environment: {stdout}"
+    );
+}
+
 /// One layer removed from the untrusted profile for one attack.
 struct Weakening {
     attack: &'static str,
@@ -245,6 +321,7 @@ fn attacks() -> Vec<Attack> {
         .root_only("without root there is no cgroup"),
         attack("signal_host_process", B, Tier0, signal_host_process),
         attack("ptrace_host_process", B, Tier0, ptrace_host_process),
+        attack("ptrace_own_parent", B, Tier0AsRoot, ptrace_own_parent),
         attack("tiocsti_injection", B, Bare, tiocsti_injection),
         attack("setuid_binary", B, BareAsNobody, setuid_binary)
             .root_only("planting a setuid-root binary needs root"),
@@ -633,6 +710,13 @@ fn ptrace_host_process(s: &mut Scene) -> Result<Plan, String> {
         (tracer != "0").then(|| format!("victim {pid} was traced by host pid {tracer}"))
     }));
     Ok(plan)
+}
+
+fn ptrace_own_parent(s: &mut Scene) -> Result<Plan, String> {
+    Ok(Plan::new(
+        s.python("ptrace_pid.py", ["parent".to_string()]),
+        escaped_line,
+    ))
 }
 
 fn tiocsti_injection(s: &mut Scene) -> Result<Plan, String> {
