@@ -16,6 +16,11 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == airlock::init::INIT_ARG) {
         airlock::init::init_main();
     }
+    // Without root, a Tier-0 program runs as our uid: as a dumpable process we would let it read
+    // our /proc/PID/environ (undoing the env scrub) or ptrace us. Non-dumpable makes our /proc
+    // entries root-owned. Failure only means an older kernel; the sandbox layers still apply.
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_dumpable(false);
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_env("AIRLOCK_LOG")).with_writer(std::io::stderr).init();
     let args = match cli::Cli::try_parse() {
         Ok(args) => args,
