@@ -24,6 +24,11 @@ fn main() -> ExitCode {
     {
         airlock::init::init_main();
     }
+    // Without root, a Tier-0 program runs as our uid: as a dumpable process we would let it read
+    // our /proc/PID/environ (undoing the env scrub) or ptrace us. Non-dumpable makes our /proc
+    // entries root-owned. Failure only means an older kernel; the sandbox layers still apply.
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_dumpable(false);
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("AIRLOCK_LOG"))
         .with_writer(std::io::stderr)
