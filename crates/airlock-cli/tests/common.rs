@@ -52,8 +52,20 @@ pub fn native_available() -> bool {
     out.status.success()
 }
 
-/// Pids of live processes whose command line contains `marker`.
+/// Pids of live processes whose command line contains `marker`, not counting airlock's own
+/// processes (the CLI's command line holds the program's, marker included).
 pub fn processes_with(marker: &str) -> Vec<u32> {
+    all_processes_with(marker)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map_or(true, |c| c.trim() != "airlock")
+        })
+        .collect()
+}
+
+/// Pids of live processes whose command line contains `marker`, airlock's included.
+pub fn all_processes_with(marker: &str) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {

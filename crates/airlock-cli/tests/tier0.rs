@@ -423,3 +423,113 @@ fn root_drops_to_the_unprivileged_user() {
         assert_eq!(result["stdout"], "65534\n", "{mode}: {result}");
     }
 }
+
+/// Sets a path's modification time two minutes back, so the sweep treats it as abandoned.
+fn age(path: &std::path::Path) {
+    let old = std::time::SystemTime::now() - Duration::from_secs(120);
+    std::fs::File::open(path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+}
+
+fn entries_named(dir: &str, prefix: &str) -> Vec<std::path::PathBuf> {
+    let pattern = |p: &std::path::PathBuf| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+    };
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(pattern)
+        .collect();
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let parent = hierarchy.path().join("airlock");
+        found.extend(
+            std::fs::read_dir(parent)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(pattern),
+        );
+    }
+    found
+}
+
+#[test]
+fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
+    if !is_root() {
+        eprintln!("skipping: finding orphans needs the run's cgroup (root here)");
+        return;
+    }
+    let marker = unique("airlock-abandoned-");
+    let script = format!("{} & wait", sleeper(&marker));
+    let mut cli = airlock()
+        .args([
+            "run",
+            "--dev",
+            "--backend",
+            "none",
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(&marker).is_empty() {
+        assert!(Instant::now() < deadline, "the program never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SIGKILL both airlock and its init: nobody is left to clean up.
+    let init = all_processes_with(airlock::init::INIT_ARG)
+        .into_iter()
+        .find(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let after_name = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+            after_name
+                .split_whitespace()
+                .nth(1)
+                .and_then(|ppid| ppid.parse::<u32>().ok())
+                == Some(cli.id())
+        });
+    let init = init.expect("the init process of this run");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(init as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    cli.kill().unwrap();
+    cli.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let prefix = format!("run-{}-", cli.id());
+    let leftovers = entries_named("/run/airlock", &prefix);
+    assert!(
+        !leftovers.is_empty(),
+        "expected a run directory and cgroups to be left behind"
+    );
+    assert!(
+        !processes_with(&marker).is_empty(),
+        "expected the orphan to survive the double kill"
+    );
+    leftovers.iter().for_each(|p| age(p));
+    let result = run_json(TIER0, &["/bin/true"]);
+    assert_eq!(status(&result), "exited");
+    assert!(
+        entries_named("/run/airlock", &prefix).is_empty(),
+        "leftovers not swept: {leftovers:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !processes_with(&marker).is_empty() {
+        assert!(Instant::now() < deadline, "the orphan survived the sweep");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

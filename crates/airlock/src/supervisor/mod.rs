@@ -4,6 +4,7 @@
 
 mod output;
 mod runtime;
+mod sweep;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -16,6 +17,7 @@ use std::time::Instant;
 
 pub use output::{Drained, OutputSink, StreamKind};
 pub use runtime::{new_run_id, runtime_dir};
+pub use sweep::sweep as sweep_abandoned_runs;
 
 use crate::backend::{self, Backend, PlanContext};
 use crate::error::Error;
@@ -236,7 +238,11 @@ impl Prepared {
             &mut warnings,
         )?;
         let run_id = new_run_id();
-        let run_dir = runtime_dir(options.runtime_dir.as_deref())?.join(&run_id);
+        let runtime = runtime_dir(options.runtime_dir.as_deref())?;
+        let cgroup_config =
+            (!options.no_cgroup).then(|| options.cgroup.clone().unwrap_or_default());
+        sweep::sweep(&runtime, cgroup_config.as_ref());
+        let run_dir = runtime.join(&run_id);
         let (workdir, fresh) = match &policy.filesystem.workdir {
             Some(dir) => (prepare_callers_workdir(dir)?, false),
             None => (run_dir.join("work"), true),
