@@ -288,18 +288,14 @@ impl<'a> Watch<'a> {
 
     /// After the program exits, nothing it started may survive: kill and reap until the init
     /// has no children left (it is a subreaper, so orphans come back to it).
+    ///
+    /// It looks before it kills: with no child left the init has no descendant at all, and an
+    /// empty cgroup has no member, so the kill round (a walk of every process in /proc, about
+    /// 2-3 ms) would signal nobody.
     fn kill_everything(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            self.signal_tree(Signal::SIGKILL);
-            let no_children = loop {
-                match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-                    Ok(WaitStatus::StillAlive) => break false,
-                    Ok(status) if status.pid() == Some(self.child) => self.main = Some(status),
-                    Ok(_) => {}
-                    Err(_) => break true,
-                }
-            };
+            let no_children = self.reap_all();
             let cgroup_empty = self
                 .run
                 .cgroup
@@ -308,7 +304,22 @@ impl<'a> Watch<'a> {
             if (no_children && cgroup_empty) || Instant::now() >= deadline {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            self.signal_tree(Signal::SIGKILL);
+            if !self.reap_all() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+
+    /// Reaps every child that has ended; true when the init has no children at all.
+    fn reap_all(&mut self) -> bool {
+        loop {
+            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => return false,
+                Ok(status) if status.pid() == Some(self.child) => self.main = Some(status),
+                Ok(_) => {}
+                Err(_) => return true,
+            }
         }
     }
 

@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""Where the time of one `airlock run` goes, from outside: strace with a seccomp-bpf filter
+(--seccomp-bpf) stops only on a handful of marker syscalls, so the untraced work runs at full
+speed; the gaps between markers are the phases. Repeats the run and prints the median of each
+phase.
+
+    bench/phases.py [--runs 30] [--airlock target/release/airlock] [-- airlock-run-flags...]
+
+Examples:
+    bench/phases.py                      # native backend, profile untrusted, /bin/true
+    bench/phases.py -- --no-cgroup       # the same without cgroups
+    bench/phases.py -- --dev --backend none
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+MARKERS = "execve,clone,clone3,setsid,unshare,pivot_root,landlock_restrict_self,seccomp,wait4,rmdir,exit_group"
+LINE = re.compile(r"^(\d+) +(\d\d):(\d\d):(\d\d\.\d+) (.*)$")
+
+# (name, start marker, end marker, backends); "native" phases need the unshare marker.
+PHASES = [
+    ("supervisor: exec, parse, plan, spawn init", "start", "spawn", "both"),
+    ("init: exec, read spec, run dirs, create cgroup", "spawn", "fork_child", "both"),
+    ("child: join cgroup", "fork_child", "setsid", "both"),
+    ("child: session, rlimits, uid drop", "setsid", "unshare", "native"),
+    ("child: unshare, id maps, fork PID 1", "unshare", "pid1_fork", "native"),
+    ("PID 1: build root fs (mounts, pivot_root)", "pid1_fork", "pivot_last", "native"),
+    ("PID 1: hostname, Landlock", "pivot_last", "landlock", "native"),
+    ("PID 1: no_new_privs, caps, seccomp", "landlock", "seccomp_last", "native"),
+    ("PID 1: fork program, exec", "seccomp_last", "exec", "native"),
+    ("child: session, rlimits, uid drop, exec (Tier 0)", "setsid", "exec", "tier0"),
+    ("program runs", "exec", "prog_exit", "both"),
+    ("PID 1: reap, file-size check, exit_group", "prog_exit", "pid1_exit", "native"),
+    ("PID 1 exit (PID namespace teardown)", "pid1_exit", "pid1_gone", "native"),
+    ("mirror exit (mount/user/net ns teardown)", "pid1_gone", "mirror_gone", "native"),
+    ("init: reap, kill round, usage, cleanup", "mirror_gone", "init_exit", "native"),
+    ("init: program exit to exit_group (kill round, cleanup)", "prog_exit", "init_exit", "tier0"),
+    ("  of which: first cgroup rmdir to exit_group", "rmdir", "init_exit", "both"),
+    ("init exit, supervisor joins threads, exits", "init_exit", "end", "both"),
+]
+
+
+def seconds(h, m, s):
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+def markers(trace_path, program):
+    """Times (ms from the supervisor's exec) of the marker events of one traced run. Processes
+    are told apart by what they do: the init execs `__init`, the child calls setsid, the mirror
+    unshare, PID 1 pivot_root, the program execs the workload."""
+    events = []
+    for raw in open(trace_path):
+        match = LINE.match(raw)
+        if match:
+            pid, h, m, s, rest = match.groups()
+            events.append((int(pid), seconds(h, m, s) * 1000, rest))
+    t0, sup = events[0][1], events[0][0]
+    roles = {sup: "sup"}
+    found = {"start": 0.0}
+    becomes = [("init", "execve(\""), ("child", "setsid("), ("pid1", "pivot_root("), ("prog", "execve(\"%s\"" % program)]
+    for pid, when, rest in events:
+        for role, prefix in becomes:
+            if rest.startswith(prefix) and (role != "init" or '"__init"' in rest):
+                roles[pid] = role
+        role, at = roles.get(pid), when - t0
+        call = rest.split("(", 1)[0]
+        key = {
+            ("sup", "clone"): "spawn",
+            ("init", "clone"): "fork_child",
+            ("init", "rmdir"): "rmdir",
+            ("init", "exit_group"): "init_exit",
+            ("child", "setsid"): "setsid",
+            ("child", "unshare"): "unshare",
+            ("child", "clone"): "pid1_fork",
+            ("child", "+++ exited with 0 +++"): "mirror_gone",
+            ("pid1", "landlock_restrict_self"): "landlock",
+            ("pid1", "exit_group"): "pid1_exit",
+            ("pid1", "+++ exited with 0 +++"): "pid1_gone",
+            ("prog", "execve"): "exec",
+            ("prog", "exit_group"): "prog_exit",
+            ("sup", "+++ exited with 0 +++"): "end",
+        }.get((role, call))
+        if role == "sup" and call == "clone" and "CLONE_THREAD" in rest:
+            key = None
+        if key:
+            found.setdefault(key, at)
+        if role == "pid1" and call in ("pivot_root", "seccomp"):
+            found["pivot_last" if call == "pivot_root" else "seccomp_last"] = at
+    return found
+
+
+def one_run(airlock, flags, workload):
+    with tempfile.NamedTemporaryFile(prefix="airlock-phases-", suffix=".strace") as trace:
+        command = ["strace", "-f", "--seccomp-bpf", "-tt", "-e", "trace=" + MARKERS, "-o", trace.name,
+                   airlock, "run", *flags, "--", *workload]
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if done.returncode != 0:
+            raise SystemExit("run failed: %s\n%s" % (" ".join(command), done.stderr.decode()))
+        return markers(trace.name, workload[0])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--airlock", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "airlock"))
+    parser.add_argument("--workload", default="/bin/true")
+    parser.add_argument("flags", nargs="*")
+    args = parser.parse_args()
+    workload = args.workload.split()
+    one_run(args.airlock, args.flags, workload)  # warmup
+    runs = [one_run(args.airlock, args.flags, workload) for _ in range(args.runs)]
+    print("airlock run %s -- %s: median of %d traced runs (ms)" % (" ".join(args.flags), args.workload, args.runs))
+    native = all("unshare" in r for r in runs)
+    for name, start, end, kind in PHASES:
+        if kind == ("tier0" if native else "native"):
+            continue
+        spans = [r[end] - r[start] for r in runs if start in r and end in r]
+        if len(spans) == len(runs):
+            print("  %-50s %7.2f" % (name, statistics.median(spans)))
+    totals = [r["end"] for r in runs]
+    print("  %-50s %7.2f" % ("total (traced)", statistics.median(totals)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

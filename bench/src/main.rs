@@ -1,0 +1,204 @@
+//! `airlock-bench`: wall time from spawn to reaped exit of tiny programs started bare, under
+//! `unshare`, under bubblewrap and under airlock (backend none, native without and with
+//! cgroups). Pairs are interleaved round-robin after a warmup so that machine noise is spread
+//! over every configuration instead of landing on one.
+//!
+//! `cargo build --release && cargo run --release -p airlock-bench -- --runs 200 [--markdown]`
+
+mod report;
+mod stats;
+mod tools;
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use nix::sys::resource::{getrusage, UsageWho};
+
+use report::Row;
+use tools::{Tool, Workload};
+
+#[derive(Parser, Debug)]
+#[command(about = "Start-up latency of airlock against bare exec, unshare and bubblewrap")]
+struct Args {
+    /// Measured runs per (tool, workload) pair.
+    #[arg(long, default_value_t = 200)]
+    runs: usize,
+    /// Unmeasured runs per pair before measuring.
+    #[arg(long, default_value_t = 10)]
+    warmup: usize,
+    /// The airlock binary (default: the workspace's release build).
+    #[arg(long)]
+    airlock: Option<PathBuf>,
+    /// Another airlock build whose configurations are measured too, named `...@baseline`.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// Only these tools (comma-separated names as printed in the table).
+    #[arg(long, value_delimiter = ',')]
+    tools: Vec<String>,
+    /// Print a markdown table (for BENCHMARKS.md) instead of plain text.
+    #[arg(long)]
+    markdown: bool,
+}
+
+/// One (tool, workload) combination and its samples.
+struct Pair {
+    tool: Tool,
+    workload: Workload,
+    samples: Vec<Duration>,
+    cpu: Vec<Duration>,
+    failures: Vec<String>,
+}
+
+impl Pair {
+    fn argv(&self) -> Vec<String> {
+        self.tool
+            .prefix
+            .iter()
+            .chain(&self.workload.argv)
+            .cloned()
+            .collect()
+    }
+
+    fn label(&self) -> String {
+        format!("{} / {}", self.tool.name, self.workload.name)
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let mut notes = Vec::new();
+    let airlock = args.airlock.clone().unwrap_or_else(default_airlock);
+    let mut pairs = make_pairs(&args, &airlock, &mut notes);
+    pairs.retain(|pair| match time_once(&pair.argv()) {
+        Ok(_) => true,
+        Err(why) => {
+            notes.push(format!(
+                "{}: excluded, the check run failed: {why}",
+                pair.label()
+            ));
+            false
+        }
+    });
+    if pairs.is_empty() {
+        eprintln!("airlock-bench: nothing to measure: {}", notes.join("; "));
+        return ExitCode::FAILURE;
+    }
+    eprintln!(
+        "airlock-bench: {} pairs, {} warmup + {} measured runs each",
+        pairs.len(),
+        args.warmup,
+        args.runs
+    );
+    measure(&mut pairs, args.warmup, args.runs);
+    notes.extend(pairs.iter().filter(|p| !p.failures.is_empty()).map(|p| {
+        format!(
+            "{}: {} of {} runs failed and were left out; first: {}",
+            p.label(),
+            p.failures.len(),
+            args.runs,
+            p.failures[0]
+        )
+    }));
+    let rows: Vec<Row> = pairs
+        .iter()
+        .filter_map(|p| Row::new(&p.tool.name, p.workload.name, &p.samples, &p.cpu))
+        .collect();
+    let table = report::with_ratios(rows);
+    if args.markdown {
+        print!("{}", report::markdown(&table, args.runs, &notes));
+    } else {
+        print!("{}", report::plain(&table, args.runs, &notes));
+    }
+    ExitCode::SUCCESS
+}
+
+fn default_airlock() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/airlock")
+}
+
+fn make_pairs(args: &Args, airlock: &std::path::Path, notes: &mut Vec<String>) -> Vec<Pair> {
+    let mut tools = tools::all_tools(airlock, args.baseline.as_deref(), notes);
+    if !args.tools.is_empty() {
+        tools.retain(|tool| args.tools.contains(&tool.name));
+    }
+    let workloads = tools::all_workloads();
+    workloads
+        .iter()
+        .flat_map(|workload| {
+            tools.iter().map(|tool| Pair {
+                tool: tool.clone(),
+                workload: workload.clone(),
+                samples: Vec::new(),
+                cpu: Vec::new(),
+                failures: Vec::new(),
+            })
+        })
+        .collect()
+}
+
+/// Warmup, then `runs` rounds; each round runs every pair once, starting one pair later than
+/// the round before so no pair always follows the same neighbour. A failed run (the host is
+/// shared: e.g. a per-user process limit hit by someone else's jobs) is recorded, not timed.
+fn measure(pairs: &mut [Pair], warmup: usize, runs: usize) {
+    let argvs: Vec<Vec<String>> = pairs.iter().map(Pair::argv).collect();
+    for _ in 0..warmup {
+        for argv in &argvs {
+            let _ = time_once(argv);
+        }
+    }
+    let n = pairs.len();
+    for round in 0..runs {
+        for step in 0..n {
+            let index = (round + step) % n;
+            match time_once(&argvs[index]) {
+                Ok((elapsed, cpu)) => {
+                    pairs[index].samples.push(elapsed);
+                    pairs[index].cpu.push(cpu);
+                }
+                Err(why) => pairs[index].failures.push(why),
+            }
+        }
+    }
+}
+
+/// Wall time from spawn until the launcher has exited and been reaped, and the CPU time (user +
+/// system) of the launcher and every descendant reaped under it, which a loaded host does not
+/// inflate the way it inflates wall time. A non-zero exit is an error, so a broken
+/// configuration cannot pass for a fast one.
+fn time_once(argv: &[String]) -> Result<(Duration, Duration), String> {
+    let (program, rest) = argv.split_first().ok_or("empty argv")?;
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let cpu_before = children_cpu();
+    let start = Instant::now();
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    let elapsed = start.elapsed();
+    let cpu = children_cpu().saturating_sub(cpu_before);
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(format!(
+            "{} exited with {}: {}",
+            argv.join(" "),
+            output.status,
+            stderr.trim()
+        ));
+    }
+    Ok((elapsed, cpu))
+}
+
+/// User + system time of all reaped children so far.
+fn children_cpu() -> Duration {
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_CHILDREN) else {
+        return Duration::ZERO;
+    };
+    let micros = |tv: nix::sys::time::TimeVal| tv.tv_sec() as u64 * 1_000_000 + tv.tv_usec() as u64;
+    Duration::from_micros(micros(usage.user_time()) + micros(usage.system_time()))
+}

@@ -1,0 +1,240 @@
+//! The result table: plain text for the terminal, markdown for BENCHMARKS.md, and the check of
+//! the issue's targets.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use crate::stats::{ms, summarize, Summary};
+use crate::tools::{BARE, BWRAP, NATIVE};
+
+/// At most this factor over bubblewrap's median.
+const TARGET_VS_BWRAP: f64 = 1.2;
+/// At most this many milliseconds over bare exec's median, for /bin/true.
+const TARGET_OVER_BARE_MS: f64 = 3.0;
+const TARGET_WORKLOAD: &str = "/bin/true";
+
+const HEADER: [&str; 9] = [
+    "tool", "workload", "median", "p99", "min", "+ bare", "x bare", "x bwrap", "cpu",
+];
+
+/// One line of the table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub tool: String,
+    pub workload: &'static str,
+    pub summary: Summary,
+    /// Median CPU time (user + system) of the launcher and all its descendants.
+    pub cpu_median: Duration,
+    pub vs_bare: Option<f64>,
+    pub vs_bwrap: Option<f64>,
+    pub over_bare_ms: Option<f64>,
+}
+
+impl Row {
+    pub fn new(
+        tool: &str,
+        workload: &'static str,
+        wall: &[Duration],
+        cpu: &[Duration],
+    ) -> Option<Row> {
+        let summary = summarize(wall)?;
+        let cpu_median = summarize(cpu).map_or(Duration::ZERO, |s| s.median);
+        Some(Row {
+            tool: tool.to_string(),
+            workload,
+            summary,
+            cpu_median,
+            vs_bare: None,
+            vs_bwrap: None,
+            over_bare_ms: None,
+        })
+    }
+
+    fn cells(&self) -> [String; 9] {
+        let s = &self.summary;
+        [
+            self.tool.clone(),
+            self.workload.to_string(),
+            format!("{:.2}", ms(s.median)),
+            format!("{:.2}", ms(s.p99)),
+            format!("{:.2}", ms(s.min)),
+            self.over_bare_ms
+                .map_or("-".to_string(), |v| format!("{v:+.2}")),
+            ratio(self.vs_bare),
+            ratio(self.vs_bwrap),
+            format!("{:.2}", ms(self.cpu_median)),
+        ]
+    }
+}
+
+/// Fills the ratios to the bare and bwrap medians of the same workload.
+pub fn with_ratios(mut rows: Vec<Row>) -> Vec<Row> {
+    let median_of = |rows: &[Row], tool: &str, workload: &str| {
+        rows.iter()
+            .find(|r| r.tool == tool && r.workload == workload)
+            .map(|r| ms(r.summary.median))
+    };
+    let references: Vec<(Option<f64>, Option<f64>)> = rows
+        .iter()
+        .map(|r| {
+            (
+                median_of(&rows, BARE, r.workload),
+                median_of(&rows, BWRAP, r.workload),
+            )
+        })
+        .collect();
+    for (row, (bare, bwrap)) in rows.iter_mut().zip(references) {
+        let median = ms(row.summary.median);
+        row.vs_bare = bare.map(|b| median / b);
+        row.vs_bwrap = bwrap.map(|b| median / b);
+        row.over_bare_ms = bare.map(|b| median - b);
+    }
+    rows
+}
+
+fn ratio(value: Option<f64>) -> String {
+    value.map_or("-".to_string(), |v| format!("{v:.2}x"))
+}
+
+fn caption(runs: usize) -> String {
+    format!(
+        "{runs} runs per pair, times in ms: wall clock from spawn to reaped exit (median, p99, min); \
+         cpu = median user+sys time of the launcher's whole process tree"
+    )
+}
+
+pub fn plain(rows: &[Row], runs: usize, notes: &[String]) -> String {
+    let mut out = caption(runs) + "\n";
+    let line = |cells: &[String]| {
+        format!(
+            "{:<28} {:<16} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7}\n",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            cells[6],
+            cells[7],
+            cells[8]
+        )
+    };
+    out += &line(&HEADER.map(str::to_string));
+    for row in rows {
+        out += &line(&row.cells());
+    }
+    for text in target_lines(rows)
+        .into_iter()
+        .chain(notes.iter().map(|n| format!("note: {n}")))
+    {
+        let _ = writeln!(out, "{text}");
+    }
+    out
+}
+
+pub fn markdown(rows: &[Row], runs: usize, notes: &[String]) -> String {
+    let mut out = caption(runs) + ".\n\n";
+    let _ = writeln!(out, "| {} |", HEADER.join(" | "));
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let mut cells = row.cells();
+        cells[1] = format!("`{}`", cells[1]);
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+    let _ = writeln!(out);
+    for text in target_lines(rows)
+        .into_iter()
+        .chain(notes.iter().map(|n| format!("note: {n}")))
+    {
+        let _ = writeln!(out, "- {text}");
+    }
+    out
+}
+
+/// Whether a row is the native `untrusted` configuration the targets are about (also the
+/// `--baseline` build's).
+fn is_target_tool(tool: &str) -> bool {
+    tool == NATIVE
+        || tool
+            .strip_prefix(NATIVE)
+            .is_some_and(|rest| rest.starts_with('@'))
+}
+
+/// The issue's targets for the native `untrusted` configuration, as met / not met lines.
+fn target_lines(rows: &[Row]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for r in rows.iter().filter(|r| is_target_tool(&r.tool)) {
+        if let Some(v) = r.vs_bwrap {
+            let verdict = if v <= TARGET_VS_BWRAP {
+                "met"
+            } else {
+                "NOT met"
+            };
+            lines.push(format!(
+                "target {} <= {TARGET_VS_BWRAP}x bwrap on {}: {verdict} ({v:.2}x)",
+                r.tool, r.workload
+            ));
+        }
+        if let (Some(over), true) = (r.over_bare_ms, r.workload == TARGET_WORKLOAD) {
+            let verdict = if over <= TARGET_OVER_BARE_MS {
+                "met"
+            } else {
+                "NOT met"
+            };
+            lines.push(format!(
+                "target {} <= bare + {TARGET_OVER_BARE_MS} ms on {}: {verdict} ({over:+.2} ms)",
+                r.tool, r.workload
+            ));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(tool: &'static str, workload: &'static str, median_ms: u64) -> Row {
+        Row::new(tool, workload, &[Duration::from_millis(median_ms)], &[]).unwrap()
+    }
+
+    #[test]
+    fn ratios_use_the_same_workload() {
+        let rows = with_ratios(vec![
+            row(BARE, "a", 1),
+            row(BWRAP, "a", 2),
+            row(NATIVE, "a", 3),
+            row(BARE, "b", 10),
+            row(NATIVE, "b", 20),
+        ]);
+        assert_eq!(rows[2].vs_bare, Some(3.0));
+        assert_eq!(rows[2].vs_bwrap, Some(1.5));
+        assert_eq!(rows[4].vs_bare, Some(2.0));
+        assert_eq!(rows[4].vs_bwrap, None);
+    }
+
+    #[test]
+    fn targets_say_not_met_when_missed() {
+        let rows = with_ratios(vec![
+            row(BARE, TARGET_WORKLOAD, 1),
+            row(BWRAP, TARGET_WORKLOAD, 2),
+            row(NATIVE, TARGET_WORKLOAD, 5),
+        ]);
+        let lines = target_lines(&rows);
+        assert_eq!(lines.len(), 2);
+        assert!(lines.iter().all(|l| l.contains("NOT met")), "{lines:?}");
+        let rows = with_ratios(vec![
+            row(BARE, TARGET_WORKLOAD, 1),
+            row(BWRAP, TARGET_WORKLOAD, 3),
+            row(NATIVE, TARGET_WORKLOAD, 3),
+        ]);
+        let lines = target_lines(&rows);
+        assert!(lines.iter().all(|l| l.contains(": met")), "{lines:?}");
+    }
+
+    #[test]
+    fn only_the_native_untrusted_rows_carry_targets() {
+        assert!(is_target_tool("airlock-native") && is_target_tool("airlock-native@baseline"));
+        assert!(!is_target_tool("airlock-native-nocg") && !is_target_tool("airlock-none"));
+    }
+}
