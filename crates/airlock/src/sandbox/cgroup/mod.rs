@@ -401,7 +401,11 @@ impl RunCgroup {
 
     /// Kills every member, removes the run's directories, then the parent if it is now empty.
     pub fn remove(self) -> Result<(), CgroupError> {
-        self.kill_all()?;
+        // The common case is a run whose init already emptied the cgroup: a kill round
+        // (freeze, signal, thaw) would only cost time.
+        if !self.pids().map(|pids| pids.is_empty()).unwrap_or(false) {
+            self.kill_all()?;
+        }
         self.remove_dirs()
     }
 

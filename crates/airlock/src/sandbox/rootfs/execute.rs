@@ -319,9 +319,14 @@ fn restrict_bind(src: &Path, dst: &Path, access: BindAccess) -> Result<(), Rootf
         }
     })?;
     remount(dst, wanted_flags(access))?;
-    let mountinfo_path = under(OLD_ROOT, Path::new("/proc/self/mountinfo"));
-    let mountinfo =
-        fs::read_to_string(&mountinfo_path).map_err(|e| io_error("read", &mountinfo_path, e))?;
+    // Reading the mount table costs more than the bind itself (it grows with every mount), so
+    // only do it when the source can have brought submounts along: a directory, and for host
+    // sources one with a mount beneath it in the table as it was before the first bind.
+    let host_source = src.starts_with(OLD_ROOT);
+    if !dst.is_dir() || (host_source && !has_submounts(src)?) {
+        return Ok(());
+    }
+    let mountinfo = read_mountinfo()?;
     for submount in submounts_under(&mountinfo, dst) {
         match remount(&submount, wanted_flags(access)) {
             // Unreachable for us means unreachable for the sandbox too.
@@ -333,6 +338,23 @@ fn restrict_bind(src: &Path, dst: &Path, access: BindAccess) -> Result<(), Rootf
         }
     }
     Ok(())
+}
+
+fn read_mountinfo() -> Result<String, RootfsError> {
+    let path = under(OLD_ROOT, Path::new("/proc/self/mountinfo"));
+    fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))
+}
+
+/// Whether a host bind source has mounts beneath it. The table is read once: binds only add
+/// mounts under the new root, never under the old one, so the first snapshot answers for every
+/// host source.
+fn has_submounts(src: &Path) -> Result<bool, RootfsError> {
+    static SNAPSHOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let snapshot = match SNAPSHOT.get() {
+        Some(snapshot) => snapshot,
+        None => SNAPSHOT.get_or_init(|| read_mountinfo().unwrap_or_default()),
+    };
+    Ok(snapshot.is_empty() || !submounts_under(snapshot, src).is_empty())
 }
 
 fn wanted_flags(access: BindAccess) -> MsFlags {
