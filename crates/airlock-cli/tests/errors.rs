@@ -288,3 +288,49 @@ fn the_host_network_is_an_explicit_choice_that_drops_the_network_namespace() {
         "{layers}"
     );
 }
+
+#[test]
+fn programs_outside_the_profiles_allowed_programs_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_profile(
+        &dir,
+        "only-python.toml",
+        "extends = \"trusted\"\nallowed_programs = [\"python3\"]\n",
+    );
+    assert_mentions(
+        &[
+            "run",
+            "--dev",
+            "--profile",
+            &file,
+            "--",
+            "/bin/sh",
+            "-c",
+            "true",
+        ],
+        &["/bin/sh", "allowed_programs", "python3"],
+    );
+    let result = run_json(
+        &["--dev", "--profile", &file],
+        &[PYTHON, "-c", "print('ok')"],
+    );
+    assert_eq!(result["stdout"], "ok\n", "{result}");
+    assert_mentions(
+        &["exec", "--dev", "--profile", &file, "bash", "echo hi"],
+        &["allowed_programs", "python3"],
+    );
+    let out = run(&[
+        "exec",
+        "--dev",
+        "--profile",
+        &file,
+        "python",
+        "print(6 * 7)",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "42\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

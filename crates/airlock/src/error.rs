@@ -59,6 +59,12 @@ pub enum Error {
         path: PathBuf,
         reason: String,
     },
+    /// The program is not in the profile's `allowed_programs`.
+    #[error("program {program:?} is not in the profile's allowed_programs ({}); add it there or run an allowed program", .allowed.join(", "))]
+    ProgramNotAllowed {
+        program: String,
+        allowed: Vec<String>,
+    },
     /// The command is empty or not representable.
     #[error("invalid command: {0}")]
     Command(String),

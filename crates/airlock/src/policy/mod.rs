@@ -75,6 +75,10 @@ pub struct Policy {
     pub limits: Limits,
     /// Identity the program runs as.
     pub user: UserPolicy,
+    /// When set, only these programs may be run (matched against the command's program as
+    /// given or its file name, e.g. `python3` or `/usr/bin/python3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_programs: Option<Vec<String>>,
 }
 
 /// Filesystem rules.
@@ -235,6 +239,20 @@ impl Policy {
     /// True when the program may reach the network.
     pub fn has_network(&self) -> bool {
         self.network.mode == NetworkMode::Host
+    }
+
+    /// Whether the policy lets `program` (argv[0] as given) run.
+    pub fn allows_program(&self, program: &str) -> bool {
+        let Some(allowed) = &self.allowed_programs else {
+            return true;
+        };
+        let file_name = std::path::Path::new(program)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(program);
+        allowed
+            .iter()
+            .any(|entry| entry == program || entry == file_name)
     }
 
     /// Serialises the policy as a complete TOML profile.

@@ -24,6 +24,8 @@ pub struct ProfileFile {
     pub env: Option<EnvSection>,
     pub limits: Option<LimitsSection>,
     pub user: Option<UserSection>,
+    /// Replaces the base profile's list.
+    pub allowed_programs: Option<Vec<String>>,
 }
 
 /// `[filesystem]`: lists add to the base profile's lists.
@@ -173,6 +175,9 @@ pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
     }
     if let Some(limits) = file.limits {
         apply_limits(&mut policy.limits, limits);
+    }
+    if file.allowed_programs.is_some() {
+        policy.allowed_programs = file.allowed_programs;
     }
     if let Some(user) = file.user {
         set(&mut policy.user.drop_root, user.drop_root);

@@ -224,6 +224,13 @@ impl Prepared {
         }
         let sandbox = &command.sandbox;
         let policy = &sandbox.policy;
+        if !policy.allows_program(&command.argv[0]) {
+            let allowed = policy.allowed_programs.clone().unwrap_or_default();
+            return Err(Error::ProgramNotAllowed {
+                program: command.argv[0].clone(),
+                allowed,
+            });
+        }
         let options = &sandbox.options;
         if policy.backend == BackendChoice::None && !options.dev && !options.trusted_profile {
             return Err(Error::UnisolatedRefused);
