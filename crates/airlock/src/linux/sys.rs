@@ -153,21 +153,10 @@ pub fn adopt_fd(fd: RawFd) -> std::os::fd::OwnedFd {
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
 }
 
-/// In a freshly forked child: puts each `(source, target)` at `target` (without
-/// close-on-exec... then sets it, since these pipes must not reach the program), then closes
-/// every descriptor above the highest target.
+/// In a freshly forked child: puts each `(source, target)` at `target`, close-on-exec (these
+/// pipes must not reach the program), then closes every descriptor above the highest target.
 pub fn place_fds(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
-    let mut moved = Vec::with_capacity(pairs.len());
-    for (source, _) in pairs {
-        // SAFETY: fcntl(F_DUPFD_CLOEXEC) only duplicates a descriptor.
-        moved.push(check(unsafe {
-            libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64)
-        })?);
-    }
-    for (moved_fd, (_, target)) in moved.iter().zip(pairs) {
-        // SAFETY: dup3 only manipulates descriptors; O_CLOEXEC keeps them from the program.
-        check(unsafe { libc::dup3(*moved_fd, *target, libc::O_CLOEXEC) })?;
-    }
+    move_fds(pairs, libc::O_CLOEXEC)?;
     let highest = pairs.iter().map(|(_, target)| *target).max().unwrap_or(2);
     close_from(highest + 1)
 }
@@ -181,6 +170,12 @@ pub fn adopt_fd_borrowed(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
 /// Like [`place_fds`] but leaves the targets inheritable across exec (for descriptors a
 /// wrapper tool must receive) and closes nothing.
 pub fn place_fds_inheritable(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
+    move_fds(pairs, 0)
+}
+
+/// Puts each source at its target with `dup3(flags)`, moving every source above the targets
+/// first so that one placement never overwrites a later source.
+fn move_fds(pairs: &[(RawFd, RawFd)], flags: libc::c_int) -> io::Result<()> {
     let mut moved = Vec::with_capacity(pairs.len());
     for (source, _) in pairs {
         // SAFETY: fcntl(F_DUPFD_CLOEXEC) only duplicates a descriptor.
@@ -189,8 +184,10 @@ pub fn place_fds_inheritable(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
         })?);
     }
     for (moved_fd, (_, target)) in moved.iter().zip(pairs) {
-        // SAFETY: dup2 only manipulates descriptors; the target loses close-on-exec on purpose.
-        check(unsafe { libc::dup2(*moved_fd, *target) })?;
+        // SAFETY: dup3 only manipulates descriptors.
+        check(unsafe { libc::dup3(*moved_fd, *target, flags) })?;
+        // SAFETY: the temporary copy is ours alone and no longer needed.
+        unsafe { libc::close(*moved_fd) };
     }
     Ok(())
 }
