@@ -26,4 +26,5 @@ while pid > 0 and pid not in seen:
             pid = int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         break
+blocked("the secret is in neither the own environment nor any readable ancestor's")
 done()

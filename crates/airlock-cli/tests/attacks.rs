@@ -60,6 +60,23 @@ fn attacks_contained_as_unprivileged_user() {
 
 /// The untrusted profile with one layer switched off by a flag: the checks must see the attacks
 /// that layer alone stopped, and keep seeing containment where another layer also stops them.
+/// The same table on every other backend that can run here: the conformance matrix. Each
+/// backend must stop every attack with the same default profile (or be skipped, saying why).
+#[test]
+fn attacks_contained_on_bwrap_as_root() {
+    run_suite_on(Mode::Contained, User::Root, Some("bwrap"));
+}
+
+#[test]
+fn attacks_contained_on_container_as_root() {
+    run_suite_on(Mode::Contained, User::Root, Some("container"));
+}
+
+#[test]
+fn attacks_contained_on_gvisor_as_root() {
+    run_suite_on(Mode::Contained, User::Root, Some("gvisor"));
+}
+
 #[test]
 fn attacks_against_weakened_untrusted_profiles_as_root() {
     run_suite(Mode::Weakened, User::Root);
@@ -1065,6 +1082,7 @@ fn disk_fill(s: &mut Scene) -> Result<Plan, String> {
     let plan = Plan::new(s.python("disk_fill.py", ["48".to_string()]), escaped_line);
     Ok(plan
         .flags(["--disk", "16MiB", "--fsize", "8MiB"])
+        .stopped_by("disk_quota")
         .expect(|o| status_in(o, &["exited"])))
 }
 
@@ -1075,6 +1093,7 @@ fn inode_bomb(s: &mut Scene) -> Result<Plan, String> {
     );
     Ok(plan
         .flags(["--files", "300"])
+        .stopped_by("disk_quota")
         .expect(|o| status_in(o, &["exited"])))
 }
 
@@ -1151,6 +1170,9 @@ struct Plan {
     evidence: Evidence,
     /// Extra sanity checks of a contained run's result.
     expect: Option<Check>,
+    /// The layer that stops this attack. A backend whose result does not claim it is allowed
+    /// to let the attack through: the report matches reality. One that claims it must stop it.
+    stopped_by: Option<&'static str>,
 }
 
 impl Plan {
@@ -1168,6 +1190,7 @@ impl Plan {
             watch: None,
             evidence: Box::new(evidence),
             expect: None,
+            stopped_by: None,
         }
     }
 
@@ -1183,6 +1206,11 @@ impl Plan {
 
     fn expect(mut self, check: impl Fn(&Outcome) -> Result<(), String> + Send + 'static) -> Plan {
         self.expect = Some(Box::new(check));
+        self
+    }
+
+    fn stopped_by(mut self, layer: &'static str) -> Plan {
+        self.stopped_by = Some(layer);
         self
     }
 }
@@ -1211,6 +1239,8 @@ struct Outcome {
     status: Option<String>,
     /// Whether the run had a cgroup (a "cgroup" layer in the result).
     cgroup: bool,
+    /// The layers the result says were in force.
+    layers: Vec<String>,
     warnings: Vec<String>,
     /// The program's stdout and stderr.
     text: String,
@@ -1237,6 +1267,8 @@ struct Suite {
     cli_as_nobody: bool,
     /// The uid the program runs as: victims and owned files use it.
     sandbox_uid: u32,
+    /// The backend of the contained runs (`None`: the profile's `auto`, i.e. native).
+    backend: Option<&'static str>,
     cli_pids: Mutex<Vec<u32>>,
 }
 
@@ -1257,6 +1289,11 @@ enum Verdict {
 }
 
 fn run_suite(mode: Mode, user: User) {
+    run_suite_on(mode, user, None);
+}
+
+/// The whole table with the untrusted profile on one backend (`None`: the profile's choice).
+fn run_suite_on(mode: Mode, user: User, backend: Option<&'static str>) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let root = nix::unistd::geteuid().is_root();
     if user == User::Root && !root {
@@ -1279,10 +1316,12 @@ fn run_suite(mode: Mode, user: User) {
         (true, User::Unprivileged) => UNPRIVILEGED_UID,
         (false, _) => nix::unistd::getuid().as_raw(),
     };
-    let suite = Suite::new(mode, user, cli_as_nobody, sandbox_uid);
+    let mut suite = Suite::new(mode, user, cli_as_nobody, sandbox_uid);
+    suite.backend = backend;
     if mode != Mode::Escape {
         if let Err(why) = suite.native_backend_works() {
-            eprintln!("skipped: the untrusted profile cannot run on this host: {why}");
+            let on = backend.unwrap_or("its default backend");
+            eprintln!("skipped: the untrusted profile cannot run on {on} on this host: {why}");
             suite.remove();
             return;
         }
@@ -1459,6 +1498,12 @@ fn judge(must_escape: bool, plan: &Plan, outcome: &Outcome) -> (Verdict, String)
         };
     }
     if let Some(evidence) = evidence {
+        if let Some(layer) = plan
+            .stopped_by
+            .filter(|l| !outcome.layers.iter().any(|have| have == l))
+        {
+            return (Verdict::Pass, format!("not enforced, and reported so (no {layer} in the result): {evidence} {summary}"));
+        }
         return (Verdict::Fail, format!("ESCAPED: {evidence} {summary}"));
     }
     let sane = match (&outcome.status, &plan.expect, plan.lifecycle) {
@@ -1576,6 +1621,7 @@ impl Suite {
             user,
             cli_as_nobody,
             sandbox_uid,
+            backend: None,
             cli_pids: Mutex::new(Vec::new()),
         };
         std::fs::write(
@@ -1635,6 +1681,11 @@ impl Suite {
                         "--profile".into(),
                         self.tier0_as_root_profile().display().to_string(),
                     ]),
+                    Runner::Untrusted => {
+                        if let Some(backend) = self.backend {
+                            line.extend(["--backend".to_string(), backend.to_string()]);
+                        }
+                    }
                     _ => {}
                 }
                 if !plan.flags.iter().any(|f| f == "--wall") {
@@ -1737,9 +1788,15 @@ impl Suite {
         match serde_json::from_str::<Value>(&stdout) {
             Ok(result) if runner.is_airlock() && result.get("status").is_some() => {
                 outcome.status = result["status"].as_str().map(str::to_string);
-                outcome.cgroup = result["isolation"]
+                outcome.layers = result["isolation"]
                     .as_array()
-                    .is_some_and(|l| l.iter().any(|v| v == "cgroup"));
+                    .map(|l| {
+                        l.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                outcome.cgroup = outcome.layers.iter().any(|l| l == "cgroup");
                 outcome.warnings = result["warnings"]
                     .as_array()
                     .map(|w| {

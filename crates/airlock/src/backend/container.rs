@@ -82,9 +82,11 @@ impl Backend for ContainerBackend {
         };
         let bundle = Bundle::new(ctx);
         let mut input = bundle.oci_input(ctx);
+        input.argv = die_with_runtime(&input.argv);
         input.resources.pids = Some(ctx.policy.limits.processes);
         input.seccomp = Some(OciSeccomp {
             allow_network: ctx.policy.has_network(),
+            allow_clone3: false,
         });
         input.user_namespace = true;
         let mut files = bundle.skeleton_files(&input);
@@ -444,4 +446,20 @@ pub(crate) fn rlimits(policy: &crate::policy::Policy) -> Vec<OciRlimit> {
             hard: 0,
         },
     ]
+}
+
+/// A container outlives a killed `runc run` by design; ours must not outlive the init that
+/// watches it. The container's first process is a child of `runc run` (which dies with the
+/// init), so a parent-death signal on it takes the whole container PID namespace down.
+/// `setpriv` comes from the host's /usr, which every bundle binds read-only.
+fn die_with_runtime(argv: &[String]) -> Vec<String> {
+    const SETPRIV: &str = "/usr/bin/setpriv";
+    if !std::path::Path::new(SETPRIV).exists() {
+        return argv.to_vec();
+    }
+    let mut wrapped: Vec<String> = [SETPRIV, "--pdeathsig", "KILL", "--"]
+        .map(String::from)
+        .to_vec();
+    wrapped.extend(argv.iter().cloned());
+    wrapped
 }

@@ -83,6 +83,7 @@ impl Backend for GvisorBackend {
         });
         input.seccomp = Some(OciSeccomp {
             allow_network: ctx.policy.has_network(),
+            allow_clone3: true,
         });
         let mut files = bundle.skeleton_files(&input);
         files.push(bundle.config_file(&input));

@@ -90,6 +90,10 @@ pub struct OciRlimit {
 pub struct OciSeccomp {
     /// Allow sockets of every family; when false only `AF_UNIX` sockets may be made.
     pub allow_network: bool,
+    /// Allow `clone3`. Needed under gVisor, which turns every seccomp refusal into EPERM, so the
+    /// ENOSYS that makes glibc fall back to `clone` never arrives and no thread can start. Safe
+    /// there: a namespace created inside gVisor belongs to its user-space kernel.
+    pub allow_clone3: bool,
 }
 
 /// The CFS period the quota is expressed in.
@@ -296,6 +300,9 @@ fn seccomp_section(cfg: &OciSeccomp) -> Value {
         json!({ "names": refused, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM }),
     ];
     rules.extend(clone_rules());
+    if cfg.allow_clone3 {
+        rules.push(json!({ "names": ["clone3"], "action": "SCMP_ACT_ALLOW" }));
+    }
     rules.extend(personality_rules());
     rules.extend(socket_rules(cfg.allow_network));
     json!({
@@ -521,6 +528,7 @@ mod tests {
         let mut input = sample();
         input.seccomp = Some(OciSeccomp {
             allow_network: false,
+            allow_clone3: false,
         });
         golden("sample-seccomp.json", &oci_spec(&input));
     }
@@ -636,6 +644,7 @@ mod tests {
     fn seccomp_section_refuses_namespaces_and_foreign_sockets() {
         let section = seccomp_section(&OciSeccomp {
             allow_network: false,
+            allow_clone3: false,
         });
         assert_eq!(section["defaultAction"], "SCMP_ACT_ERRNO");
         assert_eq!(section["defaultErrnoRet"], ENOSYS);

@@ -374,9 +374,28 @@ impl<'a> Watch<'a> {
                 self.spec.limits.file_size_bytes,
             ),
         };
-        self.main
+        let report = self
+            .main
             .map(|status| ExitReport::from_status(status, hit))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        match self.spec.confinement {
+            Confinement::Wrapped(_) => decode_tool_signal(report),
+            _ => report,
+        }
+    }
+}
+
+/// Sandbox tools (bwrap, runc, runsc) report a program killed by signal N as exit code 128+N,
+/// so for wrapped runs such a code is the signal. (A program that exits 128+N by itself looks
+/// the same through these tools; limit kills are what must not be misread.)
+fn decode_tool_signal(report: ExitReport) -> ExitReport {
+    match report.exit_code {
+        Some(code) if (129..=128 + 64).contains(&code) => ExitReport {
+            exit_code: None,
+            signal: Some(code - 128),
+            ..report
+        },
+        _ => report,
     }
 }
 
