@@ -77,6 +77,9 @@ fn airlock_tools(airlock: &Path, suffix: &str) -> Vec<Tool> {
         tool("airlock-none", &["--dev", "--backend", "none"]),
         tool("airlock-native-nocg", &["--no-cgroup"]),
         tool(NATIVE, &[]),
+        tool("airlock-bwrap", &["--backend", "bwrap"]),
+        tool("airlock-container", &["--backend", "container"]),
+        tool("airlock-gvisor", &["--backend", "gvisor"]),
     ]
 }
 
@@ -98,6 +101,10 @@ pub fn all_tools(airlock: &Path, baseline: Option<&Path>, notes: &mut Vec<String
         Tool {
             name: BWRAP.to_string(),
             prefix: bwrap,
+        },
+        Tool {
+            name: "runsc-do".to_string(),
+            prefix: strings(&["runsc", "--network=none", "--platform=ptrace", "do"]),
         },
     ];
     if let Some(baseline) = baseline {
