@@ -204,15 +204,11 @@ pub(crate) fn runtime_cgroup_dirs(ctx: &PlanContext) -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| p.is_dir())
         .collect();
+    // Only the run's own directories: the shared `airlock` parent stays, because removing it
+    // when it looks empty races with another run's runc creating its cgroup beneath it (runc
+    // does not retry, and the run fails). The parent is infrastructure, like /run/airlock.
     let run = path.trim_start_matches('/');
-    let mut dirs: Vec<PathBuf> = hierarchies.iter().map(|h| h.join(run)).collect();
-    if let Some(parent) = Path::new(run)
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-    {
-        dirs.extend(hierarchies.iter().map(|h| h.join(parent)));
-    }
-    dirs
+    hierarchies.iter().map(|h| h.join(run)).collect()
 }
 
 /// The run's own cgroup, as an absolute path inside every hierarchy.
