@@ -1,0 +1,228 @@
+//! The end-to-end tests shared by the OCI backends (`container` and `gvisor`): the same
+//! promises checked the same way through the real binary, with the few expected values that
+//! differ between runtimes given by each backend's [`Oci`] description.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// What differs between the OCI backends' tests.
+pub struct Oci {
+    /// The `--backend` value.
+    pub backend: &'static str,
+    /// Runtime binaries, any of which makes the backend usable.
+    pub runtimes: &'static [&'static str],
+    /// How to install one, for the skip message.
+    pub install: &'static str,
+    /// Where the runtime keeps container state (must hold nothing of a finished run).
+    pub state_dirs: &'static [&'static str],
+    /// The errno of `socket(AF_INET)` with the network off: runc applies our EAFNOSUPPORT,
+    /// gVisor turns every seccomp refusal into EPERM.
+    pub inet_refusal_errno: i32,
+}
+
+impl Oci {
+    /// The reason to skip, printed, or `None` when the backend can run here.
+    pub fn skip_reason(&self) -> Option<String> {
+        if !is_root() {
+            return Some(format!("needs root (rootful {})", self.runtimes.join("/")));
+        }
+        let found = self.runtimes.iter().any(|name| {
+            ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"]
+                .iter()
+                .any(|dir| Path::new(dir).join(name).exists())
+        });
+        (!found).then(|| {
+            format!(
+                "no {} installed ({})",
+                self.runtimes.join(" or "),
+                self.install
+            )
+        })
+    }
+
+    /// Runs `airlock run --json --backend BACKEND FLAGS -- ARGV` and returns the result object.
+    pub fn run(&self, flags: &[&str], argv: &[&str]) -> Value {
+        let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .args(["run", "--json", "--backend", self.backend])
+            .args(flags)
+            .arg("--")
+            .args(argv)
+            .output()
+            .expect("airlock runs");
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "no JSON result ({e}); stderr: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+    }
+
+    /// Nothing named after the run survives it: run directory, cgroups, runtime state, processes.
+    pub fn assert_no_leftovers(&self, run_dir: &Path, run_id: &str) {
+        assert!(!run_dir.exists(), "{} survived", run_dir.display());
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+            let leftover = hierarchy.path().join("airlock").join(run_id);
+            assert!(!leftover.exists(), "{} survived", leftover.display());
+        }
+        for state in self.state_dirs {
+            let leftover = Path::new(state).join(format!("airlock-{run_id}"));
+            assert!(!leftover.exists(), "{} survived", leftover.display());
+        }
+        for process in std::fs::read_dir("/proc").unwrap().flatten() {
+            let cmdline = std::fs::read(process.path().join("cmdline")).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&cmdline).contains(run_id),
+                "process {:?} survived: {}",
+                process.file_name(),
+                String::from_utf8_lossy(&cmdline)
+            );
+        }
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+pub fn stdout(result: &Value) -> &str {
+    result["stdout"].as_str().unwrap_or("")
+}
+
+pub fn py(code: &str) -> Vec<&str> {
+    vec![PYTHON, "-c", code]
+}
+
+/// Returns from the test, saying why, when the backend cannot run here.
+#[macro_export]
+macro_rules! require_runtime {
+    ($oci:expr) => {
+        if let Some(reason) = $oci.skip_reason() {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+}
+
+pub fn exit_codes_propagate(oci: &Oci) {
+    let result = oci.run(&[], &["/bin/sh", "-c", "echo out; exit 7"]);
+    assert_eq!(result["status"], "exited", "{result}");
+    assert_eq!(result["exit_code"], 7, "{result}");
+    assert_eq!(stdout(&result), "out\n");
+    assert_eq!(result["backend"], oci.backend);
+}
+
+pub fn namespaces_cannot_be_created(oci: &Oci) {
+    let code = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('unshared' if libc.unshare(0x10000000) == 0 else f'refused {ctypes.get_errno()}')";
+    let result = oci.run(&[], &py(code));
+    assert_eq!(stdout(&result), "refused 1\n", "{result}");
+}
+
+pub fn root_filesystem_is_read_only(oci: &Oci) {
+    let result = oci.run(&[], &["/bin/sh", "-c", "touch /usr/airlock-x 2>/dev/null && echo usr-writable; touch /airlock-x 2>/dev/null && echo root-writable; echo done"]);
+    assert_eq!(stdout(&result), "done\n", "{result}");
+}
+
+pub fn network_is_only_loopback(oci: &Oci) {
+    let host = std::fs::read_to_string("/proc/net/dev").unwrap_or_default();
+    let code = "import socket\nprint(sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]))\ntry:\n socket.socket(socket.AF_INET, socket.SOCK_STREAM); print('inet socket')\nexcept OSError as e: print('refused', e.errno)";
+    let result = oci.run(&[], &py(code));
+    assert_eq!(
+        stdout(&result),
+        format!("['lo']\nrefused {}\n", oci.inet_refusal_errno),
+        "{result}"
+    );
+    if host.lines().count() <= 3 {
+        eprintln!("note: the host has only loopback too, so the interface check proves less here");
+    }
+}
+
+pub fn host_canary_is_invisible(oci: &Oci) {
+    let dir = tempfile::Builder::new()
+        .prefix("airlock-canary")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let canary = dir.path().join("secret");
+    std::fs::write(&canary, "canary").unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = canary.display().to_string();
+    let result = oci.run(&[], &["/bin/sh", "-c", &format!("cat {path} 2>/dev/null || echo invisible; cat /etc/shadow 2>/dev/null || echo no-shadow")]);
+    assert_eq!(stdout(&result), "invisible\nno-shadow\n", "{result}");
+    // Control: the same file is readable with the same path when it is exposed.
+    let exposed = oci.run(
+        &["--allow-degraded", "--ro", dir.path().to_str().unwrap()],
+        &["/bin/cat", &path],
+    );
+    assert_eq!(stdout(&exposed), "canary", "{exposed}");
+}
+
+pub fn memory_limit_is_reported(oci: &Oci) {
+    let result = oci.run(
+        &["--mem", "64MiB"],
+        &py("b = bytearray(300 << 20); print('allocated')"),
+    );
+    assert_eq!(result["status"], "memory_limit", "{result}");
+    assert!(!stdout(&result).contains("allocated"));
+}
+
+/// Forks past the limit fail and the run survives (under gVisor the limit is RLIMIT_NPROC in
+/// the sentry: a host pids limit would kill the whole sandbox on the ptrace platform).
+pub fn pids_limit_refuses_forks_without_killing_the_run(oci: &Oci) {
+    let code = "import os\nn=0\ntry:\n for i in range(64):\n  if os.fork()==0:\n   import time; time.sleep(2); os._exit(0)\n  n+=1\nexcept OSError as e: print('fork refused', e.errno)\nprint('forks', n)";
+    let result = oci.run(&["--pids", "16"], &py(code));
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert!(
+        stdout(&result).starts_with("fork refused 11\nforks "),
+        "{result}"
+    );
+}
+
+pub fn wall_timeout_kills_the_container_and_leaves_nothing(oci: &Oci) {
+    let started = std::time::Instant::now();
+    let result = oci.run(&["--wall", "2s"], &["/bin/sh", "-c", "pwd; sleep 30"]);
+    assert_eq!(result["status"], "timeout", "{result}");
+    assert!(
+        started.elapsed().as_secs() < 15,
+        "took {:?}",
+        started.elapsed()
+    );
+    let workdir = stdout(&result).trim().to_string();
+    let run_dir = Path::new(&workdir)
+        .parent()
+        .expect("workdir is inside the run directory");
+    let run_id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    oci.assert_no_leftovers(run_dir, &run_id);
+}
+
+pub fn normal_runs_leave_nothing_either(oci: &Oci) {
+    let result = oci.run(&[], &["/bin/sh", "-c", "pwd"]);
+    let workdir = stdout(&result).trim().to_string();
+    let run_dir = Path::new(&workdir).parent().unwrap();
+    oci.assert_no_leftovers(run_dir, run_dir.file_name().unwrap().to_str().unwrap());
+}
+
+/// One `#[test]` per shared check, for the backend described by `$oci`.
+#[macro_export]
+macro_rules! shared_oci_tests {
+    ($oci:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                $crate::require_runtime!($oci);
+                oci::$check(&$oci);
+            }
+        )*
+    };
+}
