@@ -64,9 +64,9 @@ pub enum NetworkArg {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Built-in profile name (untrusted, trusted) or a profile file.
-    #[arg(long, default_value = "untrusted")]
-    pub profile: String,
+    /// The profile, limits, `--ro`, `--env` and set-up flags shared with worker, call and exec.
+    #[command(flatten)]
+    pub profile: crate::sandbox_flags::ProfileFlags,
     /// Resource tier: small (256MiB/10s CPU/30s wall/25MiB output) or standard (512MiB/60s/180s/100MiB).
     #[arg(long)]
     pub tier: Option<String>,
@@ -76,18 +76,6 @@ pub struct RunArgs {
     /// Network override.
     #[arg(long, value_enum)]
     pub network: Option<NetworkArg>,
-    /// Wall-clock limit, e.g. 30s or 2m.
-    #[arg(long, value_name = "DURATION")]
-    pub wall: Option<Seconds>,
-    /// CPU-time limit of the whole run.
-    #[arg(long, value_name = "DURATION")]
-    pub cpu: Option<Seconds>,
-    /// Memory limit, e.g. 512MiB.
-    #[arg(long, value_name = "SIZE")]
-    pub mem: Option<ByteSize>,
-    /// Processes and threads alive at once.
-    #[arg(long, value_name = "N")]
-    pub pids: Option<u64>,
     /// Open files per process.
     #[arg(long, value_name = "N")]
     pub nofile: Option<u64>,
@@ -112,15 +100,9 @@ pub struct RunArgs {
     /// Use this existing host directory as the working directory (read-write, kept).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
-    /// Expose a host path read-only at the same path (repeatable).
-    #[arg(long = "ro", value_name = "PATH")]
-    pub read_only: Vec<PathBuf>,
     /// Expose a host path read-write at the same path (repeatable).
     #[arg(long = "rw", value_name = "PATH")]
     pub read_write: Vec<PathBuf>,
-    /// Set an environment variable for the program (repeatable).
-    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
-    pub env: Vec<(String, String)>,
     /// Print one JSON result object on stdout instead of streaming the program's output.
     #[arg(long)]
     pub json: bool,
@@ -133,25 +115,9 @@ pub struct RunArgs {
     /// Give the program this terminal (interactive use; output caps do not apply).
     #[arg(long)]
     pub tty: bool,
-    /// Allow backend "none" (Tier 0 only) outside the trusted profile.
-    #[arg(long)]
-    pub dev: bool,
-    /// Run even if a layer the profile requires is missing on this host.
-    #[arg(long)]
-    pub allow_degraded: bool,
-    /// Do not use cgroups.
-    #[arg(long)]
-    pub no_cgroup: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
-}
-
-fn parse_env(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
-        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
-    }
 }
 
 pub fn dispatch(cli: Cli) -> Result<u8> {

@@ -3,20 +3,14 @@
 use anyhow::{bail, Context, Result};
 
 use airlock::policy::{self, BackendChoice, NetworkMode, Policy};
-use airlock::{Input, RunResult, Sandbox, SandboxOptions};
+use airlock::{Input, RunResult, Sandbox};
 
 use crate::cli::{BackendArg, NetworkArg, RunArgs};
+use crate::sandbox_flags::print_warnings;
 
 pub fn run(args: RunArgs) -> Result<u8> {
     let policy = build_policy(&args)?;
-    let options = SandboxOptions {
-        dev: args.dev,
-        allow_degraded: args.allow_degraded,
-        no_cgroup: args.no_cgroup,
-        trusted_profile: args.profile == "trusted",
-        ..SandboxOptions::default()
-    };
-    let sandbox = Sandbox::with_options(policy, options)?;
+    let sandbox = Sandbox::with_options(policy, args.profile.options())?;
     let (program, rest) = args
         .command
         .split_first()
@@ -27,7 +21,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         .stdin_from(Input::Inherit)
         .keep_workdir(args.keep)
         .tty(args.tty);
-    for (key, value) in &args.env {
+    for (key, value) in &args.profile.env {
         command = command.env(key.clone(), value.clone());
     }
     if !args.json {
@@ -48,10 +42,7 @@ fn report(args: &RunArgs, result: &RunResult) -> Result<()> {
         std::fs::write(path, format!("{json}\n"))
             .with_context(|| format!("cannot write the result to {}", path.display()))?;
     }
-    // Warnings go to stderr in every mode: a weaker run must never be silent.
-    for warning in &result.warnings {
-        eprintln!("airlock: warning: {warning}");
-    }
+    print_warnings(&result.warnings);
     if args.json {
         println!("{json}");
         return Ok(());
@@ -78,7 +69,7 @@ fn report(args: &RunArgs, result: &RunResult) -> Result<()> {
 }
 
 fn build_policy(args: &RunArgs) -> Result<Policy> {
-    let mut policy = policy::load_profile(&args.profile)?;
+    let mut policy = policy::load_profile(&args.profile.profile)?;
     if let Some(tier) = &args.tier {
         if !policy::tier(&mut policy, tier) {
             bail!(
@@ -103,13 +94,9 @@ fn build_policy(args: &RunArgs) -> Result<Policy> {
             NetworkArg::Host => NetworkMode::Host,
         };
     }
-    apply_limit_flags(&mut policy, args);
-    policy.filesystem.read_only.extend(
-        args.read_only
-            .iter()
-            .map(|p| absolute(p))
-            .collect::<Result<Vec<_>>>()?,
-    );
+    // After the tier, so flags override it.
+    args.profile.adjust(&mut policy)?;
+    apply_run_limit_flags(&mut policy, args);
     policy.filesystem.read_write.extend(
         args.read_write
             .iter()
@@ -125,17 +112,14 @@ fn build_policy(args: &RunArgs) -> Result<Policy> {
     Ok(policy)
 }
 
-fn apply_limit_flags(policy: &mut Policy, args: &RunArgs) {
+/// The limits only `run` has flags for (the shared ones are applied by `ProfileFlags`).
+fn apply_run_limit_flags(policy: &mut Policy, args: &RunArgs) {
     let l = &mut policy.limits;
-    set(&mut l.wall_time, args.wall);
-    set(&mut l.cpu_time, args.cpu);
     set(&mut l.grace, args.grace);
-    set(&mut l.memory, args.mem);
     set(&mut l.file_size, args.fsize);
     set(&mut l.disk, args.disk);
     set(&mut l.stdout, args.stdout_cap);
     set(&mut l.stderr, args.stderr_cap);
-    set(&mut l.processes, args.pids);
     set(&mut l.open_files, args.nofile);
     set(&mut l.files, args.files);
 }

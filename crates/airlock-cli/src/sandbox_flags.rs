@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use airlock::policy::units::{ByteSize, Seconds};
@@ -90,14 +90,20 @@ impl ProfileFlags {
     /// The profile with the overrides applied; paths made absolute.
     pub fn policy(&self) -> Result<Policy> {
         let mut policy = policy::load_profile(&self.profile)?;
-        self.limits.apply(&mut policy);
-        for path in &self.read_only {
-            if !path.exists() {
-                bail!("--ro {}: no such path", path.display());
-            }
-            policy.filesystem.read_only.push(std::path::absolute(path)?);
-        }
+        self.adjust(&mut policy)?;
         Ok(policy)
+    }
+
+    /// Applies the limit flags and `--ro` paths to a policy. Whether the paths exist is the
+    /// library's check (its error names the key and the fix).
+    pub fn adjust(&self, policy: &mut Policy) -> Result<()> {
+        self.limits.apply(policy);
+        for path in &self.read_only {
+            let absolute = std::path::absolute(path)
+                .with_context(|| format!("cannot resolve {}", path.display()))?;
+            policy.filesystem.read_only.push(absolute);
+        }
+        Ok(())
     }
 
     pub fn options(&self) -> SandboxOptions {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use super::{check_policy_paths, tier0_layers, Backend, PlanContext, Probe};
+use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::sandbox::rootfs::{default_etc_files, default_system_ro};
@@ -102,7 +102,6 @@ impl Backend for BwrapBackend {
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
-        check_policy_paths(ctx.policy)?;
         let status = cached_status();
         let install = match (&status.install, status.problems.is_empty()) {
             (Some(install), true) => install,

@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::oci::{existing, oci_spec, OciInput, OciMounts, OciResources, OciRlimit, OciSeccomp};
-use super::{check_policy_paths, tier0_layers, Backend, PlanContext, Probe};
+use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::sandbox::rootfs::{default_etc_files, default_system_ro};
@@ -72,7 +72,6 @@ impl Backend for ContainerBackend {
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
-        check_policy_paths(ctx.policy)?;
         let mut problems = Vec::new();
         let Some((runtime, binary)) = find_runtime(&mut problems) else {
             return Err(Error::BackendUnavailable {

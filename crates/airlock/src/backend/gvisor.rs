@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use super::container::{container_id, find_binary, rlimits, runtime_cgroup_dirs, Bundle};
 use super::oci::{OciRlimit, OciSeccomp};
-use super::{check_policy_paths, tier0_layers, Backend, PlanContext, Probe};
+use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::spec::{Confinement, WrapSpec};
@@ -64,7 +64,6 @@ impl Backend for GvisorBackend {
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
-        check_policy_paths(ctx.policy)?;
         let mut problems = Vec::new();
         let Some(runsc) = find_runsc(&mut problems) else {
             return Err(Error::BackendUnavailable {

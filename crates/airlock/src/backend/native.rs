@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{check_policy_paths, tier0_layers, Backend, PlanContext, Probe};
+use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::policy::Policy;
@@ -66,7 +66,6 @@ impl Backend for NativeBackend {
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
-        check_policy_paths(ctx.policy)?;
         let policy = ctx.policy;
         let rootfs = rootfs_plan(ctx);
         let landlock = landlock_rules(policy, &rootfs, ctx.workdir);

@@ -268,6 +268,8 @@ impl Prepared {
             env: &plan_env,
             cgroup: cgroup.as_ref(),
         };
+        // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
+        backend::check_policy_paths(policy)?;
         let confinement = backend.plan(&ctx)?;
         let tier0 = matches!(confinement, crate::spec::Confinement::Tier0);
         let spec = InitSpec {
