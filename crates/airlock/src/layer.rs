@@ -56,6 +56,19 @@ pub enum Layer {
     CapsDropped,
 }
 
+impl Layer {
+    /// The namespaces every boundary backend creates apart from the network one, which
+    /// depends on whether the policy allows the network.
+    pub const NAMESPACES_BUT_NET: [Layer; 6] = [
+        Layer::UserNs,
+        Layer::MountNs,
+        Layer::PidNs,
+        Layer::IpcNs,
+        Layer::UtsNs,
+        Layer::CgroupNs,
+    ];
+}
+
 /// How strong a backend's boundary is, weakest first.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "kebab-case")]

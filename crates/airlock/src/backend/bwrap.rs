@@ -30,17 +30,11 @@ const BWRAP_CANDIDATES: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/
 const MIN_VERSION: (u32, u32, u32) = (0, 5, 0);
 
 /// The layers bwrap builds with the arguments of [`bwrap_args`].
-const BWRAP_LAYERS: &[Layer] = &[
-    Layer::UserNs,
-    Layer::MountNs,
-    Layer::PidNs,
-    Layer::IpcNs,
-    Layer::UtsNs,
-    Layer::CgroupNs,
-    Layer::Rootfs,
-    Layer::CapsDropped,
-    Layer::Workdir,
-];
+fn bwrap_layers() -> Vec<Layer> {
+    let mut layers = Layer::NAMESPACES_BUT_NET.to_vec();
+    layers.extend([Layer::Rootfs, Layer::CapsDropped, Layer::Workdir]);
+    layers
+}
 
 /// The bubblewrap backend.
 #[derive(Debug, Clone, Copy, Default)]
@@ -87,7 +81,7 @@ impl Backend for BwrapBackend {
         let status = cached_status();
         let mut layers = tier0_layers();
         if status.install.is_some() && status.problems.is_empty() {
-            layers.extend(BWRAP_LAYERS);
+            layers.extend(bwrap_layers());
             layers.extend([Layer::NetNs, Layer::Seccomp, Layer::NoNewPrivs]);
             layers.sort();
             layers.dedup();
@@ -121,7 +115,7 @@ impl Backend for BwrapBackend {
                 .map(|(file, inside)| (file.path.clone(), inside.clone()))
                 .collect(),
         };
-        let mut layers = BWRAP_LAYERS.to_vec();
+        let mut layers = bwrap_layers();
         if !ctx.policy.has_network() {
             layers.push(Layer::NetNs);
         }

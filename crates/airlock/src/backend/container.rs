@@ -138,17 +138,8 @@ impl Backend for ContainerBackend {
 /// The layers the container gives on top of Tier 0.
 fn container_layers(host_network: bool) -> Vec<Layer> {
     let mut layers = tier0_layers();
-    layers.extend([
-        Layer::UserNs,
-        Layer::MountNs,
-        Layer::PidNs,
-        Layer::IpcNs,
-        Layer::UtsNs,
-        Layer::CgroupNs,
-        Layer::Rootfs,
-        Layer::CapsDropped,
-        Layer::Seccomp,
-    ]);
+    layers.extend(Layer::NAMESPACES_BUT_NET);
+    layers.extend([Layer::Rootfs, Layer::CapsDropped, Layer::Seccomp]);
     if !host_network {
         layers.push(Layer::NetNs);
     }

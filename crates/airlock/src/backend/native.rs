@@ -41,14 +41,9 @@ impl Backend for NativeBackend {
         }
         let mut layers = tier0_layers();
         if userns {
+            layers.extend(Layer::NAMESPACES_BUT_NET);
             layers.extend([
-                Layer::UserNs,
-                Layer::MountNs,
-                Layer::PidNs,
                 Layer::NetNs,
-                Layer::IpcNs,
-                Layer::UtsNs,
-                Layer::CgroupNs,
                 Layer::Rootfs,
                 Layer::DiskQuota,
                 Layer::CapsDropped,

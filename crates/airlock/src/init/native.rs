@@ -31,14 +31,7 @@ pub(super) fn enter(
     mut layers: Vec<Layer>,
 ) -> Result<Infallible, String> {
     enter_namespaces(native.new_net)?;
-    layers.extend([
-        Layer::UserNs,
-        Layer::MountNs,
-        Layer::PidNs,
-        Layer::IpcNs,
-        Layer::UtsNs,
-        Layer::CgroupNs,
-    ]);
+    layers.extend(Layer::NAMESPACES_BUT_NET);
     if native.new_net {
         layers.push(Layer::NetNs);
     }
