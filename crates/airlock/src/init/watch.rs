@@ -338,8 +338,9 @@ impl<'a> Watch<'a> {
         let cpu_user_ms = children.map(|u| millis(u.user_time())).unwrap_or(0);
         let cpu_sys_ms = children.map(|u| millis(u.system_time())).unwrap_or(0);
         let max_rss = children.map(|u| u.max_rss() as u64 * 1024);
-        let cpu_used = self
-            .cpu_used()
+        let cpu_used = usage
+            .cpu_usage_ns
+            .map(Duration::from_nanos)
             .unwrap_or(Duration::from_millis(cpu_user_ms + cpu_sys_ms));
         let evidence = Evidence {
             stop: self.stop.map(|(c, _)| c),
