@@ -40,6 +40,19 @@ const PYTHON: &str = "/usr/bin/python3";
 /// Attacks run this many at a time; resource attacks run alone afterwards.
 const PARALLEL: usize = 3;
 
+/// What a backend cannot enforce under the untrusted profile. Its runs must be refused by
+/// default naming exactly these layers; the suite then accepts the degradation
+/// (`--allow-degraded`) and judges every attack, so an attack on a gap must be reported as not
+/// enforced (the layer absent from the result) and every other attack contained.
+const KNOWN_GAPS: &[(&str, &[&str])] = &[("bwrap", &["inode_quota"]), ("gvisor", &["inode_quota"])];
+
+fn known_gaps(backend: Option<&str>) -> &'static [&'static str] {
+    KNOWN_GAPS
+        .iter()
+        .find(|(name, _)| Some(*name) == backend)
+        .map_or(&[][..], |(_, gaps)| *gaps)
+}
+
 /// Suites share host-wide state (cgroups, /run/airlock, uid 65534's process count): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -1093,7 +1106,7 @@ fn inode_bomb(s: &mut Scene) -> Result<Plan, String> {
     );
     Ok(plan
         .flags(["--files", "300"])
-        .stopped_by("disk_quota")
+        .stopped_by("inode_quota")
         .expect(|o| status_in(o, &["exited"])))
 }
 
@@ -1269,6 +1282,8 @@ struct Suite {
     sandbox_uid: u32,
     /// The backend of the contained runs (`None`: the profile's `auto`, i.e. native).
     backend: Option<&'static str>,
+    /// The contained runs pass `--allow-degraded` (the backend has [`KNOWN_GAPS`]).
+    accept_degradation: bool,
     cli_pids: Mutex<Vec<u32>>,
 }
 
@@ -1319,12 +1334,15 @@ fn run_suite_on(mode: Mode, user: User, backend: Option<&'static str>) {
     let mut suite = Suite::new(mode, user, cli_as_nobody, sandbox_uid);
     suite.backend = backend;
     if mode != Mode::Escape {
+        let gaps = known_gaps(backend);
+        suite.accept_degradation = !gaps.is_empty();
         if let Err(why) = suite.native_backend_works() {
             let on = backend.unwrap_or("its default backend");
             eprintln!("skipped: the untrusted profile cannot run on {on} on this host: {why}");
             suite.remove();
             return;
         }
+        suite.check_refused_by_default(gaps);
     }
     let mounts_before = host_mountinfo();
     let started = Instant::now();
@@ -1622,6 +1640,7 @@ impl Suite {
             cli_as_nobody,
             sandbox_uid,
             backend: None,
+            accept_degradation: false,
             cli_pids: Mutex::new(Vec::new()),
         };
         std::fs::write(
@@ -1638,6 +1657,33 @@ impl Suite {
 
     fn remove(&self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// A backend's gaps refuse a run that does not accept them, naming each gap and the opt-in.
+    fn check_refused_by_default(&mut self, gaps: &[&str]) {
+        if gaps.is_empty() {
+            return;
+        }
+        self.accept_degradation = false;
+        let mut scene = Scene::new(self, "gaps", 998).expect("scene for the refusal check");
+        let mut plan = Plan::new(vec!["/bin/true".into()], |_: &Outcome| None);
+        let outcome = self
+            .execute(&scene, Runner::Untrusted, &mut plan)
+            .expect("run the refusal check");
+        scene.cleanup();
+        self.accept_degradation = true;
+        assert_eq!(
+            outcome.status, None,
+            "a run with unenforceable limits must be refused by default: {}",
+            outcome.text
+        );
+        for gap in gaps {
+            assert!(
+                outcome.cli_stderr.contains(gap) && outcome.cli_stderr.contains("--allow-degraded"),
+                "the refusal must name {gap} and the opt-in: {}",
+                outcome.cli_stderr
+            );
+        }
     }
 
     fn native_backend_works(&self) -> Result<(), String> {
@@ -1684,6 +1730,9 @@ impl Suite {
                     Runner::Untrusted => {
                         if let Some(backend) = self.backend {
                             line.extend(["--backend".to_string(), backend.to_string()]);
+                        }
+                        if self.accept_degradation {
+                            line.push("--allow-degraded".into());
                         }
                     }
                     _ => {}

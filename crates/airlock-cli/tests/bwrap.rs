@@ -50,8 +50,10 @@ fn bwrap_usable() -> bool {
     false
 }
 
+/// A run on bwrap that accepts its one gap (no inode cap; see
+/// `untrusted_refuses_bwrap_by_default_for_its_missing_inode_cap`).
 fn python_bwrap(code: &str, extra: &[&str]) -> Value {
-    let mut args = vec!["--backend", "bwrap"];
+    let mut args = vec!["--backend", "bwrap", "--allow-degraded"];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", PYTHON, "-c", code]);
     let (result, output) = run_json(&args);
@@ -75,6 +77,7 @@ fn python_and_bash_run_under_bwrap() {
     let (result, _) = run_json(&[
         "--backend",
         "bwrap",
+        "--allow-degraded",
         "--",
         "/bin/bash",
         "-c",
@@ -109,7 +112,7 @@ fn host_listener_is_unreachable_and_inet_sockets_are_refused() {
 
     // The same attempt with the network on reaches the listener: the test can fail.
     // untrusted requires net_ns, which a host network cannot have (the native backend alike).
-    let result = python_bwrap(&code, &["--network", "host", "--allow-degraded"]);
+    let result = python_bwrap(&code, &["--network", "host"]);
     assert_eq!(stdout_of(&result), "connected\n", "{result}");
     assert!(listener.accept().is_ok());
 }
@@ -321,19 +324,62 @@ fn a_profile_requiring_landlock_refuses_bwrap_unless_degraded() {
     );
 }
 
+/// bwrap cannot cap the number of files in its tmpfs mounts, which the untrusted profile's
+/// `limits.files` promises: refused by default, and run with exactly that gap when accepted.
 #[test]
-fn untrusted_requirements_are_all_met_by_bwrap() {
+fn untrusted_refuses_bwrap_by_default_for_its_missing_inode_cap() {
     if !bwrap_usable() {
         return;
     }
     let (result, output) = run_json(&["--backend", "bwrap", "--", "/bin/true"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(result, Value::Null, "{result}");
+    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("backend bwrap cannot enforce inode_quota")
+            && stderr.contains("--allow-degraded"),
+        "{stderr}"
+    );
+    let (result, output) = run_json(&["--backend", "bwrap", "--allow-degraded", "--", "/bin/true"]);
     assert_eq!(
         result["status"],
         "exited",
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(result.get("warnings").is_none(), "{result}");
+    let warnings = result["warnings"].to_string();
+    assert!(
+        warnings.contains("degraded") && warnings.contains("inode_quota"),
+        "{result}"
+    );
+    let isolation = result["isolation"].as_array().unwrap();
+    assert!(isolation.contains(&Value::from("disk_quota")), "{result}");
+    assert!(!isolation.contains(&Value::from("inode_quota")), "{result}");
+}
+
+/// A caller's workdir is not capped by any backend, so it is not required: bwrap runs.
+#[test]
+fn a_callers_workdir_needs_no_disk_caps() {
+    if !bwrap_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    open_up(dir.path());
+    let workdir = dir.path().to_str().unwrap();
+    let (result, output) = run_json(&[
+        "--backend",
+        "bwrap",
+        "--workdir",
+        workdir,
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(
+        result["status"],
+        "exited",
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]
@@ -428,11 +474,16 @@ fn min_isolation_picks_the_fastest_backend_at_or_above_the_level() {
         eprintln!("skipping: needs root with runc and runsc installed (.ci/run installs them)");
         return;
     }
-    for (level, expected) in [("container", "container"), ("user-kernel", "gvisor")] {
+    // gVisor has no inode cap, so it runs only with the degradation accepted.
+    for (level, expected, flag) in [
+        ("container", "container", "--wall=10s"),
+        ("user-kernel", "gvisor", "--allow-degraded"),
+    ] {
         let file = profile(&format!("min_isolation = \"{level}\"\n"));
         let (result, output) = run_json(&[
             "--profile",
             file.path().to_str().unwrap(),
+            flag,
             "--",
             "/bin/true",
         ]);
@@ -443,4 +494,57 @@ fn min_isolation_picks_the_fastest_backend_at_or_above_the_level() {
         );
         assert_eq!(result["backend"], expected, "{level}: {result}");
     }
+}
+
+/// bwrap exits 1 when it cannot build the sandbox, like a program that exits 1. Its status
+/// stream tells the two apart: a bind it cannot make (a root-only directory, while bwrap runs
+/// as the sandbox's unprivileged uid) is a sandbox error with bwrap's own message.
+#[test]
+fn a_bwrap_setup_failure_is_a_sandbox_error_not_the_programs_exit() {
+    if !bwrap_usable() {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to make a directory the sandbox uid cannot enter");
+        return;
+    }
+    let parent = tempfile::tempdir().unwrap();
+    let private = parent.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    let ro = private.to_str().unwrap();
+    let (result, output) = run_json(&[
+        "--backend",
+        "bwrap",
+        "--allow-degraded",
+        "--ro",
+        ro,
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(output.status.code(), Some(125), "{result}");
+    assert_eq!(result["status"], "sandbox_error", "{result}");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("failed before the program started"),
+        "{result}"
+    );
+    assert!(stdout_of(&result).is_empty(), "{result}");
+    assert!(
+        result["stderr"].as_str().unwrap_or("").contains(ro),
+        "bwrap's own message names the path: {result}"
+    );
+    // The same exit code from the program itself stays the program's.
+    let (result, _) = run_json(&[
+        "--backend",
+        "bwrap",
+        "--allow-degraded",
+        "--",
+        "/bin/sh",
+        "-c",
+        "exit 1",
+    ]);
+    assert_eq!(result["status"], "exited", "{result}");
+    assert_eq!(result["exit_code"], 1, "{result}");
 }

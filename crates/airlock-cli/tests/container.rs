@@ -11,6 +11,7 @@ const CONTAINER: Oci = Oci {
     install: "apt-get install runc",
     state_dirs: &["/run/runc", "/run/crun", "/var/run/runsc"],
     inet_refusal_errno: 97,
+    flags: &[],
 };
 
 shared_oci_tests!(CONTAINER;
@@ -36,4 +37,22 @@ fn python_runs_unprivileged_with_no_capabilities_and_seccomp() {
         "65534 ['0000000000000000', '0000000000000000', '1', '2']\nwrote\n",
         "{result}"
     );
+}
+
+/// The workdir the sandbox creates is a tmpfs with the `/tmp` caps: both caps hold there and
+/// the result claims them.
+#[test]
+fn the_sandbox_workdir_caps_size_and_files() {
+    require_runtime!(CONTAINER);
+    let code = "import os\nn = 0\ntry:\n    for i in range(400):\n        open(f'f{i}', 'w').close(); n += 1\nexcept OSError as e:\n    print('files refused', e.errno)\nfor i in range(n): os.unlink(f'f{i}')\ntry:\n    open('big', 'wb').write(b'x' * (40 << 20))\n    print('wrote 40MiB')\nexcept OSError as e:\n    print('bytes refused', e.errno)";
+    let result = CONTAINER.run(&["--files", "100", "--disk", "16MiB"], &py(code));
+    assert_eq!(
+        stdout(&result),
+        "files refused 28\nbytes refused 28\n",
+        "{result}"
+    );
+    let isolation = result["isolation"].as_array().unwrap();
+    for layer in ["disk_quota", "inode_quota"] {
+        assert!(isolation.contains(&layer.into()), "{layer}: {result}");
+    }
 }

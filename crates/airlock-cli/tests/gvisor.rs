@@ -11,6 +11,9 @@ const GVISOR: Oci = Oci {
     install: "apt-get install runsc",
     state_dirs: &["/var/run/runsc", "/run/runsc"],
     inet_refusal_errno: 1,
+    // runsc's tmpfs has no inode cap, which the untrusted profile refuses by default (see
+    // `untrusted_refuses_gvisor_by_default_for_its_missing_inode_cap`).
+    flags: &["--allow-degraded"],
 };
 
 shared_oci_tests!(GVISOR;
@@ -59,4 +62,29 @@ fn the_platform_is_reported() {
     let warnings = result["warnings"].to_string();
     assert!(warnings.contains("runsc platform"), "{result}");
     assert!(warnings.contains("RLIMIT_NPROC"), "{result}");
+}
+
+/// runsc's tmpfs ignores `nr_inodes`, so the untrusted profile's `limits.files` cannot hold:
+/// refused by default; accepted, the result says so and the size cap still holds.
+#[test]
+fn untrusted_refuses_gvisor_by_default_for_its_missing_inode_cap() {
+    require_runtime!(GVISOR);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["run", "--json", "--backend", "gvisor", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    assert!(output.stdout.is_empty(), "{stderr}");
+    assert!(
+        stderr.contains("backend gvisor cannot enforce inode_quota")
+            && stderr.contains("--allow-degraded"),
+        "{stderr}"
+    );
+    let code = "import os\nfor i in range(400): open(f'f{i}', 'w').close()\nprint(len(os.listdir('.')))\ntry:\n    open('big', 'wb').write(b'x' * (40 << 20))\n    print('wrote 40MiB')\nexcept OSError as e:\n    print('refused', e.errno)";
+    let result = GVISOR.run(&["--files", "100", "--disk", "16MiB"], &py(code));
+    assert_eq!(stdout(&result), "400\nrefused 28\n", "{result}");
+    let isolation = result["isolation"].as_array().unwrap();
+    assert!(isolation.contains(&"disk_quota".into()), "{result}");
+    assert!(!isolation.contains(&"inode_quota".into()), "{result}");
 }

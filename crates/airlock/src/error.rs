@@ -50,8 +50,12 @@ pub enum Error {
     #[error("backend {backend} is not available here: {reason}")]
     BackendUnavailable { backend: String, reason: String },
     /// Layers the policy requires are missing on this host.
-    #[error("this host cannot enforce {}: {reason}; fix the host (see `airlock doctor`) or pass --allow-degraded to run with what is available", list_layers(.missing))]
-    Degraded { missing: Vec<Layer>, reason: String },
+    #[error("backend {backend} cannot enforce {} here: {reason}; fix the host (see `airlock doctor`), choose another backend, or pass --allow-degraded to run with what is available", list_layers(.missing))]
+    Degraded {
+        backend: String,
+        missing: Vec<Layer>,
+        reason: String,
+    },
     /// A path the policy names does not exist or is unusable.
     #[error("{what} {path}: {reason}")]
     BadPath {

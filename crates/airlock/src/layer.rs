@@ -40,8 +40,10 @@ pub enum Layer {
     CgroupNs,
     /// A root filesystem built from scratch with read-only system binds.
     Rootfs,
-    /// Writable areas are size- and inode-capped tmpfs.
+    /// Every writable area the sandbox creates (workdir, /tmp, /dev/shm) is a size-capped tmpfs.
     DiskQuota,
+    /// The same areas cap the number of files (tmpfs `nr_inodes`).
+    InodeQuota,
     /// Landlock filesystem rules.
     LandlockFs,
     /// Landlock TCP bind/connect denial.

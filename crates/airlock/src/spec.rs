@@ -127,6 +127,11 @@ pub struct WrapSpec {
     /// process tree is dead and accounting is read: never recursively, so only empty ones go.
     #[serde(default)]
     pub cleanup_dirs: Vec<PathBuf>,
+    /// The descriptor at which the tool writes its JSON status (bwrap's `--json-status-fd`).
+    /// A status without an `exit-code` document means the tool failed before the program ran,
+    /// which the init reports as a setup failure instead of the program's exit.
+    #[serde(default)]
+    pub status_fd: Option<i32>,
 }
 
 /// A file written by the init for a wrapped run; a path ending in `/` is a directory.

@@ -22,6 +22,9 @@ pub struct Oci {
     /// The errno of `socket(AF_INET)` with the network off: runc applies our EAFNOSUPPORT,
     /// gVisor turns every seccomp refusal into EPERM.
     pub inet_refusal_errno: i32,
+    /// Flags every run of this backend passes (e.g. `--allow-degraded` for a backend whose
+    /// known gap the untrusted profile refuses by default).
+    pub flags: &'static [&'static str],
 }
 
 impl Oci {
@@ -48,6 +51,7 @@ impl Oci {
     pub fn run(&self, flags: &[&str], argv: &[&str]) -> Value {
         let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
             .args(["run", "--json", "--backend", self.backend])
+            .args(self.flags.iter().filter(|f| !flags.contains(f)))
             .args(flags)
             .arg("--")
             .args(argv)

@@ -23,6 +23,10 @@ pub const BWRAP_HOSTNAME: &str = super::native::SANDBOX_HOSTNAME;
 /// Descriptors at which the init hands bwrap our seccomp filters (allowlist, then deny list).
 pub const SECCOMP_FDS: [i32; 2] = [10, 11];
 
+/// The descriptor bwrap writes its JSON status to, so that a bwrap that fails before the
+/// program starts is reported as a setup failure, not as the program exiting 1.
+pub const STATUS_FD: i32 = 12;
+
 /// Where bwrap is looked for before `PATH`.
 const BWRAP_CANDIDATES: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
 
@@ -33,6 +37,27 @@ const MIN_VERSION: (u32, u32, u32) = (0, 5, 0);
 fn bwrap_layers() -> Vec<Layer> {
     let mut layers = Layer::NAMESPACES_BUT_NET.to_vec();
     layers.extend([Layer::Rootfs, Layer::CapsDropped, Layer::Workdir]);
+    layers
+}
+
+const NOT_INSTALLED: &str =
+    "bwrap is not installed: apt-get install bubblewrap (or dnf install bubblewrap)";
+const UNENFORCED_NOTE: &str = "bwrap applies no Landlock rules, no inode cap on its tmpfs mounts (limits.files) and no noexec on writable places: use the native backend for those";
+
+/// What a working bwrap puts in force, with Tier 0 and our seccomp filters.
+fn probe_layers(available: bool) -> Vec<Layer> {
+    let mut layers = tier0_layers();
+    if available {
+        layers.extend(bwrap_layers());
+        layers.extend([
+            Layer::NetNs,
+            Layer::Seccomp,
+            Layer::NoNewPrivs,
+            Layer::DiskQuota,
+        ]);
+        layers.sort();
+        layers.dedup();
+    }
     layers
 }
 
@@ -79,33 +104,37 @@ impl Backend for BwrapBackend {
 
     fn probe(&self) -> Probe {
         let status = cached_status();
-        let mut layers = tier0_layers();
-        if status.install.is_some() && status.problems.is_empty() {
-            layers.extend(bwrap_layers());
-            layers.extend([Layer::NetNs, Layer::Seccomp, Layer::NoNewPrivs]);
-            layers.sort();
-            layers.dedup();
-        }
+        let available = status.install.is_some() && status.problems.is_empty();
         let mut problems = status.problems.clone();
-        problems.push("bwrap applies no Landlock rules, no inode cap on its tmpfs mounts and no noexec on writable places: use the native backend for those".into());
+        problems.push(UNENFORCED_NOTE.into());
         Probe {
-            available: status.install.is_some() && status.problems.is_empty(),
-            layers,
+            available,
+            layers: probe_layers(available),
+            problems,
+        }
+    }
+
+    fn quick_probe(&self) -> Probe {
+        let installed = find_bwrap().is_some();
+        let mut problems = Vec::new();
+        if !installed {
+            problems.push(NOT_INSTALLED.into());
+        }
+        problems.push(UNENFORCED_NOTE.into());
+        Probe {
+            available: installed,
+            layers: probe_layers(installed),
             problems,
         }
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
-        let status = cached_status();
-        let install = match (&status.install, status.problems.is_empty()) {
-            (Some(install), true) => install,
-            _ => {
-                return Err(Error::BackendUnavailable {
-                    backend: "bwrap".into(),
-                    reason: status.problems.join("; "),
-                })
-            }
-        };
+        let install =
+            inspect_install(ctx.runtime_dir()).map_err(|reason| Error::BackendUnavailable {
+                backend: "bwrap".into(),
+                reason,
+            })?;
+        let install = &install;
         let identity = identity_files(ctx);
         let layout = HostLayout {
             system: resolve_system_entries(&default_system_ro()),
@@ -119,6 +148,9 @@ impl Backend for BwrapBackend {
         if !ctx.policy.has_network() {
             layers.push(Layer::NetNs);
         }
+        if ctx.sandbox_owns_workdir() {
+            layers.push(Layer::DiskQuota);
+        }
         layers.push(Layer::Seccomp);
         if install.setuid {
             // bwrap itself sets no_new_privs before it execs the program.
@@ -128,6 +160,7 @@ impl Backend for BwrapBackend {
             tool_argv: bwrap_args(ctx, install, &layout),
             files: identity.into_iter().map(|(file, _)| file).collect(),
             seccomp_fds: SECCOMP_FDS.to_vec(),
+            status_fd: Some(STATUS_FD),
             seccomp: Some(SeccompConfig {
                 allow_network: ctx.policy.has_network(),
             }),
@@ -181,7 +214,7 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
     for path in &policy.filesystem.read_write {
         args.paths("--bind", path, path);
     }
-    if ctx.fresh_workdir && !ctx.keep {
+    if ctx.sandbox_owns_workdir() {
         args.flags(["--size", &disk]);
         args.path("--tmpfs", ctx.workdir);
     } else {
@@ -191,6 +224,7 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
     for fd in SECCOMP_FDS {
         args.flags(["--add-seccomp-fd", &fd.to_string()]);
     }
+    args.flags(["--json-status-fd", &STATUS_FD.to_string()]);
     args.flag("--");
     args.0
 }
@@ -288,44 +322,44 @@ fn cached_status() -> &'static BwrapStatus {
 }
 
 fn probe_host() -> BwrapStatus {
-    let Some(path) = find_bwrap() else {
-        return BwrapStatus {
+    match inspect_install(None) {
+        Ok(install) => {
+            let problems = trial_run(&install).err().into_iter().collect();
+            BwrapStatus {
+                install: Some(install),
+                problems,
+            }
+        }
+        Err(problem) => BwrapStatus {
             install: None,
-            problems: vec![
-                "bwrap is not installed: apt-get install bubblewrap (or dnf install bubblewrap)"
-                    .into(),
-            ],
-        };
-    };
-    let mut problems = Vec::new();
-    let version = read_version(&path).unwrap_or_else(|| {
-        problems.push(format!(
-            "cannot read the version of {}: reinstall bubblewrap",
-            path.display()
-        ));
-        (0, 0, 0)
-    });
+            problems: vec![problem],
+        },
+    }
+}
+
+/// The installed bwrap, its version (remembered in `cache_dir`) and whether it is setuid.
+fn inspect_install(cache_dir: Option<&Path>) -> Result<BwrapInstall, String> {
+    let path = find_bwrap().ok_or_else(|| NOT_INSTALLED.to_string())?;
+    let version = super::tool_version::version_line(&path, cache_dir)
+        .and_then(|line| parse_version(&line))
+        .ok_or_else(|| {
+            format!(
+                "cannot read the version of {}: reinstall bubblewrap",
+                path.display()
+            )
+        })?;
     if version < MIN_VERSION {
         let (a, b, c) = version;
-        problems.push(format!("bwrap {a}.{b}.{c} is too old (needs 0.5.0 for --add-seccomp-fd and --size): upgrade bubblewrap"));
+        return Err(format!("bwrap {a}.{b}.{c} is too old (needs 0.5.0 for --add-seccomp-fd and --size): upgrade bubblewrap"));
     }
     let setuid = std::fs::metadata(&path)
         .map(|m| m.permissions().mode() & 0o4000 != 0)
         .unwrap_or(false);
-    let install = BwrapInstall {
+    Ok(BwrapInstall {
         path,
         version,
         setuid,
-    };
-    if problems.is_empty() {
-        if let Err(problem) = trial_run(&install) {
-            problems.push(problem);
-        }
-    }
-    BwrapStatus {
-        install: Some(install),
-        problems,
-    }
+    })
 }
 
 fn find_bwrap() -> Option<PathBuf> {
@@ -344,16 +378,6 @@ fn find_bwrap() -> Option<PathBuf> {
                 .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
                 .unwrap_or(false)
         })
-}
-
-fn read_version(path: &Path) -> Option<(u32, u32, u32)> {
-    let output = Command::new(path)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    parse_version(&String::from_utf8_lossy(&output.stdout))
 }
 
 /// Parses `bubblewrap 0.8.0` into `(0, 8, 0)`.

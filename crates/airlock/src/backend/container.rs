@@ -66,7 +66,7 @@ impl Backend for ContainerBackend {
         let available = runtime.is_some() && nix::unistd::geteuid().is_root();
         Probe {
             available,
-            layers: container_layers(false),
+            layers: container_layers(false, true),
             problems,
         }
     }
@@ -125,7 +125,7 @@ impl Backend for ContainerBackend {
             files,
             keep_root: true,
             no_new_privs: true,
-            layers: container_layers(ctx.policy.has_network()),
+            layers: container_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir()),
             argv_in_files: true,
             rlimits_by_tool: true,
             notes,
@@ -135,13 +135,17 @@ impl Backend for ContainerBackend {
     }
 }
 
-/// The layers the container gives on top of Tier 0.
-fn container_layers(host_network: bool) -> Vec<Layer> {
+/// The layers the container gives on top of Tier 0. Every writable area is a size- and
+/// inode-capped tmpfs when the workdir is the sandbox's own.
+fn container_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
     let mut layers = tier0_layers();
     layers.extend(Layer::NAMESPACES_BUT_NET);
     layers.extend([Layer::Rootfs, Layer::CapsDropped, Layer::Seccomp]);
     if !host_network {
         layers.push(Layer::NetNs);
+    }
+    if owns_workdir {
+        layers.extend([Layer::DiskQuota, Layer::InodeQuota]);
     }
     layers
 }
@@ -295,6 +299,7 @@ impl Bundle {
                 read_only: policy.filesystem.read_only.clone(),
                 read_write: policy.filesystem.read_write.clone(),
                 workdir: ctx.workdir.to_path_buf(),
+                workdir_tmpfs: ctx.sandbox_owns_workdir(),
                 tmp_bytes: limits.disk.0,
                 tmp_files: limits.files,
                 shm_bytes: limits.disk.0.min(64 << 20),

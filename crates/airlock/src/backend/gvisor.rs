@@ -42,25 +42,11 @@ impl Backend for GvisorBackend {
     }
 
     fn probe(&self) -> Probe {
-        let mut problems = Vec::new();
-        let runsc = find_runsc(&mut problems);
-        if !nix::unistd::geteuid().is_root() {
-            problems.push("the gvisor backend drives rootful runsc: run airlock as root (runsc --rootless is not supported yet)".into());
-        }
-        if let Some(runsc) = &runsc {
-            let choice = choose_platform(runsc);
-            problems.push(format!(
-                "note: runsc platform {} ({})",
-                choice.platform, choice.reason
-            ));
-            problems.push(PIDS_NOTE.into());
-        }
-        let available = runsc.is_some() && nix::unistd::geteuid().is_root();
-        Probe {
-            available,
-            layers: gvisor_layers(false),
-            problems,
-        }
+        probe_runsc(true)
+    }
+
+    fn quick_probe(&self) -> Probe {
+        probe_runsc(false)
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
@@ -71,7 +57,7 @@ impl Backend for GvisorBackend {
                 reason: problems.join("; "),
             });
         };
-        let platform = choose_platform(&runsc);
+        let platform = choose_platform(&runsc, ctx.runtime_dir());
         let bundle = Bundle::new(ctx);
         let mut input = bundle.oci_input(ctx);
         input.rlimits = rlimits(ctx.policy);
@@ -117,7 +103,7 @@ impl Backend for GvisorBackend {
             files,
             keep_root: true,
             no_new_privs: true,
-            layers: gvisor_layers(ctx.policy.has_network()),
+            layers: gvisor_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir()),
             argv_in_files: true,
             rlimits_by_tool: true,
             no_cgroup_pids_limit: true,
@@ -128,10 +114,39 @@ impl Backend for GvisorBackend {
     }
 }
 
+/// Whether runsc is installed and usable by this user; `platform` also names the platform it
+/// would use, which costs a `runsc --version` (about 20 ms).
+fn probe_runsc(platform: bool) -> Probe {
+    let mut problems = Vec::new();
+    let runsc = find_runsc(&mut problems);
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        problems.push("the gvisor backend drives rootful runsc: run airlock as root (runsc --rootless is not supported yet)".into());
+    }
+    if let Some(runsc) = runsc.as_deref().filter(|_| platform) {
+        let choice = choose_platform(runsc, None);
+        problems.push(format!(
+            "note: runsc platform {} ({})",
+            choice.platform, choice.reason
+        ));
+    }
+    if runsc.is_some() {
+        problems.push(INODES_NOTE.into());
+        problems.push(PIDS_NOTE.into());
+    }
+    Probe {
+        available: runsc.is_some() && root,
+        layers: gvisor_layers(false, true),
+        problems,
+    }
+}
+
+const INODES_NOTE: &str = "gvisor: runsc's tmpfs ignores nr_inodes, so limits.files is not enforced (file counts are bounded only by the memory limit): use the native or container backend for it";
 const PIDS_NOTE: &str = "gvisor: limits.processes is enforced inside the sandbox as RLIMIT_NPROC, not by the host cgroup (runsc's stub processes would count against a cgroup pids limit and kill the whole sandbox)";
 
 /// What the sentry gives: its own kernel behind the OCI namespaces, with the bundle as root.
-fn gvisor_layers(host_network: bool) -> Vec<Layer> {
+/// Its tmpfs honours `size` but not `nr_inodes`, so file counts are bounded only by memory.
+fn gvisor_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
     let mut layers = tier0_layers();
     layers.extend([
         Layer::MountNs,
@@ -147,6 +162,9 @@ fn gvisor_layers(host_network: bool) -> Vec<Layer> {
         // only nobody (65534) to nobody; the sentry runs as that uid.
         layers.extend([Layer::NetNs, Layer::UserNs]);
     }
+    if owns_workdir {
+        layers.push(Layer::DiskQuota);
+    }
     layers
 }
 
@@ -159,10 +177,10 @@ fn find_runsc(problems: &mut Vec<String>) -> Option<std::path::PathBuf> {
 }
 
 /// Picks the platform once per process.
-pub fn choose_platform(runsc: &Path) -> PlatformChoice {
+pub fn choose_platform(runsc: &Path, cache_dir: Option<&Path>) -> PlatformChoice {
     static CHOICE: OnceLock<PlatformChoice> = OnceLock::new();
     CHOICE
-        .get_or_init(|| decide_platform(&kvm_facts(), runsc_release_date(runsc)))
+        .get_or_init(|| decide_platform(&kvm_facts(), runsc_release_date(runsc, cache_dir)))
         .clone()
 }
 
@@ -188,12 +206,8 @@ fn kvm_facts() -> KvmFacts {
 }
 
 /// The release date in `runsc --version` ("runsc version 0.0~20221219.0" or "release-20231009.0").
-fn runsc_release_date(runsc: &Path) -> Option<u32> {
-    let output = std::process::Command::new(runsc)
-        .arg("--version")
-        .output()
-        .ok()?;
-    parse_release_date(&String::from_utf8_lossy(&output.stdout))
+fn runsc_release_date(runsc: &Path, cache_dir: Option<&Path>) -> Option<u32> {
+    parse_release_date(&super::tool_version::version_line(runsc, cache_dir)?)
 }
 
 fn parse_release_date(version: &str) -> Option<u32> {

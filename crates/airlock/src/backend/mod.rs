@@ -7,6 +7,7 @@ mod gvisor;
 mod native;
 mod none;
 pub mod oci;
+mod tool_version;
 
 use std::path::{Path, PathBuf};
 
@@ -56,14 +57,36 @@ pub struct PlanContext<'a> {
     pub cgroup: Option<&'a crate::spec::CgroupRequest>,
 }
 
+impl PlanContext<'_> {
+    /// The directory holding every run's directory, where facts about the host's tools are
+    /// remembered between runs.
+    pub fn runtime_dir(&self) -> Option<&Path> {
+        self.run_dir.parent()
+    }
+
+    /// The workdir exists only for this run and only inside the sandbox, so it can be a
+    /// capped tmpfs like every other writable area.
+    pub fn sandbox_owns_workdir(&self) -> bool {
+        self.fresh_workdir && !self.keep
+    }
+}
+
 /// A way to start a program inside a boundary.
 pub trait Backend: Send + Sync {
     /// The name used in profiles and results.
     fn name(&self) -> &'static str;
     /// How strong the boundary is.
     fn level(&self) -> IsolationLevel;
-    /// What this host supports (cheap; cached by callers that care).
+    /// What this host supports, checked thoroughly (a trial run where one is needed): for
+    /// `doctor` and for `auto` selection, which must not pick a backend that cannot start.
     fn probe(&self) -> Probe;
+    /// The same answer from static facts only (is the tool installed, what would it put in
+    /// force), for the check every run makes: no trial run and no tool started. A backend
+    /// whose full probe is already cheap keeps this default. A run on a host where the
+    /// backend turns out not to work fails at start with the tool's own message.
+    fn quick_probe(&self) -> Probe {
+        self.probe()
+    }
     /// The confinement the init applies for this run.
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error>;
 }
@@ -85,7 +108,7 @@ pub fn all_backends() -> Vec<Box<dyn Backend>> {
 pub fn select(policy: &Policy) -> Result<Box<dyn Backend>, Error> {
     match policy.backend {
         BackendChoice::Native => Ok(Box::new(NativeBackend)),
-        BackendChoice::Bwrap => require_available(Box::new(BwrapBackend)),
+        BackendChoice::Bwrap => require_installed(Box::new(BwrapBackend)),
         BackendChoice::None => Ok(Box::new(NoneBackend)),
         BackendChoice::Gvisor => Ok(Box::new(GvisorBackend)),
         BackendChoice::Container => Ok(Box::new(ContainerBackend)),
@@ -96,9 +119,9 @@ pub fn select(policy: &Policy) -> Result<Box<dyn Backend>, Error> {
     }
 }
 
-/// A backend named explicitly must run here; otherwise say why and how to fix it.
-fn require_available(backend: Box<dyn Backend>) -> Result<Box<dyn Backend>, Error> {
-    let probe = backend.probe();
+/// A backend named explicitly must be installed here; otherwise say why and how to fix it.
+fn require_installed(backend: Box<dyn Backend>) -> Result<Box<dyn Backend>, Error> {
+    let probe = backend.quick_probe();
     if probe.available {
         return Ok(backend);
     }

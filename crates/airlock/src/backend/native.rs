@@ -46,6 +46,7 @@ impl Backend for NativeBackend {
                 Layer::NetNs,
                 Layer::Rootfs,
                 Layer::DiskQuota,
+                Layer::InodeQuota,
                 Layer::CapsDropped,
             ]);
         }
@@ -128,7 +129,7 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
         size_bytes: limits.disk.0,
         max_files: limits.files,
     };
-    let workdir = if ctx.fresh_workdir && !ctx.keep {
+    let workdir = if ctx.sandbox_owns_workdir() {
         Workdir::Tmpfs {
             path: ctx.workdir.to_path_buf(),
             size_bytes: limits.disk.0,

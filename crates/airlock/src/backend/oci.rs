@@ -59,6 +59,9 @@ pub struct OciMounts {
     pub read_write: Vec<PathBuf>,
     /// The workdir, bound read-write at the same path.
     pub workdir: PathBuf,
+    /// The workdir exists only for this run: mount a tmpfs with the `/tmp` caps there, owned
+    /// by the program, instead of binding the host directory.
+    pub workdir_tmpfs: bool,
     /// Size and inode caps of the private `/tmp`.
     pub tmp_bytes: u64,
     pub tmp_files: u64,
@@ -127,7 +130,7 @@ pub fn oci_spec(input: &OciInput) -> Value {
         "process": process(input),
         "root": { "path": input.rootfs, "readonly": true },
         "hostname": input.hostname,
-        "mounts": mounts(&input.mounts),
+        "mounts": mounts(input),
         "linux": linux(input),
     })
 }
@@ -152,7 +155,8 @@ fn process(input: &OciInput) -> Value {
     })
 }
 
-fn mounts(m: &OciMounts) -> Vec<Value> {
+fn mounts(input: &OciInput) -> Vec<Value> {
+    let m = &input.mounts;
     let noexec = |mut options: Vec<String>| {
         if !m.exec_writable {
             options.push("noexec".into());
@@ -208,10 +212,27 @@ fn mounts(m: &OciMounts) -> Vec<Value> {
         ])
     };
     binds.extend(m.read_write.iter().map(|p| (p.clone(), p.clone(), rw())));
-    binds.push((m.workdir.clone(), m.workdir.clone(), rw()));
+    if !m.workdir_tmpfs {
+        binds.push((m.workdir.clone(), m.workdir.clone(), rw()));
+    }
     // Parents before children, so a nested path is not hidden by a later mount of its parent.
     binds.sort_by_key(|(_, dst, _)| dst.components().count());
     list.extend(binds.into_iter().map(|(src, dst, options)| json!({ "destination": dst, "type": "bind", "source": src, "options": options })));
+    // After the binds: a policy path that is a parent of the workdir must not hide it.
+    if m.workdir_tmpfs {
+        list.push(tmpfs(
+            &m.workdir.to_string_lossy(),
+            noexec(vec![
+                "nosuid".into(),
+                "nodev".into(),
+                "mode=700".into(),
+                format!("uid={}", input.uid),
+                format!("gid={}", input.gid),
+                format!("size={}", m.tmp_bytes),
+                format!("nr_inodes={}", m.tmp_files),
+            ]),
+        ));
+    }
     list
 }
 
@@ -284,7 +305,14 @@ const EPERM: u32 = libc::EPERM as u32;
 const EAFNOSUPPORT: u32 = libc::EAFNOSUPPORT as u32;
 
 /// Allowed syscalls that get argument rules instead of a plain allow.
-const NARROWED: &[&str] = &["clone", "socket", "socketpair", "personality"];
+const NARROWED: &[&str] = &[
+    "clone",
+    "socket",
+    "socketpair",
+    "personality",
+    "mknod",
+    "mknodat",
+];
 
 fn seccomp_section(cfg: &OciSeccomp) -> Value {
     let lists = seccomp_lists();
@@ -304,6 +332,7 @@ fn seccomp_section(cfg: &OciSeccomp) -> Value {
         rules.push(json!({ "names": ["clone3"], "action": "SCMP_ACT_ALLOW" }));
     }
     rules.extend(personality_rules());
+    rules.extend(device_node_rules());
     rules.extend(socket_rules(cfg.allow_network));
     json!({
         "defaultAction": "SCMP_ACT_ERRNO",
@@ -343,6 +372,30 @@ fn personality_rules() -> Vec<Value> {
         .iter()
         .map(|value| json!({ "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": value, "op": "SCMP_CMP_EQ" }] }))
         .collect()
+}
+
+/// mknod of files, FIFOs and sockets only: a device node is refused even where the kernel
+/// behind the program would allow it (gVisor's tmpfs does, for an unprivileged program).
+fn device_node_rules() -> Vec<Value> {
+    let file_type = u64::from(libc::S_IFMT);
+    let rule = |name: &str, index: u32, kind: libc::mode_t, refuse: bool| {
+        let args = json!([{ "index": index, "value": file_type, "valueTwo": u64::from(kind), "op": "SCMP_CMP_MASKED_EQ" }]);
+        if refuse {
+            json!({ "names": [name], "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM, "args": args })
+        } else {
+            json!({ "names": [name], "action": "SCMP_ACT_ALLOW", "args": args })
+        }
+    };
+    let mut rules = Vec::new();
+    for (name, index) in [("mknod", 1), ("mknodat", 2)] {
+        for kind in [0, libc::S_IFREG, libc::S_IFIFO, libc::S_IFSOCK] {
+            rules.push(rule(name, index, kind, false));
+        }
+        for kind in [libc::S_IFCHR, libc::S_IFBLK] {
+            rules.push(rule(name, index, kind, true));
+        }
+    }
+    rules
 }
 
 fn socket_rules(allow_network: bool) -> Vec<Value> {
@@ -460,6 +513,7 @@ mod tests {
                 read_only: vec!["/opt/data".into()],
                 read_write: vec!["/srv/out".into()],
                 workdir: "/run/airlock/r1/work".into(),
+                workdir_tmpfs: false,
                 tmp_bytes: 256 << 20,
                 tmp_files: 10000,
                 shm_bytes: 64 << 20,
@@ -531,6 +585,56 @@ mod tests {
             allow_clone3: false,
         });
         golden("sample-seccomp.json", &oci_spec(&input));
+    }
+
+    fn mount_at<'a>(spec: &'a Value, destination: &str) -> Vec<&'a Value> {
+        spec["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["destination"] == destination)
+            .collect()
+    }
+
+    #[test]
+    fn a_workdir_of_the_sandbox_is_a_capped_tmpfs_owned_by_the_program() {
+        let mut input = sample();
+        input.mounts.workdir_tmpfs = true;
+        input.mounts.read_only.push("/run".into());
+        let spec = oci_spec(&input);
+        let workdir = mount_at(&spec, "/run/airlock/r1/work");
+        assert_eq!(workdir.len(), 1, "one mount, no bind: {workdir:?}");
+        assert_eq!(workdir[0]["type"], "tmpfs");
+        let options: Vec<&str> = workdir[0]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_str().unwrap())
+            .collect();
+        for wanted in [
+            "size=268435456",
+            "nr_inodes=10000",
+            "uid=65534",
+            "gid=65534",
+            "mode=700",
+            "noexec",
+        ] {
+            assert!(options.contains(&wanted), "{wanted} missing: {options:?}");
+        }
+        let all = spec["mounts"].as_array().unwrap();
+        let position = |dst: &str| all.iter().position(|m| m["destination"] == dst).unwrap();
+        assert!(
+            position("/run") < position("/run/airlock/r1/work"),
+            "a parent mounted later would hide the workdir"
+        );
+    }
+
+    #[test]
+    fn a_callers_workdir_is_bound() {
+        let spec = oci_spec(&sample());
+        let workdir = mount_at(&spec, "/run/airlock/r1/work");
+        assert_eq!(workdir.len(), 1);
+        assert_eq!(workdir[0]["type"], "bind");
     }
 
     #[test]

@@ -23,6 +23,9 @@ use crate::spec::{Confinement, Credentials, InitSpec};
 pub(super) const SETUP_FD: RawFd = 3;
 /// Descriptor of the exit-report pipe from the native sandbox's PID 1.
 pub(super) const REPORT_FD: RawFd = 4;
+/// The write end of a wrapped tool's status pipe in the child, until it is moved to the
+/// descriptor the tool expects.
+pub(super) const TOOL_STATUS_FD: RawFd = 5;
 
 /// One line on the setup pipe.
 #[derive(Serialize, Deserialize, Debug)]
@@ -37,6 +40,8 @@ pub(super) enum SetupMessage {
 pub(super) struct ChildContext<'a> {
     pub init_pid: Pid,
     pub cgroup: Option<&'a RunCgroup>,
+    /// The write end of a wrapped tool's status pipe, placed at the tool's `status_fd`.
+    pub tool_status: Option<RawFd>,
 }
 
 /// Entry point of the forked child; never returns.
@@ -88,7 +93,7 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
             finish_and_exec(spec, layers)
         }
         Confinement::Native(native) => super::native::enter(spec, native, layers),
-        Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers),
+        Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers, ctx.tool_status),
     }
 }
 

@@ -317,21 +317,24 @@ pub(crate) fn fork_child(
     run: &PreparedRun,
     setup: &OwnedFd,
     report: &OwnedFd,
+    tool_status: Option<RawFd>,
 ) -> Result<nix::unistd::Pid, String> {
     let init_pid = nix::unistd::getpid();
     match sys::fork_single_threaded().map_err(|e| format!("cannot fork: {e}"))? {
         Forked::Parent(pid) => Ok(pid),
         Forked::Child => {
-            let placed = sys::place_fds(&[
+            let mut keep = vec![
                 (setup.as_raw_fd(), child::SETUP_FD),
                 (report.as_raw_fd(), child::REPORT_FD),
-            ]);
-            if placed.is_err() {
+            ];
+            keep.extend(tool_status.map(|fd| (fd, child::TOOL_STATUS_FD)));
+            if sys::place_fds(&keep).is_err() {
                 sys::exit_now(125);
             }
             let ctx = child::ChildContext {
                 init_pid,
                 cgroup: run.cgroup.as_ref(),
+                tool_status: tool_status.map(|_| child::TOOL_STATUS_FD),
             };
             child::run_child(spec, &ctx)
         }

@@ -124,7 +124,7 @@ fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Result<(), String> {
     }
     layers.extend([Layer::Rootfs, Layer::Workdir]);
     if matches!(native.rootfs.workdir, Workdir::Tmpfs { .. }) {
-        layers.push(Layer::DiskQuota);
+        layers.extend([Layer::DiskQuota, Layer::InodeQuota]);
     }
     nix::unistd::sethostname(&native.hostname)
         .map_err(|e| format!("cannot set the hostname: {e}"))?;

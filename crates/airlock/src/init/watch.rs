@@ -2,7 +2,7 @@
 //! wall clock, the CPU budget and the grace period as deadlines.
 
 use std::io::Read;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
@@ -51,9 +51,17 @@ pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcom
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
         .map_err(|e| format!("pipe: {e}"))?;
+    let tool_status = super::wrapped::status_pipe(spec)?;
     let start = Instant::now();
-    let child = fork_child(spec, run, &setup_write, &report_write)?;
+    let child = fork_child(
+        spec,
+        run,
+        &setup_write,
+        &report_write,
+        tool_status.as_ref().map(|(_, write)| write.as_raw_fd()),
+    )?;
     drop((setup_write, report_write));
+    let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
     let mut watch = Watch::new(spec, run, child, start, setup_read);
     watch.run_until_exit();
@@ -61,7 +69,11 @@ pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcom
     if let Some(error) = watch.setup_error.take() {
         return Err(error);
     }
-    Ok(watch.outcome(report_read))
+    let outcome = watch.outcome(report_read);
+    if let Some(status) = tool_status {
+        super::wrapped::check_tool_ran_program(spec, status, &outcome)?;
+    }
+    Ok(outcome)
 }
 
 /// The program's output pipes must close once its process tree is gone, so the init keeps

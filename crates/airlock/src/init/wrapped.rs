@@ -4,19 +4,21 @@
 
 use std::convert::Infallible;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use super::child::{finish_and_exec_with, send_setup, SetupMessage};
 use crate::layer::Layer;
 use crate::linux::sys;
+use crate::result::RunStatus;
 use crate::sandbox::seccomp;
-use crate::spec::{InitSpec, WrapSpec};
+use crate::spec::{Confinement, InitSpec, Outcome, WrapSpec};
 
 pub(super) fn exec(
     spec: &InitSpec,
     wrap: &WrapSpec,
     mut layers: Vec<Layer>,
+    tool_status: Option<RawFd>,
 ) -> Result<Infallible, String> {
     if wrap.no_new_privs {
         nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
@@ -35,16 +37,64 @@ pub(super) fn exec(
         .tool_argv
         .first()
         .ok_or("the wrapper has an empty command line")?;
-    let placed: Vec<(i32, i32)> = filters
+    let mut placed: Vec<(i32, i32)> = filters
         .iter()
         .map(|fd| fd.as_raw_fd())
         .zip(wrap.seccomp_fds.iter().copied())
         .collect();
+    placed.extend(tool_status.zip(wrap.status_fd));
     finish_and_exec_with(spec, layers, || {
         sys::place_fds_inheritable(&placed)
             .map_err(|e| format!("cannot pass the seccomp filters to {tool}: {e}"))?;
         Ok((Path::new(tool).to_path_buf(), argv.clone()))
     })
+}
+
+/// The pipe a wrapped tool reports its status on, when it has one: (read end, write end).
+pub(super) fn status_pipe(spec: &InitSpec) -> Result<Option<(OwnedFd, OwnedFd)>, String> {
+    match &spec.confinement {
+        Confinement::Wrapped(WrapSpec {
+            status_fd: Some(_), ..
+        }) => nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map(Some)
+            .map_err(|e| format!("pipe: {e}")),
+        _ => Ok(None),
+    }
+}
+
+/// A program that "exited" while its tool never reported the program's exit never ran: the
+/// tool failed setting up (bad mount source, no user namespaces, unknown option). Say so,
+/// instead of passing the tool's exit code off as the program's.
+pub(super) fn check_tool_ran_program(
+    spec: &InitSpec,
+    status: OwnedFd,
+    outcome: &Outcome,
+) -> Result<(), String> {
+    if outcome.status != RunStatus::Exited {
+        return Ok(());
+    }
+    let mut text = String::new();
+    // Every writer is dead by now, so this reads to the end without blocking.
+    let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status), &mut text);
+    if tool_reported_exit(&text) {
+        return Ok(());
+    }
+    let tool = match &spec.confinement {
+        Confinement::Wrapped(wrap) => wrap.tool_argv.first().cloned().unwrap_or_default(),
+        _ => String::new(),
+    };
+    Err(format!(
+        "{tool} failed before the program started (exit code {}); its message is in the run's stderr",
+        outcome.exit_code.unwrap_or(-1)
+    ))
+}
+
+/// Whether bwrap's JSON status stream has the document it writes when the program exits.
+pub(crate) fn tool_reported_exit(status: &str) -> bool {
+    serde_json::Deserializer::from_str(status)
+        .into_iter::<serde_json::Value>()
+        .map_while(Result::ok)
+        .any(|doc| doc.get("exit-code").is_some())
 }
 
 /// Our seccomp filters as raw `struct sock_filter` arrays in memfds, for `--add-seccomp-fd`.
@@ -100,4 +150,20 @@ pub(super) fn clean_up_after_tool(wrap: &WrapSpec) -> Vec<String> {
         }
     }
     warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tool_reported_exit;
+
+    #[test]
+    fn only_an_exit_document_means_the_program_ran() {
+        let started = r#"{ "child-pid": 25144, "pid-namespace": 4026532254 }"#;
+        assert!(!tool_reported_exit(""));
+        assert!(!tool_reported_exit(started));
+        assert!(tool_reported_exit(&format!(
+            "{started}\n{{ \"exit-code\": 1 }}"
+        )));
+        assert!(!tool_reported_exit(&format!("{started}\n{{ \"exit-co")));
+    }
 }

@@ -413,6 +413,8 @@ fn denylist_rules(cfg: &SeccompConfig) -> Result<BTreeMap<i64, Vec<SeccompRule>>
     rules.insert(libc::SYS_clone, clone_namespace_rules()?);
     rules.insert(libc::SYS_personality, personality_rules()?);
     rules.insert(libc::SYS_ioctl, ioctl_rules()?);
+    rules.insert(libc::SYS_mknod, device_node_rules(1)?);
+    rules.insert(libc::SYS_mknodat, device_node_rules(2)?);
     if !cfg.allow_network {
         rules.insert(libc::SYS_socket, non_unix_socket_rules()?);
         rules.insert(libc::SYS_socketpair, non_unix_socket_rules()?);
@@ -459,6 +461,21 @@ fn ioctl_rules() -> Result<Vec<SeccompRule>, SeccompError> {
     REFUSED_IOCTLS
         .iter()
         .map(|&request| rule(vec![arg_condition(1, SeccompCmpOp::Eq, request)?]))
+        .collect()
+}
+
+/// Device nodes, whatever the mount flags and capabilities say: a user-space kernel (gVisor)
+/// lets an unprivileged program make them in its own tmpfs. FIFOs and sockets stay allowed.
+/// `mode_arg` is the index of the mode argument (1 for mknod, 2 for mknodat).
+fn device_node_rules(mode_arg: u8) -> Result<Vec<SeccompRule>, SeccompError> {
+    let file_type = u64::from(libc::S_IFMT);
+    [libc::S_IFCHR, libc::S_IFBLK]
+        .iter()
+        .map(|&kind| {
+            let condition =
+                arg_condition(mode_arg, SeccompCmpOp::MaskedEq(file_type), u64::from(kind))?;
+            rule(vec![condition])
+        })
         .collect()
 }
 
@@ -710,6 +727,49 @@ for spec in sys.argv[1:]:
                 &[inet, stream, 0, 0],
             ),
         ]
+    }
+
+    /// NULL paths: a call the filter lets through fails with EFAULT, never creating anything.
+    fn mknod_probes() -> Vec<Probe> {
+        let at_fdcwd = libc::AT_FDCWD as u64;
+        let mode = |kind: libc::mode_t| u64::from(kind | 0o600);
+        let mem = libc::makedev(1, 1);
+        vec![
+            probe(
+                "mknodat_chr",
+                libc::SYS_mknodat,
+                &[at_fdcwd, 0, mode(libc::S_IFCHR), mem],
+            ),
+            probe(
+                "mknodat_blk",
+                libc::SYS_mknodat,
+                &[at_fdcwd, 0, mode(libc::S_IFBLK), mem],
+            ),
+            probe("mknod_chr", libc::SYS_mknod, &[0, mode(libc::S_IFCHR), mem]),
+            probe(
+                "mknodat_fifo",
+                libc::SYS_mknodat,
+                &[at_fdcwd, 0, mode(libc::S_IFIFO), 0],
+            ),
+        ]
+    }
+
+    #[test]
+    fn device_nodes_are_refused_and_fifos_are_not() {
+        if missing(PYTHON) {
+            return;
+        }
+        const EFAULT: &str = "14";
+        let seen = outcomes(Some(OFFLINE), &mknod_probes());
+        for label in ["mknodat_chr", "mknodat_blk", "mknod_chr"] {
+            assert_eq!(seen[label], EPERM, "{label}");
+        }
+        assert_eq!(seen["mknodat_fifo"], EFAULT, "FIFOs reach the kernel");
+        let free = outcomes(None, &mknod_probes());
+        assert_eq!(
+            free["mknodat_chr"], EFAULT,
+            "unfiltered, the kernel decides"
+        );
     }
 
     #[test]

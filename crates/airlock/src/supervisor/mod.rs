@@ -237,7 +237,8 @@ impl Prepared {
         }
         let backend = backend::select(policy)?;
         let mut warnings = Vec::new();
-        let require = required_layers(policy);
+        let owns_workdir = policy.filesystem.workdir.is_none() && !command.keep;
+        let require = required_layers(policy, owns_workdir);
         check_degradation(
             &require,
             backend.as_ref(),
@@ -300,10 +301,19 @@ impl Prepared {
     }
 }
 
-/// The layers a run must have. Explicit choices narrow the profile's list: the host network
-/// means no network namespace, and backend `none` (which needs its own opt-in) means Tier 0.
-fn required_layers(policy: &Policy) -> Vec<Layer> {
+/// The layers a run must have. The profile's list grows by what its limits promise: when the
+/// sandbox creates the workdir, `limits.disk` and `limits.files` cap every writable area, so a
+/// backend that cannot cap them is refused unless the caller accepts the degradation.
+/// Explicit choices narrow the list: the host network means no network namespace, and backend
+/// `none` (which needs its own opt-in) means Tier 0.
+fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
     let mut require = policy.require.clone();
+    // A profile that requires nothing asks for no refusals.
+    if owns_workdir && !require.is_empty() {
+        require.extend([Layer::DiskQuota, Layer::InodeQuota]);
+        require.sort();
+        require.dedup();
+    }
     // Asking for the host network is asking for no network namespace.
     if policy.has_network() {
         require.retain(|l| *l != Layer::NetNs && *l != Layer::LandlockNet);
@@ -321,7 +331,7 @@ fn check_degradation(
     allow: bool,
     warnings: &mut Vec<String>,
 ) -> Result<(), Error> {
-    let probe = backend.probe();
+    let probe = backend.quick_probe();
     let mut missing: Vec<Layer> = require
         .iter()
         .copied()
@@ -331,13 +341,23 @@ fn check_degradation(
     if missing.is_empty() {
         return Ok(());
     }
-    let reason = if probe.problems.is_empty() {
-        format!("backend {} does not provide them", backend.name())
+    let problems: Vec<&str> = probe
+        .problems
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !p.starts_with("note:"))
+        .collect();
+    let reason = if problems.is_empty() {
+        "it does not provide them".to_string()
     } else {
-        probe.problems.join("; ")
+        problems.join("; ")
     };
     if !allow {
-        return Err(Error::Degraded { missing, reason });
+        return Err(Error::Degraded {
+            backend: backend.name().into(),
+            missing,
+            reason,
+        });
     }
     let names: Vec<String> = missing
         .iter()

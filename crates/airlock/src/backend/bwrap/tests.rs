@@ -66,7 +66,7 @@ fn untrusted_argv_is_exact() {
          --ro-bind /run/airlock/r1/bwrap-etc/passwd /etc/passwd \
          --proc /proc --dev /dev --size {disk} --tmpfs /tmp --size {shm} --tmpfs /dev/shm \
          --size {disk} --tmpfs {WORKDIR} --chdir {WORKDIR} \
-         --add-seccomp-fd 10 --add-seccomp-fd 11 --",
+         --add-seccomp-fd 10 --add-seccomp-fd 11 --json-status-fd 12 --",
         shm = disk.min(64 << 20),
     ));
     assert_eq!(
@@ -183,13 +183,24 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
         Layer::LandlockFs,
         Layer::LandlockNet,
         Layer::LandlockScope,
-        Layer::DiskQuota,
+        Layer::InodeQuota,
     ] {
-        assert!(
-            !wrap.layers.contains(&absent) && !backend.probe().layers.contains(&absent),
-            "{absent:?} is claimed"
-        );
+        for probe in [backend.probe(), backend.quick_probe()] {
+            assert!(
+                !wrap.layers.contains(&absent) && !probe.layers.contains(&absent),
+                "{absent:?} is claimed"
+            );
+        }
     }
+    // Every tmpfs has --size; the sandbox's own workdir is one of them.
+    assert!(wrap.layers.contains(&Layer::DiskQuota));
+    let Confinement::Wrapped(kept) = backend.plan(&ctx(&policy, true, true)).unwrap() else {
+        panic!("bwrap must wrap")
+    };
+    assert!(
+        !kept.layers.contains(&Layer::DiskQuota),
+        "a kept workdir is a bind without a size cap"
+    );
     assert!(wrap.files.iter().all(|f| f.path.starts_with(RUN_DIR)));
     assert!(wrap.files.iter().any(|f| f.path.ends_with("passwd")));
     assert_eq!(wrap.tool_argv.last().map(String::as_str), Some("--"));
