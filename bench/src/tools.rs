@@ -57,6 +57,82 @@ const BWRAP_FLAGS: &[&str] = &[
     "/tmp",
 ];
 
+/// bubblewrap started with the argv airlock's bwrap backend builds, for the wrapper's overhead.
+pub const BWRAP_SAME_ARGS: &str = "bwrap-airlock-argv";
+
+/// bubblewrap with exactly the argv airlock's `bwrap` backend builds for the untrusted profile,
+/// minus the descriptors only airlock's init can hand over (the seccomp filters and the status
+/// pipe): `airlock-bwrap` against this is the cost of airlock's wrapper alone. Runs as the
+/// caller (airlock runs bwrap as uid 65534 when root; measured here, that makes no difference).
+fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
+    use airlock::backend::{
+        bwrap_args, parse_version, resolve_system_entries, BwrapInstall, HostLayout, PlanContext,
+    };
+    let policy = airlock::policy::builtin("untrusted").ok_or("no untrusted profile")?;
+    let path = find_program("bwrap").ok_or("bwrap not found")?;
+    let run_dir = std::env::temp_dir().join("airlock-bench-bwrap-run");
+    let etc = run_dir.join("bwrap-etc");
+    std::fs::create_dir_all(&etc).map_err(|e| format!("cannot create {}: {e}", etc.display()))?;
+    let mut identity = Vec::new();
+    for name in ["passwd", "group", "hosts", "hostname"] {
+        let file = etc.join(name);
+        std::fs::write(&file, "airlock-bench\n")
+            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        identity.push((file, Path::new("/etc").join(name)));
+    }
+    let workdir = run_dir.join("work");
+    let ctx = PlanContext {
+        policy: &policy,
+        workdir: &workdir,
+        run_dir: &run_dir,
+        fresh_workdir: true,
+        keep: false,
+        tty: false,
+        run_id: "bench",
+        argv: &[],
+        env: &[],
+        cgroup: None,
+    };
+    let layout = HostLayout {
+        system: resolve_system_entries(&airlock::sandbox::rootfs::default_system_ro()),
+        etc: airlock::sandbox::rootfs::default_etc_files(),
+        identity,
+    };
+    let version = std::process::Command::new(&path)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|out| parse_version(&String::from_utf8_lossy(&out.stdout)))
+        .ok_or("cannot read bwrap's version")?;
+    let install = BwrapInstall {
+        path,
+        version,
+        setuid: false,
+    };
+    let argv = bwrap_args(&ctx, &install, &layout);
+    Ok(Tool {
+        name: BWRAP_SAME_ARGS.to_string(),
+        prefix: without_descriptor_flags(argv),
+    })
+}
+
+/// Drops `--add-seccomp-fd N` and `--json-status-fd N`: those descriptors exist only in
+/// airlock's init.
+fn without_descriptor_flags(argv: Vec<String>) -> Vec<String> {
+    let mut kept = Vec::with_capacity(argv.len());
+    let mut skip_value = false;
+    for arg in argv {
+        if skip_value {
+            skip_value = false;
+        } else if arg == "--add-seccomp-fd" || arg == "--json-status-fd" {
+            skip_value = true;
+        } else {
+            kept.push(arg);
+        }
+    }
+    kept
+}
+
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
@@ -77,9 +153,13 @@ fn airlock_tools(airlock: &Path, suffix: &str) -> Vec<Tool> {
         tool("airlock-none", &["--dev", "--backend", "none"]),
         tool("airlock-native-nocg", &["--no-cgroup"]),
         tool(NATIVE, &[]),
-        tool("airlock-bwrap", &["--backend", "bwrap"]),
+        // bwrap and gVisor cannot cap inodes, which the untrusted profile refuses by default.
+        tool("airlock-bwrap", &["--backend", "bwrap", "--allow-degraded"]),
         tool("airlock-container", &["--backend", "container"]),
-        tool("airlock-gvisor", &["--backend", "gvisor"]),
+        tool(
+            "airlock-gvisor",
+            &["--backend", "gvisor", "--allow-degraded"],
+        ),
     ]
 }
 
@@ -107,6 +187,10 @@ pub fn all_tools(airlock: &Path, baseline: Option<&Path>, notes: &mut Vec<String
             prefix: strings(&["runsc", "--network=none", "--platform=ptrace", "do"]),
         },
     ];
+    match bwrap_as_airlock_drives_it() {
+        Ok(tool) => candidates.push(tool),
+        Err(why) => notes.push(format!("{BWRAP_SAME_ARGS}: {why}, skipped")),
+    }
     if let Some(baseline) = baseline {
         candidates.extend(airlock_tools(baseline, BASELINE_SUFFIX));
     }

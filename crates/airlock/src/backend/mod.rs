@@ -16,7 +16,10 @@ use crate::layer::{IsolationLevel, Layer};
 use crate::policy::{BackendChoice, Policy};
 use crate::spec::Confinement;
 
-pub use bwrap::{bwrap_args, BwrapBackend, BwrapInstall, HostLayout, SystemEntry};
+pub use bwrap::{
+    bwrap_args, parse_version, resolve_system_entries, BwrapBackend, BwrapInstall, HostLayout,
+    SystemEntry,
+};
 pub use container::ContainerBackend;
 pub use gvisor::{decide_platform, GvisorBackend, KvmFacts, PlatformChoice};
 pub use native::NativeBackend;
