@@ -73,6 +73,34 @@ fn attacks_contained_on_container_as_root() {
 }
 
 #[test]
+fn attacks_contained_on_crun_as_root() {
+    if runtime_missing("crun") {
+        return;
+    }
+    let flags = &["--container-runtime", "crun"];
+    run_suite_on_with(Mode::Contained, User::Root, Some("container"), flags);
+}
+
+#[test]
+fn attacks_contained_on_podman_as_root() {
+    if runtime_missing("podman") {
+        return;
+    }
+    let flags = &["--container-runtime", "podman"];
+    run_suite_on_with(Mode::Contained, User::Root, Some("container"), flags);
+}
+
+fn runtime_missing(name: &str) -> bool {
+    let missing = !["/usr/bin", "/usr/sbin"]
+        .iter()
+        .any(|dir| Path::new(dir).join(name).exists());
+    if missing {
+        eprintln!("skipped: {name} is not installed (apt-get install {name})");
+    }
+    missing
+}
+
+#[test]
 fn attacks_contained_on_gvisor_as_root() {
     run_suite_on(Mode::Contained, User::Root, Some("gvisor"));
 }
@@ -1269,6 +1297,8 @@ struct Suite {
     sandbox_uid: u32,
     /// The backend of the contained runs (`None`: the profile's `auto`, i.e. native).
     backend: Option<&'static str>,
+    /// Extra flags of the contained runs.
+    backend_flags: &'static [&'static str],
     cli_pids: Mutex<Vec<u32>>,
 }
 
@@ -1294,6 +1324,16 @@ fn run_suite(mode: Mode, user: User) {
 
 /// The whole table with the untrusted profile on one backend (`None`: the profile's choice).
 fn run_suite_on(mode: Mode, user: User, backend: Option<&'static str>) {
+    run_suite_on_with(mode, user, backend, &[]);
+}
+
+/// [`run_suite_on`] with extra flags for the contained runs (e.g. `--container-runtime`).
+fn run_suite_on_with(
+    mode: Mode,
+    user: User,
+    backend: Option<&'static str>,
+    backend_flags: &'static [&'static str],
+) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let root = nix::unistd::geteuid().is_root();
     if user == User::Root && !root {
@@ -1318,6 +1358,7 @@ fn run_suite_on(mode: Mode, user: User, backend: Option<&'static str>) {
     };
     let mut suite = Suite::new(mode, user, cli_as_nobody, sandbox_uid);
     suite.backend = backend;
+    suite.backend_flags = backend_flags;
     if mode != Mode::Escape {
         if let Err(why) = suite.native_backend_works() {
             let on = backend.unwrap_or("its default backend");
@@ -1622,6 +1663,7 @@ impl Suite {
             cli_as_nobody,
             sandbox_uid,
             backend: None,
+            backend_flags: &[],
             cli_pids: Mutex::new(Vec::new()),
         };
         std::fs::write(
@@ -1685,6 +1727,7 @@ impl Suite {
                         if let Some(backend) = self.backend {
                             line.extend(["--backend".to_string(), backend.to_string()]);
                         }
+                        line.extend(self.backend_flags.iter().map(|f| f.to_string()));
                     }
                     _ => {}
                 }

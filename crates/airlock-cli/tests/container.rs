@@ -1,5 +1,6 @@
-//! `airlock run --backend container` end to end, through the real binary and runc/crun.
-//! Skips (with the reason printed) when not root or when no OCI runtime is installed.
+//! `airlock run --backend container` end to end, through the real binary, once per runtime
+//! (`auto`, i.e. runc here, then crun and podman named with `--container-runtime`).
+//! Skips (with the reason printed) when not root or when the runtime is not installed.
 
 mod oci;
 
@@ -11,25 +12,57 @@ const CONTAINER: Oci = Oci {
     install: "apt-get install runc",
     state_dirs: &["/run/runc", "/run/crun", "/var/run/runsc"],
     inet_refusal_errno: 97,
+    flags: &[],
 };
 
-shared_oci_tests!(CONTAINER;
-    exit_codes_propagate,
-    namespaces_cannot_be_created,
-    root_filesystem_is_read_only,
-    network_is_only_loopback,
-    host_canary_is_invisible,
-    memory_limit_is_reported,
-    pids_limit_refuses_forks_without_killing_the_run,
-    wall_timeout_kills_the_container_and_leaves_nothing,
-    normal_runs_leave_nothing_either,
-);
+const CRUN: Oci = Oci {
+    runtimes: &["crun"],
+    install: "apt-get install crun",
+    flags: &["--container-runtime", "crun"],
+    ..CONTAINER
+};
 
-#[test]
-fn python_runs_unprivileged_with_no_capabilities_and_seccomp() {
-    require_runtime!(CONTAINER);
+const PODMAN: Oci = Oci {
+    runtimes: &["podman"],
+    install: "apt-get install podman",
+    flags: &["--container-runtime", "podman"],
+    ..CONTAINER
+};
+
+/// The shared checks and the capability check, for one runtime.
+macro_rules! container_tests {
+    ($module:ident, $oci:expr) => {
+        mod $module {
+            use super::*;
+
+            shared_oci_tests!($oci;
+                exit_codes_propagate,
+                namespaces_cannot_be_created,
+                root_filesystem_is_read_only,
+                network_is_only_loopback,
+                host_canary_is_invisible,
+                memory_limit_is_reported,
+                pids_limit_refuses_forks_without_killing_the_run,
+                wall_timeout_kills_the_container_and_leaves_nothing,
+                normal_runs_leave_nothing_either,
+            );
+
+            #[test]
+            fn python_runs_unprivileged_with_no_capabilities_and_seccomp() {
+                require_runtime!($oci);
+                unprivileged_without_capabilities(&$oci);
+            }
+        }
+    };
+}
+
+container_tests!(runc_or_auto, CONTAINER);
+container_tests!(crun, CRUN);
+container_tests!(podman, PODMAN);
+
+fn unprivileged_without_capabilities(oci: &Oci) {
     let code = "import os; s=open('/proc/self/status').read(); print(os.getuid(), [l.split()[1] for l in s.splitlines() if l.startswith(('CapEff','CapBnd','Seccomp:','NoNewPrivs'))]); open('f','w').write('x'); open('/tmp/t','w').write('y'); print('wrote')";
-    let result = CONTAINER.run(&[], &py(code));
+    let result = oci.run(&[], &py(code));
     assert_eq!(result["exit_code"], 0, "{result}");
     assert_eq!(
         stdout(&result),

@@ -11,6 +11,7 @@ const GVISOR: Oci = Oci {
     install: "apt-get install runsc",
     state_dirs: &["/var/run/runsc", "/run/runsc"],
     inet_refusal_errno: 1,
+    flags: &[],
 };
 
 shared_oci_tests!(GVISOR;

@@ -22,6 +22,8 @@ pub struct Oci {
     /// The errno of `socket(AF_INET)` with the network off: runc applies our EAFNOSUPPORT,
     /// gVisor turns every seccomp refusal into EPERM.
     pub inet_refusal_errno: i32,
+    /// Flags every run gets after `--backend` (e.g. `--container-runtime crun`).
+    pub flags: &'static [&'static str],
 }
 
 impl Oci {
@@ -48,6 +50,7 @@ impl Oci {
     pub fn run(&self, flags: &[&str], argv: &[&str]) -> Value {
         let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
             .args(["run", "--json", "--backend", self.backend])
+            .args(self.flags)
             .args(flags)
             .arg("--")
             .args(argv)

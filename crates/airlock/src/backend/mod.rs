@@ -16,7 +16,7 @@ use crate::policy::{BackendChoice, Policy};
 use crate::spec::Confinement;
 
 pub use bwrap::{bwrap_args, BwrapBackend, BwrapInstall, HostLayout, SystemEntry};
-pub use container::ContainerBackend;
+pub use container::{container_runtimes, ContainerBackend, RuntimeReport};
 pub use gvisor::{decide_platform, GvisorBackend, KvmFacts, PlatformChoice};
 pub use native::NativeBackend;
 pub use none::NoneBackend;
