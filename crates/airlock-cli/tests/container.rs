@@ -70,3 +70,51 @@ fn unprivileged_without_capabilities(oci: &Oci) {
         "{result}"
     );
 }
+
+/// podman's conmon daemonizes and podman keeps a database: a SIGKILL of airlock mid-run must
+/// still leave no container, no conmon, no cgroup and no storage (podman's state lives in the
+/// run directory, which the init removes).
+#[test]
+fn podman_leaves_nothing_after_airlock_is_killed() {
+    require_runtime!(PODMAN);
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["run", "--backend", "container"])
+        .args(PODMAN.flags)
+        .args(["--", "/bin/sh", "-c", "pwd; sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("airlock starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let run_dir = std::path::Path::new(line.trim())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let run_id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while run_dir.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    PODMAN.assert_no_leftovers(&run_dir, &run_id);
+    assert!(
+        !podman_names().iter().any(|n| n.contains(&run_id)),
+        "the host's podman lists the run"
+    );
+}
+
+fn podman_names() -> Vec<String> {
+    let output = std::process::Command::new("podman")
+        .args(["ps", "-a", "--format", "{{.Names}}"])
+        .output()
+        .expect("podman ps runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
