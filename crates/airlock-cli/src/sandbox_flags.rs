@@ -82,6 +82,9 @@ pub struct ProfileFlags {
     /// Allow backend "none" (Tier 0 only) outside the trusted profile.
     #[arg(long)]
     pub dev: bool,
+    /// What starts containers for `--backend container`: auto, runc, crun, podman or docker.
+    #[arg(long, value_name = "NAME")]
+    pub container_runtime: Option<policy::ContainerRuntime>,
     #[command(flatten)]
     pub setup: SetupFlags,
 }
@@ -98,6 +101,9 @@ impl ProfileFlags {
     /// library's check (its error names the key and the fix).
     pub fn adjust(&self, policy: &mut Policy) -> Result<()> {
         self.limits.apply(policy);
+        if let Some(runtime) = self.container_runtime {
+            policy.container.runtime = runtime;
+        }
         for path in &self.read_only {
             let absolute = std::path::absolute(path)
                 .with_context(|| format!("cannot resolve {}", path.display()))?;

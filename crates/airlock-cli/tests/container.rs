@@ -1,5 +1,6 @@
-//! `airlock run --backend container` end to end, through the real binary and runc/crun.
-//! Skips (with the reason printed) when not root or when no OCI runtime is installed.
+//! `airlock run --backend container` end to end, through the real binary, once per runtime
+//! (`auto`, i.e. runc here, then crun and podman named with `--container-runtime`).
+//! Skips (with the reason printed) when not root or when the runtime is not installed.
 
 mod oci;
 
@@ -14,23 +15,56 @@ const CONTAINER: Oci = Oci {
     flags: &[],
 };
 
-shared_oci_tests!(CONTAINER;
-    exit_codes_propagate,
-    namespaces_cannot_be_created,
-    root_filesystem_is_read_only,
-    network_is_only_loopback,
-    host_canary_is_invisible,
-    memory_limit_is_reported,
-    pids_limit_refuses_forks_without_killing_the_run,
-    wall_timeout_kills_the_container_and_leaves_nothing,
-    normal_runs_leave_nothing_either,
-);
+const CRUN: Oci = Oci {
+    runtimes: &["crun"],
+    install: "apt-get install crun",
+    flags: &["--container-runtime", "crun"],
+    ..CONTAINER
+};
 
-#[test]
-fn python_runs_unprivileged_with_no_capabilities_and_seccomp() {
-    require_runtime!(CONTAINER);
+const PODMAN: Oci = Oci {
+    runtimes: &["podman"],
+    install: "apt-get install podman",
+    // podman binds the workdir and refuses `nr_inodes`: no disk or inode caps, which the
+    // untrusted profile refuses by default.
+    flags: &["--container-runtime", "podman", "--allow-degraded"],
+    ..CONTAINER
+};
+
+/// The shared checks and the capability check, for one runtime.
+macro_rules! container_tests {
+    ($module:ident, $oci:expr) => {
+        mod $module {
+            use super::*;
+
+            shared_oci_tests!($oci;
+                exit_codes_propagate,
+                namespaces_cannot_be_created,
+                root_filesystem_is_read_only,
+                network_is_only_loopback,
+                host_canary_is_invisible,
+                memory_limit_is_reported,
+                pids_limit_refuses_forks_without_killing_the_run,
+                wall_timeout_kills_the_container_and_leaves_nothing,
+                normal_runs_leave_nothing_either,
+            );
+
+            #[test]
+            fn python_runs_unprivileged_with_no_capabilities_and_seccomp() {
+                require_runtime!($oci);
+                unprivileged_without_capabilities(&$oci);
+            }
+        }
+    };
+}
+
+container_tests!(runc_or_auto, CONTAINER);
+container_tests!(crun, CRUN);
+container_tests!(podman, PODMAN);
+
+fn unprivileged_without_capabilities(oci: &Oci) {
     let code = "import os; s=open('/proc/self/status').read(); print(os.getuid(), [l.split()[1] for l in s.splitlines() if l.startswith(('CapEff','CapBnd','Seccomp:','NoNewPrivs'))]); open('f','w').write('x'); open('/tmp/t','w').write('y'); print('wrote')";
-    let result = CONTAINER.run(&[], &py(code));
+    let result = oci.run(&[], &py(code));
     assert_eq!(result["exit_code"], 0, "{result}");
     assert_eq!(
         stdout(&result),
@@ -55,4 +89,52 @@ fn the_sandbox_workdir_caps_size_and_files() {
     for layer in ["disk_quota", "inode_quota"] {
         assert!(isolation.contains(&layer.into()), "{layer}: {result}");
     }
+}
+
+/// podman's conmon daemonizes and podman keeps a database: a SIGKILL of airlock mid-run must
+/// still leave no container, no conmon, no cgroup and no storage (podman's state lives in the
+/// run directory, which the init removes).
+#[test]
+fn podman_leaves_nothing_after_airlock_is_killed() {
+    require_runtime!(PODMAN);
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["run", "--backend", "container"])
+        .args(PODMAN.flags)
+        .args(["--", "/bin/sh", "-c", "pwd; sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("airlock starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let run_dir = std::path::Path::new(line.trim())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let run_id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while run_dir.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    PODMAN.assert_no_leftovers(&run_dir, &run_id);
+    assert!(
+        !podman_names().iter().any(|n| n.contains(&run_id)),
+        "the host's podman lists the run"
+    );
+}
+
+fn podman_names() -> Vec<String> {
+    let output = std::process::Command::new("podman")
+        .args(["ps", "-a", "--format", "{{.Names}}"])
+        .output()
+        .expect("podman ps runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }

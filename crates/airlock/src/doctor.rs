@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::backend::{all_backends, select};
+use crate::backend::{all_backends, container_runtimes, select, RuntimeReport};
 use crate::layer::{IsolationLevel, Layer};
 use crate::policy::builtin;
 use crate::sandbox::cgroup::{probe as probe_cgroups, CgroupConfig};
@@ -18,6 +18,9 @@ pub struct DoctorReport {
     pub seccomp: bool,
     pub cgroup: CgroupReport,
     pub backends: Vec<BackendReport>,
+    /// The programs the `container` backend can drive (`[container] runtime`), in the order
+    /// `auto` tries them.
+    pub container_runtimes: Vec<RuntimeReport>,
     pub profiles: Vec<ProfileReport>,
 }
 
@@ -89,6 +92,7 @@ pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
             problems: cgroups.problems,
         },
         backends,
+        container_runtimes: container_runtimes(),
         profiles,
     }
 }

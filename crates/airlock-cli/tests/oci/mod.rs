@@ -22,8 +22,8 @@ pub struct Oci {
     /// The errno of `socket(AF_INET)` with the network off: runc applies our EAFNOSUPPORT,
     /// gVisor turns every seccomp refusal into EPERM.
     pub inet_refusal_errno: i32,
-    /// Flags every run of this backend passes (e.g. `--allow-degraded` for a backend whose
-    /// known gap the untrusted profile refuses by default).
+    /// Flags every run gets after `--backend` (e.g. `--container-runtime crun`, or
+    /// `--allow-degraded` for a backend whose known gap the untrusted profile refuses).
     pub flags: &'static [&'static str],
 }
 

@@ -342,6 +342,14 @@ fn seccomp_section(cfg: &OciSeccomp) -> Value {
     })
 }
 
+/// airlock's seccomp policy as a Docker/podman seccomp profile (`--security-opt seccomp=FILE`).
+/// That format is the OCI section's own field for field (`defaultAction`, `defaultErrnoRet`,
+/// `architectures`, `syscalls[].names/action/errnoRet/args[].index/value/valueTwo/op`): the
+/// engines parse it into the same structure they later write into the runtime's spec.
+pub fn docker_seccomp_profile(cfg: &OciSeccomp) -> Value {
+    seccomp_section(cfg)
+}
+
 /// `clone` without any namespace flag is allowed; with one it is refused. `clone3` stays
 /// unlisted (ENOSYS), so glibc falls back to `clone`, whose flags seccomp can read.
 fn clone_rules() -> Vec<Value> {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use builtin::{builtin, builtin_names, tier, tier_names};
-pub use profile::{load_profile, parse_profile, ProfileFile};
+pub use profile::{load_profile, parse_profile, ContainerSection, ProfileFile};
 
 use crate::layer::{IsolationLevel, Layer};
 use units::{ByteSize, Seconds};
@@ -32,6 +32,68 @@ pub enum BackendChoice {
     Gvisor,
     /// An OCI container run by runc or crun.
     Container,
+}
+
+/// The program that starts containers for the `container` backend.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ContainerRuntime {
+    /// The first one installed of runc, crun, podman, docker.
+    #[default]
+    Auto,
+    /// runc driven directly with an OCI bundle.
+    Runc,
+    /// crun driven directly with an OCI bundle.
+    Crun,
+    /// `podman run --rootfs`, with per-run storage.
+    Podman,
+    /// `docker run` against a running Docker engine.
+    Docker,
+}
+
+impl ContainerRuntime {
+    /// Every choice, in the order `auto` tries the concrete ones.
+    pub const ALL: [ContainerRuntime; 5] = [
+        ContainerRuntime::Auto,
+        ContainerRuntime::Runc,
+        ContainerRuntime::Crun,
+        ContainerRuntime::Podman,
+        ContainerRuntime::Docker,
+    ];
+
+    /// The name as written in profiles and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ContainerRuntime::Auto => "auto",
+            ContainerRuntime::Runc => "runc",
+            ContainerRuntime::Crun => "crun",
+            ContainerRuntime::Podman => "podman",
+            ContainerRuntime::Docker => "docker",
+        }
+    }
+}
+
+impl std::str::FromStr for ContainerRuntime {
+    type Err = InvalidValue;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        ContainerRuntime::ALL
+            .into_iter()
+            .find(|r| r.name() == text)
+            .ok_or_else(|| InvalidValue {
+                key: "container.runtime",
+                value: text.to_string(),
+                allowed: "one of auto, runc, crun, podman, docker".into(),
+            })
+    }
+}
+
+/// Settings of the `container` backend.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerPolicy {
+    /// Which program starts the container.
+    pub runtime: ContainerRuntime,
 }
 
 /// Network access of the sandbox.
@@ -79,6 +141,9 @@ pub struct Policy {
     /// given or its file name, e.g. `python3` or `/usr/bin/python3`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_programs: Option<Vec<String>>,
+    /// Settings of the `container` backend (absent from older profiles: all defaults).
+    #[serde(default)]
+    pub container: ContainerPolicy,
 }
 
 /// Filesystem rules.

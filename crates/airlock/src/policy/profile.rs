@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::units::{ByteSize, Seconds};
-use super::{builtin, BackendChoice, NetworkMode, OutputLimitAction, Policy};
+use super::{builtin, BackendChoice, ContainerRuntime, NetworkMode, OutputLimitAction, Policy};
 use crate::error::PolicyError;
 use crate::layer::{IsolationLevel, Layer};
 
@@ -26,6 +26,14 @@ pub struct ProfileFile {
     pub user: Option<UserSection>,
     /// Replaces the base profile's list.
     pub allowed_programs: Option<Vec<String>>,
+    pub container: Option<ContainerSection>,
+}
+
+/// `[container]`.
+#[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerSection {
+    pub runtime: Option<ContainerRuntime>,
 }
 
 /// `[filesystem]`: lists add to the base profile's lists.
@@ -184,6 +192,9 @@ pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
         set(&mut policy.user.uid, user.uid);
         set(&mut policy.user.gid, user.gid);
     }
+    if let Some(container) = file.container {
+        set(&mut policy.container.runtime, container.runtime);
+    }
     policy
 }
 
@@ -206,5 +217,43 @@ pub(crate) fn apply_limits(l: &mut super::Limits, s: LimitsSection) {
 fn set<T>(slot: &mut T, value: Option<T>) {
     if let Some(value) = value {
         *slot = value;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_runtime_is_chosen_by_a_profile() {
+        let file = parse_profile("[container]\nruntime = \"podman\"\n", "t").unwrap();
+        let policy = apply(builtin("untrusted").unwrap(), file);
+        assert_eq!(policy.container.runtime, ContainerRuntime::Podman);
+        assert_eq!(
+            builtin("untrusted").unwrap().container.runtime,
+            ContainerRuntime::Auto
+        );
+    }
+
+    #[test]
+    fn container_section_refuses_unknown_keys_and_runtimes() {
+        let unknown_key = parse_profile("[container]\nengine = \"runc\"\n", "t").unwrap_err();
+        assert!(unknown_key.to_string().contains("engine"), "{unknown_key}");
+        let unknown_runtime = parse_profile("[container]\nruntime = \"lxc\"\n", "t").unwrap_err();
+        assert!(
+            unknown_runtime.to_string().contains("lxc"),
+            "{unknown_runtime}"
+        );
+    }
+
+    #[test]
+    fn container_runtime_names_round_trip() {
+        for runtime in ContainerRuntime::ALL {
+            assert_eq!(runtime.name().parse::<ContainerRuntime>(), Ok(runtime));
+            let rendered = serde_json::to_value(runtime).unwrap();
+            assert_eq!(rendered, runtime.name());
+        }
+        let error = "rkt".parse::<ContainerRuntime>().unwrap_err();
+        assert_eq!(error.key, "container.runtime");
     }
 }

@@ -272,6 +272,12 @@ impl Prepared {
         // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
         backend::check_policy_paths(policy)?;
         let confinement = backend.plan(&ctx)?;
+        check_wrapped_plan(
+            &require,
+            &confinement,
+            backend.name(),
+            options.allow_degraded,
+        )?;
         let tier0 = matches!(confinement, crate::spec::Confinement::Tier0);
         let spec = InitSpec {
             argv: command.argv.clone(),
@@ -368,6 +374,37 @@ fn check_degradation(
         names.join(", ")
     ));
     Ok(())
+}
+
+/// A wrapped backend's plan names every layer the tool will give: a required one it lacks
+/// (e.g. podman cannot cap its workdir) refuses the run here, before anything starts. The
+/// init checks the layers in force again; this check only makes the refusal early and clear.
+fn check_wrapped_plan(
+    require: &[Layer],
+    confinement: &crate::spec::Confinement,
+    backend: &str,
+    allow: bool,
+) -> Result<(), Error> {
+    let crate::spec::Confinement::Wrapped(wrap) = confinement else {
+        return Ok(());
+    };
+    let mut offered = backend::tier0_layers();
+    offered.extend(wrap.layers.iter().copied());
+    let missing: Vec<Layer> = require
+        .iter()
+        .copied()
+        .filter(|l| *l != Layer::Cgroup && !offered.contains(l))
+        .collect();
+    if missing.is_empty() || allow {
+        return Ok(());
+    }
+    Err(Error::Degraded {
+        backend: backend.into(),
+        missing,
+        reason:
+            "this run's plan does not provide them (see the backend's row in docs/isolation.md)"
+                .into(),
+    })
 }
 
 fn prepare_callers_workdir(dir: &Path) -> Result<PathBuf, Error> {

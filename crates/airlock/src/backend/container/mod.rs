@@ -1,6 +1,8 @@
-//! `container`: the program runs in an OCI container started by `runc` (preferred) or `crun`
-//! directly, from a bundle the init writes into the run directory. No image: the root is an
-//! empty read-only directory with the host's system directories bound read-only.
+//! `container`: the program runs in an OCI container started by `runc` or `crun` directly,
+//! from a bundle the init writes into the run directory, or by `podman`/`docker` (see
+//! [`engine`]); `[container] runtime` picks which (`auto`: runc, crun, podman, docker, the
+//! first installed). No image: the root is an empty read-only directory with the host's
+//! system directories bound read-only.
 //!
 //! cgroups: the init puts the runtime into the run's own cgroup and `linux.cgroupsPath` names
 //! that same cgroup, so the container's processes, limits, OOM kills and CPU time are all
@@ -13,12 +15,22 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::oci::{existing, oci_spec, OciInput, OciMounts, OciResources, OciRlimit, OciSeccomp};
+mod engine;
+mod runtime;
+
+use engine::{engine_argv, Engine, EngineCgroups, EngineInput, PodmanStorage};
+pub use runtime::{report_all as container_runtimes, RuntimeReport};
+
+use super::oci::{
+    docker_seccomp_profile, existing, oci_spec, OciInput, OciMounts, OciResources, OciRlimit,
+    OciSeccomp,
+};
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::sandbox::rootfs::{default_etc_files, default_system_ro};
 use crate::spec::{Confinement, WrapFile, WrapSpec};
+use runtime::RuntimeKind;
 
 /// The hostname inside every container.
 pub const CONTAINER_HOSTNAME: &str = "airlock";
@@ -33,15 +45,6 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 pub enum OciRuntime {
     Runc,
     Crun,
-}
-
-impl OciRuntime {
-    fn name(self) -> &'static str {
-        match self {
-            OciRuntime::Runc => "runc",
-            OciRuntime::Crun => "crun",
-        }
-    }
 }
 
 /// The container backend.
@@ -59,11 +62,21 @@ impl Backend for ContainerBackend {
 
     fn probe(&self) -> Probe {
         let mut problems = Vec::new();
-        let runtime = find_runtime(&mut problems);
-        if !nix::unistd::geteuid().is_root() {
-            problems.push("the container backend drives rootful runc/crun: run airlock as root (rootless OCI runtimes are not supported yet)".into());
+        let runtime = runtime::resolve(crate::policy::ContainerRuntime::Auto);
+        if let Err(problem) = &runtime {
+            problems.push(problem.clone());
         }
-        let available = runtime.is_some() && nix::unistd::geteuid().is_root();
+        // Runtimes `auto` passes over, so `--container-runtime NAME` failures are foreseen.
+        problems.extend(
+            runtime::report_all()
+                .into_iter()
+                .filter_map(|r| r.problem)
+                .filter(|_| runtime.is_ok()),
+        );
+        if !nix::unistd::geteuid().is_root() {
+            problems.push("the container backend drives rootful runtimes: run airlock as root (rootless runtimes are not supported yet)".into());
+        }
+        let available = runtime.is_ok() && nix::unistd::geteuid().is_root();
         Probe {
             available,
             layers: container_layers(false, true),
@@ -72,71 +85,273 @@ impl Backend for ContainerBackend {
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
-        let mut problems = Vec::new();
-        let Some((runtime, binary)) = find_runtime(&mut problems) else {
-            return Err(Error::BackendUnavailable {
+        let found = runtime::resolve(ctx.policy.container.runtime).map_err(|reason| {
+            Error::BackendUnavailable {
                 backend: "container".into(),
-                reason: problems.join("; "),
-            });
+                reason,
+            }
+        })?;
+        let mut wrap = match found.kind {
+            RuntimeKind::Runc => plan_oci(ctx, OciRuntime::Runc, &found.binary),
+            RuntimeKind::Crun => plan_oci(ctx, OciRuntime::Crun, &found.binary),
+            RuntimeKind::Podman => plan_podman(ctx, &found.binary),
+            RuntimeKind::Docker => plan_docker(ctx, &found.binary),
         };
-        let bundle = Bundle::new(ctx);
-        let mut input = bundle.oci_input(ctx);
-        input.argv = die_with_runtime(&input.argv);
-        input.resources.pids = Some(ctx.policy.limits.processes);
-        input.seccomp = Some(OciSeccomp {
-            allow_network: ctx.policy.has_network(),
-            allow_clone3: false,
-        });
-        input.user_namespace = true;
-        let mut files = bundle.skeleton_files(&input);
-        files.push(bundle.config_file(&input));
-        let id = container_id(ctx.run_id);
-        let state = bundle.dir.join("state");
-        let mut tool_argv = vec![
-            binary.display().to_string(),
-            "--root".into(),
-            state.display().to_string(),
-        ];
-        if runtime == OciRuntime::Runc {
-            // runc logs its failed attempt to remove a busy cgroup; keep that off the program's stderr.
-            tool_argv.extend([
-                "--log".to_string(),
-                bundle.dir.join("runtime.log").display().to_string(),
-            ]);
-        }
-        tool_argv.extend([
-            "run".to_string(),
-            "--keep".into(),
-            "--bundle".into(),
-            bundle.dir.display().to_string(),
-            id.clone(),
-        ]);
-        let (tool_argv, mut notes) = match runtime {
-            OciRuntime::Runc => (tool_argv, Vec::new()),
-            OciRuntime::Crun => crun_hybrid_workaround(tool_argv, &bundle, &mut files),
-        };
-        notes.push(format!(
-            "container: OCI runtime {} ({})",
-            runtime.name(),
-            binary.display()
+        wrap.notes.push(format!(
+            "container: runtime {} ({})",
+            found.kind.name(),
+            found.binary.display()
         ));
-        Ok(Confinement::Wrapped(WrapSpec {
-            tool_argv,
-            files,
-            keep_root: true,
-            no_new_privs: true,
-            layers: container_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir()),
-            argv_in_files: true,
-            rlimits_by_tool: true,
-            notes,
-            cleanup_dirs: runtime_cgroup_dirs(ctx),
-            ..WrapSpec::default()
-        }))
+        Ok(Confinement::Wrapped(wrap))
     }
 }
 
+/// runc or crun driven directly with a bundle.
+fn plan_oci(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> WrapSpec {
+    let bundle = Bundle::new(ctx);
+    let mut input = bundle.oci_input(ctx);
+    input.argv = die_with_runtime(&input.argv);
+    input.resources.pids = Some(ctx.policy.limits.processes);
+    input.seccomp = Some(OciSeccomp {
+        allow_network: ctx.policy.has_network(),
+        allow_clone3: false,
+    });
+    input.user_namespace = true;
+    let mut cleanup_dirs = runtime_cgroup_dirs(ctx);
+    // crun deletes its container's cgroup by freezing it first: with crun itself inside the
+    // run's cgroup (runc's `--keep` has no crun equivalent) it would freeze itself for good,
+    // and a child cgroup would hide OOM kills from the run's (cgroup v1 counts them only
+    // where the victim lives). So crun manages no cgroup at all: the container stays in the
+    // run's cgroup, whose limits the init set and whose usage, OOM kills and kill it reads.
+    let crun_without_cgroups = runtime == OciRuntime::Crun && input.cgroups_path.is_some();
+    if crun_without_cgroups {
+        input.cgroups_path = None;
+        input.resources = OciResources::default();
+        cleanup_dirs.clear();
+    }
+    let mut files = bundle.skeleton_files(&input);
+    files.push(bundle.config_file(&input));
+    let id = container_id(ctx.run_id);
+    let state = bundle.dir.join("state");
+    let mut tool_argv = vec![
+        binary.display().to_string(),
+        "--root".into(),
+        state.display().to_string(),
+    ];
+    if crun_without_cgroups {
+        tool_argv.push("--cgroup-manager=disabled".into());
+    }
+    if runtime == OciRuntime::Runc {
+        // runc logs its failed attempt to remove a busy cgroup; keep that off the program's stderr.
+        tool_argv.extend([
+            "--log".to_string(),
+            bundle.dir.join("runtime.log").display().to_string(),
+        ]);
+    }
+    tool_argv.push("run".into());
+    if runtime == OciRuntime::Runc {
+        // Not crun: it has no such option (and keeps nothing it could lose).
+        tool_argv.push("--keep".into());
+    }
+    tool_argv.extend(["--bundle".to_string(), bundle.dir.display().to_string(), id]);
+    let (tool_argv, notes) = match runtime {
+        OciRuntime::Runc => (tool_argv, Vec::new()),
+        OciRuntime::Crun => crun_hybrid_workaround(tool_argv, &bundle, &mut files),
+    };
+    WrapSpec {
+        tool_argv,
+        files,
+        keep_root: true,
+        no_new_privs: true,
+        layers: container_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir()),
+        argv_in_files: true,
+        rlimits_by_tool: true,
+        notes,
+        cleanup_dirs,
+        ..WrapSpec::default()
+    }
+}
+
+/// `podman run --rootfs` on the bundle's skeleton, with podman's state inside the run directory.
+///
+/// cgroups: with crun, the container gets no cgroup of its own (`--cgroups=disabled`) and
+/// stays in the run's cgroup with podman and conmon, so the run's limits, accounting, OOM
+/// detection and kill cover it exactly and no cgroup directory is left behind. With runc
+/// (which cannot run without a cgroup) the container's cgroup is `libpod-<id>` beneath the
+/// run's, with the policy's limits set on it: accounted and OOM-reported through the run's
+/// cgroup too, but a run killed before podman cleans up leaves that empty directory (and so
+/// the run's) behind, since its id is podman's random one.
+fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
+    let bundle = Bundle::new(ctx);
+    let mut oci = bundle.oci_input(ctx);
+    oci.resources.pids = Some(ctx.policy.limits.processes);
+    oci.user_namespace = true;
+    let mut files = bundle.skeleton_files(&oci);
+    files.extend(podman_mountpoints(&bundle.rootfs));
+    let seccomp = bundle.dir.join("seccomp.json");
+    files.push(seccomp_file(&seccomp, ctx));
+    let runc = find_binary("runc");
+    let crun = find_binary("crun");
+    let (oci_runtime, cgroups) = match (&crun, &runc, ctx.cgroup.is_some()) {
+        (Some(crun), _, true) => (Some(crun.clone()), EngineCgroups::Inherit),
+        (_, Some(runc), _) => (
+            Some(runc.clone()),
+            EngineCgroups::Own {
+                parent: cgroups_path(ctx),
+            },
+        ),
+        (crun, None, _) => (crun.clone(), EngineCgroups::Own { parent: None }),
+    };
+    let own_cgroup = matches!(cgroups, EngineCgroups::Own { .. });
+    // podman refuses a runroot longer than 50 bytes (conmon's sockets live there).
+    let podman_dir = ctx.run_dir;
+    let input = EngineInput {
+        engine: Engine::Podman,
+        binary: podman.to_path_buf(),
+        name: container_id(ctx.run_id),
+        identity_files: identity_bind_list(&bundle.rootfs),
+        oci,
+        seccomp_profile: Some(seccomp),
+        cgroups,
+        storage: Some(PodmanStorage {
+            root: podman_dir.join("pr"),
+            runroot: podman_dir.join("pu"),
+            tmpdir: podman_dir.join("pt"),
+        }),
+        oci_runtime: oci_runtime.clone(),
+        nproc: nproc_limit(),
+        self_destruct_after: None,
+    };
+    let argv = engine_argv(&input);
+    let uses_crun = oci_runtime.as_deref() == crun.as_deref() && crun.is_some();
+    let (tool_argv, mut notes) = if uses_crun {
+        crun_hybrid_workaround(argv, &bundle, &mut files)
+    } else {
+        (argv, Vec::new())
+    };
+    if let Some(runtime) = &oci_runtime {
+        notes.push(format!("container: podman drives {}", runtime.display()));
+    }
+    let mut cleanup_dirs = Vec::new();
+    if own_cgroup {
+        cleanup_dirs.extend(runtime_cgroup_dirs(ctx).iter().map(|d| d.join("conmon")));
+        cleanup_dirs.extend(runtime_cgroup_dirs(ctx));
+    }
+    WrapSpec {
+        tool_argv,
+        files,
+        keep_root: true,
+        no_new_privs: true,
+        layers: container_layers(ctx.policy.has_network(), false),
+        argv_in_files: true,
+        rlimits_by_tool: true,
+        // podman's own threads would count against the limit when the container has its own.
+        no_cgroup_pids_limit: own_cgroup,
+        notes,
+        cleanup_dirs,
+        ..WrapSpec::default()
+    }
+}
+
+/// `docker run` from the empty image. The container is dockerd's child, outside the init's
+/// process tree and cgroup: the init stops it only through the client (which forwards
+/// signals and removes it), and the container kills its own program once the run's wall
+/// time and grace have passed, in case the client was killed first.
+fn plan_docker(ctx: &PlanContext, docker: &Path) -> WrapSpec {
+    let bundle = Bundle::new(ctx);
+    let mut oci = bundle.oci_input(ctx);
+    oci.resources.pids = Some(ctx.policy.limits.processes);
+    let mut files = bundle.skeleton_files(&oci);
+    let seccomp = bundle.dir.join("seccomp.json");
+    files.push(seccomp_file(&seccomp, ctx));
+    let limits = &ctx.policy.limits;
+    let input = EngineInput {
+        engine: Engine::Docker,
+        binary: docker.to_path_buf(),
+        name: container_id(ctx.run_id),
+        identity_files: identity_bind_list(&bundle.rootfs),
+        oci,
+        seccomp_profile: Some(seccomp),
+        cgroups: EngineCgroups::Own { parent: None },
+        storage: None,
+        oci_runtime: None,
+        nproc: nproc_limit(),
+        self_destruct_after: Some((limits.wall_time.0 + limits.grace.0).as_secs() + 1),
+    };
+    let script = engine::docker_script(docker, &engine_argv(&input));
+    let mut layers = container_layers(ctx.policy.has_network(), false);
+    // Docker maps users only daemon-wide (userns-remap), never per container.
+    layers.retain(|l| *l != Layer::UserNs);
+    WrapSpec {
+        tool_argv: vec!["/bin/sh".into(), "-c".into(), script],
+        files,
+        keep_root: true,
+        no_new_privs: true,
+        layers,
+        argv_in_files: true,
+        rlimits_by_tool: true,
+        notes: vec!["container: docker runs the container outside airlock's cgroup: memory, CPU and OOM are enforced by the engine but not accounted in the result".into()],
+        ..WrapSpec::default()
+    }
+}
+
+/// Mountpoints of podman's own mounts (`/sys`, `/run/.containerenv`): the runtime works as
+/// the user namespace's root, which may not create anything in the root-owned skeleton.
+fn podman_mountpoints(rootfs: &Path) -> Vec<WrapFile> {
+    let dir = |name: &str| WrapFile {
+        path: dir_marker(&rootfs.join(name)),
+        contents: Vec::new(),
+        mode: 0o755,
+    };
+    vec![
+        dir("sys"),
+        dir("run"),
+        dir("var"),
+        WrapFile {
+            path: rootfs.join("run/.containerenv"),
+            contents: Vec::new(),
+            mode: 0o444,
+        },
+    ]
+}
+
+/// airlock's seccomp policy in the Docker/podman profile format.
+fn seccomp_file(path: &Path, ctx: &PlanContext) -> WrapFile {
+    let profile = docker_seccomp_profile(&OciSeccomp {
+        allow_network: ctx.policy.has_network(),
+        allow_clone3: false,
+    });
+    WrapFile {
+        path: path.to_path_buf(),
+        contents: serde_json::to_vec_pretty(&profile).unwrap_or_default(),
+        mode: 0o644,
+    }
+}
+
+/// The generated identity files, bound over the engines' own `/etc/hosts` and user entries.
+fn identity_bind_list(rootfs: &Path) -> Vec<(PathBuf, PathBuf)> {
+    IDENTITY_FILES
+        .iter()
+        .map(|name| (rootfs.join("etc").join(name), Path::new("/etc").join(name)))
+        .collect()
+}
+
+const IDENTITY_FILES: [&str; 4] = ["passwd", "group", "hosts", "hostname"];
+
+/// The container's RLIMIT_NPROC: our own hard limit, capped where podman caps its own before
+/// it starts the runtime (raising needs CAP_SYS_RESOURCE; the pids limit is the cgroup's job).
+fn nproc_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, Resource};
+    const PODMAN_NPROC_CAP: u64 = 32_768;
+    getrlimit(Resource::RLIMIT_NPROC)
+        .map(|(_, hard)| hard)
+        .unwrap_or(PODMAN_NPROC_CAP)
+        .min(PODMAN_NPROC_CAP)
+}
+
 /// The layers the container gives on top of Tier 0. Every writable area is a size- and
-/// inode-capped tmpfs when the workdir is the sandbox's own.
+/// inode-capped tmpfs when the workdir is the sandbox's own (runc and crun; the engines bind
+/// the workdir, and podman 4.3 refuses `nr_inodes`).
 fn container_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
     let mut layers = tier0_layers();
     layers.extend(Layer::NAMESPACES_BUT_NET);
@@ -148,16 +363,6 @@ fn container_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
         layers.extend([Layer::DiskQuota, Layer::InodeQuota]);
     }
     layers
-}
-
-fn find_runtime(problems: &mut Vec<String>) -> Option<(OciRuntime, PathBuf)> {
-    for runtime in [OciRuntime::Runc, OciRuntime::Crun] {
-        if let Some(binary) = find_binary(runtime.name()) {
-            return Some((runtime, binary));
-        }
-    }
-    problems.push("no OCI runtime found: install runc (`apt-get install runc`) or crun".into());
-    None
 }
 
 /// An executable named `name` in the usual system directories (not the caller's PATH, which
