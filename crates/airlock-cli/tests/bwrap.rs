@@ -508,7 +508,9 @@ fn a_bwrap_setup_failure_is_a_sandbox_error_not_the_programs_exit() {
         eprintln!("skipped: needs root to make a directory the sandbox uid cannot enter");
         return;
     }
+    use std::os::unix::fs::PermissionsExt;
     let parent = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let private = parent.path().join("private");
     std::fs::create_dir(&private).unwrap();
     let ro = private.to_str().unwrap();
