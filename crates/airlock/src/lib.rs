@@ -23,6 +23,8 @@
 //! [`SandboxOptions::init_program`] (or `AIRLOCK_INIT`) at the `airlock` binary.
 
 pub mod error;
+#[cfg(test)]
+mod golden;
 pub mod interp;
 pub mod layer;
 pub mod policy;

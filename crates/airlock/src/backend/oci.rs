@@ -495,7 +495,6 @@ pub fn existing(candidates: &[PathBuf]) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     fn sample() -> OciInput {
         OciInput {
@@ -558,26 +557,8 @@ mod tests {
     }
 
     fn golden(name: &str, value: &Value) {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/golden/oci")
-            .join(name);
         let rendered = serde_json::to_string_pretty(value).unwrap() + "\n";
-        if std::env::var_os("AIRLOCK_UPDATE_GOLDEN").is_some() {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &rendered).unwrap();
-        }
-        let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (set AIRLOCK_UPDATE_GOLDEN=1 to create it)",
-                path.display()
-            )
-        });
-        assert_eq!(
-            rendered,
-            expected,
-            "{} differs; review and set AIRLOCK_UPDATE_GOLDEN=1 to accept",
-            path.display()
-        );
+        crate::golden::assert_golden("oci", name, &rendered);
     }
 
     #[test]

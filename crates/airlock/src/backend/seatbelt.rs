@@ -225,21 +225,7 @@ mod tests {
     }
 
     fn golden(name: &str, generated: &str) {
-        let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/golden/seatbelt")
-            .join(name);
-        if std::env::var_os("AIRLOCK_BLESS").is_some() {
-            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(&file, generated).unwrap();
-        }
-        let expected = std::fs::read_to_string(&file)
-            .unwrap_or_else(|e| panic!("{}: {e} (AIRLOCK_BLESS=1 writes it)", file.display()));
-        assert_eq!(
-            generated,
-            expected,
-            "{} differs from the generator (AIRLOCK_BLESS=1 rewrites it; review the diff)",
-            file.display()
-        );
+        crate::golden::assert_golden("seatbelt", name, generated);
     }
 
     #[test]

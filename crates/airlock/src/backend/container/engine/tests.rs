@@ -76,26 +76,7 @@ fn docker() -> EngineInput {
 }
 
 fn golden(name: &str, argv: &[String]) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/engine")
-        .join(name);
-    let rendered = argv.join("\n") + "\n";
-    if std::env::var_os("AIRLOCK_UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &rendered).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (set AIRLOCK_UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        )
-    });
-    assert_eq!(
-        rendered,
-        expected,
-        "{} differs; review and set AIRLOCK_UPDATE_GOLDEN=1 to accept",
-        path.display()
-    );
+    crate::golden::assert_golden("engine", name, &(argv.join("\n") + "\n"));
 }
 
 /// `flag value` appears as adjacent arguments.
