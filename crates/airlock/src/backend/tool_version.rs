@@ -77,6 +77,9 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// A script printing `version`. It is written by a child process: a write descriptor
+    /// held by this process could leak into another test thread's fork and make the exec
+    /// fail with ETXTBSY.
     fn fake_tool(dir: &Path, version: &str) -> PathBuf {
         let tool = dir.join("tool");
         let counter = dir.join("asked");
@@ -84,7 +87,12 @@ mod tests {
             "#!/bin/sh\necho x >> {}\necho '{version}'\necho second line\n",
             counter.display()
         );
-        std::fs::write(&tool, script).unwrap();
+        let written = std::process::Command::new("/bin/sh")
+            .args(["-c", "printf '%s' \"$1\" > \"$2\"", "sh", &script])
+            .arg(&tool)
+            .status()
+            .unwrap();
+        assert!(written.success());
         std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
         tool
     }
