@@ -130,11 +130,10 @@ impl Backend for BwrapBackend {
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
         let install =
-            inspect_install(ctx.runtime_dir()).map_err(|reason| Error::BackendUnavailable {
+            &inspect_install(ctx.runtime_dir()).map_err(|reason| Error::BackendUnavailable {
                 backend: "bwrap".into(),
                 reason,
             })?;
-        let install = &install;
         let identity = identity_files(ctx);
         let layout = HostLayout {
             system: resolve_system_entries(&default_system_ro()),

@@ -338,12 +338,7 @@ fn check_degradation(
     warnings: &mut Vec<String>,
 ) -> Result<(), Error> {
     let probe = backend.quick_probe();
-    let mut missing: Vec<Layer> = require
-        .iter()
-        .copied()
-        .filter(|l| !probe.layers.contains(l))
-        .collect();
-    missing.retain(|l| *l != Layer::Cgroup);
+    let missing = missing_layers(require, &probe.layers);
     if missing.is_empty() {
         return Ok(());
     }
@@ -376,6 +371,16 @@ fn check_degradation(
     Ok(())
 }
 
+/// The required layers not `offered`. The cgroup is left to the init, which knows whether one
+/// could be created (rlimits stand in for it otherwise).
+fn missing_layers(require: &[Layer], offered: &[Layer]) -> Vec<Layer> {
+    require
+        .iter()
+        .copied()
+        .filter(|l| *l != Layer::Cgroup && !offered.contains(l))
+        .collect()
+}
+
 /// A wrapped backend's plan names every layer the tool will give: a required one it lacks
 /// (e.g. podman cannot cap its workdir) refuses the run here, before anything starts. The
 /// init checks the layers in force again; this check only makes the refusal early and clear.
@@ -390,11 +395,7 @@ fn check_wrapped_plan(
     };
     let mut offered = backend::tier0_layers();
     offered.extend(wrap.layers.iter().copied());
-    let missing: Vec<Layer> = require
-        .iter()
-        .copied()
-        .filter(|l| *l != Layer::Cgroup && !offered.contains(l))
-        .collect();
+    let missing = missing_layers(require, &offered);
     if missing.is_empty() || allow {
         return Ok(());
     }
