@@ -37,17 +37,7 @@ macro_rules! container_tests {
         mod $module {
             use super::*;
 
-            shared_oci_tests!($oci;
-                exit_codes_propagate,
-                namespaces_cannot_be_created,
-                root_filesystem_is_read_only,
-                network_is_only_loopback,
-                host_canary_is_invisible,
-                memory_limit_is_reported,
-                pids_limit_refuses_forks_without_killing_the_run,
-                wall_timeout_kills_the_container_and_leaves_nothing,
-                normal_runs_leave_nothing_either,
-            );
+            shared_oci_tests!($oci);
 
             #[test]
             fn python_runs_unprivileged_with_no_capabilities_and_seccomp() {

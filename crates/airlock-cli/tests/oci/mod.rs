@@ -220,6 +220,20 @@ pub fn normal_runs_leave_nothing_either(oci: &Oci) {
 /// One `#[test]` per shared check, for the backend described by `$oci`.
 #[macro_export]
 macro_rules! shared_oci_tests {
+    // Every shared check.
+    ($oci:expr) => {
+        shared_oci_tests!($oci;
+            exit_codes_propagate,
+            namespaces_cannot_be_created,
+            root_filesystem_is_read_only,
+            network_is_only_loopback,
+            host_canary_is_invisible,
+            memory_limit_is_reported,
+            pids_limit_refuses_forks_without_killing_the_run,
+            wall_timeout_kills_the_container_and_leaves_nothing,
+            normal_runs_leave_nothing_either,
+        );
+    };
     ($oci:expr; $($check:ident),* $(,)?) => {
         $(
             #[test]
