@@ -228,6 +228,15 @@ fn open_up(dir: &Path) {
     }
 }
 
+/// `airlock run ARGS` refused before anything started: exit 125, no result; its stderr.
+fn refused(args: &[&str]) -> String {
+    let output = airlock().arg("run").args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    assert!(output.stdout.is_empty(), "{stderr}");
+    stderr
+}
+
 fn profile(contents: &str) -> tempfile::NamedTempFile {
     let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
     std::io::Write::write_all(&mut file, contents.as_bytes()).unwrap();
@@ -237,18 +246,12 @@ fn profile(contents: &str) -> tempfile::NamedTempFile {
 #[test]
 fn min_isolation_above_every_backend_is_refused_with_the_reason() {
     let file = profile("min_isolation = \"vm\"\n");
-    let output = airlock()
-        .args([
-            "run",
-            "--profile",
-            file.path().to_str().unwrap(),
-            "--",
-            "/bin/true",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    let stderr = refused(&[
+        "--profile",
+        file.path().to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ]);
     assert!(
         stderr.contains("min_isolation = \"vm\"") && stderr.contains("lower min_isolation"),
         "{stderr}"
@@ -282,20 +285,7 @@ fn a_profile_requiring_landlock_refuses_bwrap_unless_degraded() {
     }
     let file = profile("require = [\"env_scrub\", \"seccomp\", \"landlock_fs\"]\n");
     let path = file.path().to_str().unwrap();
-    let output = airlock()
-        .args([
-            "run",
-            "--profile",
-            path,
-            "--backend",
-            "bwrap",
-            "--",
-            "/bin/true",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    let stderr = refused(&["--profile", path, "--backend", "bwrap", "--", "/bin/true"]);
     assert!(
         stderr.contains("landlock_fs") && stderr.contains("--allow-degraded"),
         "{stderr}"
@@ -331,10 +321,7 @@ fn untrusted_refuses_bwrap_by_default_for_its_missing_inode_cap() {
     if !bwrap_usable() {
         return;
     }
-    let (result, output) = run_json(&["--backend", "bwrap", "--", "/bin/true"]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(result, Value::Null, "{result}");
-    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    let stderr = refused(&["--json", "--backend", "bwrap", "--", "/bin/true"]);
     assert!(
         stderr.contains("backend bwrap cannot enforce inode_quota")
             && stderr.contains("--allow-degraded"),
