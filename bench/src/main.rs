@@ -67,7 +67,12 @@ impl Pair {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let outcome = bench(Args::parse());
+    tools::remove_scratch();
+    outcome
+}
+
+fn bench(args: Args) -> ExitCode {
     let mut notes = Vec::new();
     let airlock = args.airlock.clone().unwrap_or_else(default_airlock);
     let mut pairs = make_pairs(&args, &airlock, &mut notes);

@@ -70,7 +70,7 @@ fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
     };
     let policy = airlock::policy::builtin("untrusted").ok_or("no untrusted profile")?;
     let path = find_program("bwrap").ok_or("bwrap not found")?;
-    let run_dir = std::env::temp_dir().join("airlock-bench-bwrap-run");
+    let run_dir = scratch_dir().join("bwrap-run");
     let etc = run_dir.join("bwrap-etc");
     std::fs::create_dir_all(&etc).map_err(|e| format!("cannot create {}: {e}", etc.display()))?;
     let mut identity = Vec::new();
@@ -114,6 +114,16 @@ fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
         name: BWRAP_SAME_ARGS.to_string(),
         prefix: without_descriptor_flags(argv),
     })
+}
+
+/// Files the tools need while they are measured (this process's own directory).
+fn scratch_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("airlock-bench-{}", std::process::id()))
+}
+
+/// Removes [`scratch_dir`]; call once measuring is over.
+pub fn remove_scratch() {
+    let _ = std::fs::remove_dir_all(scratch_dir());
 }
 
 /// Drops `--add-seccomp-fd N` and `--json-status-fd N`: those descriptors exist only in
