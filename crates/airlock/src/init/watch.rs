@@ -29,6 +29,8 @@ pub(crate) enum StopCause {
 }
 
 const CPU_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+/// How long members that are already exiting may take before they are killed like the rest.
+const EXIT_PATIENCE: Duration = Duration::from_millis(50);
 
 struct Watch<'a> {
     spec: &'a InitSpec,
@@ -303,23 +305,46 @@ impl<'a> Watch<'a> {
     ///
     /// It looks before it kills: with no child left the init has no descendant at all, and an
     /// empty cgroup has no member, so the kill round (a walk of every process in /proc, about
-    /// 2-3 ms) would signal nobody.
+    /// 2-3 ms) would signal nobody. Members that are already exiting (a wrapper tool's PID 1
+    /// tearing down its namespaces after the tool returned) get a short wait for their
+    /// SIGCHLD first: a freeze would stall on them and a signal would change nothing.
     fn kill_everything(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(5);
+        let mut patient = true;
         loop {
             let no_children = self.reap_all();
-            let cgroup_empty = self
-                .run
-                .cgroup
-                .as_ref()
-                .is_none_or(|c| c.pids().map(|p| p.is_empty()).unwrap_or(true));
-            if (no_children && cgroup_empty) || Instant::now() >= deadline {
+            let members = self.cgroup_members();
+            if (no_children && members.is_empty()) || Instant::now() >= deadline {
                 return;
             }
-            self.signal_tree(Signal::SIGKILL);
-            if !self.reap_all() {
-                std::thread::sleep(Duration::from_millis(2));
+            patient = patient
+                && start.elapsed() < EXIT_PATIENCE
+                && !members.is_empty()
+                && members.iter().all(|&pid| tree::is_exiting(pid));
+            if !patient {
+                self.signal_tree(Signal::SIGKILL);
             }
+            if !self.reap_all() {
+                self.wait_for_child_event(Duration::from_millis(2));
+            }
+        }
+    }
+
+    fn cgroup_members(&self) -> Vec<i32> {
+        self.run
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.pids().ok())
+            .unwrap_or_default()
+    }
+
+    /// Sleeps until a child changes state (SIGCHLD on the signalfd) or `timeout` passes.
+    fn wait_for_child_event(&self, timeout: Duration) {
+        let mut fds = [PollFd::new(self.run.signals.as_fd(), PollFlags::POLLIN)];
+        let timeout = PollTimeout::try_from(timeout.as_millis() as u64).unwrap_or(PollTimeout::MAX);
+        if poll(&mut fds, timeout).unwrap_or(0) > 0 {
+            while self.run.signals.read_signal().ok().flatten().is_some() {}
         }
     }
 

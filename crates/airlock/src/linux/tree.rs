@@ -13,6 +13,26 @@ pub fn parent_from_stat(stat: &str) -> Option<i32> {
     after_name.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Whether `/proc/<pid>/stat` shows a process that is already exiting (`PF_EXITING`): it can
+/// no longer run code, so it needs no signal, only time to finish.
+pub fn stat_shows_exiting(stat: &str) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let after_name = match stat.rfind(')') {
+        Some(end) => &stat[end + 1..],
+        None => return false,
+    };
+    after_name
+        .split_whitespace()
+        .nth(6)
+        .and_then(|flags| flags.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_EXITING != 0)
+}
+
+/// Whether `pid` is already exiting (false when it is gone or unreadable).
+pub fn is_exiting(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat_shows_exiting(&stat))
+}
+
 /// Every process on the host and its parent.
 fn process_parents() -> HashMap<i32, i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -65,6 +85,20 @@ mod tests {
         assert_eq!(parent_from_stat("42 (a) b) c) S 7 42 42 0"), Some(7));
         assert_eq!(parent_from_stat("1 (init) S 0 1 1"), Some(0));
         assert_eq!(parent_from_stat("garbage"), None);
+    }
+
+    #[test]
+    fn exiting_is_read_from_the_flags_field() {
+        let exiting = "628 (bw) r) R 623 628 628 0 -1 4194636 80 62 0 0";
+        let running = "628 (bwrap) R 623 628 628 0 -1 4194624 80 62 0 0";
+        assert!(stat_shows_exiting(exiting));
+        assert!(!stat_shows_exiting(running));
+        assert!(!stat_shows_exiting("garbage"));
+    }
+
+    #[test]
+    fn a_live_process_is_not_exiting() {
+        assert!(!is_exiting(std::process::id() as i32));
     }
 
     #[test]
