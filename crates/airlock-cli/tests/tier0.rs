@@ -490,8 +490,11 @@ fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // SIGKILL both airlock and its init: nobody is left to clean up.
-    let init = all_processes_with(airlock::init::INIT_ARG)
-        .into_iter()
+    // The init is the CLI's one child process (forked or re-executed).
+    let init = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .find(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             let after_name = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
@@ -521,6 +524,10 @@ fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
         "expected the orphan to survive the double kill"
     );
     leftovers.iter().for_each(|p| age(p));
+    // Runs sweep at most every few seconds; make this one due.
+    let _ = std::fs::remove_file(
+        std::path::Path::new("/run/airlock").join(airlock::supervisor::SWEEP_STAMP),
+    );
     let result = run_json(TIER0, &["/bin/true"]);
     assert_eq!(status(&result), "exited");
     assert!(

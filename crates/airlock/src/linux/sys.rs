@@ -20,15 +20,50 @@ pub enum Forked {
 
 /// Forks the calling process.
 ///
-/// Only airlock's init calls this, and the init is single-threaded (it is a freshly exec'd
-/// process that never starts threads), so the child may run any code, not only
-/// async-signal-safe functions.
+/// Only airlock's init calls this, and the init is single-threaded (it never starts threads,
+/// and it was forked from a single-threaded supervisor or freshly exec'd), so the child may
+/// run any code, not only async-signal-safe functions.
 pub fn fork_single_threaded() -> io::Result<Forked> {
     // SAFETY: the caller is the single-threaded init (see above), so no other thread can hold
     // a lock (malloc, stdio) that would stay locked forever in the child.
     match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
         ForkResult::Parent { child } => Ok(Forked::Parent(child)),
         ForkResult::Child => Ok(Forked::Child),
+    }
+}
+
+/// Forks the calling process if it has exactly one thread, so that the child may run any
+/// code; `None` when other threads exist (their locks could stay held in the child).
+pub fn fork_if_single_threaded() -> io::Result<Option<Forked>> {
+    // Only this thread could start another one, so the count cannot change under us.
+    if std::fs::read_dir("/proc/self/task")?.count() != 1 {
+        return Ok(None);
+    }
+    // SAFETY: the process has one thread (checked above), the condition under which
+    // `fork_single_threaded` is sound.
+    match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
+        ForkResult::Parent { child } => Ok(Some(Forked::Parent(child))),
+        ForkResult::Child => Ok(Some(Forked::Child)),
+    }
+}
+
+/// Sets every signal the process catches back to its default action, as exec would; ignored
+/// signals stay ignored. For a forked child that will not exec.
+pub fn reset_caught_signals() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for signal in Signal::iterator() {
+        if matches!(signal, Signal::SIGKILL | Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL (or putting back SIG_IGN) runs no code of ours in a
+        // signal context.
+        if let Ok(previous) = unsafe { sigaction(signal, &default) } {
+            if previous.handler() == SigHandler::SigIgn {
+                // SAFETY: as above.
+                let _ = unsafe { sigaction(signal, &previous) };
+            }
+        }
     }
 }
 

@@ -2,28 +2,27 @@
 //! (`airlock __init`), feeds stdin, drains output under caps, relays cancellation and turns
 //! the init's report into a [`RunResult`].
 
+mod init_process;
 mod output;
 mod runtime;
 mod sweep;
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use init_process::{InitLaunch, InitPipes, InitProcess, InitStdio};
 pub use output::{Drained, OutputSink, StreamKind};
 pub use runtime::{new_run_id, runtime_dir};
-pub use sweep::sweep as sweep_abandoned_runs;
+pub use sweep::{sweep as sweep_abandoned_runs, SWEEP_STAMP};
 
 use crate::backend::{self, Backend, PlanContext};
 use crate::error::Error;
-use crate::init::INIT_ARG;
 use crate::layer::Layer;
-use crate::linux::sys;
 use crate::policy::{BackendChoice, OutputLimitAction, Policy};
 use crate::result::{RunResult, RunStatus};
 use crate::sandbox::cgroup::{CgroupConfig, CgroupLimits};
@@ -249,7 +248,7 @@ impl Prepared {
         let runtime = runtime_dir(options.runtime_dir.as_deref())?;
         let cgroup_config =
             (!options.no_cgroup).then(|| options.cgroup.clone().unwrap_or_default());
-        sweep::sweep(&runtime, cgroup_config.as_ref());
+        sweep::sweep_if_due(&runtime, cgroup_config.as_ref());
         let run_dir = runtime.join(&run_id);
         let (workdir, fresh) = match &policy.filesystem.workdir {
             Some(dir) => (prepare_callers_workdir(dir)?, false),
@@ -489,7 +488,7 @@ fn cgroup_request(
 /// A running program.
 #[derive(Debug)]
 pub struct RunHandle {
-    init: std::process::Child,
+    init: InitProcess,
     control: Arc<Mutex<std::fs::File>>,
     events_reader: JoinHandle<Vec<InitEvent>>,
     stdout_reader: Option<JoinHandle<Drained>>,
@@ -532,50 +531,25 @@ fn launch(command: Command, prepared: Prepared) -> Result<RunHandle, Error> {
     let policy = &command.sandbox.policy;
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
-    let program = init_program(&command.sandbox.options);
-    let mut init = std::process::Command::new(&program);
-    init.arg(INIT_ARG).env_clear();
-    let (stdin, stdout, stderr) = stdio_for(&command)?;
-    init.stdin(stdin);
-    let mut out_pipes = (None, None);
-    init.stdout(match stdout {
-        Some((read, write)) => {
-            out_pipes.0 = Some(read);
-            Stdio::from(write)
-        }
-        None => Stdio::inherit(),
-    });
-    init.stderr(match stderr {
-        Some((read, write)) => {
-            out_pipes.1 = Some(read);
-            Stdio::from(write)
-        }
-        None => Stdio::inherit(),
-    });
-    sys::map_fds_on_spawn(
-        &mut init,
-        [
-            (control_read.as_raw_fd(), crate::init::CONTROL_FD),
-            (events_write.as_raw_fd(), crate::init::EVENTS_FD),
-        ],
-    );
-    let mut child = init.spawn().map_err(|source| Error::Spawn {
-        program: program.clone(),
-        cause: source,
-    })?;
-    drop((control_read, events_write, init));
+    let (stdio, stdin_bytes, out_pipes) = stdio_for(&command)?;
+    let launch = init_launch(&command.sandbox.options);
+    let pipes = InitPipes {
+        control: control_read,
+        events: events_write,
+    };
+    let mut child = init_process::start(&launch, stdio, pipes)?;
     let mut control = std::fs::File::from(control_write);
     if let Err(e) = write_spec(&mut control, &spec) {
-        let _ = child.kill();
+        child.kill();
         let _ = child.wait();
         return Err(Error::io("cannot send the run spec to the init", e));
     }
     let control = Arc::new(Mutex::new(control));
-    let stdin_writer = match (&command.stdin, child.stdin.take()) {
-        (Input::Bytes(bytes), Some(mut pipe)) => {
+    let stdin_writer = match (&command.stdin, stdin_bytes) {
+        (Input::Bytes(bytes), Some(pipe)) => {
             let bytes = bytes.clone();
             Some(std::thread::spawn(move || {
-                let _ = pipe.write_all(&bytes);
+                let _ = std::fs::File::from(pipe).write_all(&bytes);
             }))
         }
         _ => None,
@@ -637,27 +611,49 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
         .map_err(|e| Error::io("cannot create a pipe", e.into()))
 }
 
-type PipePair = Option<(OwnedFd, OwnedFd)>;
+/// The read ends of the program's stdout and stderr pipes (none on a terminal).
+type OutputPipes = (Option<OwnedFd>, Option<OwnedFd>);
 
-fn stdio_for(command: &Command) -> Result<(Stdio, PipePair, PipePair), Error> {
-    let stdin = match command.stdin {
-        Input::Inherit => Stdio::inherit(),
-        Input::Null => Stdio::null(),
-        Input::Bytes(_) => Stdio::piped(),
-    };
-    if command.tty {
-        return Ok((stdin, None, None));
+/// The init's stdio, the write end of a stdin pipe to fill, and the output pipes to drain.
+fn stdio_for(command: &Command) -> Result<(InitStdio, Option<OwnedFd>, OutputPipes), Error> {
+    let mut stdio = InitStdio::default();
+    let mut stdin_bytes = None;
+    match command.stdin {
+        Input::Inherit => {}
+        Input::Null => {
+            let null = std::fs::File::open("/dev/null")
+                .map_err(|e| Error::io("cannot open /dev/null", e))?;
+            stdio.stdin = Some(null.into());
+        }
+        Input::Bytes(_) => {
+            let (read, write) = pipe()?;
+            stdio.stdin = Some(read);
+            stdin_bytes = Some(write);
+        }
     }
-    Ok((stdin, Some(pipe()?), Some(pipe()?)))
+    if command.tty {
+        return Ok((stdio, stdin_bytes, (None, None)));
+    }
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    stdio.stdout = Some(stdout_write);
+    stdio.stderr = Some(stderr_write);
+    Ok((stdio, stdin_bytes, (Some(stdout_read), Some(stderr_read))))
 }
 
-fn init_program(options: &SandboxOptions) -> PathBuf {
-    options
+/// An explicit init program (option or `AIRLOCK_INIT`) is always executed; otherwise the
+/// supervisor may fork the init from itself.
+fn init_launch(options: &SandboxOptions) -> InitLaunch {
+    let explicit = options
         .init_program
         .clone()
-        .or_else(|| std::env::var_os("AIRLOCK_INIT").map(PathBuf::from))
-        .or_else(|| std::env::current_exe().ok())
-        .unwrap_or_else(|| PathBuf::from("airlock"))
+        .or_else(|| std::env::var_os("AIRLOCK_INIT").map(PathBuf::from));
+    InitLaunch {
+        may_fork: explicit.is_none(),
+        program: explicit
+            .or_else(|| std::env::current_exe().ok())
+            .unwrap_or_else(|| PathBuf::from("airlock")),
+    }
 }
 
 fn write_spec(control: &mut std::fs::File, spec: &InitSpec) -> std::io::Result<()> {

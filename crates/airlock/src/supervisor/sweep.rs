@@ -16,6 +16,13 @@ use crate::sandbox::cgroup::CgroupConfig;
 /// anything older than this with a dead supervisor is abandoned.
 const ABANDONED_AFTER: Duration = Duration::from_secs(30);
 
+/// Runs sweep at most this often: a sweep reads the runtime directory and every cgroup
+/// hierarchy (about 0.5 ms), and nothing is abandoned before [`ABANDONED_AFTER`] anyway.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// The file in the runtime directory whose modification time is the last sweep.
+pub const SWEEP_STAMP: &str = ".last-sweep";
+
 /// The supervisor pid encoded in a run id (`run-<pid>-<time>-<n>`).
 pub fn supervisor_pid(run_id: &str) -> Option<i32> {
     run_id.strip_prefix("run-")?.split('-').next()?.parse().ok()
@@ -61,6 +68,21 @@ pub fn sweep(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) -> usize {
     swept
 }
 
+/// Sweeps unless another run did within [`SWEEP_EVERY`].
+pub fn sweep_if_due(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) {
+    let stamp = runtime_dir.join(SWEEP_STAMP);
+    let recent = std::fs::metadata(&stamp)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < SWEEP_EVERY);
+    if recent {
+        return;
+    }
+    let touched = std::fs::File::create(&stamp).and_then(|f| f.set_modified(SystemTime::now()));
+    if touched.is_ok() {
+        sweep(runtime_dir, cgroup);
+    }
+}
+
 /// `<root>/<parent>` for a v2 root and `<root>/<controller>/<parent>` for each v1 hierarchy.
 fn cgroup_parents(cgroup: &CgroupConfig) -> Vec<PathBuf> {
     let mut parents = vec![cgroup.root.join(&cgroup.parent)];
@@ -104,6 +126,28 @@ mod tests {
         assert_eq!(supervisor_pid("run-4242-283b6ab63dc2-0"), Some(4242));
         assert_eq!(supervisor_pid("airlock"), None);
         assert_eq!(supervisor_pid("run-x-1"), None);
+    }
+
+    #[test]
+    fn a_sweep_is_skipped_while_the_last_one_is_recent() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join("run-999999999-1-0");
+        std::fs::create_dir(&dead).unwrap();
+        let old = SystemTime::now() - Duration::from_secs(120);
+        std::fs::File::open(&dead)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        std::fs::File::create(dir.path().join(SWEEP_STAMP)).unwrap();
+        sweep_if_due(dir.path(), None);
+        assert!(dead.exists(), "swept although the last sweep was just now");
+        let stamp = std::fs::File::open(dir.path().join(SWEEP_STAMP)).unwrap();
+        stamp.set_modified(old).unwrap();
+        sweep_if_due(dir.path(), None);
+        assert!(
+            !dead.exists(),
+            "not swept although the last sweep was long ago"
+        );
     }
 
     #[test]

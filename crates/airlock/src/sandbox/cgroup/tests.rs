@@ -31,6 +31,7 @@ fn cfg_at(root: &Path) -> CgroupConfig {
     CgroupConfig {
         root: root.to_path_buf(),
         parent: "airlock".to_string(),
+        keep_parent: false,
     }
 }
 
@@ -255,6 +256,23 @@ fn fake_hybrid_host_prefers_v1_and_explains_why() {
 }
 
 #[test]
+fn by_default_the_emptied_parent_is_kept_for_the_next_run() {
+    let tree = fake_hybrid(&[]);
+    let cfg = CgroupConfig {
+        keep_parent: true,
+        ..cfg_at(tree.path())
+    };
+    let run = RunCgroup::create(&cfg, "r1", &all_limits()).unwrap();
+    run.remove().unwrap();
+    for hierarchy in ["cpu,cpuacct", "freezer", "memory", "pids"] {
+        let parent = tree.path().join(hierarchy).join("airlock");
+        assert!(parent.is_dir(), "{hierarchy}: parent removed");
+        assert!(!parent.join("r1").exists(), "{hierarchy}: run left behind");
+    }
+    assert!(CgroupConfig::default().keep_parent);
+}
+
+#[test]
 fn fake_v1_create_writes_limits_in_each_hierarchy() {
     let tree = fake_hybrid(&[]);
     let root = tree.path();
@@ -463,6 +481,7 @@ fn real_cfg(test: &str) -> Option<CgroupConfig> {
     }
     let cfg = CgroupConfig {
         parent: format!("airlock-test-{}-{test}", std::process::id()),
+        keep_parent: false,
         ..CgroupConfig::default()
     };
     let support = probe(&cfg);
@@ -727,6 +746,7 @@ fn real_v2_core_features_kill_and_account_without_controllers() {
     let cfg = CgroupConfig {
         root: v2.path.clone(),
         parent: format!("airlock-test-{}-v2core", std::process::id()),
+        keep_parent: false,
     };
     let run = RunGuard(Some(
         RunCgroup::create(&cfg, "run", &CgroupLimits::default()).unwrap(),

@@ -75,13 +75,14 @@ pub(super) fn create(
     let mut run = RunCgroup {
         version: CgroupVersion::V1,
         dirs: Vec::new(),
+        keep_parent: cfg.keep_parent,
     };
     let outcome =
         create_dirs(layout, cfg, run_id, &mut run).and_then(|()| apply_limits(&run.dirs, limits));
     match outcome {
         Ok(()) => Ok(run),
         Err(err) => {
-            let _ = run.remove_dirs();
+            let _ = run.roll_back();
             Err(err)
         }
     }

@@ -87,13 +87,14 @@ pub(super) fn create(
             controllers: run_controllers(&path),
             path,
         }],
+        keep_parent: cfg.keep_parent,
     };
     let outcome = check_delegated(&run.dirs[0], &requested)
         .and_then(|()| apply_limits(&run.dirs[0].path, limits));
     match outcome {
         Ok(()) => Ok(run),
         Err(err) => {
-            let _ = run.remove_dirs();
+            let _ = run.roll_back();
             run.dirs.clear();
             Err(err)
         }
