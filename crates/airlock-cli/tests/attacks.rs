@@ -68,14 +68,6 @@ fn known_gaps(backend: Option<&str>, flags: &[&str]) -> &'static [&'static str] 
         .map_or(&[][..], |(_, _, gaps)| *gaps)
 }
 
-/// Attacks a backend is known to lose, left out of its suite with the reason printed (and
-/// documented in docs/isolation.md): a containment failure, not a reported gap.
-const KNOWN_ESCAPES: &[(&[&str], &str, &str)] = &[(
-    &["--container-runtime", "podman"],
-    "supervisor_and_init_killed",
-    "conmon daemonizes, so a container outlives a SIGKILLed init until the next run's sweep",
-)];
-
 /// Suites share host-wide state (cgroups, /run/airlock, uid 65534's process count): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -1412,12 +1404,6 @@ fn run_suite_on_with(
     let started = Instant::now();
     let mut table = attacks();
     assert!(table.len() >= 35, "the suite must keep at least 35 attacks");
-    for (flags, attack, why) in KNOWN_ESCAPES {
-        if *flags == backend_flags && mode != Mode::Escape {
-            eprintln!("KNOWN ESCAPE, not run: {attack}: {why}");
-            table.retain(|a| a.name != *attack);
-        }
-    }
     if mode == Mode::Weakened {
         table.retain(|a| WEAKENINGS.iter().any(|w| w.attack == a.name));
         assert_eq!(

@@ -128,3 +128,114 @@ fn podman_names() -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// conmon daemonizes, so nothing ties the container to the init. When the supervisor and the
+/// init are both SIGKILLed, podman's guard (a child subreaper that outlives the init) must kill
+/// conmon and the container at once and remove the run directory, which holds podman's whole
+/// state. The run's cgroups are left, empty, to the next run's sweep: this test removes them,
+/// and `rmdir` succeeds only on a cgroup without processes.
+#[test]
+fn podman_container_dies_with_its_killed_supervisor_and_init() {
+    require_runtime!(PODMAN);
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    let marker = format!("1000.{}", std::process::id());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["run", "--backend", "container"])
+        .args(PODMAN.flags)
+        .args(["--", "/bin/sh", "-c", &format!("pwd; exec sleep {marker}")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("airlock starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let run_dir = std::path::Path::new(line.trim())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let run_id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    let program = format!("sleep {marker} ");
+    let started = Instant::now();
+    while !processes_with(&marker)
+        .iter()
+        .any(|p| p.starts_with(&program))
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "no container");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The init shares the supervisor's process group; the guard and podman have their own.
+    let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
+    nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let leftover = || {
+        let mut alive = processes_with(&marker);
+        alive.extend(processes_with(&run_id));
+        alive
+    };
+    while (!leftover().is_empty() || run_dir.exists()) && killed.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        leftover(),
+        Vec::<String>::new(),
+        "the run outlived its init"
+    );
+    assert!(!run_dir.exists(), "podman's state in {run_dir:?} survived");
+    assert_eq!(podman_names_in(&run_dir), Vec::<String>::new());
+    std::fs::remove_dir_all(&run_dir).unwrap();
+    remove_empty_run_cgroups(&run_id);
+    PODMAN.assert_no_leftovers(&run_dir, &run_id);
+}
+
+/// The command lines of the host's processes that contain `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|p| p.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
+        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        .filter(|cmdline| cmdline.contains(needle))
+        .collect()
+}
+
+/// What `podman ps -a` lists with the run's own state directories (which it creates afresh
+/// when they are gone).
+fn podman_names_in(run_dir: &std::path::Path) -> Vec<String> {
+    let dir = |name: &str| run_dir.join(name).display().to_string();
+    let output = std::process::Command::new("podman")
+        .args([
+            "--root",
+            &dir("pr"),
+            "--runroot",
+            &dir("pu"),
+            "--tmpdir",
+            &dir("pt"),
+        ])
+        .args(["--storage-driver", "vfs", "--events-backend", "none"])
+        .args(["ps", "-a", "--format", "{{.Names}}"])
+        .output()
+        .expect("podman ps runs");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn remove_empty_run_cgroups(run_id: &str) {
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+        let cgroup = hierarchy.path().join("airlock").join(run_id);
+        if cgroup.exists() {
+            std::fs::remove_dir(&cgroup)
+                .unwrap_or_else(|e| panic!("{} is not empty: {e}", cgroup.display()));
+        }
+    }
+}

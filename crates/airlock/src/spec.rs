@@ -132,6 +132,12 @@ pub struct WrapSpec {
     /// which the init reports as a setup failure instead of the program's exit.
     #[serde(default)]
     pub status_fd: Option<i32>,
+    /// The tool daemonizes helpers that nothing ties to the init (podman's conmon and the
+    /// container under it): the init's child stays behind as the tool's parent, a child
+    /// subreaper that mirrors the tool's exit and, should the init die, kills every process
+    /// under it (see `init::wrapped`).
+    #[serde(default)]
+    pub guard_tool_tree: bool,
 }
 
 /// A file written by the init for a wrapped run; a path ending in `/` is a directory.

@@ -1,15 +1,24 @@
 //! Wrapped runs: after Tier 0 the init execs an external sandbox tool (bwrap, runsc, runc)
 //! with the program's argv appended. The tool builds the boundary; the init keeps watching
 //! the tree, the clocks and the cgroup exactly as for the other backends.
+//!
+//! A tool whose helpers daemonize (podman: conmon double-forks, and the container is
+//! conmon's child) gets a guard: see [`split_off_guard`].
 
 use std::convert::Infallible;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
 
 use super::child::{finish_and_exec_with, send_setup, SetupMessage};
 use crate::layer::Layer;
-use crate::linux::sys;
+use crate::linux::sys::{self, Forked};
+use crate::linux::tree;
 use crate::result::RunStatus;
 use crate::sandbox::seccomp;
 use crate::spec::{Confinement, InitSpec, Outcome, WrapSpec};
@@ -46,8 +55,118 @@ pub(super) fn exec(
     finish_and_exec_with(spec, layers, || {
         sys::place_fds_inheritable(&placed)
             .map_err(|e| format!("cannot pass the seccomp filters to {tool}: {e}"))?;
+        if wrap.guard_tool_tree {
+            split_off_guard(spec)?;
+        }
         Ok((Path::new(tool).to_path_buf(), argv.clone()))
     })
+}
+
+/// The guard's parent-death signal: the init's death must wake it, not kill it.
+const INIT_GONE: Signal = Signal::SIGUSR1;
+/// How long a guard whose init died keeps killing a tree that keeps forking.
+const KILL_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Forks the tool off this process, which stays behind as the tool's guard; returns in the
+/// tool's process only.
+///
+/// Why: podman's conmon daemonizes and the container is conmon's child, so no parent-death
+/// signal reaches them, and once the init is gone (SIGKILLed with the supervisor) nothing
+/// else would stop them. The guard is a child subreaper, so conmon and the container are
+/// reparented to it instead of escaping; when the init dies the guard kills every process
+/// under it (the container's PID 1 takes its whole PID namespace along) and removes the run
+/// directory, which holds podman's state. It runs as host root outside the container's
+/// namespaces: the program can neither see nor signal it. While the init lives, the guard
+/// only mirrors the tool's exit (128+N for a signal, as the tools themselves report it), so
+/// the init sees the same child, status and output pipes as without it.
+fn split_off_guard(spec: &InitSpec) -> Result<(), String> {
+    let init = nix::unistd::getppid();
+    // The init's SIGTERM on a stop is meant for the tool, which gets it too.
+    let blocked: SigSet = [
+        Signal::SIGCHLD,
+        INIT_GONE,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ]
+    .into_iter()
+    .collect();
+    blocked
+        .thread_block()
+        .map_err(|e| format!("cannot block the guard's signals: {e}"))?;
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
+    // Replaces the SIGKILL set for the init's death, with no moment when neither is set.
+    nix::sys::prctl::set_pdeathsig(INIT_GONE)
+        .map_err(|e| format!("cannot set the guard's parent-death signal: {e}"))?;
+    match sys::fork_single_threaded().map_err(|e| format!("cannot fork the tool: {e}"))? {
+        Forked::Parent(tool) => guard(spec, init, tool),
+        // The signal mask is reset right before the exec.
+        Forked::Child => nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+            .map_err(|e| format!("cannot set the tool's parent-death signal: {e}")),
+    }
+}
+
+fn guard(spec: &InitSpec, init: Pid, tool: Pid) -> ! {
+    // The setup pipe must reach EOF at the tool's exec, the program's output when it ends.
+    let _ = sys::close_from(0);
+    let waited: SigSet = [Signal::SIGCHLD, INIT_GONE].into_iter().collect();
+    loop {
+        match waited.wait() {
+            Ok(Signal::SIGCHLD) => {
+                if let Some(code) = reap_children(tool) {
+                    sys::exit_now(code)
+                }
+            }
+            Ok(_) if nix::unistd::getppid() != init => {
+                kill_descendants();
+                if !spec.keep {
+                    super::remove_tree(&spec.run_dir);
+                }
+                sys::exit_now(1)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reaps every ended child; the tool's exit code once the tool is among them.
+fn reap_children(tool: Pid) -> Option<i32> {
+    loop {
+        match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == tool => return Some(code),
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == tool => {
+                return Some(128 + signal as i32)
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// SIGKILLs every descendant and reaps until no child is left: whatever a death orphans
+/// comes back to the guard, so no child means no descendant.
+fn kill_descendants() {
+    let guard = nix::unistd::getpid();
+    let deadline = Instant::now() + KILL_DEADLINE;
+    while Instant::now() < deadline {
+        tree::signal_descendants(guard, Signal::SIGKILL);
+        if no_child_left() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn no_child_left() -> bool {
+    loop {
+        match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => return false,
+            Ok(_) => {}
+            Err(_) => return true,
+        }
+    }
 }
 
 /// The pipe a wrapped tool reports its status on, when it has one: (read end, write end).

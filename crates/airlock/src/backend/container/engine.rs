@@ -4,8 +4,10 @@
 //! podman: the root is the bundle's skeleton directory (`--rootfs`), and all of podman's own
 //! state (its database, storage, locks, conmon's files) lives under the run directory
 //! (`--root`/`--runroot`/`--tmpdir`), so the init's removal of the run directory removes it
-//! too and the host's `podman ps -a` never lists a run. conmon daemonizes, but the init is a
-//! child subreaper, so conmon and the container stay in the tree the init kills.
+//! too and the host's `podman ps -a` never lists a run. conmon daemonizes: podman runs under
+//! a guard (`WrapSpec::guard_tool_tree`), a child subreaper that conmon and the container are
+//! reparented to, which the init kills with its tree and which kills them itself if the init
+//! is SIGKILLed.
 //!
 //! docker: no `--rootfs`: the container starts from `airlock/empty:1`, an image imported once
 //! from an empty tar, with the system directories bound read-only. The container is the

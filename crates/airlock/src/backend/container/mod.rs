@@ -249,6 +249,8 @@ fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         no_cgroup_pids_limit: own_cgroup,
         notes,
         cleanup_dirs,
+        // conmon daemonizes: only a guard that outlives the init stops it (and the container).
+        guard_tool_tree: true,
         ..WrapSpec::default()
     }
 }
