@@ -53,12 +53,7 @@ struct Pair {
 
 impl Pair {
     fn argv(&self) -> Vec<String> {
-        self.tool
-            .prefix
-            .iter()
-            .chain(&self.workload.argv)
-            .cloned()
-            .collect()
+        self.tool.argv(&self.workload)
     }
 
     fn label(&self) -> String {
@@ -132,13 +127,19 @@ fn make_pairs(args: &Args, airlock: &std::path::Path, notes: &mut Vec<String>) -
     workloads
         .iter()
         .flat_map(|workload| {
-            tools.iter().map(|tool| Pair {
-                tool: tool.clone(),
-                workload: workload.clone(),
-                samples: Vec::new(),
-                cpu: Vec::new(),
-                failures: Vec::new(),
-            })
+            tools
+                .iter()
+                .filter(|tool| {
+                    tool.per_workload.is_empty()
+                        || tool.per_workload.iter().any(|(w, _)| *w == workload.name)
+                })
+                .map(|tool| Pair {
+                    tool: tool.clone(),
+                    workload: workload.clone(),
+                    samples: Vec::new(),
+                    cpu: Vec::new(),
+                    failures: Vec::new(),
+                })
         })
         .collect()
 }

@@ -8,6 +8,27 @@ pub struct Tool {
     /// Short name used in tables and in `--tools`.
     pub name: String,
     pub prefix: Vec<String>,
+    /// Whole command lines for tools whose config carries the program (an OCI bundle per
+    /// workload), by workload name; these win over `prefix`.
+    pub per_workload: Vec<(&'static str, Vec<String>)>,
+}
+
+impl Tool {
+    fn prefixed(name: &str, prefix: Vec<String>) -> Tool {
+        Tool {
+            name: name.to_string(),
+            prefix,
+            per_workload: Vec::new(),
+        }
+    }
+
+    /// The command line that starts `workload` with this tool.
+    pub fn argv(&self, workload: &Workload) -> Vec<String> {
+        if let Some((_, argv)) = self.per_workload.iter().find(|(w, _)| *w == workload.name) {
+            return argv.clone();
+        }
+        self.prefix.iter().chain(&workload.argv).cloned().collect()
+    }
 }
 
 /// A program to start, as argv.
@@ -110,10 +131,137 @@ fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
         setuid: false,
     };
     let argv = bwrap_args(&ctx, &install, &layout);
-    Ok(Tool {
-        name: BWRAP_SAME_ARGS.to_string(),
-        prefix: without_descriptor_flags(argv),
-    })
+    Ok(Tool::prefixed(
+        BWRAP_SAME_ARGS,
+        without_descriptor_flags(argv),
+    ))
+}
+
+/// The peers that run airlock's generated OCI bundle (or podman argv) directly: the same tool
+/// with the same config, minus airlock's supervisor, init, cgroup and Tier 0.
+const SAME_CONFIG_PEERS: &[(&str, &str, airlock::policy::ContainerRuntime)] = {
+    use airlock::policy::ContainerRuntime::{Crun, Podman, Runc};
+    &[
+        ("runc-airlock-bundle", "container", Runc),
+        ("crun-airlock-bundle", "container", Crun),
+        ("podman-airlock-argv", "container", Podman),
+        ("runsc-airlock-bundle", "gvisor", Runc),
+    ]
+};
+
+/// Each same-config peer, planned by the library for every workload and written to the
+/// scratch directory once, as airlock's init would write it for a run. The program runs as
+/// the tool's config says (uid 65534 in a user namespace where the backend maps one); what the
+/// tool needs from a run's cgroup it creates itself (no run cgroup is passed).
+fn same_config_peers(notes: &mut Vec<String>) -> Vec<Tool> {
+    let mut peers = Vec::new();
+    for (name, backend, runtime) in SAME_CONFIG_PEERS {
+        let mut tool = Tool::prefixed(name, Vec::new());
+        for workload in all_workloads() {
+            match planned_command(name, backend, *runtime, &workload) {
+                Ok(argv) => tool.per_workload.push((workload.name, argv)),
+                Err(why) => notes.push(format!("{name} / {}: {why}, skipped", workload.name)),
+            }
+        }
+        if !tool.per_workload.is_empty() {
+            peers.push(tool);
+        }
+    }
+    peers
+}
+
+fn planned_command(
+    name: &str,
+    backend: &str,
+    runtime: airlock::policy::ContainerRuntime,
+    workload: &Workload,
+) -> Result<Vec<String>, String> {
+    use airlock::backend::PlanContext;
+    use airlock::spec::Confinement;
+    let mut policy = airlock::policy::builtin("untrusted").ok_or("no untrusted profile")?;
+    policy.container.runtime = runtime;
+    let backend = airlock::backend::all_backends()
+        .into_iter()
+        .find(|b| b.name() == backend)
+        .ok_or_else(|| format!("no backend {backend}"))?;
+    let slug: String = workload
+        .name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let run_id = format!("{name}-{slug}");
+    let run_dir = scratch_dir().join(&run_id);
+    let workdir = run_dir.join("work");
+    let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
+    let ctx = PlanContext {
+        policy: &policy,
+        workdir: &workdir,
+        run_dir: &run_dir,
+        fresh_workdir: true,
+        keep: false,
+        tty: false,
+        run_id: &run_id,
+        argv: &workload.argv,
+        env: &env,
+        cgroup: None,
+    };
+    let Confinement::Wrapped(wrap) = backend.plan(&ctx).map_err(|e| e.to_string())? else {
+        return Err("the backend does not wrap a tool".into());
+    };
+    make_run_dirs(&run_dir)?;
+    for file in &wrap.files {
+        write_wrap_file(file)?;
+    }
+    // runc's `--keep` leaves the stopped container for airlock's init to inspect; a bare
+    // runc must delete it, or the next run with the same id is refused.
+    let mut argv: Vec<String> = wrap
+        .tool_argv
+        .into_iter()
+        .filter(|arg| arg != "--keep")
+        .collect();
+    if !wrap.argv_in_files {
+        argv.extend(workload.argv.iter().cloned());
+    }
+    Ok(argv)
+}
+
+/// The run directory as the init makes it: the program's directories belong to uid 65534.
+fn make_run_dirs(run_dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in [
+        run_dir.to_path_buf(),
+        run_dir.join("work"),
+        run_dir.join("tmp"),
+    ] {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        if dir != run_dir {
+            std::os::unix::fs::chown(&dir, Some(65534), Some(65534))
+                .map_err(|e| format!("cannot chown {}: {e}", dir.display()))?;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
+        }
+    }
+    std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| format!("chmod {}: {e}", run_dir.display()))
+}
+
+fn write_wrap_file(file: &airlock::spec::WrapFile) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = &file.path;
+    let is_dir = path.as_os_str().as_encoded_bytes().ends_with(b"/");
+    let dir = if is_dir {
+        path.as_path()
+    } else {
+        path.parent().unwrap_or(path)
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if !is_dir {
+        std::fs::write(path, &file.contents)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(file.mode))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
 /// Files the tools need while they are measured (this process's own directory).
@@ -154,10 +302,7 @@ fn airlock_tools(airlock: &Path, suffix: &str) -> Vec<Tool> {
         let mut prefix = vec![airlock.clone(), "run".to_string()];
         prefix.extend(strings(rest));
         prefix.push("--".to_string());
-        Tool {
-            name: format!("{name}{suffix}"),
-            prefix,
-        }
+        Tool::prefixed(&format!("{name}{suffix}"), prefix)
     };
     vec![
         tool("airlock-none", &["--dev", "--backend", "none"]),
@@ -166,6 +311,21 @@ fn airlock_tools(airlock: &Path, suffix: &str) -> Vec<Tool> {
         // bwrap and gVisor cannot cap inodes, which the untrusted profile refuses by default.
         tool("airlock-bwrap", &["--backend", "bwrap", "--allow-degraded"]),
         tool("airlock-container", &["--backend", "container"]),
+        tool(
+            "airlock-crun",
+            &["--backend", "container", "--container-runtime", "crun"],
+        ),
+        // podman binds the workdir and cannot cap inodes: a gap the profile refuses by default.
+        tool(
+            "airlock-podman",
+            &[
+                "--backend",
+                "container",
+                "--container-runtime",
+                "podman",
+                "--allow-degraded",
+            ],
+        ),
         tool(
             "airlock-gvisor",
             &["--backend", "gvisor", "--allow-degraded"],
@@ -180,26 +340,25 @@ pub fn all_tools(airlock: &Path, baseline: Option<&Path>, notes: &mut Vec<String
     bwrap.extend(strings(BWRAP_FLAGS));
     bwrap.push("--".to_string());
     let mut candidates = vec![
-        Tool {
-            name: BARE.to_string(),
-            prefix: Vec::new(),
-        },
-        Tool {
-            name: "unshare".to_string(),
-            prefix: strings(&["unshare", "-Urnpf", "--mount-proc", "--"]),
-        },
-        Tool {
-            name: BWRAP.to_string(),
-            prefix: bwrap,
-        },
-        Tool {
-            name: "runsc-do".to_string(),
-            prefix: strings(&["runsc", "--network=none", "--platform=ptrace", "do"]),
-        },
+        Tool::prefixed(BARE, Vec::new()),
+        Tool::prefixed(
+            "unshare",
+            strings(&["unshare", "-Urnpf", "--mount-proc", "--"]),
+        ),
+        Tool::prefixed(BWRAP, bwrap),
+        Tool::prefixed(
+            "runsc-do",
+            strings(&["runsc", "--network=none", "--platform=ptrace", "do"]),
+        ),
     ];
     match bwrap_as_airlock_drives_it() {
         Ok(tool) => candidates.push(tool),
         Err(why) => notes.push(format!("{BWRAP_SAME_ARGS}: {why}, skipped")),
+    }
+    if nix::unistd::geteuid().is_root() {
+        candidates.extend(same_config_peers(notes));
+    } else {
+        notes.push("same-config runc/crun/podman/runsc peers: need root, skipped".into());
     }
     if let Some(baseline) = baseline {
         candidates.extend(airlock_tools(baseline, BASELINE_SUFFIX));
@@ -207,12 +366,18 @@ pub fn all_tools(airlock: &Path, baseline: Option<&Path>, notes: &mut Vec<String
     candidates.extend(airlock_tools(airlock, ""));
     candidates
         .into_iter()
-        .filter(|tool| match tool.prefix.first() {
-            Some(program) if find_program(program).is_none() => {
-                notes.push(format!("{}: {program} not found, skipped", tool.name));
-                false
+        .filter(|tool| {
+            match tool
+                .prefix
+                .first()
+                .or(tool.per_workload.first().and_then(|(_, argv)| argv.first()))
+            {
+                Some(program) if find_program(program).is_none() => {
+                    notes.push(format!("{}: {program} not found, skipped", tool.name));
+                    false
+                }
+                _ => true,
             }
-            _ => true,
         })
         .collect()
 }
