@@ -155,10 +155,12 @@ const SAME_CONFIG_PEERS: &[(&str, &str, airlock::policy::ContainerRuntime)] = {
 /// tool needs from a run's cgroup it creates itself (no run cgroup is passed).
 fn same_config_peers(notes: &mut Vec<String>) -> Vec<Tool> {
     let mut peers = Vec::new();
-    for (name, backend, runtime) in SAME_CONFIG_PEERS {
+    for (index, (name, backend, runtime)) in SAME_CONFIG_PEERS.iter().enumerate() {
         let mut tool = Tool::prefixed(name, Vec::new());
         for workload in all_workloads() {
-            match planned_command(name, backend, *runtime, &workload) {
+            // Short: podman refuses a runroot path over 50 characters.
+            let run_id = format!("p{index}-{}", workload.argv.len());
+            match planned_command(&run_id, backend, *runtime, &workload) {
                 Ok(argv) => tool.per_workload.push((workload.name, argv)),
                 Err(why) => notes.push(format!("{name} / {}: {why}, skipped", workload.name)),
             }
@@ -171,7 +173,7 @@ fn same_config_peers(notes: &mut Vec<String>) -> Vec<Tool> {
 }
 
 fn planned_command(
-    name: &str,
+    run_id: &str,
     backend: &str,
     runtime: airlock::policy::ContainerRuntime,
     workload: &Workload,
@@ -184,13 +186,7 @@ fn planned_command(
         .into_iter()
         .find(|b| b.name() == backend)
         .ok_or_else(|| format!("no backend {backend}"))?;
-    let slug: String = workload
-        .name
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .collect();
-    let run_id = format!("{name}-{slug}");
-    let run_dir = scratch_dir().join(&run_id);
+    let run_dir = scratch_dir().join(run_id);
     let workdir = run_dir.join("work");
     let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
     let ctx = PlanContext {
@@ -200,7 +196,7 @@ fn planned_command(
         fresh_workdir: true,
         keep: false,
         tty: false,
-        run_id: &run_id,
+        run_id,
         argv: &workload.argv,
         env: &env,
         cgroup: None,

@@ -175,6 +175,13 @@ fn doctor(json: bool) -> Result<u8> {
     for problem in &report.cgroup.problems {
         println!("  problem: {problem}");
     }
+    println!(
+        "runtime dir       {} ({})",
+        report.runtime_dir.path, report.runtime_dir.filesystem
+    );
+    if let Some(note) = &report.runtime_dir.note {
+        println!("  note: {note}");
+    }
     println!("\nbackends:");
     for b in &report.backends {
         println!(

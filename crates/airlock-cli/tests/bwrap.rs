@@ -339,6 +339,11 @@ fn untrusted_refuses_bwrap_by_default_for_its_missing_inode_cap() {
         warnings.contains("degraded") && warnings.contains("inode_quota"),
         "{result}"
     );
+    assert_eq!(
+        warnings.matches("inode_quota").count(),
+        1,
+        "the accepted gap is warned once: {result}"
+    );
     let isolation = result["isolation"].as_array().unwrap();
     assert!(isolation.contains(&Value::from("disk_quota")), "{result}");
     assert!(!isolation.contains(&Value::from("inode_quota")), "{result}");

@@ -17,6 +17,7 @@ pub struct DoctorReport {
     pub landlock_abi: u32,
     pub seccomp: bool,
     pub cgroup: CgroupReport,
+    pub runtime_dir: RuntimeDirReport,
     pub backends: Vec<BackendReport>,
     /// The programs the `container` backend can drive (`[container] runtime`), in the order
     /// `auto` tries them.
@@ -30,6 +31,15 @@ pub struct CgroupReport {
     pub version: Option<String>,
     pub controllers: Vec<String>,
     pub problems: Vec<String>,
+}
+
+/// Where run directories go, and whether that costs time.
+#[derive(Serialize, Debug, Clone)]
+pub struct RuntimeDirReport {
+    pub path: String,
+    /// `tmpfs`, `disk` (anything else), or `unknown` when it cannot be inspected.
+    pub filesystem: String,
+    pub note: Option<String>,
 }
 
 /// One backend on this host.
@@ -91,9 +101,39 @@ pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
             controllers: cgroups.controllers,
             problems: cgroups.problems,
         },
+        runtime_dir: runtime_dir_report(),
         backends,
         container_runtimes: container_runtimes(),
         profiles,
+    }
+}
+
+/// Every run creates its directory there, and a container or gVisor run writes an OCI bundle
+/// of about 80 entries: on a disk filesystem (measured here: ext4 without a journal, where
+/// creating an inode next to many recently deleted ones takes about 0.7 ms) that adds about
+/// 20 ms to a crun run (40.8 against 19.6 ms), which a tmpfs avoids.
+fn runtime_dir_report() -> RuntimeDirReport {
+    let Ok(path) = crate::supervisor::runtime_dir(None) else {
+        return RuntimeDirReport {
+            path: String::new(),
+            filesystem: "unknown".into(),
+            note: Some("no usable runtime directory (see the error of `airlock run`)".into()),
+        };
+    };
+    let on_tmpfs = nix::sys::statfs::statfs(&path)
+        .map(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+    let (filesystem, note) = match on_tmpfs {
+        Ok(true) => ("tmpfs", None),
+        Ok(false) => ("disk", Some(format!(
+            "runs create and remove their directories (and container/gVisor bundles) here; on a disk filesystem that costs time (measured on ext4 without a journal: about 20 ms per container run): mount a tmpfs on it (`mount -t tmpfs -o mode=0711 tmpfs {}`)",
+            path.display()
+        ))),
+        Err(_) => ("unknown", None),
+    };
+    RuntimeDirReport {
+        path: path.display().to_string(),
+        filesystem: filesystem.into(),
+        note,
     }
 }
 

@@ -37,6 +37,10 @@ pub struct InitSpec {
     pub require: Vec<Layer>,
     /// Run anyway when a required layer is missing.
     pub allow_degraded: bool,
+    /// Required layers the supervisor already found missing and reported with the reason
+    /// (the degradation the caller accepted); the init warns only about others.
+    #[serde(default)]
+    pub accepted_missing: Vec<Layer>,
     /// Give the program the caller's terminal as its controlling terminal.
     pub tty: bool,
 }

@@ -213,26 +213,37 @@ pub(super) fn finish_and_exec_with(
 }
 
 fn check_required(spec: &InitSpec, layers: &[Layer]) -> Result<(), String> {
-    let missing: Vec<String> = spec
+    let missing: Vec<Layer> = spec
         .require
         .iter()
+        .copied()
         .filter(|l| !layers.contains(l))
-        .map(|l| crate::result::layer_name(*l))
         .collect();
+    let names = |list: &[Layer]| {
+        let names: Vec<String> = list.iter().map(|l| crate::result::layer_name(*l)).collect();
+        names.join(", ")
+    };
     if missing.is_empty() {
         return Ok(());
     }
-    if spec.allow_degraded {
+    if !spec.allow_degraded {
+        return Err(format!(
+            "required layers are not in force: {}; fix the host (see `airlock doctor`) or pass --allow-degraded",
+            names(&missing)
+        ));
+    }
+    // The supervisor already reported, with the reason, what it knew would be missing.
+    let unreported: Vec<Layer> = missing
+        .into_iter()
+        .filter(|l| !spec.accepted_missing.contains(l))
+        .collect();
+    if !unreported.is_empty() {
         send_setup(&SetupMessage::Warning(format!(
             "degraded: required layers not in force: {}",
-            missing.join(", ")
+            names(&unreported)
         )));
-        return Ok(());
     }
-    Err(format!(
-        "required layers are not in force: {}; fix the host (see `airlock doctor`) or pass --allow-degraded",
-        missing.join(", ")
-    ))
+    Ok(())
 }
 
 /// Resolves argv[0] against the program's own PATH and execs it with the scrubbed environment.

@@ -238,7 +238,7 @@ impl Prepared {
         let mut warnings = Vec::new();
         let owns_workdir = policy.filesystem.workdir.is_none() && !command.keep;
         let require = required_layers(policy, owns_workdir);
-        check_degradation(
+        let accepted_missing = check_degradation(
             &require,
             backend.as_ref(),
             options.allow_degraded,
@@ -296,6 +296,7 @@ impl Prepared {
             confinement,
             require,
             allow_degraded: options.allow_degraded,
+            accepted_missing,
             tty: command.tty,
         };
         Ok(Prepared {
@@ -335,11 +336,11 @@ fn check_degradation(
     backend: &dyn Backend,
     allow: bool,
     warnings: &mut Vec<String>,
-) -> Result<(), Error> {
+) -> Result<Vec<Layer>, Error> {
     let probe = backend.quick_probe();
     let missing = missing_layers(require, &probe.layers);
     if missing.is_empty() {
-        return Ok(());
+        return Ok(missing);
     }
     let problems: Vec<&str> = probe
         .problems
@@ -367,7 +368,7 @@ fn check_degradation(
         "degraded: running without {} ({reason})",
         names.join(", ")
     ));
-    Ok(())
+    Ok(missing)
 }
 
 /// The required layers not `offered`. The cgroup is left to the init, which knows whether one
