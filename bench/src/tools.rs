@@ -87,7 +87,7 @@ pub const BWRAP_SAME_ARGS: &str = "bwrap-airlock-argv";
 /// caller (airlock runs bwrap as uid 65534 when root; measured here, that makes no difference).
 fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
     use airlock::backend::{
-        bwrap_args, parse_version, resolve_system_entries, BwrapInstall, HostLayout, PlanContext,
+        bwrap_args, parse_version, resolve_system_entries, BwrapInstall, HostLayout,
     };
     let policy = airlock::policy::builtin("untrusted").ok_or("no untrusted profile")?;
     let path = find_program("bwrap").ok_or("bwrap not found")?;
@@ -102,18 +102,7 @@ fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
         identity.push((file, Path::new("/etc").join(name)));
     }
     let workdir = run_dir.join("work");
-    let ctx = PlanContext {
-        policy: &policy,
-        workdir: &workdir,
-        run_dir: &run_dir,
-        fresh_workdir: true,
-        keep: false,
-        tty: false,
-        run_id: "bench",
-        argv: &[],
-        env: &[],
-        cgroup: None,
-    };
+    let ctx = fresh_run_context(&policy, &workdir, &run_dir, "bench", &[], &[]);
     let layout = HostLayout {
         system: resolve_system_entries(&airlock::sandbox::rootfs::default_system_ro()),
         etc: airlock::sandbox::rootfs::default_etc_files(),
@@ -178,7 +167,6 @@ fn planned_command(
     runtime: airlock::policy::ContainerRuntime,
     workload: &Workload,
 ) -> Result<Vec<String>, String> {
-    use airlock::backend::PlanContext;
     use airlock::spec::Confinement;
     let mut policy = airlock::policy::builtin("untrusted").ok_or("no untrusted profile")?;
     policy.container.runtime = runtime;
@@ -189,18 +177,7 @@ fn planned_command(
     let run_dir = scratch_dir().join(run_id);
     let workdir = run_dir.join("work");
     let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
-    let ctx = PlanContext {
-        policy: &policy,
-        workdir: &workdir,
-        run_dir: &run_dir,
-        fresh_workdir: true,
-        keep: false,
-        tty: false,
-        run_id,
-        argv: &workload.argv,
-        env: &env,
-        cgroup: None,
-    };
+    let ctx = fresh_run_context(&policy, &workdir, &run_dir, run_id, &workload.argv, &env);
     let Confinement::Wrapped(wrap) = backend.plan(&ctx).map_err(|e| e.to_string())? else {
         return Err("the backend does not wrap a tool".into());
     };
@@ -258,6 +235,29 @@ fn write_wrap_file(file: &airlock::spec::WrapFile) -> Result<(), String> {
     }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(file.mode))
         .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+/// What a backend plans from for a run with a workdir of its own and no run cgroup.
+fn fresh_run_context<'a>(
+    policy: &'a airlock::policy::Policy,
+    workdir: &'a Path,
+    run_dir: &'a Path,
+    run_id: &'a str,
+    argv: &'a [String],
+    env: &'a [(String, String)],
+) -> airlock::backend::PlanContext<'a> {
+    airlock::backend::PlanContext {
+        policy,
+        workdir,
+        run_dir,
+        fresh_workdir: true,
+        keep: false,
+        tty: false,
+        run_id,
+        argv,
+        env,
+        cgroup: None,
+    }
 }
 
 /// Files the tools need while they are measured (this process's own directory).

@@ -87,24 +87,7 @@ fn the_sandbox_workdir_caps_size_and_files() {
 #[test]
 fn podman_leaves_nothing_after_airlock_is_killed() {
     require_runtime!(PODMAN);
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["run", "--backend", "container"])
-        .args(PODMAN.flags)
-        .args(["--", "/bin/sh", "-c", "pwd; sleep 30"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("airlock starts");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let run_dir = std::path::Path::new(line.trim())
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let run_id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    let (mut child, run_dir, run_id) = start_podman_run("pwd; sleep 30", false);
     child.kill().unwrap();
     child.wait().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -116,6 +99,38 @@ fn podman_leaves_nothing_after_airlock_is_killed() {
         !podman_names().iter().any(|n| n.contains(&run_id)),
         "the host's podman lists the run"
     );
+}
+
+/// Starts `airlock run` on podman with a shell `script` that first prints its workdir, and
+/// returns the CLI, the run directory and the run id read from that line. `own_group` puts
+/// the CLI in a new process group, so the test can kill the CLI and its init together.
+fn start_podman_run(
+    script: &str,
+    own_group: bool,
+) -> (std::process::Child, std::path::PathBuf, String) {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"));
+    command
+        .args(["run", "--backend", "container"])
+        .args(PODMAN.flags)
+        .args(["--", "/bin/sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    if own_group {
+        command.process_group(0);
+    }
+    let mut child = command.spawn().expect("airlock starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let run_dir = std::path::Path::new(line.trim())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let run_id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    (child, run_dir, run_id)
 }
 
 fn podman_names() -> Vec<String> {
@@ -137,28 +152,9 @@ fn podman_names() -> Vec<String> {
 #[test]
 fn podman_container_dies_with_its_killed_supervisor_and_init() {
     require_runtime!(PODMAN);
-    use std::io::BufRead;
-    use std::os::unix::process::CommandExt;
     use std::time::{Duration, Instant};
     let marker = format!("1000.{}", std::process::id());
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["run", "--backend", "container"])
-        .args(PODMAN.flags)
-        .args(["--", "/bin/sh", "-c", &format!("pwd; exec sleep {marker}")])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("airlock starts");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let run_dir = std::path::Path::new(line.trim())
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let run_id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    let (mut child, run_dir, run_id) = start_podman_run(&format!("pwd; exec sleep {marker}"), true);
     let program = format!("sleep {marker} ");
     let started = Instant::now();
     while !processes_with(&marker)

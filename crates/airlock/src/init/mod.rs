@@ -87,6 +87,19 @@ fn borrow_file(fd: RawFd) -> std::fs::File {
     std::fs::File::from(sys::adopt_fd(fd))
 }
 
+/// The signals that ask a process to stop gracefully (the init's SIGTERM to the whole tree,
+/// and their terminal and hang-up cousins).
+fn stop_signals() -> SigSet {
+    [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ]
+    .into_iter()
+    .collect()
+}
+
 /// Writes one event line to the supervisor. If the supervisor is gone there is nobody to tell.
 pub(crate) fn send_event(event: &InitEvent) {
     if let Ok(mut line) = serde_json::to_vec(event) {

@@ -12,7 +12,7 @@
 use std::convert::Infallible;
 
 use nix::sched::{unshare, CloneFlags};
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{getgid, getuid, Pid};
 
@@ -37,15 +37,7 @@ pub(super) fn enter(
     }
     // The mirror process must outlive PID 1 and must not die of the graceful SIGTERM the init
     // sends to the whole tree, or PID 1's parent-death signal would skip the grace period.
-    let stop_signals: SigSet = [
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ]
-    .into_iter()
-    .collect();
-    stop_signals
+    super::stop_signals()
         .thread_block()
         .map_err(|e| format!("cannot block signals: {e}"))?;
     match sys::fork_single_threaded()

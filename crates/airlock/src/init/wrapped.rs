@@ -82,16 +82,9 @@ const KILL_DEADLINE: Duration = Duration::from_secs(5);
 fn split_off_guard(spec: &InitSpec) -> Result<(), String> {
     let init = nix::unistd::getppid();
     // The init's SIGTERM on a stop is meant for the tool, which gets it too.
-    let blocked: SigSet = [
-        Signal::SIGCHLD,
-        INIT_GONE,
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ]
-    .into_iter()
-    .collect();
+    let mut blocked = super::stop_signals();
+    blocked.add(Signal::SIGCHLD);
+    blocked.add(INIT_GONE);
     blocked
         .thread_block()
         .map_err(|e| format!("cannot block the guard's signals: {e}"))?;
