@@ -183,7 +183,7 @@ fn planned_command(
     };
     make_run_dirs(&run_dir)?;
     for file in &wrap.files {
-        write_wrap_file(file)?;
+        airlock::init::write_wrap_file(file)?;
     }
     // runc's `--keep` leaves the stopped container for airlock's init to inspect; a bare
     // runc must delete it, or the next run with the same id is refused.
@@ -217,24 +217,6 @@ fn make_run_dirs(run_dir: &Path) -> Result<(), String> {
     }
     std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o711))
         .map_err(|e| format!("chmod {}: {e}", run_dir.display()))
-}
-
-fn write_wrap_file(file: &airlock::spec::WrapFile) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = &file.path;
-    let is_dir = path.as_os_str().as_encoded_bytes().ends_with(b"/");
-    let dir = if is_dir {
-        path.as_path()
-    } else {
-        path.parent().unwrap_or(path)
-    };
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    if !is_dir {
-        std::fs::write(path, &file.contents)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(file.mode))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
 /// What a backend plans from for a run with a workdir of its own and no run cgroup.

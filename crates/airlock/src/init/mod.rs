@@ -100,6 +100,19 @@ fn stop_signals() -> SigSet {
     .collect()
 }
 
+/// Reaps every child that has ended, handing each status to `on_reaped`; true when the
+/// process has no child left at all.
+fn reap_ended_children(mut on_reaped: impl FnMut(WaitStatus)) -> bool {
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    loop {
+        match waitpid(None::<nix::unistd::Pid>, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => return false,
+            Ok(status) => on_reaped(status),
+            Err(_) => return true,
+        }
+    }
+}
+
 /// Writes one event line to the supervisor. If the supervisor is gone there is nobody to tell.
 pub(crate) fn send_event(event: &InitEvent) {
     if let Ok(mut line) = serde_json::to_vec(event) {
@@ -210,24 +223,32 @@ fn write_wrap_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(),
                 file.path.display()
             ));
         }
-        // A path ending in `/` is a directory (e.g. a mountpoint in an OCI root).
-        if file.path.as_os_str().as_encoded_bytes().ends_with(b"/") {
-            std::fs::create_dir_all(&file.path)
-                .map_err(|e| format!("cannot create {}: {e}", file.path.display()))?;
-            std::fs::set_permissions(&file.path, std::fs::Permissions::from_mode(file.mode))
-                .map_err(|e| format!("chmod {}: {e}", file.path.display()))?;
-            continue;
-        }
-        if let Some(parent) = file.path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-        }
-        std::fs::write(&file.path, &file.contents)
-            .map_err(|e| format!("cannot write {}: {e}", file.path.display()))?;
-        std::fs::set_permissions(&file.path, std::fs::Permissions::from_mode(file.mode))
-            .map_err(|e| format!("chmod {}: {e}", file.path.display()))?;
+        write_wrap_file(file)?;
     }
     Ok(())
+}
+
+/// Writes one file (or, for a path ending in `/`, makes one directory) of a wrapper tool's
+/// plan with its mode; the caller checks where it goes.
+pub fn write_wrap_file(file: &crate::spec::WrapFile) -> Result<(), String> {
+    let path = &file.path;
+    // A path ending in `/` is a directory (e.g. a mountpoint in an OCI root).
+    let is_dir = path.as_os_str().as_encoded_bytes().ends_with(b"/");
+    let dir = if is_dir {
+        Some(path.as_path())
+    } else {
+        path.parent()
+    };
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    if !is_dir {
+        std::fs::write(path, &file.contents)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(file.mode))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
 fn make_dir(path: &Path, mode: u32, owner: Option<crate::spec::Credentials>) -> Result<(), String> {

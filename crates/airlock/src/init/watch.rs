@@ -9,7 +9,7 @@ use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::child::SetupMessage;
@@ -148,8 +148,8 @@ impl<'a> Watch<'a> {
         let setup_ready = self.setup_pipe.is_some() && ready(&fds[setup_index]);
         drop(fds);
         if signals_ready {
-            while self.run.signals.read_signal().ok().flatten().is_some() {}
-            self.reap();
+            self.drain_signals();
+            self.reap_all();
         }
         if control_ready {
             self.read_control();
@@ -177,16 +177,6 @@ impl<'a> Watch<'a> {
             .as_millis()
             .min(60_000) as u64
             + 1
-    }
-
-    fn reap(&mut self) {
-        loop {
-            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(_) => return,
-                Ok(status) if status.pid() == Some(self.child) => self.main = Some(status),
-                Ok(_) => {}
-            }
-        }
     }
 
     fn read_control(&mut self) {
@@ -344,20 +334,23 @@ impl<'a> Watch<'a> {
         let mut fds = [PollFd::new(self.run.signals.as_fd(), PollFlags::POLLIN)];
         let timeout = PollTimeout::try_from(timeout.as_millis() as u64).unwrap_or(PollTimeout::MAX);
         if poll(&mut fds, timeout).unwrap_or(0) > 0 {
-            while self.run.signals.read_signal().ok().flatten().is_some() {}
+            self.drain_signals();
         }
+    }
+
+    fn drain_signals(&self) {
+        while self.run.signals.read_signal().ok().flatten().is_some() {}
     }
 
     /// Reaps every child that has ended; true when the init has no children at all.
     fn reap_all(&mut self) -> bool {
-        loop {
-            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => return false,
-                Ok(status) if status.pid() == Some(self.child) => self.main = Some(status),
-                Ok(_) => {}
-                Err(_) => return true,
+        let child = self.child;
+        let main = &mut self.main;
+        super::reap_ended_children(|status| {
+            if status.pid() == Some(child) {
+                *main = Some(status);
             }
-        }
+        })
     }
 
     fn outcome(&self, report_pipe: OwnedFd) -> Outcome {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{SigSet, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::child::{finish_and_exec_with, send_setup, SetupMessage};
@@ -126,16 +126,13 @@ fn guard(spec: &InitSpec, init: Pid, tool: Pid) -> ! {
 
 /// Reaps every ended child; the tool's exit code once the tool is among them.
 fn reap_children(tool: Pid) -> Option<i32> {
-    loop {
-        match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == tool => return Some(code),
-            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == tool => {
-                return Some(128 + signal as i32)
-            }
-            Ok(WaitStatus::StillAlive) | Err(_) => return None,
-            Ok(_) => {}
-        }
-    }
+    let mut code = None;
+    super::reap_ended_children(|status| match status {
+        WaitStatus::Exited(pid, exit) if pid == tool => code = Some(exit),
+        WaitStatus::Signaled(pid, signal, _) if pid == tool => code = Some(128 + signal as i32),
+        _ => {}
+    });
+    code
 }
 
 /// SIGKILLs every descendant and reaps until no child is left: whatever a death orphans
@@ -153,13 +150,7 @@ fn kill_descendants() {
 }
 
 fn no_child_left() -> bool {
-    loop {
-        match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => return false,
-            Ok(_) => {}
-            Err(_) => return true,
-        }
-    }
+    super::reap_ended_children(|_| {})
 }
 
 /// The pipe a wrapped tool reports its status on, when it has one: (read end, write end).

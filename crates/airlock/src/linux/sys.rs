@@ -20,12 +20,13 @@ pub enum Forked {
 
 /// Forks the calling process.
 ///
-/// Only airlock's init calls this, and the init is single-threaded (it never starts threads,
-/// and it was forked from a single-threaded supervisor or freshly exec'd), so the child may
-/// run any code, not only async-signal-safe functions.
+/// Only single-threaded callers use this: the init (it never starts threads, and it was
+/// forked from a single-threaded supervisor or freshly exec'd) and
+/// [`fork_if_single_threaded`] after its check. So the child may run any code, not only
+/// async-signal-safe functions.
 pub fn fork_single_threaded() -> io::Result<Forked> {
-    // SAFETY: the caller is the single-threaded init (see above), so no other thread can hold
-    // a lock (malloc, stdio) that would stay locked forever in the child.
+    // SAFETY: the caller is single-threaded (see above), so no other thread can hold a lock
+    // (malloc, stdio) that would stay locked forever in the child.
     match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
         ForkResult::Parent { child } => Ok(Forked::Parent(child)),
         ForkResult::Child => Ok(Forked::Child),
@@ -39,12 +40,7 @@ pub fn fork_if_single_threaded() -> io::Result<Option<Forked>> {
     if std::fs::read_dir("/proc/self/task")?.count() != 1 {
         return Ok(None);
     }
-    // SAFETY: the process has one thread (checked above), the condition under which
-    // `fork_single_threaded` is sound.
-    match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
-        ForkResult::Parent { child } => Ok(Some(Forked::Parent(child))),
-        ForkResult::Child => Ok(Some(Forked::Child)),
-    }
+    fork_single_threaded().map(Some)
 }
 
 /// Sets every signal the process catches back to its default action, as exec would; ignored

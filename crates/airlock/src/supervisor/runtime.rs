@@ -40,7 +40,8 @@ pub fn runtime_dir(configured: Option<&Path>) -> Result<PathBuf, Error> {
     Ok(dir)
 }
 
-fn default_runtime_dir() -> PathBuf {
+/// Where [`runtime_dir`] puts run directories when none is configured (not created here).
+pub fn default_runtime_dir() -> PathBuf {
     let uid = nix::unistd::geteuid();
     if uid.is_root() {
         return PathBuf::from("/run/airlock");
