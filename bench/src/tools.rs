@@ -239,6 +239,8 @@ fn fresh_run_context<'a>(
         argv,
         env,
         cgroup: None,
+        // The peer tool makes its own tmpfs mounts; there is no init to premount them.
+        scratch: None,
     }
 }
 
@@ -282,32 +284,40 @@ fn airlock_tools(airlock: &Path, suffix: &str) -> Vec<Tool> {
         prefix.push("--".to_string());
         Tool::prefixed(&format!("{name}{suffix}"), prefix)
     };
+    let disk = ["--disk-run-dir", "--allow-degraded"];
     vec![
         tool("airlock-none", &["--dev", "--backend", "none"]),
         tool("airlock-native-nocg", &["--no-cgroup"]),
         tool(NATIVE, &[]),
-        // bwrap and gVisor cannot cap inodes, which the untrusted profile refuses by default.
-        tool("airlock-bwrap", &["--backend", "bwrap", "--allow-degraded"]),
+        tool("airlock-native-disk", &disk),
+        tool("airlock-bwrap", &["--backend", "bwrap"]),
+        // On disk, bwrap, podman and gVisor cannot cap inodes: a gap the profile refuses by
+        // default, accepted here to measure what the in-memory run directory costs.
+        tool(
+            "airlock-bwrap-disk",
+            &["--backend", "bwrap", disk[0], disk[1]],
+        ),
         tool("airlock-container", &["--backend", "container"]),
         tool(
             "airlock-crun",
             &["--backend", "container", "--container-runtime", "crun"],
         ),
-        // podman binds the workdir and cannot cap inodes: a gap the profile refuses by default.
         tool(
-            "airlock-podman",
+            "airlock-crun-disk",
             &[
                 "--backend",
                 "container",
                 "--container-runtime",
-                "podman",
-                "--allow-degraded",
+                "crun",
+                disk[0],
+                disk[1],
             ],
         ),
         tool(
-            "airlock-gvisor",
-            &["--backend", "gvisor", "--allow-degraded"],
+            "airlock-podman",
+            &["--backend", "container", "--container-runtime", "podman"],
         ),
+        tool("airlock-gvisor", &["--backend", "gvisor"]),
     ]
 }
 

@@ -53,6 +53,10 @@ pub struct SetupFlags {
     /// Do not use cgroups.
     #[arg(long)]
     pub no_cgroup: bool,
+    /// Put the run directory on the runtime directory's filesystem instead of in memory
+    /// (without it, a wrapping tool's tmpfs mounts may lack their inode caps).
+    #[arg(long)]
+    pub disk_run_dir: bool,
 }
 
 impl SetupFlags {
@@ -60,6 +64,7 @@ impl SetupFlags {
         SandboxOptions {
             allow_degraded: self.allow_degraded,
             no_cgroup: self.no_cgroup,
+            disk_run_dir: self.disk_run_dir,
             ..SandboxOptions::default()
         }
     }

@@ -40,20 +40,22 @@ const PYTHON: &str = "/usr/bin/python3";
 /// Attacks run this many at a time; resource attacks run alone afterwards.
 const PARALLEL: usize = 3;
 
-/// What a backend cannot enforce under the untrusted profile. Its runs must be refused by
-/// default naming exactly these layers; the suite then accepts the degradation
-/// (`--allow-degraded`) and judges every attack, so an attack on a gap must be reported as not
-/// enforced (the layer absent from the result) and every other attack contained.
-/// Keyed by backend and its extra flags.
+/// What a backend cannot enforce under the untrusted profile when airlock cannot mount (the
+/// CLI runs unprivileged): the tool's own tmpfs mounts lack the caps that the init's capped
+/// mounts (its in-memory run directory) give it as root. Such runs must be refused by default
+/// naming exactly these layers; the suite then accepts the degradation (`--allow-degraded`)
+/// and judges every attack, so an attack on a gap must be reported as not enforced (the layer
+/// absent from the result) and every other attack contained. Keyed by backend and its extra
+/// flags.
 type GapEntry = (
     &'static str,
     &'static [&'static str],
     &'static [&'static str],
 );
-const KNOWN_GAPS: &[GapEntry] = &[
+const GAPS_WITHOUT_MOUNTS: &[GapEntry] = &[
     ("bwrap", &[], &["inode_quota"]),
     ("gvisor", &[], &["inode_quota"]),
-    // podman binds the workdir and podman 4 refuses `nr_inodes` on its tmpfs.
+    // podman 4 refuses `nr_inodes` on its tmpfs and binds the workdir.
     (
         "container",
         &["--container-runtime", "podman"],
@@ -61,8 +63,11 @@ const KNOWN_GAPS: &[GapEntry] = &[
     ),
 ];
 
-fn known_gaps(backend: Option<&str>, flags: &[&str]) -> &'static [&'static str] {
-    KNOWN_GAPS
+fn known_gaps(backend: Option<&str>, flags: &[&str], user: User) -> &'static [&'static str] {
+    if user == User::Root {
+        return &[];
+    }
+    GAPS_WITHOUT_MOUNTS
         .iter()
         .find(|(name, with, _)| Some(*name) == backend && *with == flags)
         .map_or(&[][..], |(_, _, gaps)| *gaps)
@@ -93,6 +98,13 @@ fn attacks_contained_as_unprivileged_user() {
 #[test]
 fn attacks_contained_on_bwrap_as_root() {
     run_suite_on(Mode::Contained, User::Root, Some("bwrap"));
+}
+
+/// bwrap as an unprivileged user (no in-memory run directory: its tmpfs mounts have no inode
+/// cap, a gap refused by default and then reported).
+#[test]
+fn attacks_contained_on_bwrap_as_unprivileged_user() {
+    run_suite_on(Mode::Contained, User::Unprivileged, Some("bwrap"));
 }
 
 #[test]
@@ -255,6 +267,12 @@ const WEAKENINGS: &[Weakening] = &[
         flags: &["--ro", "{dir}"],
         escapes: false,
         why: "the directory is bound read-only: visible, still not writable",
+    },
+    Weakening {
+        attack: "inode_bomb",
+        flags: &["--backend", "bwrap", "--disk-run-dir", "--allow-degraded"],
+        escapes: true,
+        why: "bwrap's own tmpfs has no inode cap: only the init's capped mounts stop it",
     },
     Weakening {
         attack: "memory_bomb",
@@ -1390,7 +1408,7 @@ fn run_suite_on_with(
     suite.backend = backend;
     suite.backend_flags = backend_flags;
     if mode != Mode::Escape {
-        let gaps = known_gaps(backend, backend_flags);
+        let gaps = known_gaps(backend, backend_flags, user);
         suite.accept_degradation = !gaps.is_empty();
         if let Err(why) = suite.native_backend_works() {
             let on = backend.unwrap_or("its default backend");
@@ -1778,8 +1796,12 @@ impl Suite {
                     line.push("--json".into());
                 }
                 match runner {
-                    Runner::Tier0 => line.extend(["--dev", "--backend", "none"].map(String::from)),
+                    // The baselines are the weakest airlock: Tier 0 with its run directory on
+                    // disk, without the capped tmpfs mounts of an in-memory one.
+                    Runner::Tier0 => line
+                        .extend(["--dev", "--backend", "none", "--disk-run-dir"].map(String::from)),
                     Runner::Tier0AsRoot => line.extend([
+                        "--disk-run-dir".to_string(),
                         "--dev".to_string(),
                         "--profile".into(),
                         self.tier0_as_root_profile().display().to_string(),

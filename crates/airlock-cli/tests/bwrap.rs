@@ -314,25 +314,69 @@ fn a_profile_requiring_landlock_refuses_bwrap_unless_degraded() {
     );
 }
 
-/// bwrap cannot cap the number of files in its tmpfs mounts, which the untrusted profile's
-/// `limits.files` promises: refused by default, and run with exactly that gap when accepted.
+/// bwrap cannot cap the number of files in its own tmpfs mounts, which the untrusted
+/// profile's `limits.files` promises. When airlock can mount, the init premounts capped tmpfs
+/// mounts for bwrap to bind (its in-memory run directory): the run goes ahead by default and
+/// the cap holds. Without them (`--disk-run-dir`, or no CAP_SYS_ADMIN) the run is refused by
+/// default, and runs with exactly that gap, warned once, when accepted.
 #[test]
-fn untrusted_refuses_bwrap_by_default_for_its_missing_inode_cap() {
+fn bwrap_caps_inodes_only_with_the_inits_capped_mounts() {
     if !bwrap_usable() {
         return;
     }
-    let stderr = refused(&["--json", "--backend", "bwrap", "--", "/bin/true"]);
+    let bomb = "import os\nn = 0\ntry:\n    for i in range(400):\n        open(f'f{i}', 'w').close(); n += 1\nexcept OSError as e:\n    print('refused', e.errno)\nprint(n)";
+    let capped = [
+        "--backend",
+        "bwrap",
+        "--files",
+        "100",
+        "--",
+        "/usr/bin/python3",
+        "-c",
+        bomb,
+    ];
+    if nix::unistd::geteuid().is_root() {
+        let (result, output) = run_json(&capped);
+        assert_eq!(
+            result["status"],
+            "exited",
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(stdout_of(&result), "refused 28\n99\n", "{result}");
+        let isolation = result["isolation"].as_array().unwrap();
+        assert!(isolation.contains(&Value::from("inode_quota")), "{result}");
+        assert!(
+            !result["warnings"].to_string().contains("degraded"),
+            "{result}"
+        );
+    }
+    let stderr = refused(&[
+        "--json",
+        "--backend",
+        "bwrap",
+        "--disk-run-dir",
+        "--",
+        "/bin/true",
+    ]);
     assert!(
         stderr.contains("backend bwrap cannot enforce inode_quota")
             && stderr.contains("--allow-degraded"),
         "{stderr}"
     );
-    let (result, output) = run_json(&["--backend", "bwrap", "--allow-degraded", "--", "/bin/true"]);
+    let mut uncapped = vec!["--disk-run-dir", "--allow-degraded"];
+    uncapped.extend(capped);
+    let (result, output) = run_json(&uncapped);
     assert_eq!(
         result["status"],
         "exited",
         "{}",
         String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout_of(&result),
+        "400\n",
+        "no cap without the init's mounts: {result}"
     );
     let warnings = result["warnings"].to_string();
     assert!(

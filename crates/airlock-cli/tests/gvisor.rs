@@ -11,9 +11,9 @@ const GVISOR: Oci = Oci {
     install: "apt-get install runsc",
     state_dirs: &["/var/run/runsc", "/run/runsc"],
     inet_refusal_errno: 1,
-    // runsc's tmpfs has no inode cap, which the untrusted profile refuses by default (see
-    // `untrusted_refuses_gvisor_by_default_for_its_missing_inode_cap`).
-    flags: &["--allow-degraded"],
+    // runsc's own tmpfs has no inode cap: the workdir, /tmp and /dev/shm are the init's capped
+    // tmpfs mounts (see `gvisor_caps_inodes_only_with_the_inits_capped_mounts`).
+    flags: &[],
 };
 
 shared_oci_tests!(GVISOR);
@@ -54,13 +54,35 @@ fn the_platform_is_reported() {
     assert!(warnings.contains("RLIMIT_NPROC"), "{result}");
 }
 
-/// runsc's tmpfs ignores `nr_inodes`, so the untrusted profile's `limits.files` cannot hold:
-/// refused by default; accepted, the result says so and the size cap still holds.
+/// runsc's tmpfs ignores `nr_inodes`, so the untrusted profile's `limits.files` holds only on
+/// the init's capped tmpfs mounts, bound into the sandbox (the gofer creates every file on the
+/// host tmpfs). Without them (`--disk-run-dir`) the run is refused by default; accepted, the
+/// result says so and the size cap still holds while the file count does not.
 #[test]
-fn untrusted_refuses_gvisor_by_default_for_its_missing_inode_cap() {
+fn gvisor_caps_inodes_only_with_the_inits_capped_mounts() {
     require_runtime!(GVISOR);
+    let code = "import os\nn = 0\ntry:\n    for i in range(400):\n        open(f'f{i}', 'w').close(); n += 1\nexcept OSError as e:\n    print('files refused', e.errno)\nprint(n)\ntry:\n    open('big', 'wb').write(b'x' * (40 << 20))\n    print('wrote 40MiB')\nexcept OSError as e:\n    print('bytes refused', e.errno)";
+    let limits = ["--files", "100", "--disk", "16MiB"];
+    let result = GVISOR.run(&limits, &py(code));
+    assert_eq!(
+        stdout(&result),
+        "files refused 28\n99\nbytes refused 28\n",
+        "{result}"
+    );
+    let isolation = result["isolation"].as_array().unwrap();
+    for layer in ["disk_quota", "inode_quota"] {
+        assert!(isolation.contains(&layer.into()), "{layer}: {result}");
+    }
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["run", "--json", "--backend", "gvisor", "--", "/bin/true"])
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "gvisor",
+            "--disk-run-dir",
+            "--",
+            "/bin/true",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -71,9 +93,10 @@ fn untrusted_refuses_gvisor_by_default_for_its_missing_inode_cap() {
             && stderr.contains("--allow-degraded"),
         "{stderr}"
     );
-    let code = "import os\nfor i in range(400): open(f'f{i}', 'w').close()\nprint(len(os.listdir('.')))\ntry:\n    open('big', 'wb').write(b'x' * (40 << 20))\n    print('wrote 40MiB')\nexcept OSError as e:\n    print('refused', e.errno)";
-    let result = GVISOR.run(&["--files", "100", "--disk", "16MiB"], &py(code));
-    assert_eq!(stdout(&result), "400\nrefused 28\n", "{result}");
+    let mut uncapped = vec!["--disk-run-dir", "--allow-degraded"];
+    uncapped.extend(limits);
+    let result = GVISOR.run(&uncapped, &py(code));
+    assert_eq!(stdout(&result), "400\nbytes refused 28\n", "{result}");
     let isolation = result["isolation"].as_array().unwrap();
     assert!(isolation.contains(&"disk_quota".into()), "{result}");
     assert!(!isolation.contains(&"inode_quota".into()), "{result}");

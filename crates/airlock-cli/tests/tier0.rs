@@ -540,3 +540,69 @@ fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// As root, the run directory lives in memory in the init's own mount namespace: it never
+/// appears on the host, and the fresh workdir is a tmpfs capped by the profile's disk and
+/// file limits even under Tier 0. `--disk-run-dir` puts it back on the host, uncapped.
+#[test]
+fn the_run_directory_is_in_memory_and_capped_unless_asked_for_on_disk() {
+    use std::io::{BufRead, Read};
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: an in-memory run directory needs CAP_SYS_ADMIN (root)");
+        return;
+    }
+    let script = "pwd; read go; stat -f -c %T .; i=0; while [ $i -lt 60 ] && touch f$i 2>/dev/null; do i=$((i+1)); done; echo $i";
+    let host_fs = filesystem_type("/run/airlock");
+    for (flags, on_host) in [(&[][..], false), (&["--disk-run-dir"][..], true)] {
+        let result_file = tempfile::NamedTempFile::new().unwrap();
+        let mut child = airlock()
+            .args(["run", "--files", "50", "--result"])
+            .arg(result_file.path())
+            .args(TIER0)
+            .args(flags)
+            .args(["--", "/bin/sh", "-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut workdir = String::new();
+        stdout.read_line(&mut workdir).unwrap();
+        let run_dir = std::path::Path::new(workdir.trim())
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        assert_eq!(run_dir.exists(), on_host, "{flags:?}: {run_dir:?}");
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"go\n").unwrap();
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest).unwrap();
+        child.wait().unwrap();
+        let result: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(result_file.path()).unwrap()).unwrap();
+        let (filesystem, created) = if on_host {
+            (host_fs.as_str(), "60")
+        } else {
+            // The tmpfs root is one of the 50 inodes.
+            ("tmpfs", "49")
+        };
+        assert_eq!(
+            rest,
+            format!("{filesystem}\n{created}\n"),
+            "{flags:?}: {result}"
+        );
+        let capped = result["isolation"]
+            .as_array()
+            .unwrap()
+            .contains(&"inode_quota".into());
+        assert_eq!(capped, !on_host, "{flags:?}: {result}");
+        assert!(!run_dir.exists(), "{flags:?}: {run_dir:?} survived");
+    }
+}
+
+fn filesystem_type(path: &str) -> String {
+    let output = std::process::Command::new("stat")
+        .args(["-f", "-c", "%T", path])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}

@@ -43,6 +43,44 @@ pub struct InitSpec {
     pub accepted_missing: Vec<Layer>,
     /// Give the program the caller's terminal as its controlling terminal.
     pub tty: bool,
+    /// Keep the run directory in memory, in the init's own mount namespace (see
+    /// [`MemoryScratch`]); `None` puts it on the host's runtime directory.
+    #[serde(default)]
+    pub scratch: Option<MemoryScratch>,
+}
+
+/// The run's scratch space in memory. The init enters a mount namespace of its own, covers the
+/// runtime directory with a small tmpfs and builds the run directory in it, then mounts a capped
+/// tmpfs at each of `mounts` (the fresh workdir, tmp, shm). Nothing of the run reaches the
+/// host's disk, every writable area has a size and an inode cap whatever tool wraps the
+/// program, and the kernel frees it all when the run's last process is gone, even after a
+/// SIGKILL. Only for tools that run in the init's mount namespace (not Docker's daemon).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct MemoryScratch {
+    /// The directory the tmpfs covers (the parent of the run directory).
+    pub runtime_dir: PathBuf,
+    /// Capped tmpfs mounts inside the run directory.
+    pub mounts: Vec<ScratchMount>,
+}
+
+/// One capped tmpfs of a [`MemoryScratch`].
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ScratchMount {
+    pub path: PathBuf,
+    pub size_bytes: u64,
+    pub max_files: u64,
+    pub mode: u32,
+    /// Allow executing files written there (the policy's `exec_writable`).
+    pub exec: bool,
+    /// The owner of the tmpfs root (the sandbox user), `None` for the init's own ids.
+    pub owner: Option<Credentials>,
+}
+
+impl MemoryScratch {
+    /// The capped tmpfs mounted at `path`, if the scratch has one.
+    pub fn mount_at(&self, path: &std::path::Path) -> Option<&ScratchMount> {
+        self.mounts.iter().find(|m| m.path == path)
+    }
 }
 
 /// Limits the init enforces itself.
@@ -142,6 +180,10 @@ pub struct WrapSpec {
     /// under it (see `init::wrapped`).
     #[serde(default)]
     pub guard_tool_tree: bool,
+    /// A daemon outside the init's mount namespace makes the sandbox (dockerd): the paths it
+    /// is given must be on the host, so the run directory cannot be in memory.
+    #[serde(default)]
+    pub served_by_daemon: bool,
 }
 
 /// A file written by the init for a wrapped run; a path ending in `/` is a directory.

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -67,24 +68,45 @@ impl Oci {
 
     /// Nothing named after the run survives it: run directory, cgroups, runtime state, processes.
     pub fn assert_no_leftovers(&self, run_dir: &Path, run_id: &str) {
-        assert!(!run_dir.exists(), "{} survived", run_dir.display());
+        let leftovers = self.leftovers(run_dir, run_id);
+        assert!(leftovers.is_empty(), "survived the run: {leftovers:?}");
+    }
+
+    /// Waits up to `patience` for a run whose supervisor was killed to be cleaned up by its
+    /// init, then asserts that nothing survived.
+    pub fn assert_cleaned_up_within(&self, run_dir: &Path, run_id: &str, patience: Duration) {
+        let deadline = Instant::now() + patience;
+        while !self.leftovers(run_dir, run_id).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.assert_no_leftovers(run_dir, run_id);
+    }
+
+    fn leftovers(&self, run_dir: &Path, run_id: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        if run_dir.exists() {
+            found.push(run_dir.display().to_string());
+        }
         for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
             let leftover = hierarchy.path().join("airlock").join(run_id);
-            assert!(!leftover.exists(), "{} survived", leftover.display());
+            if leftover.exists() {
+                found.push(leftover.display().to_string());
+            }
         }
         for state in self.state_dirs {
             let leftover = Path::new(state).join(format!("airlock-{run_id}"));
-            assert!(!leftover.exists(), "{} survived", leftover.display());
+            if leftover.exists() {
+                found.push(leftover.display().to_string());
+            }
         }
         for process in std::fs::read_dir("/proc").unwrap().flatten() {
             let cmdline = std::fs::read(process.path().join("cmdline")).unwrap_or_default();
-            assert!(
-                !String::from_utf8_lossy(&cmdline).contains(run_id),
-                "process {:?} survived: {}",
-                process.file_name(),
-                String::from_utf8_lossy(&cmdline)
-            );
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            if cmdline.contains(run_id) {
+                found.push(format!("process {:?}: {cmdline}", process.file_name()));
+            }
         }
+        found
     }
 }
 
@@ -217,6 +239,29 @@ pub fn normal_runs_leave_nothing_either(oci: &Oci) {
     oci.assert_no_leftovers(run_dir, run_dir.file_name().unwrap().to_str().unwrap());
 }
 
+/// A SIGKILLed supervisor leaves nothing once its init notices: no process, no cgroup, no
+/// runtime state and no run directory on the host (which, in memory, never appears there).
+pub fn killed_supervisor_leaves_nothing(oci: &Oci) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["run", "--backend", oci.backend])
+        .args(oci.flags)
+        .args(["--", "/bin/sh", "-c", "pwd; sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("airlock starts");
+    let mut workdir = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut workdir)
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let run_dir = Path::new(workdir.trim()).parent().expect("a run directory");
+    let run_id = run_dir.file_name().unwrap().to_str().unwrap();
+    oci.assert_cleaned_up_within(run_dir, run_id, Duration::from_secs(10));
+}
+
 /// One `#[test]` per shared check, for the backend described by `$oci`.
 #[macro_export]
 macro_rules! shared_oci_tests {
@@ -232,6 +277,7 @@ macro_rules! shared_oci_tests {
             pids_limit_refuses_forks_without_killing_the_run,
             wall_timeout_kills_the_container_and_leaves_nothing,
             normal_runs_leave_nothing_either,
+            killed_supervisor_leaves_nothing,
         );
     };
     ($oci:expr; $($check:ident),* $(,)?) => {

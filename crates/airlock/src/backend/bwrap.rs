@@ -1,8 +1,9 @@
 //! `bwrap`: the program runs under a distro bubblewrap. For hosts where the native backend
 //! cannot create what it needs but bwrap can (a setuid bwrap, or a bwrap an LSM profile lets
 //! through). Tier 0, the cgroup and our seccomp filters still come from airlock; bwrap builds
-//! the namespaces and the root filesystem. It cannot apply Landlock, cap inodes of its tmpfs
-//! mounts or mount writable places noexec, so those are never claimed.
+//! the namespaces and the root filesystem. It cannot apply Landlock, so that is never claimed.
+//! Its tmpfs mounts have no inode cap and no noexec: when airlock can mount, the writable areas
+//! are instead the init's capped tmpfs mounts (its in-memory run directory), bound by bwrap.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -42,9 +43,11 @@ fn bwrap_layers() -> Vec<Layer> {
 
 const NOT_INSTALLED: &str =
     "bwrap is not installed: apt-get install bubblewrap (or dnf install bubblewrap)";
-const UNENFORCED_NOTE: &str = "bwrap applies no Landlock rules, no inode cap on its tmpfs mounts (limits.files) and no noexec on writable places: use the native backend for those";
+const UNENFORCED_NOTE: &str = "bwrap applies no Landlock rules: use the native backend for them";
+const UNCAPPED_NOTE: &str = "bwrap puts no inode cap (limits.files) and no noexec on its tmpfs mounts; airlock premounts capped ones for it only when it can mount (CAP_SYS_ADMIN): run as root, or use the native backend";
 
-/// What a working bwrap puts in force, with Tier 0 and our seccomp filters.
+/// What a working bwrap puts in force, with Tier 0 and our seccomp filters, and the inode
+/// cap of the init's premounted tmpfs mounts when it can make them.
 fn probe_layers(available: bool) -> Vec<Layer> {
     let mut layers = tier0_layers();
     if available {
@@ -55,10 +58,22 @@ fn probe_layers(available: bool) -> Vec<Layer> {
             Layer::NoNewPrivs,
             Layer::DiskQuota,
         ]);
+        if crate::sandbox::caps::can_mount() {
+            layers.push(Layer::InodeQuota);
+        }
         layers.sort();
         layers.dedup();
     }
     layers
+}
+
+/// What bwrap leaves unenforced on this host.
+fn notes() -> Vec<String> {
+    let mut notes = vec![UNENFORCED_NOTE.to_string()];
+    if !crate::sandbox::caps::can_mount() {
+        notes.push(UNCAPPED_NOTE.into());
+    }
+    notes
 }
 
 /// The bubblewrap backend.
@@ -106,7 +121,7 @@ impl Backend for BwrapBackend {
         let status = cached_status();
         let available = status.install.is_some() && status.problems.is_empty();
         let mut problems = status.problems.clone();
-        problems.push(UNENFORCED_NOTE.into());
+        problems.extend(notes());
         Probe {
             available,
             layers: probe_layers(available),
@@ -120,7 +135,7 @@ impl Backend for BwrapBackend {
         if !installed {
             problems.push(NOT_INSTALLED.into());
         }
-        problems.push(UNENFORCED_NOTE.into());
+        problems.extend(notes());
         Probe {
             available: installed,
             layers: probe_layers(installed),
@@ -149,6 +164,9 @@ impl Backend for BwrapBackend {
         }
         if ctx.sandbox_owns_workdir() {
             layers.push(Layer::DiskQuota);
+            if ctx.scratch.is_some() {
+                layers.push(Layer::InodeQuota);
+            }
         }
         layers.push(Layer::Seccomp);
         if install.setuid {
@@ -203,10 +221,10 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
         args.paths("--ro-bind", host, inside);
     }
     args.flags(["--proc", "/proc", "--dev", "/dev"]);
-    let disk = policy.limits.disk.0.to_string();
-    args.flags(["--size", &disk, "--tmpfs", "/tmp"]);
-    let shm = policy.limits.disk.0.min(64 << 20).to_string();
-    args.flags(["--size", &shm, "--tmpfs", "/dev/shm"]);
+    let disk = policy.limits.disk.0;
+    args.writable_area(ctx, &ctx.run_dir.join("tmp"), Path::new("/tmp"), disk);
+    let (shm, _) = super::shm_caps(&policy.limits);
+    args.writable_area(ctx, &ctx.run_dir.join("shm"), Path::new("/dev/shm"), shm);
     for path in &policy.filesystem.read_only {
         args.paths("--ro-bind", path, path);
     }
@@ -214,8 +232,7 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
         args.paths("--bind", path, path);
     }
     if ctx.sandbox_owns_workdir() {
-        args.flags(["--size", &disk]);
-        args.path("--tmpfs", ctx.workdir);
+        args.writable_area(ctx, ctx.workdir, ctx.workdir, disk);
     } else {
         args.paths("--bind", ctx.workdir, ctx.workdir);
     }
@@ -231,6 +248,19 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
 struct Args(Vec<String>);
 
 impl Args {
+    /// A writable tmpfs at `inside`: the in-memory run directory's capped mount at `scratch`
+    /// when the run has one (it caps inodes and sets noexec, which bwrap cannot), else bwrap's
+    /// own tmpfs, capped in size only.
+    fn writable_area(&mut self, ctx: &PlanContext, scratch: &Path, inside: &Path, size: u64) {
+        match ctx.scratch.and_then(|s| s.mount_at(scratch)) {
+            Some(mount) => self.paths("--bind", &mount.path, inside),
+            None => {
+                self.flags(["--size", &size.to_string()]);
+                self.path("--tmpfs", inside);
+            }
+        }
+    }
+
     fn flag(&mut self, flag: &str) {
         self.0.push(flag.to_string());
     }

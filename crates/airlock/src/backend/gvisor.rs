@@ -11,7 +11,9 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use super::container::{container_id, find_binary, rlimits, runtime_cgroup_dirs, Bundle};
+use super::container::{
+    bind_scratch_mounts, container_id, find_binary, rlimits, runtime_cgroup_dirs, Bundle,
+};
 use super::oci::{OciRlimit, OciSeccomp};
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
@@ -60,6 +62,7 @@ impl Backend for GvisorBackend {
         let platform = choose_platform(&runsc, ctx.runtime_dir());
         let bundle = Bundle::new(ctx);
         let mut input = bundle.oci_input(ctx);
+        let capped = bind_scratch_mounts(ctx, &mut input.mounts);
         input.rlimits = rlimits(ctx.policy);
         input.rlimits.push(OciRlimit {
             kind: "RLIMIT_NPROC",
@@ -91,19 +94,25 @@ impl Backend for GvisorBackend {
             bundle.dir.display().to_string(),
             id,
         ];
-        let notes = vec![
+        let mut notes = vec![
             format!(
                 "gvisor: runsc platform {} ({})",
                 platform.platform, platform.reason
             ),
             PIDS_NOTE.into(),
         ];
+        if !capped && ctx.sandbox_owns_workdir() {
+            notes.push(INODES_NOTE.into());
+        }
         Ok(Confinement::Wrapped(WrapSpec {
             tool_argv,
             files,
             keep_root: true,
             no_new_privs: true,
-            layers: gvisor_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir()),
+            layers: gvisor_layers(
+                ctx.policy.has_network(),
+                ctx.sandbox_owns_workdir().then_some(capped),
+            ),
             argv_in_files: true,
             rlimits_by_tool: true,
             no_cgroup_pids_limit: true,
@@ -130,23 +139,27 @@ fn probe_runsc(platform: bool) -> Probe {
             choice.platform, choice.reason
         ));
     }
+    let capped = crate::sandbox::caps::can_mount();
     if runsc.is_some() {
-        problems.push(INODES_NOTE.into());
+        if !capped {
+            problems.push(INODES_NOTE.into());
+        }
         problems.push(PIDS_NOTE.into());
     }
     Probe {
         available: runsc.is_some() && root,
-        layers: gvisor_layers(false, true),
+        layers: gvisor_layers(false, Some(capped)),
         problems,
     }
 }
 
-const INODES_NOTE: &str = "gvisor: runsc's tmpfs ignores nr_inodes, so limits.files is not enforced (file counts are bounded only by the memory limit): use the native or container backend for it";
+const INODES_NOTE: &str = "gvisor: runsc's tmpfs ignores nr_inodes, so limits.files is not enforced (file counts are bounded only by the memory limit) unless airlock can mount (CAP_SYS_ADMIN) and premounts capped tmpfs mounts for runsc to bind: run as root, or use the native or container backend for it";
 const PIDS_NOTE: &str = "gvisor: limits.processes is enforced inside the sandbox as RLIMIT_NPROC, not by the host cgroup (runsc's stub processes would count against a cgroup pids limit and kill the whole sandbox)";
 
 /// What the sentry gives: its own kernel behind the OCI namespaces, with the bundle as root.
-/// Its tmpfs honours `size` but not `nr_inodes`, so file counts are bounded only by memory.
-fn gvisor_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
+/// `owned_workdir` is `Some(capped)` when the run owns its workdir: its own tmpfs honours
+/// `size` but not `nr_inodes`, so the inode cap holds only on the init's capped mounts.
+fn gvisor_layers(host_network: bool, owned_workdir: Option<bool>) -> Vec<Layer> {
     let mut layers = tier0_layers();
     layers.extend([
         Layer::MountNs,
@@ -162,8 +175,10 @@ fn gvisor_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
         // only nobody (65534) to nobody; the sentry runs as that uid.
         layers.extend([Layer::NetNs, Layer::UserNs]);
     }
-    if owns_workdir {
-        layers.push(Layer::DiskQuota);
+    match owned_workdir {
+        Some(true) => layers.extend([Layer::DiskQuota, Layer::InodeQuota]),
+        Some(false) => layers.push(Layer::DiskQuota),
+        None => {}
     }
     layers
 }

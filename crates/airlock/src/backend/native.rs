@@ -148,9 +148,12 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
         read_write: ctx.policy.filesystem.read_write.clone(),
         workdir,
         tmp: tmpfs,
-        dev_shm: TmpfsSpec {
-            size_bytes: limits.disk.0.min(64 << 20),
-            max_files: limits.files.min(1024),
+        dev_shm: {
+            let (size_bytes, max_files) = super::shm_caps(limits);
+            TmpfsSpec {
+                size_bytes,
+                max_files,
+            }
         },
         exec_writable: ctx.policy.filesystem.exec_writable,
         tty: ctx.tty,

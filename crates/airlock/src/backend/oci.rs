@@ -9,7 +9,7 @@
 //! `sandbox/seccomp.rs` itself, so both sandboxes share one list.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
@@ -69,6 +69,16 @@ pub struct OciMounts {
     pub shm_bytes: u64,
     /// Allow executing files from the writable mounts.
     pub exec_writable: bool,
+    /// Capped tmpfs mounts the init made for `/tmp` and `/dev/shm` (its in-memory run
+    /// directory), bound instead of asking the runtime for tmpfs mounts it cannot cap.
+    pub scratch_binds: Option<ScratchBinds>,
+}
+
+/// Host sources of `/tmp` and `/dev/shm` (see [`OciMounts::scratch_binds`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScratchBinds {
+    pub tmp: PathBuf,
+    pub shm: PathBuf,
 }
 
 /// `linux.resources`; `None` leaves a resource unlimited.
@@ -167,26 +177,42 @@ fn mounts(input: &OciInput) -> Vec<Value> {
         json!({ "destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"] }),
         json!({ "destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "noexec", "strictatime", "mode=755", "size=65536k"] }),
         json!({ "destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"] }),
-        tmpfs(
-            "/dev/shm",
-            noexec(vec![
-                "nosuid".into(),
-                "nodev".into(),
-                "mode=1777".into(),
-                format!("size={}", m.shm_bytes),
-            ]),
-        ),
-        tmpfs(
-            "/tmp",
-            noexec(vec![
-                "nosuid".into(),
-                "nodev".into(),
-                "mode=1777".into(),
-                format!("size={}", m.tmp_bytes),
-                format!("nr_inodes={}", m.tmp_files),
-            ]),
-        ),
     ];
+    let rw = || {
+        noexec(vec![
+            "rbind".to_string(),
+            "rw".into(),
+            "nosuid".into(),
+            "nodev".into(),
+        ])
+    };
+    match &m.scratch_binds {
+        Some(scratch) => list.extend([
+            bind(&scratch.shm, Path::new("/dev/shm"), rw()),
+            bind(&scratch.tmp, Path::new("/tmp"), rw()),
+        ]),
+        None => list.extend([
+            tmpfs(
+                "/dev/shm",
+                noexec(vec![
+                    "nosuid".into(),
+                    "nodev".into(),
+                    "mode=1777".into(),
+                    format!("size={}", m.shm_bytes),
+                ]),
+            ),
+            tmpfs(
+                "/tmp",
+                noexec(vec![
+                    "nosuid".into(),
+                    "nodev".into(),
+                    "mode=1777".into(),
+                    format!("size={}", m.tmp_bytes),
+                    format!("nr_inodes={}", m.tmp_files),
+                ]),
+            ),
+        ]),
+    }
     let mut binds: Vec<(PathBuf, PathBuf, Vec<String>)> = Vec::new();
     let ro = || {
         vec![
@@ -203,21 +229,17 @@ fn mounts(input: &OciInput) -> Vec<Value> {
             .map(|(src, dst)| (src.clone(), dst.clone(), ro())),
     );
     binds.extend(m.read_only.iter().map(|p| (p.clone(), p.clone(), ro())));
-    let rw = || {
-        noexec(vec![
-            "rbind".to_string(),
-            "rw".into(),
-            "nosuid".into(),
-            "nodev".into(),
-        ])
-    };
     binds.extend(m.read_write.iter().map(|p| (p.clone(), p.clone(), rw())));
     if !m.workdir_tmpfs {
         binds.push((m.workdir.clone(), m.workdir.clone(), rw()));
     }
     // Parents before children, so a nested path is not hidden by a later mount of its parent.
     binds.sort_by_key(|(_, dst, _)| dst.components().count());
-    list.extend(binds.into_iter().map(|(src, dst, options)| json!({ "destination": dst, "type": "bind", "source": src, "options": options })));
+    list.extend(
+        binds
+            .into_iter()
+            .map(|(src, dst, options)| bind(&src, &dst, options)),
+    );
     // After the binds: a policy path that is a parent of the workdir must not hide it.
     if m.workdir_tmpfs {
         list.push(tmpfs(
@@ -234,6 +256,10 @@ fn mounts(input: &OciInput) -> Vec<Value> {
         ));
     }
     list
+}
+
+fn bind(source: &Path, destination: &Path, options: Vec<String>) -> Value {
+    json!({ "destination": destination, "type": "bind", "source": source, "options": options })
 }
 
 fn tmpfs(destination: &str, options: Vec<String>) -> Value {
@@ -525,6 +551,7 @@ mod tests {
                 tmp_files: 10000,
                 shm_bytes: 64 << 20,
                 exec_writable: false,
+                scratch_binds: None,
             },
             host_network: false,
             resources: OciResources {
@@ -583,6 +610,29 @@ mod tests {
             .iter()
             .filter(|m| m["destination"] == destination)
             .collect()
+    }
+
+    #[test]
+    fn scratch_binds_replace_the_runtimes_tmp_and_shm() {
+        let mut input = sample();
+        input.mounts.scratch_binds = Some(ScratchBinds {
+            tmp: "/run/airlock/r1/tmp".into(),
+            shm: "/run/airlock/r1/shm".into(),
+        });
+        let spec = oci_spec(&input);
+        for (destination, source) in [
+            ("/tmp", "/run/airlock/r1/tmp"),
+            ("/dev/shm", "/run/airlock/r1/shm"),
+        ] {
+            let mounts = mount_at(&spec, destination);
+            assert_eq!(mounts.len(), 1, "{mounts:?}");
+            assert_eq!(mounts[0]["type"], "bind");
+            assert_eq!(mounts[0]["source"], source);
+            assert!(mounts[0]["options"]
+                .as_array()
+                .unwrap()
+                .contains(&"noexec".into()));
+        }
     }
 
     #[test]

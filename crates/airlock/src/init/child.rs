@@ -90,6 +90,13 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
             nix::sys::prctl::set_no_new_privs()
                 .map_err(|e| format!("cannot set no_new_privs: {e}"))?;
             layers.extend([Layer::NoNewPrivs, Layer::Workdir]);
+            let capped_workdir = spec
+                .scratch
+                .as_ref()
+                .and_then(|s| s.mount_at(&spec.workdir));
+            if capped_workdir.is_some() {
+                layers.extend([Layer::DiskQuota, Layer::InodeQuota]);
+            }
             finish_and_exec(spec, layers)
         }
         Confinement::Native(native) => super::native::enter(spec, native, layers),

@@ -136,6 +136,10 @@ impl PreparedRun {
             .map_err(|e| format!("cannot block SIGCHLD: {e}"))?;
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .map_err(|e| format!("signalfd: {e}"))?;
+        if let Some(scratch) = &spec.scratch {
+            crate::sandbox::rootfs::enter_private_runtime(&scratch.runtime_dir)
+                .map_err(|e| e.to_string())?;
+        }
         make_run_dirs(spec)?;
         let (cgroup, cgroup_warning) = match &spec.cgroup {
             None => (None, None),
@@ -170,7 +174,8 @@ impl PreparedRun {
                 warnings.push(format!("cannot remove the run's cgroup: {e}"));
             }
         }
-        if !spec.keep {
+        // A run directory in memory goes with the init's mount namespace.
+        if !spec.keep && spec.scratch.is_none() {
             remove_tree(&spec.run_dir);
             if spec.run_dir.exists() {
                 warnings.push(format!(
@@ -203,21 +208,40 @@ fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
     }
     let tmp = spec.run_dir.join("tmp");
     make_dir(&tmp, 0o700, spec.credentials)?;
+    if let Some(scratch) = &spec.scratch {
+        mount_scratch(spec, scratch)?;
+    }
     if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
         write_wrap_files(spec, wrap)?;
     }
     Ok(())
 }
 
+/// The capped tmpfs mounts of an in-memory run directory, only ever inside it.
+fn mount_scratch(spec: &InitSpec, scratch: &crate::spec::MemoryScratch) -> Result<(), String> {
+    for mount in &scratch.mounts {
+        if !inside_run_dir(spec, &mount.path) {
+            return Err(format!(
+                "scratch mount {} is outside the run directory",
+                mount.path.display()
+            ));
+        }
+        crate::sandbox::rootfs::mount_scratch(mount).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn inside_run_dir(spec: &InitSpec, path: &Path) -> bool {
+    path.starts_with(&spec.run_dir)
+        && !path
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+}
+
 /// Files a wrapper tool reads (e.g. an OCI bundle), only ever inside the run directory.
 fn write_wrap_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
     for file in &wrap.files {
-        if !file.path.starts_with(&spec.run_dir)
-            || file
-                .path
-                .components()
-                .any(|c| c == std::path::Component::ParentDir)
-        {
+        if !inside_run_dir(spec, &file.path) {
             return Err(format!(
                 "wrapper file {} is outside the run directory",
                 file.path.display()

@@ -38,6 +38,12 @@ pub fn no_new_privs_is_set() -> bool {
     nix::sys::prctl::get_no_new_privs().unwrap_or(false)
 }
 
+/// Whether this process may mount (`CAP_SYS_ADMIN` in its effective set), which an in-memory
+/// run directory needs.
+pub fn can_mount() -> bool {
+    caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SYS_ADMIN).unwrap_or(false)
+}
+
 /// Empties every capability set of the calling thread: bounding, ambient, inheritable,
 /// effective and permitted.
 ///

@@ -27,7 +27,8 @@ use crate::policy::{BackendChoice, OutputLimitAction, Policy};
 use crate::result::{RunResult, RunStatus};
 use crate::sandbox::cgroup::{CgroupConfig, CgroupLimits};
 use crate::spec::{
-    CgroupRequest, Credentials, InitEvent, InitSpec, Outcome, SpecLimits, StopReason,
+    CgroupRequest, Credentials, InitEvent, InitSpec, MemoryScratch, Outcome, ScratchMount,
+    SpecLimits, StopReason,
 };
 
 /// How the sandbox itself is set up, as opposed to what the program may do (the policy).
@@ -45,6 +46,9 @@ pub struct SandboxOptions {
     pub cgroup: Option<CgroupConfig>,
     /// Do not use cgroups even when available.
     pub no_cgroup: bool,
+    /// Keep the run directory on the runtime directory's filesystem even when the init could
+    /// keep it in memory (see [`MemoryScratch`]).
+    pub disk_run_dir: bool,
     /// The policy came from the built-in `trusted` profile, which may use backend none.
     pub trusted_profile: bool,
 }
@@ -255,6 +259,10 @@ impl Prepared {
             None => (run_dir.join("work"), true),
         };
         let cgroup = cgroup_request(policy, options, &run_id);
+        let owned_workdir = (fresh && !command.keep).then_some(workdir.as_path());
+        let mut scratch =
+            (!command.keep && !options.disk_run_dir && crate::sandbox::caps::can_mount())
+                .then(|| memory_scratch(policy, &runtime, &run_dir, owned_workdir));
         let plan_env = program_env(policy, &command.env, &workdir, None);
         let ctx = PlanContext {
             policy,
@@ -267,6 +275,7 @@ impl Prepared {
             argv: &command.argv,
             env: &plan_env,
             cgroup: cgroup.as_ref(),
+            scratch: scratch.as_ref(),
         };
         // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
         backend::check_policy_paths(policy)?;
@@ -277,6 +286,9 @@ impl Prepared {
             backend.name(),
             options.allow_degraded,
         )?;
+        if matches!(&confinement, crate::spec::Confinement::Wrapped(w) if w.served_by_daemon) {
+            scratch = None;
+        }
         let tier0 = matches!(confinement, crate::spec::Confinement::Tier0);
         let spec = InitSpec {
             argv: command.argv.clone(),
@@ -298,6 +310,7 @@ impl Prepared {
             allow_degraded: options.allow_degraded,
             accepted_missing,
             tty: command.tty,
+            scratch,
         };
         Ok(Prepared {
             backend,
@@ -399,12 +412,20 @@ fn check_wrapped_plan(
     if missing.is_empty() || allow {
         return Ok(());
     }
+    let caps = missing
+        .iter()
+        .any(|l| matches!(l, Layer::DiskQuota | Layer::InodeQuota));
+    let hint = if caps {
+        ": a wrapping tool's writable areas are capped by the init's tmpfs mounts, which need CAP_SYS_ADMIN (run as root) and an in-memory run directory (no --disk-run-dir)"
+    } else {
+        ""
+    };
     Err(Error::Degraded {
         backend: backend.into(),
         missing,
-        reason:
-            "this run's plan does not provide them (see the backend's row in docs/isolation.md)"
-                .into(),
+        reason: format!(
+            "this run's plan does not provide them{hint} (see the backend's row in docs/isolation.md)"
+        ),
     })
 }
 
@@ -455,6 +476,36 @@ fn spec_limits(policy: &Policy) -> SpecLimits {
         disk_bytes: l.disk.0,
         files: l.files,
         cpus: l.cpus,
+    }
+}
+
+/// The in-memory run directory: the fresh workdir and `/tmp` each capped by the policy's disk
+/// and file limits (as the native sandbox caps its own), `/dev/shm` by a smaller share.
+fn memory_scratch(
+    policy: &Policy,
+    runtime: &Path,
+    run_dir: &Path,
+    owned_workdir: Option<&Path>,
+) -> MemoryScratch {
+    let limits = &policy.limits;
+    let capped = |path: PathBuf, size_bytes: u64, max_files: u64| ScratchMount {
+        path,
+        size_bytes,
+        max_files,
+        mode: 0o700,
+        exec: policy.filesystem.exec_writable,
+        owner: credentials(policy),
+    };
+    let mut mounts: Vec<ScratchMount> = owned_workdir
+        .map(|dir| capped(dir.to_path_buf(), limits.disk.0, limits.files))
+        .into_iter()
+        .collect();
+    mounts.push(capped(run_dir.join("tmp"), limits.disk.0, limits.files));
+    let (shm_bytes, shm_files) = backend::shm_caps(limits);
+    mounts.push(capped(run_dir.join("shm"), shm_bytes, shm_files));
+    MemoryScratch {
+        runtime_dir: runtime.to_path_buf(),
+        mounts,
     }
 }
 

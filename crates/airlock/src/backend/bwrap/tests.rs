@@ -43,6 +43,7 @@ fn ctx<'a>(policy: &'a Policy, fresh: bool, keep: bool) -> PlanContext<'a> {
         argv: &[],
         env: &[],
         cgroup: None,
+        scratch: None,
     }
 }
 
@@ -179,18 +180,20 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
     );
     assert!(!wrap.keep_root);
     assert!(wrap.layers.contains(&Layer::NetNs) && wrap.layers.contains(&Layer::Seccomp));
-    for absent in [
-        Layer::LandlockFs,
-        Layer::LandlockNet,
-        Layer::LandlockScope,
-        Layer::InodeQuota,
-    ] {
+    for absent in [Layer::LandlockFs, Layer::LandlockNet, Layer::LandlockScope] {
         for probe in [backend.probe(), backend.quick_probe()] {
             assert!(
                 !wrap.layers.contains(&absent) && !probe.layers.contains(&absent),
                 "{absent:?} is claimed"
             );
         }
+    }
+    // Without the init's capped mounts (no scratch), bwrap's tmpfs has no inode cap; the
+    // probe claims one only where airlock can make those mounts.
+    assert!(!wrap.layers.contains(&Layer::InodeQuota));
+    let can_mount = crate::sandbox::caps::can_mount();
+    for probe in [backend.probe(), backend.quick_probe()] {
+        assert_eq!(probe.layers.contains(&Layer::InodeQuota), can_mount);
     }
     // Every tmpfs has --size; the sandbox's own workdir is one of them.
     assert!(wrap.layers.contains(&Layer::DiskQuota));
@@ -224,4 +227,38 @@ fn host_network_plan_claims_no_network_namespace() {
             allow_network: true
         })
     );
+}
+
+/// With an in-memory run directory, the writable areas are the init's capped tmpfs mounts,
+/// bound by bwrap (whose own tmpfs has no inode cap), and the plan claims the inode cap.
+#[test]
+fn capped_scratch_mounts_are_bound_instead_of_bwraps_tmpfs() {
+    let policy = untrusted();
+    let mount = |path: String| crate::spec::ScratchMount {
+        path: path.into(),
+        size_bytes: 1,
+        max_files: 1,
+        mode: 0o700,
+        exec: false,
+        owner: None,
+    };
+    let scratch = crate::spec::MemoryScratch {
+        runtime_dir: "/run/airlock".into(),
+        mounts: vec![
+            mount(WORKDIR.to_string()),
+            mount(format!("{RUN_DIR}/tmp")),
+            mount(format!("{RUN_DIR}/shm")),
+        ],
+    };
+    let mut context = ctx(&policy, true, false);
+    context.scratch = Some(&scratch);
+    let args = bwrap_args(&context, &install(), &layout()).join(" ");
+    for expected in [
+        format!("--bind {RUN_DIR}/tmp /tmp"),
+        format!("--bind {RUN_DIR}/shm /dev/shm"),
+        format!("--bind {WORKDIR} {WORKDIR} --chdir {WORKDIR}"),
+    ] {
+        assert!(args.contains(&expected), "{expected}: {args}");
+    }
+    assert!(!args.contains("--tmpfs"), "{args}");
 }

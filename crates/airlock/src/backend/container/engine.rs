@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::super::oci::OciInput;
+use super::super::oci::{OciInput, OciMounts};
 
 /// Which engine's command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,21 +164,14 @@ fn mount_flags(input: &EngineInput) -> Vec<String> {
         flags.push("--read-only-tmpfs=false".into());
     }
     let noexec = if m.exec_writable { "exec" } else { "noexec" };
-    let mut tmp = format!(
-        "/tmp:rw,nosuid,nodev,{noexec},mode=1777,size={}",
-        m.tmp_bytes
-    );
-    if input.engine == Engine::Docker {
-        // podman 4 refuses nr_inodes (only size and mode pass); its /tmp has no file cap.
-        tmp.push_str(&format!(",nr_inodes={}", m.tmp_files));
-    }
-    flags.extend([
-        "--tmpfs".into(),
-        tmp,
-        "--shm-size".into(),
-        m.shm_bytes.to_string(),
-    ]);
     let mut binds: Vec<(PathBuf, PathBuf, bool)> = Vec::new();
+    match &m.scratch_binds {
+        Some(scratch) => binds.extend([
+            (scratch.tmp.clone(), "/tmp".into(), true),
+            (scratch.shm.clone(), "/dev/shm".into(), true),
+        ]),
+        None => flags.extend(engine_tmpfs_flags(input.engine, m, noexec)),
+    }
     binds.extend(m.system_ro.iter().map(|p| (p.clone(), p.clone(), false)));
     binds.extend(
         m.files_ro
@@ -207,6 +200,24 @@ fn mount_flags(input: &EngineInput) -> Vec<String> {
         ));
     }
     flags
+}
+
+/// The engine's own `/tmp` and `/dev/shm`, when the init premounted none.
+fn engine_tmpfs_flags(engine: Engine, m: &OciMounts, noexec: &str) -> Vec<String> {
+    let mut tmp = format!(
+        "/tmp:rw,nosuid,nodev,{noexec},mode=1777,size={}",
+        m.tmp_bytes
+    );
+    if engine == Engine::Docker {
+        // podman 4 refuses nr_inodes (only size and mode pass); its /tmp has no file cap.
+        tmp.push_str(&format!(",nr_inodes={}", m.tmp_files));
+    }
+    vec![
+        "--tmpfs".into(),
+        tmp,
+        "--shm-size".into(),
+        m.shm_bytes.to_string(),
+    ]
 }
 
 /// `SRC:DST:OPTIONS`; Docker's `-v` knows only ro/rw (and relabelling), podman's takes the

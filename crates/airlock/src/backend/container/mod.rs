@@ -23,7 +23,7 @@ pub use runtime::{report_all as container_runtimes, RuntimeReport};
 
 use super::oci::{
     docker_seccomp_profile, existing, oci_spec, OciInput, OciMounts, OciResources, OciRlimit,
-    OciSeccomp,
+    OciSeccomp, ScratchBinds,
 };
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
@@ -184,6 +184,7 @@ fn plan_oci(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> WrapSpec {
 fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
     let bundle = Bundle::new(ctx);
     let mut oci = bundle.oci_input(ctx);
+    let capped = bind_scratch_mounts(ctx, &mut oci.mounts) && ctx.sandbox_owns_workdir();
     oci.resources.pids = Some(ctx.policy.limits.processes);
     oci.user_namespace = true;
     let mut files = bundle.skeleton_files(&oci);
@@ -242,7 +243,7 @@ fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         files,
         keep_root: true,
         no_new_privs: true,
-        layers: container_layers(ctx.policy.has_network(), false),
+        layers: container_layers(ctx.policy.has_network(), capped),
         argv_in_files: true,
         rlimits_by_tool: true,
         // podman's own threads would count against the limit when the container has its own.
@@ -293,6 +294,7 @@ fn plan_docker(ctx: &PlanContext, docker: &Path) -> WrapSpec {
         argv_in_files: true,
         rlimits_by_tool: true,
         notes: vec!["container: docker runs the container outside airlock's cgroup: memory, CPU and OOM are enforced by the engine but not accounted in the result".into()],
+        served_by_daemon: true,
         ..WrapSpec::default()
     }
 }
@@ -354,6 +356,29 @@ fn nproc_limit() -> u64 {
 /// The layers the container gives on top of Tier 0. Every writable area is a size- and
 /// inode-capped tmpfs when the workdir is the sandbox's own (runc and crun; the engines bind
 /// the workdir, and podman 4.3 refuses `nr_inodes`).
+/// Binds the init's capped tmpfs mounts (its in-memory run directory) as the workdir, `/tmp`
+/// and `/dev/shm`, for tools whose own tmpfs has no inode cap (runsc's ignores `nr_inodes`,
+/// podman 4 refuses it): every file is then created on the host tmpfs, whose caps hold. True
+/// when the run has them.
+pub(crate) fn bind_scratch_mounts(ctx: &PlanContext, mounts: &mut OciMounts) -> bool {
+    let Some(scratch) = ctx.scratch else {
+        return false;
+    };
+    let (tmp, shm) = (ctx.run_dir.join("tmp"), ctx.run_dir.join("shm"));
+    if scratch.mount_at(&tmp).is_none() || scratch.mount_at(&shm).is_none() {
+        return false;
+    }
+    if mounts.workdir_tmpfs {
+        if scratch.mount_at(ctx.workdir).is_none() {
+            return false;
+        }
+        // The workdir path is itself the capped tmpfs: bind it like a caller's workdir.
+        mounts.workdir_tmpfs = false;
+    }
+    mounts.scratch_binds = Some(ScratchBinds { tmp, shm });
+    true
+}
+
 fn container_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
     let mut layers = tier0_layers();
     layers.extend(Layer::NAMESPACES_BUT_NET);
@@ -509,8 +534,9 @@ impl Bundle {
                 workdir_tmpfs: ctx.sandbox_owns_workdir(),
                 tmp_bytes: limits.disk.0,
                 tmp_files: limits.files,
-                shm_bytes: limits.disk.0.min(64 << 20),
+                shm_bytes: super::shm_caps(limits).0,
                 exec_writable: policy.filesystem.exec_writable,
+                scratch_binds: None,
             },
             host_network: policy.has_network(),
             resources: OciResources {

@@ -205,7 +205,7 @@ const NULL_MASK: BindAccess = BindAccess {
     devices: true,
 };
 
-fn make_mounts_private() -> Result<(), RootfsError> {
+pub(super) fn make_mounts_private() -> Result<(), RootfsError> {
     let flags = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
     mount(None::<&str>, "/", None::<&str>, flags, None::<&str>)
         .map_err(|source| RootfsError::MakePrivate { source })
@@ -253,7 +253,7 @@ fn detach(path: &Path) -> Result<(), RootfsError> {
     })
 }
 
-fn mount_tmpfs(path: &Path, options: &str, exec: bool) -> Result<(), RootfsError> {
+pub(super) fn mount_tmpfs(path: &Path, options: &str, exec: bool) -> Result<(), RootfsError> {
     make_dirs(path)?;
     let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     if !exec {

@@ -10,6 +10,7 @@
 mod execute;
 mod mountinfo;
 mod plan;
+mod scratch;
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
@@ -17,6 +18,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use plan::{plan_operations, MountOp, ProcProtection};
+pub use scratch::{enter_private_runtime, mount_scratch};
 
 /// Everything needed to build the sandbox's root filesystem. Crosses the process boundary
 /// (supervisor to init) as JSON.
@@ -120,6 +122,8 @@ pub enum RootfsError {
     HiddenGeneratedFile { path: PathBuf, mount: PathBuf },
     #[error("refusing to build the root filesystem outside a fresh pid namespace (pid is {pid}, expected 1)")]
     NotSandboxInit { pid: i32 },
+    #[error("cannot create a mount namespace for the run directory: {source}")]
+    Unshare { source: nix::Error },
     #[error("failed to make the mount tree private: {source}")]
     MakePrivate { source: nix::Error },
     #[error("failed to mount {fstype} at {path}: {source}")]

@@ -21,6 +21,7 @@ fn oci() -> OciInput {
             tmp_files: 100,
             shm_bytes: 1 << 20,
             exec_writable: false,
+            scratch_binds: None,
         },
         host_network: false,
         resources: OciResources {
@@ -243,4 +244,26 @@ fn docker_seccomp_profile_has_the_engine_format() {
     assert!(rules
         .iter()
         .all(|r| r["names"].is_array() && r["action"].is_string()));
+}
+
+/// With the init's capped tmpfs mounts, podman binds them as `/tmp` and `/dev/shm` instead of
+/// its own tmpfs, which podman 4 cannot cap in inodes.
+#[test]
+fn podman_binds_the_inits_capped_mounts_when_there_are_some() {
+    let mut input = podman(EngineCgroups::Inherit);
+    input.oci.mounts.scratch_binds = Some(crate::backend::oci::ScratchBinds {
+        tmp: "/run/airlock/r1/tmp".into(),
+        shm: "/run/airlock/r1/shm".into(),
+    });
+    let argv = engine_argv(&input);
+    assert!(
+        !argv.iter().any(|a| a == "--tmpfs" || a == "--shm-size"),
+        "{argv:?}"
+    );
+    for volume in [
+        "/run/airlock/r1/tmp:/tmp:rw,nosuid,nodev,noexec",
+        "/run/airlock/r1/shm:/dev/shm:rw,nosuid,nodev,noexec",
+    ] {
+        assert!(has(&argv, "--volume", volume), "{volume}: {argv:?}");
+    }
 }
