@@ -108,10 +108,11 @@ pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
     }
 }
 
-/// Every run creates its directory there, and a container or gVisor run writes an OCI bundle
-/// of about 80 entries: on a disk filesystem (measured here: ext4 without a journal, where
-/// creating an inode next to many recently deleted ones takes about 0.7 ms) that adds about
-/// 20 ms to a crun run (40.8 against 19.6 ms), which a tmpfs avoids.
+/// A run without an in-memory run directory creates its directory there, and a container or
+/// gVisor run writes an OCI bundle of about 80 entries: on a disk filesystem (measured here:
+/// ext4 without a journal, where creating an inode next to many recently deleted ones takes
+/// about 0.7 ms) that adds about 20 ms to a crun run (40.8 against 19.6 ms), which a tmpfs
+/// avoids.
 fn runtime_dir_report() -> RuntimeDirReport {
     // The doctor creates nothing: a directory not made yet will land on its parent's filesystem.
     let path = crate::supervisor::default_runtime_dir();
@@ -121,6 +122,9 @@ fn runtime_dir_report() -> RuntimeDirReport {
     });
     let (filesystem, note) = match on_tmpfs {
         Some(Ok(true)) => ("tmpfs", None),
+        Some(Ok(false)) if crate::sandbox::caps::can_mount() => ("disk", Some(
+            "runs keep their directories in memory (a tmpfs in the init's own mount namespace); only --keep and --disk-run-dir runs, and the tool-version cache, use this directory".to_string(),
+        )),
         Some(Ok(false)) => ("disk", Some(format!(
             "runs create and remove their directories (and container/gVisor bundles) here; on a disk filesystem that costs time (measured on ext4 without a journal: about 20 ms per container run): mount a tmpfs on it (`mount -t tmpfs -o mode=0711 tmpfs {}`)",
             path.display()
