@@ -63,24 +63,6 @@ fn unprivileged_without_capabilities(oci: &Oci) {
     );
 }
 
-/// The workdir the sandbox creates is a tmpfs with the `/tmp` caps: both caps hold there and
-/// the result claims them.
-#[test]
-fn the_sandbox_workdir_caps_size_and_files() {
-    require_runtime!(CONTAINER);
-    let code = "import os\nn = 0\ntry:\n    for i in range(400):\n        open(f'f{i}', 'w').close(); n += 1\nexcept OSError as e:\n    print('files refused', e.errno)\nfor i in range(n): os.unlink(f'f{i}')\ntry:\n    open('big', 'wb').write(b'x' * (40 << 20))\n    print('wrote 40MiB')\nexcept OSError as e:\n    print('bytes refused', e.errno)";
-    let result = CONTAINER.run(&["--files", "100", "--disk", "16MiB"], &py(code));
-    assert_eq!(
-        stdout(&result),
-        "files refused 28\nbytes refused 28\n",
-        "{result}"
-    );
-    let isolation = result["isolation"].as_array().unwrap();
-    for layer in ["disk_quota", "inode_quota"] {
-        assert!(isolation.contains(&layer.into()), "{layer}: {result}");
-    }
-}
-
 /// Starts `airlock run` on podman with a shell `script` that first prints its workdir, and
 /// returns the CLI, the run directory and the run id read from that line. `own_group` puts
 /// the CLI in a new process group, so the test can kill the CLI and its init together.

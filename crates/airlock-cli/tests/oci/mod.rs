@@ -239,6 +239,29 @@ pub fn normal_runs_leave_nothing_either(oci: &Oci) {
     oci.assert_no_leftovers(run_dir, run_dir.file_name().unwrap().to_str().unwrap());
 }
 
+/// A python program that makes up to 400 files in its workdir, then writes 40 MiB, saying
+/// where each stopped: `files refused 28`, the number made, `bytes refused 28` when capped.
+pub const FILL_WORKDIR: &str = "import os\nn = 0\ntry:\n    for i in range(400):\n        open(f'f{i}', 'w').close(); n += 1\nexcept OSError as e:\n    print('files refused', e.errno)\nprint(n)\ntry:\n    open('big', 'wb').write(b'x' * (40 << 20))\n    print('wrote 40MiB')\nexcept OSError as e:\n    print('bytes refused', e.errno)";
+
+/// The limits [`FILL_WORKDIR`] runs under.
+pub const FILL_LIMITS: [&str; 4] = ["--files", "100", "--disk", "16MiB"];
+
+/// The workdir the sandbox creates caps both size and files (its own tmpfs, or the init's
+/// capped mount for tools whose tmpfs cannot cap inodes), and the result claims both.
+pub fn sandbox_workdir_caps_size_and_files(oci: &Oci) {
+    let result = oci.run(&FILL_LIMITS, &py(FILL_WORKDIR));
+    // The tmpfs root is one of the 100 inodes.
+    assert_eq!(
+        stdout(&result),
+        "files refused 28\n99\nbytes refused 28\n",
+        "{result}"
+    );
+    let isolation = result["isolation"].as_array().unwrap();
+    for layer in ["disk_quota", "inode_quota"] {
+        assert!(isolation.contains(&layer.into()), "{layer}: {result}");
+    }
+}
+
 /// A SIGKILLed supervisor leaves nothing once its init notices: no process, no cgroup, no
 /// runtime state and no run directory on the host (which, in memory, never appears there).
 pub fn killed_supervisor_leaves_nothing(oci: &Oci) {
@@ -278,6 +301,7 @@ macro_rules! shared_oci_tests {
             wall_timeout_kills_the_container_and_leaves_nothing,
             normal_runs_leave_nothing_either,
             killed_supervisor_leaves_nothing,
+            sandbox_workdir_caps_size_and_files,
         );
     };
     ($oci:expr; $($check:ident),* $(,)?) => {

@@ -220,33 +220,31 @@ fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
 /// The capped tmpfs mounts of an in-memory run directory, only ever inside it.
 fn mount_scratch(spec: &InitSpec, scratch: &crate::spec::MemoryScratch) -> Result<(), String> {
     for mount in &scratch.mounts {
-        if !inside_run_dir(spec, &mount.path) {
-            return Err(format!(
-                "scratch mount {} is outside the run directory",
-                mount.path.display()
-            ));
-        }
+        check_inside_run_dir(spec, &mount.path, "scratch mount")?;
         crate::sandbox::rootfs::mount_scratch(mount).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
-fn inside_run_dir(spec: &InitSpec, path: &Path) -> bool {
-    path.starts_with(&spec.run_dir)
+/// Refuses a path the init would create outside the run directory.
+fn check_inside_run_dir(spec: &InitSpec, path: &Path, what: &str) -> Result<(), String> {
+    let inside = path.starts_with(&spec.run_dir)
         && !path
             .components()
-            .any(|c| c == std::path::Component::ParentDir)
+            .any(|c| c == std::path::Component::ParentDir);
+    if inside {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} {} is outside the run directory",
+        path.display()
+    ))
 }
 
 /// Files a wrapper tool reads (e.g. an OCI bundle), only ever inside the run directory.
 fn write_wrap_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
     for file in &wrap.files {
-        if !inside_run_dir(spec, &file.path) {
-            return Err(format!(
-                "wrapper file {} is outside the run directory",
-                file.path.display()
-            ));
-        }
+        check_inside_run_dir(spec, &file.path, "wrapper file")?;
         write_wrap_file(file)?;
     }
     Ok(())
