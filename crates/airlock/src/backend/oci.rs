@@ -6,7 +6,7 @@
 //! entries and the generated identity files are bound read-only at their own paths, the
 //! workdir and the policy's `read_write` paths read-write. The seccomp section is airlock's own
 //! policy translated to OCI: the allowlist and refusal lists are read from the source of
-//! `sandbox/seccomp.rs` itself, so both sandboxes share one list.
+//! `sandbox/seccomp/mod.rs` itself, so both sandboxes share one list.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -323,7 +323,7 @@ fn resources(r: &OciResources) -> Value {
 
 // ---------------------------------------------------------------------------------------------
 // Seccomp: airlock's allowlist (ENOSYS for anything unlisted) and refusals (EPERM), as in
-// `sandbox/seccomp.rs`, expressed as one libseccomp-style profile.
+// `sandbox/seccomp/mod.rs`, expressed as one libseccomp-style profile.
 // ---------------------------------------------------------------------------------------------
 
 const ENOSYS: u32 = libc::ENOSYS as u32;
@@ -459,11 +459,11 @@ pub struct SeccompLists {
     pub refused: BTreeSet<String>,
 }
 
-/// The allow and refuse lists of `sandbox/seccomp.rs`, read from its source so the two
+/// The allow and refuse lists of `sandbox/seccomp/mod.rs`, read from its source so the two
 /// sandboxes cannot drift apart. Names unknown to an architecture are ignored by libseccomp.
 pub fn seccomp_lists() -> &'static SeccompLists {
     static LISTS: OnceLock<SeccompLists> = OnceLock::new();
-    LISTS.get_or_init(|| parse_seccomp_source(include_str!("../sandbox/seccomp.rs")))
+    LISTS.get_or_init(|| parse_seccomp_source(include_str!("../sandbox/seccomp/mod.rs")))
 }
 
 fn parse_seccomp_source(source: &str) -> SeccompLists {

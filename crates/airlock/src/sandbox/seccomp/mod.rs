@@ -1,10 +1,13 @@
 //! The seccomp policy: an allowlist of what interpreters (python3, node, bash, perl, ruby, the
 //! gcc toolchain, coreutils) need, plus explicit refusals for the dangerous calls.
 //!
-//! Two stacked filters, because a seccompiler filter has a single match action:
+//! Two stacked filters:
 //!
-//! 1. the *allowlist* (installed first): listed syscalls -> `ALLOW`, anything else -> `ENOSYS`;
-//! 2. the *denylist* (installed second): refused syscalls or argument patterns -> `EPERM`,
+//! 1. the *syscall table* (installed first): listed syscalls -> `ALLOW`, refused syscalls ->
+//!    `EPERM`, anything else -> `ENOSYS`, found by binary search over ranges of numbers
+//!    ([`table`]);
+//! 2. the *argument checks* (installed second, compiled by seccompiler): refused argument
+//!    patterns of allowed syscalls (`clone(CLONE_NEWUSER)`, `ioctl(TIOCSTI)`, ...) -> `EPERM`,
 //!    anything else -> `ALLOW`.
 //!
 //! The kernel runs every installed filter and keeps the result with the highest precedence
@@ -12,17 +15,19 @@
 //! the same action it keeps the one from the most recently installed filter, because it walks
 //! the filters newest first and only replaces its pick with a strictly higher precedence one
 //! (`seccomp_run_filters` in `kernel/seccomp.c`). So:
-//! * a refused syscall that is not on the allowlist gets `ERRNO(ENOSYS)` from filter 1 and
-//!   `ERRNO(EPERM)` from filter 2: both are `ERRNO`, filter 2 is newer, the caller sees `EPERM`;
-//! * a refused argument pattern of an allowed syscall (e.g. `clone(CLONE_NEWUSER)`) gets `ALLOW`
-//!   and `ERRNO(EPERM)`: `ERRNO` outranks `ALLOW`, the caller sees `EPERM`;
+//! * a refused argument pattern of an allowed syscall gets `ALLOW` and `ERRNO(EPERM)`: `ERRNO`
+//!   outranks `ALLOW`, the caller sees `EPERM`;
+//! * a refused syscall gets `ERRNO(EPERM)` from the table and `ALLOW` from the argument checks;
 //! * a syscall neither filter knows gets `ENOSYS` and `ALLOW`: the caller sees `ENOSYS`, just as
 //!   on a kernel that lacks it, which well-written programs handle by falling back.
 //!
 //! `later_filter_errno_wins_for_equal_actions` checks the precedence rule on the running kernel.
-//! Nothing here ever kills: seccompiler's arch check (which kills on a foreign architecture) is
-//! rewritten to the filter's own mismatch action, see [`soften_arch_check`]. The policy and its
-//! reasons are documented in `docs/seccomp.md`.
+//! Nothing here ever kills: a syscall under a foreign architecture token gets ENOSYS from the
+//! table, and seccompiler's arch check (which kills) is rewritten to ALLOW in the argument
+//! checks, see [`soften_arch_check`]. The policy and its reasons are documented in
+//! `docs/seccomp.md`.
+
+mod table;
 
 use seccompiler::{
     sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
@@ -331,29 +336,54 @@ const REFUSED_IOCTLS: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
 const TARGET_ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
 const TARGET_ARCH: TargetArch = TargetArch::aarch64;
+/// The same architecture's `AUDIT_ARCH_*` token (linux/audit.h: the ELF machine number, 64-bit,
+/// little-endian), which seccompiler keeps private.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
 
-/// The two filters in installation order: the allowlist, then the denylist.
+/// The two filters in installation order: the syscall table, then the argument checks.
 pub fn build_filters(cfg: &SeccompConfig) -> Result<Vec<BpfProgram>, SeccompError> {
-    let allowlist = compile(
-        "allowlist",
-        allowlist_rules(),
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        SeccompAction::Allow,
-    )?;
-    let denylist = compile(
-        "denylist",
-        denylist_rules(cfg)?,
+    let arguments = compile(
+        "argument checks",
+        argument_rules(cfg)?,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
     )?;
-    Ok(vec![allowlist, denylist])
+    Ok(vec![syscall_table().compile(), arguments])
+}
+
+/// Allowed syscalls, refused ones (EPERM) and ENOSYS for every other number and for foreign
+/// architectures.
+fn syscall_table() -> table::SyscallTable {
+    let action = |action: SeccompAction| u32::from(action);
+    let eperm = action(SeccompAction::Errno(libc::EPERM as u32));
+    let enosys = action(SeccompAction::Errno(libc::ENOSYS as u32));
+    let listed = |groups: &'static [&'static [Syscall]], verdict: u32| {
+        groups
+            .iter()
+            .flat_map(|group| group.iter())
+            .map(move |&(_, number)| (number as u32, verdict))
+    };
+    table::SyscallTable {
+        arch: AUDIT_ARCH,
+        actions: listed(ALLOWED, action(SeccompAction::Allow))
+            .chain(listed(REFUSED, eperm))
+            .collect(),
+        default: enosys,
+        foreign_arch: enosys,
+    }
 }
 
 /// Installs the filters on the calling thread; they are inherited by every process it forks
 /// and kept across `execve`. Requires `no_new_privs` (or `CAP_SYS_ADMIN`), which the caller sets.
 pub fn install(cfg: &SeccompConfig) -> Result<(), SeccompError> {
     let filters = build_filters(cfg)?;
-    for (filter, program) in ["allowlist", "denylist"].into_iter().zip(&filters) {
+    for (filter, program) in ["syscall table", "argument checks"]
+        .into_iter()
+        .zip(&filters)
+    {
         seccompiler::apply_filter(program)
             .map_err(|source| SeccompError::Install { filter, source })?;
     }
@@ -377,10 +407,11 @@ fn compile(
 
 /// seccompiler starts every program with "load arch; if arch == target skip 1; return
 /// KILL_PROCESS". A foreign-arch syscall (e.g. `int 0x80` i386 calls on x86_64, whose numbers
-/// mean different syscalls) must not be checked against our table, but killing would break the
-/// never-kill rule, so the kill becomes the filter's mismatch action: ENOSYS from the allowlist
-/// (which the denylist's ALLOW cannot override). Returns `None` if the prologue is not the one
-/// expected, so a seccompiler upgrade cannot silently change the meaning of the patch.
+/// mean different syscalls) must not be checked against our rules, but killing would break the
+/// never-kill rule, so the kill becomes the filter's mismatch action: ALLOW in the argument
+/// checks, which leaves the syscall table's ENOSYS standing. Returns `None` if the prologue is
+/// not the one expected, so a seccompiler upgrade cannot silently change the meaning of the
+/// patch.
 fn soften_arch_check(program: &mut BpfProgram, mismatch: SeccompAction) -> Option<()> {
     const BPF_RET_K: u16 = 0x06;
     let kill = sock_filter {
@@ -396,20 +427,9 @@ fn soften_arch_check(program: &mut BpfProgram, mismatch: SeccompAction) -> Optio
     Some(())
 }
 
-fn allowlist_rules() -> BTreeMap<i64, Vec<SeccompRule>> {
-    ALLOWED
-        .iter()
-        .flat_map(|group| group.iter())
-        .map(|&(_, number)| (number, Vec::new()))
-        .collect()
-}
-
-fn denylist_rules(cfg: &SeccompConfig) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = REFUSED
-        .iter()
-        .flat_map(|group| group.iter())
-        .map(|&(_, number)| (number, Vec::new()))
-        .collect();
+/// The refused argument patterns, per syscall; every syscall here is on the allowlist.
+fn argument_rules(cfg: &SeccompConfig) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+    let mut rules = BTreeMap::new();
     rules.insert(libc::SYS_clone, clone_namespace_rules()?);
     rules.insert(libc::SYS_personality, personality_rules()?);
     rules.insert(libc::SYS_ioctl, ioctl_rules()?);
@@ -427,16 +447,16 @@ fn denylist_rules(cfg: &SeccompConfig) -> Result<BTreeMap<i64, Vec<SeccompRule>>
 // upper half cannot smuggle a refused value past the filter.
 
 fn arg_condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
-    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(denylist_error)
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(argument_rule_error)
 }
 
 fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompError> {
-    SeccompRule::new(conditions).map_err(denylist_error)
+    SeccompRule::new(conditions).map_err(argument_rule_error)
 }
 
-fn denylist_error(source: seccompiler::BackendError) -> SeccompError {
+fn argument_rule_error(source: seccompiler::BackendError) -> SeccompError {
     SeccompError::Build {
-        filter: "denylist",
+        filter: "argument checks",
         source,
     }
 }
@@ -1037,6 +1057,46 @@ printf("hi from %s\n", (char *)r); return 0; }"#;
                 assert_eq!(kills.count(), 0);
             }
         }
+    }
+
+    /// The table filter answers for every number the way the lists say, and checks the same
+    /// architecture token as seccompiler's program.
+    #[test]
+    fn the_syscall_table_follows_the_lists() {
+        let program = syscall_table().compile();
+        let arguments = &build_filters(&OFFLINE).unwrap()[1];
+        assert_eq!(program[1].k, arguments[1].k, "the same architecture check");
+        let allow = u32::from(SeccompAction::Allow);
+        let eperm = u32::from(SeccompAction::Errno(libc::EPERM as u32));
+        let enosys = u32::from(SeccompAction::Errno(libc::ENOSYS as u32));
+        let listed = |groups: &[&[Syscall]]| -> HashSet<u32> {
+            groups
+                .iter()
+                .flat_map(|group| group.iter().map(|&(_, nr)| nr as u32))
+                .collect()
+        };
+        let (allowed, refused) = (listed(ALLOWED), listed(REFUSED));
+        for nr in (0..1024).chain([0x4000_0000 | 39, u32::MAX]) {
+            let want = if allowed.contains(&nr) {
+                allow
+            } else if refused.contains(&nr) {
+                eperm
+            } else {
+                enosys
+            };
+            assert_eq!(
+                table::tests::evaluate(&program, nr, AUDIT_ARCH),
+                want,
+                "{nr}"
+            );
+        }
+        let i386 = 0x4000_0003;
+        assert_eq!(table::tests::evaluate(&program, 20, i386), enosys);
+        assert!(
+            program.len() < 300,
+            "{} instructions: the table should be a search, not a chain",
+            program.len()
+        );
     }
 
     #[test]
