@@ -9,6 +9,7 @@ mod report;
 mod stats;
 mod tools;
 
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -51,9 +52,22 @@ struct Pair {
     failures: Vec<String>,
 }
 
+/// What one run of a pair starts.
+struct Launch {
+    argv: Vec<String>,
+    descriptors: Vec<(i32, PathBuf)>,
+}
+
 impl Pair {
     fn argv(&self) -> Vec<String> {
         self.tool.argv(&self.workload)
+    }
+
+    fn launch(&self) -> Launch {
+        Launch {
+            argv: self.argv(),
+            descriptors: self.tool.descriptors.clone(),
+        }
     }
 
     fn label(&self) -> String {
@@ -71,7 +85,7 @@ fn bench(args: Args) -> ExitCode {
     let mut notes = Vec::new();
     let airlock = args.airlock.clone().unwrap_or_else(default_airlock);
     let mut pairs = make_pairs(&args, &airlock, &mut notes);
-    pairs.retain(|pair| match time_once(&pair.argv()) {
+    pairs.retain(|pair| match time_once(&pair.launch()) {
         Ok(_) => true,
         Err(why) => {
             notes.push(format!(
@@ -148,17 +162,17 @@ fn make_pairs(args: &Args, airlock: &std::path::Path, notes: &mut Vec<String>) -
 /// the round before so no pair always follows the same neighbour. A failed run (the host is
 /// shared: e.g. a per-user process limit hit by someone else's jobs) is recorded, not timed.
 fn measure(pairs: &mut [Pair], warmup: usize, runs: usize) {
-    let argvs: Vec<Vec<String>> = pairs.iter().map(Pair::argv).collect();
+    let launches: Vec<Launch> = pairs.iter().map(Pair::launch).collect();
     for _ in 0..warmup {
-        for argv in &argvs {
-            let _ = time_once(argv);
+        for launch in &launches {
+            let _ = time_once(launch);
         }
     }
     let n = pairs.len();
     for round in 0..runs {
         for step in 0..n {
             let index = (round + step) % n;
-            match time_once(&argvs[index]) {
+            match time_once(&launches[index]) {
                 Ok((elapsed, cpu)) => {
                     pairs[index].samples.push(elapsed);
                     pairs[index].cpu.push(cpu);
@@ -173,7 +187,8 @@ fn measure(pairs: &mut [Pair], warmup: usize, runs: usize) {
 /// system) of the launcher and every descendant reaped under it, which a loaded host does not
 /// inflate the way it inflates wall time. A non-zero exit is an error, so a broken
 /// configuration cannot pass for a fast one.
-fn time_once(argv: &[String]) -> Result<(Duration, Duration), String> {
+fn time_once(launch: &Launch) -> Result<(Duration, Duration), String> {
+    let argv = &launch.argv;
     let (program, rest) = argv.split_first().ok_or("empty argv")?;
     let mut command = Command::new(program);
     command
@@ -181,13 +196,16 @@ fn time_once(argv: &[String]) -> Result<(Duration, Duration), String> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    let placed = place_descriptors(&launch.descriptors)?;
     let cpu_before = children_cpu();
     let start = Instant::now();
-    let output = command
-        .output()
-        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    let output = command.output();
     let elapsed = start.elapsed();
     let cpu = children_cpu().saturating_sub(cpu_before);
+    for fd in placed {
+        let _ = nix::unistd::close(fd);
+    }
+    let output = output.map_err(|e| format!("cannot start {program}: {e}"))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(format!(
@@ -198,6 +216,20 @@ fn time_once(argv: &[String]) -> Result<(Duration, Duration), String> {
         ));
     }
     Ok((elapsed, cpu))
+}
+
+/// Opens each file at its descriptor number in this (single-threaded) process, inheritable,
+/// so the next child starts with it there and reads it from the start; the caller closes them.
+fn place_descriptors(descriptors: &[(i32, PathBuf)]) -> Result<Vec<i32>, String> {
+    descriptors
+        .iter()
+        .map(|(target, path)| {
+            let file = std::fs::File::open(path)
+                .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            nix::unistd::dup2(file.as_raw_fd(), *target)
+                .map_err(|e| format!("cannot place {} at {target}: {e}", path.display()))
+        })
+        .collect()
 }
 
 /// User + system time of all reaped children so far.

@@ -11,6 +11,8 @@ pub struct Tool {
     /// Whole command lines for tools whose config carries the program (an OCI bundle per
     /// workload), by workload name; these win over `prefix`.
     pub per_workload: Vec<(&'static str, Vec<String>)>,
+    /// Files each run gets open at these descriptor numbers (e.g. bwrap's seccomp filters).
+    pub descriptors: Vec<(i32, PathBuf)>,
 }
 
 impl Tool {
@@ -19,6 +21,7 @@ impl Tool {
             name: name.to_string(),
             prefix,
             per_workload: Vec::new(),
+            descriptors: Vec::new(),
         }
     }
 
@@ -82,9 +85,10 @@ const BWRAP_FLAGS: &[&str] = &[
 pub const BWRAP_SAME_ARGS: &str = "bwrap-airlock-argv";
 
 /// bubblewrap with exactly the argv airlock's `bwrap` backend builds for the untrusted profile,
-/// minus the descriptors only airlock's init can hand over (the seccomp filters and the status
-/// pipe): `airlock-bwrap` against this is the cost of airlock's wrapper alone. Runs as the
-/// caller (airlock runs bwrap as uid 65534 when root; measured here, that makes no difference).
+/// including the seccomp filters it loads (`--add-seccomp-fd`, from files opened at the same
+/// descriptors for every run), minus only the status pipe that airlock's init reads:
+/// `airlock-bwrap` against this is the cost of airlock's wrapper alone. Runs as the caller
+/// (airlock runs bwrap as uid 65534 when root; measured here, that makes no difference).
 fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
     use airlock::backend::{
         bwrap_args, parse_version, resolve_system_entries, BwrapInstall, HostLayout,
@@ -120,10 +124,30 @@ fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
         setuid: false,
     };
     let argv = bwrap_args(&ctx, &install, &layout);
-    Ok(Tool::prefixed(
-        BWRAP_SAME_ARGS,
-        without_descriptor_flags(argv),
-    ))
+    let mut tool = Tool::prefixed(BWRAP_SAME_ARGS, without_status_fd(argv));
+    tool.descriptors = seccomp_filter_files(&run_dir)?;
+    Ok(tool)
+}
+
+/// airlock's two seccomp filters written to files, at the descriptors the bwrap backend
+/// hands them over on.
+fn seccomp_filter_files(dir: &Path) -> Result<Vec<(i32, PathBuf)>, String> {
+    use airlock::sandbox::seccomp::{build_filters, filter_bytes, SeccompConfig};
+    let config = SeccompConfig {
+        allow_network: false,
+    };
+    let programs = build_filters(&config).map_err(|e| e.to_string())?;
+    let fds = airlock::backend::BWRAP_SECCOMP_FDS;
+    programs
+        .iter()
+        .zip(fds)
+        .map(|(program, fd)| {
+            let path = dir.join(format!("seccomp-{fd}.bpf"));
+            std::fs::write(&path, filter_bytes(program))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok((fd, path))
+        })
+        .collect()
 }
 
 /// The peers that run airlock's generated OCI bundle (or podman argv) directly: the same tool
@@ -254,15 +278,14 @@ pub fn remove_scratch() {
     let _ = std::fs::remove_dir_all(scratch_dir());
 }
 
-/// Drops `--add-seccomp-fd N` and `--json-status-fd N`: those descriptors exist only in
-/// airlock's init.
-fn without_descriptor_flags(argv: Vec<String>) -> Vec<String> {
+/// Drops `--json-status-fd N`: that pipe exists only in airlock's init.
+fn without_status_fd(argv: Vec<String>) -> Vec<String> {
     let mut kept = Vec::with_capacity(argv.len());
     let mut skip_value = false;
     for arg in argv {
         if skip_value {
             skip_value = false;
-        } else if arg == "--add-seccomp-fd" || arg == "--json-status-fd" {
+        } else if arg == "--json-status-fd" {
             skip_value = true;
         } else {
             kept.push(arg);

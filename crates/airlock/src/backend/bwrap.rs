@@ -21,7 +21,8 @@ use crate::spec::{Confinement, WrapFile, WrapSpec};
 /// The hostname inside every bwrap sandbox (the same as the native one).
 pub const BWRAP_HOSTNAME: &str = super::native::SANDBOX_HOSTNAME;
 
-/// Descriptors at which the init hands bwrap our seccomp filters (allowlist, then deny list).
+/// Descriptors at which the init hands bwrap our seccomp filters (syscall table, then argument
+/// checks).
 pub const SECCOMP_FDS: [i32; 2] = [10, 11];
 
 /// The descriptor bwrap writes its JSON status to, so that a bwrap that fails before the

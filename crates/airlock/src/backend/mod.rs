@@ -18,7 +18,7 @@ use crate::spec::Confinement;
 
 pub use bwrap::{
     bwrap_args, parse_version, resolve_system_entries, BwrapBackend, BwrapInstall, HostLayout,
-    SystemEntry,
+    SystemEntry, SECCOMP_FDS as BWRAP_SECCOMP_FDS,
 };
 pub use container::{container_runtimes, ContainerBackend, RuntimeReport};
 pub use gvisor::{decide_platform, GvisorBackend, KvmFacts, PlatformChoice};

@@ -220,14 +220,7 @@ fn filter_memfd(program: &seccompiler::BpfProgram) -> Result<OwnedFd, String> {
     )
     .map_err(|e| format!("memfd_create: {e}"))?;
     let mut file = std::fs::File::from(fd);
-    let mut bytes = Vec::with_capacity(program.len() * 8);
-    for insn in program {
-        bytes.extend_from_slice(&insn.code.to_ne_bytes());
-        bytes.push(insn.jt);
-        bytes.push(insn.jf);
-        bytes.extend_from_slice(&insn.k.to_ne_bytes());
-    }
-    file.write_all(&bytes)
+    file.write_all(&seccomp::filter_bytes(program))
         .map_err(|e| format!("cannot write the seccomp filter: {e}"))?;
     nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekSet)
         .map_err(|e| format!("lseek: {e}"))?;

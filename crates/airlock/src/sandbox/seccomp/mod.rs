@@ -376,6 +376,19 @@ fn syscall_table() -> table::SyscallTable {
     }
 }
 
+/// A program as the raw `struct sock_filter` array a tool reads from a descriptor (bwrap's
+/// `--add-seccomp-fd`).
+pub fn filter_bytes(program: &[sock_filter]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(program.len() * 8);
+    for insn in program {
+        bytes.extend_from_slice(&insn.code.to_ne_bytes());
+        bytes.push(insn.jt);
+        bytes.push(insn.jf);
+        bytes.extend_from_slice(&insn.k.to_ne_bytes());
+    }
+    bytes
+}
+
 /// Installs the filters on the calling thread; they are inherited by every process it forks
 /// and kept across `execve`. Requires `no_new_privs` (or `CAP_SYS_ADMIN`), which the caller sets.
 pub fn install(cfg: &SeccompConfig) -> Result<(), SeccompError> {
