@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use airlock::policy::load_profile;
+use airlock::policy::{load_profile, OutputLimitAction};
 use airlock::{Input, RunEvent, RunStatus, Sandbox, SandboxOptions};
 
 fn sandbox(profile: &str) -> Sandbox {
@@ -45,6 +45,40 @@ fn run_returns_a_result_with_accounting() {
             result.cpu_user_ms + result.cpu_sys_ms > 0,
             "{profile}: no CPU accounting"
         );
+    }
+}
+
+/// `run` serves every pipe from one loop: stdin larger than a pipe buffer must reach the
+/// program while both output streams are drained, and the caps count what they cut.
+#[test]
+fn run_feeds_large_stdin_while_draining_both_streams() {
+    let input: String = (0..40_000).map(|i| format!("{i}\n")).collect();
+    let code = "import sys\ndata = sys.stdin.read()\nsys.stderr.write('e' * 300000)\nprint(len(data), data.count(chr(10)))";
+    for profile in profiles() {
+        let mut policy = load_profile(profile).unwrap();
+        policy.limits.stderr = "100KiB".parse().unwrap();
+        policy.limits.on_output_limit = OutputLimitAction::Truncate;
+        let options = SandboxOptions {
+            init_program: Some(env!("CARGO_BIN_EXE_airlock").into()),
+            trusted_profile: profile == "trusted",
+            ..SandboxOptions::default()
+        };
+        let result = Sandbox::with_options(policy, options)
+            .unwrap()
+            .command(common::PYTHON)
+            .args(["-c", code])
+            .stdin(input.clone())
+            .run()
+            .unwrap();
+        assert!(result.success(), "{profile}: {result:?}");
+        assert_eq!(
+            result.stdout.as_deref(),
+            Some(format!("{} 40000\n", input.len()).as_str()),
+            "{profile}"
+        );
+        assert_eq!(result.stderr_bytes, 300_000, "{profile}");
+        assert!(result.stderr_truncated, "{profile}");
+        assert_eq!(result.stderr.as_deref().map(str::len), Some(100 * 1024));
     }
 }
 

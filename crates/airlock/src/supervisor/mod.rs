@@ -3,11 +3,12 @@
 //! the init's report into a [`RunResult`].
 
 mod init_process;
+mod inline;
 mod output;
 mod runtime;
 mod sweep;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver};
@@ -16,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use init_process::{InitLaunch, InitPipes, InitProcess, InitStdio};
-pub use output::{Drained, OutputSink, StreamKind};
+pub use output::{Collector, Drained, OutputSink, StreamKind};
 pub use runtime::{default_runtime_dir, new_run_id, runtime_dir};
 pub use sweep::{sweep as sweep_abandoned_runs, SWEEP_STAMP};
 
@@ -101,6 +102,18 @@ enum Sink {
     Forward,
     Stream,
     Discard,
+}
+
+impl Sink {
+    /// Where a blocking run sends a stream: streamed output has no reader there, so it is
+    /// only counted.
+    fn blocking_sink(self) -> OutputSink {
+        match self {
+            Sink::Capture => OutputSink::Capture,
+            Sink::Forward => OutputSink::Forward,
+            Sink::Stream | Sink::Discard => OutputSink::Discard,
+        }
+    }
 }
 
 impl Sandbox {
@@ -199,15 +212,34 @@ impl Command {
         self
     }
 
-    /// Runs to completion.
+    /// Runs to completion, serving the run's pipes from the calling thread.
     pub fn run(self) -> Result<RunResult, Error> {
-        self.spawn()?.wait()
+        let prepared = Prepared::new(&self)?;
+        let (started, mut ending) = start(&self, prepared)?;
+        let policy = &self.sandbox.policy;
+        let sinks = (self.stdout.blocking_sink(), self.stderr.blocking_sink());
+        let outputs = inline::Outputs {
+            stdout: Collector::new(StreamKind::Stdout, &sinks.0, policy.limits.stdout.0),
+            stderr: Collector::new(StreamKind::Stderr, &sinks.1, policy.limits.stderr.0),
+        };
+        let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
+        let control = Mutex::new(started.control);
+        let served = inline::serve(started.pipes, outputs, || {
+            if kill_on_overflow {
+                send_stop(&control, StopReason::OutputLimit);
+            }
+        });
+        let result = ending.conclude(served);
+        // Open until the init is gone: its end reading EOF means the supervisor died.
+        drop(control);
+        result
     }
 
     /// Starts the run and returns a handle to stream, cancel and wait for it.
     pub fn spawn(self) -> Result<RunHandle, Error> {
         let prepared = Prepared::new(&self)?;
-        launch(self, prepared)
+        let (started, ending) = start(&self, prepared)?;
+        Ok(serve_from_threads(&self, started, ending))
     }
 }
 
@@ -540,18 +572,31 @@ fn cgroup_request(
 /// A running program.
 #[derive(Debug)]
 pub struct RunHandle {
-    init: InitProcess,
+    ending: Ending,
     control: Arc<Mutex<std::fs::File>>,
     events_reader: JoinHandle<Vec<InitEvent>>,
     stdout_reader: Option<JoinHandle<Drained>>,
     stderr_reader: Option<JoinHandle<Drained>>,
     stdin_writer: Option<JoinHandle<()>>,
     events: Option<Receiver<RunEvent>>,
+}
+
+/// What turns a served run into its result: the init to reap and the facts the result
+/// carries besides what the pipes said.
+#[derive(Debug)]
+struct Ending {
+    init: InitProcess,
     backend: String,
     warnings: Vec<String>,
     start: Instant,
     capture: (bool, bool),
     keep: bool,
+}
+
+/// A run whose init has its spec: the control pipe and the pipes the supervisor serves.
+struct Started {
+    control: std::fs::File,
+    pipes: inline::Pipes,
 }
 
 /// A cloneable way to cancel a run from another thread.
@@ -574,47 +619,72 @@ fn send_stop(control: &Mutex<std::fs::File>, reason: StopReason) {
     }
 }
 
-fn launch(command: Command, prepared: Prepared) -> Result<RunHandle, Error> {
+/// Starts the init and sends it the spec.
+fn start(command: &Command, prepared: Prepared) -> Result<(Started, Ending), Error> {
     let Prepared {
         backend,
         spec,
         warnings,
     } = prepared;
-    let policy = &command.sandbox.policy;
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
-    let (stdio, stdin_bytes, out_pipes) = stdio_for(&command)?;
+    let (stdio, stdin_pipe, out_pipes) = stdio_for(command)?;
     let launch = init_launch(&command.sandbox.options);
     let pipes = InitPipes {
         control: control_read,
         events: events_write,
     };
-    let mut child = init_process::start(&launch, stdio, pipes)?;
+    let mut init = init_process::start(&launch, stdio, pipes)?;
     let mut control = std::fs::File::from(control_write);
     if let Err(e) = write_spec(&mut control, &spec) {
-        child.kill();
-        let _ = child.wait();
+        init.kill();
+        let _ = init.wait();
         return Err(Error::io("cannot send the run spec to the init", e));
     }
-    let control = Arc::new(Mutex::new(control));
-    let stdin_writer = match (&command.stdin, stdin_bytes) {
-        (Input::Bytes(bytes), Some(pipe)) => {
-            let bytes = bytes.clone();
-            Some(std::thread::spawn(move || {
-                let _ = std::fs::File::from(pipe).write_all(&bytes);
-            }))
-        }
+    let stdin = match (&command.stdin, stdin_pipe) {
+        (Input::Bytes(bytes), Some(pipe)) => Some((pipe, bytes.clone())),
         _ => None,
     };
+    let started = Started {
+        control,
+        pipes: inline::Pipes {
+            stdin,
+            stdout: out_pipes.0,
+            stderr: out_pipes.1,
+            events: events_read,
+        },
+    };
+    let ending = Ending {
+        init,
+        backend: backend.name().to_string(),
+        warnings,
+        start: Instant::now(),
+        capture: (
+            command.stdout == Sink::Capture,
+            command.stderr == Sink::Capture,
+        ),
+        keep: command.keep,
+    };
+    Ok((started, ending))
+}
+
+/// A thread per pipe, so the caller of [`Command::spawn`] stays free to stream and cancel.
+fn serve_from_threads(command: &Command, started: Started, ending: Ending) -> RunHandle {
+    let policy = &command.sandbox.policy;
+    let control = Arc::new(Mutex::new(started.control));
+    let pipes = started.pipes;
+    let stdin_writer = pipes.stdin.map(|(pipe, bytes)| {
+        std::thread::spawn(move || {
+            let _ = std::fs::File::from(pipe).write_all(&bytes);
+        })
+    });
     let (event_tx, event_rx) = channel();
     let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
     let reader = |pipe: Option<OwnedFd>, sink: Sink, kind: StreamKind, cap: u64| {
         pipe.map(|fd| {
             let sink = match sink {
-                Sink::Capture => OutputSink::Capture,
-                Sink::Forward => OutputSink::Forward,
                 Sink::Stream => OutputSink::Stream(event_tx.clone()),
-                Sink::Discard => OutputSink::Discard,
+                other => other.blocking_sink(),
             };
             let control = Arc::clone(&control);
             std::thread::spawn(move || {
@@ -627,35 +697,27 @@ fn launch(command: Command, prepared: Prepared) -> Result<RunHandle, Error> {
         })
     };
     let stdout_reader = reader(
-        out_pipes.0,
+        pipes.stdout,
         command.stdout,
         StreamKind::Stdout,
         policy.limits.stdout.0,
     );
     let stderr_reader = reader(
-        out_pipes.1,
+        pipes.stderr,
         command.stderr,
         StreamKind::Stderr,
         policy.limits.stderr.0,
     );
-    let events_reader = spawn_event_reader(events_read, event_tx);
-    Ok(RunHandle {
-        init: child,
+    let events_reader = spawn_event_reader(pipes.events, event_tx);
+    RunHandle {
+        ending,
         control,
         events_reader,
         stdout_reader,
         stderr_reader,
         stdin_writer,
         events: Some(event_rx),
-        backend: backend.name().to_string(),
-        warnings,
-        start: Instant::now(),
-        capture: (
-            command.stdout == Sink::Capture,
-            command.stderr == Sink::Capture,
-        ),
-        keep: command.keep,
-    })
+    }
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
@@ -719,20 +781,25 @@ fn spawn_event_reader(
     tx: std::sync::mpsc::Sender<RunEvent>,
 ) -> JoinHandle<Vec<InitEvent>> {
     std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        for line in BufReader::new(std::fs::File::from(events)).lines() {
-            let Ok(line) = line else { break };
-            let Ok(event) = serde_json::from_str::<InitEvent>(&line) else {
-                continue;
+        let mut log = inline::EventLog::default();
+        let mut pipe = std::fs::File::from(events);
+        let mut buffer = vec![0u8; 4096];
+        loop {
+            let n = match std::io::Read::read(&mut pipe, &mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
             };
-            if let InitEvent::Started { layers, .. } = &event {
-                let _ = tx.send(RunEvent::Started {
-                    layers: layers.clone(),
-                });
+            for event in log.feed(&buffer[..n]) {
+                if let InitEvent::Started { layers, .. } = event {
+                    let _ = tx.send(RunEvent::Started {
+                        layers: layers.clone(),
+                    });
+                }
             }
-            seen.push(event);
         }
-        seen
+        log.finish()
     })
 }
 
@@ -756,7 +823,7 @@ impl RunHandle {
 
     /// The pid of the init process watching this run.
     pub fn init_pid(&self) -> u32 {
-        self.init.id()
+        self.ending.init.id()
     }
 
     /// Waits for the run to end and everything it started to be gone.
@@ -769,19 +836,31 @@ impl RunHandle {
         if let Some(writer) = self.stdin_writer.take() {
             let _ = writer.join();
         }
+        self.ending.conclude(inline::Served {
+            stdout,
+            stderr,
+            events,
+        })
+    }
+}
+
+impl Ending {
+    /// Reaps the init (every process of the run is gone by then) and builds the result.
+    fn conclude(&mut self, served: inline::Served) -> Result<RunResult, Error> {
         let init_status = self
             .init
             .wait()
             .map_err(|e| Error::io("cannot wait for the init", e))?;
         let wall_ms = self.start.elapsed().as_millis() as u64;
-        let mut result = assemble(&events, init_status, &self.backend, wall_ms);
+        let mut result = assemble(&served.events, init_status, &self.backend, wall_ms);
         result.warnings.splice(0..0, self.warnings.clone());
         if !self.keep {
             result.workdir = None;
         }
+        let (stdout, stderr) = (&served.stdout, &served.stderr);
         let text = |d: &Drained| String::from_utf8_lossy(&d.kept).into_owned();
-        result.stdout = self.capture.0.then(|| text(&stdout));
-        result.stderr = self.capture.1.then(|| text(&stderr));
+        result.stdout = self.capture.0.then(|| text(stdout));
+        result.stderr = self.capture.1.then(|| text(stderr));
         (result.stdout_truncated, result.stdout_bytes) = (stdout.truncated, stdout.total);
         (result.stderr_truncated, result.stderr_bytes) = (stderr.truncated, stderr.total);
         Ok(result)

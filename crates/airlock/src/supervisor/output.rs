@@ -37,6 +37,41 @@ pub struct Drained {
     pub truncated: bool,
 }
 
+/// One stream's accounting as its chunks arrive: keeps up to `cap`, counts everything.
+#[derive(Debug)]
+pub struct Collector<'a> {
+    kind: StreamKind,
+    sink: &'a OutputSink,
+    cap: u64,
+    drained: Drained,
+}
+
+impl<'a> Collector<'a> {
+    pub fn new(kind: StreamKind, sink: &'a OutputSink, cap: u64) -> Self {
+        Collector {
+            kind,
+            sink,
+            cap,
+            drained: Drained::default(),
+        }
+    }
+
+    /// Delivers what fits under the cap; true when this chunk is the first to pass it.
+    pub fn take(&mut self, chunk: &[u8]) -> bool {
+        let room = self.cap.saturating_sub(self.drained.total) as usize;
+        let keep = chunk.len().min(room);
+        self.drained.total += chunk.len() as u64;
+        deliver(&chunk[..keep], self.kind, self.sink, &mut self.drained.kept);
+        let first_overflow = chunk.len() > keep && !self.drained.truncated;
+        self.drained.truncated |= first_overflow;
+        first_overflow
+    }
+
+    pub fn finish(self) -> Drained {
+        self.drained
+    }
+}
+
 /// Reads `source` to EOF under `cap`. `on_overflow` runs once, when the cap is first passed.
 pub fn drain(
     mut source: impl Read,
@@ -45,8 +80,8 @@ pub fn drain(
     cap: u64,
     mut on_overflow: impl FnMut(),
 ) -> Drained {
-    let mut drained = Drained::default();
-    let mut buffer = vec![0u8; 64 * 1024];
+    let mut collector = Collector::new(kind, sink, cap);
+    let mut buffer = vec![0u8; CHUNK];
     loop {
         let n = match source.read(&mut buffer) {
             Ok(0) => break,
@@ -54,17 +89,15 @@ pub fn drain(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        let room = cap.saturating_sub(drained.total) as usize;
-        let keep = n.min(room);
-        drained.total += n as u64;
-        deliver(&buffer[..keep], kind, sink, &mut drained.kept);
-        if n > keep && !drained.truncated {
-            drained.truncated = true;
+        if collector.take(&buffer[..n]) {
             on_overflow();
         }
     }
-    drained
+    collector.finish()
 }
+
+/// How much is read from a pipe at once.
+pub const CHUNK: usize = 64 * 1024;
 
 fn deliver(bytes: &[u8], kind: StreamKind, sink: &OutputSink, kept: &mut Vec<u8>) {
     if bytes.is_empty() {

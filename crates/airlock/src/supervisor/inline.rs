@@ -1,0 +1,213 @@
+//! Serving a run from the calling thread: one poll loop feeds stdin and drains stdout, stderr
+//! and the init's events, where [`super::RunHandle`] starts a thread per pipe so that its
+//! caller stays free. `Command::run` blocks anyway, so it uses this loop: starting and joining
+//! three threads cost about half a millisecond per run (a trivial program with three pipe
+//! readers took 1.6-1.9 ms against 0.95-1.4 ms reading the same pipes from one loop).
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::output::{Collector, Drained, CHUNK};
+use crate::spec::InitEvent;
+
+/// The supervisor's ends of a run's pipes.
+pub(super) struct Pipes {
+    /// The write end of the program's stdin, and the bytes to feed it.
+    pub stdin: Option<(OwnedFd, Vec<u8>)>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
+    pub events: OwnedFd,
+}
+
+/// Where each output stream goes and how much of it is kept.
+pub(super) struct Outputs<'a> {
+    pub stdout: Collector<'a>,
+    pub stderr: Collector<'a>,
+}
+
+/// Everything the pipes carried, once every writer is gone.
+pub(super) struct Served {
+    pub stdout: Drained,
+    pub stderr: Drained,
+    pub events: Vec<InitEvent>,
+}
+
+/// Serves the pipes until stdout, stderr and the event pipe reach EOF (the init and every
+/// process of the run have closed them). `on_overflow` runs when an output cap is first passed.
+pub(super) fn serve(pipes: Pipes, mut outputs: Outputs, mut on_overflow: impl FnMut()) -> Served {
+    let mut stdin = pipes.stdin.and_then(|(fd, bytes)| {
+        let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+        let pipe = std::fs::File::from(fd);
+        (!bytes.is_empty()).then_some(Feed {
+            pipe,
+            bytes,
+            sent: 0,
+        })
+    });
+    let mut readers: Vec<(std::fs::File, Target)> = [
+        (pipes.stdout, Target::Stdout),
+        (pipes.stderr, Target::Stderr),
+        (Some(pipes.events), Target::Events),
+    ]
+    .into_iter()
+    .filter_map(|(fd, target)| fd.map(|fd| (std::fs::File::from(fd), target)))
+    .collect();
+    let mut events = EventLog::default();
+    let mut buffer = vec![0u8; CHUNK];
+    while !readers.is_empty() {
+        let ready = wait_ready(&readers, stdin.as_ref());
+        if ready.stdin && stdin.as_mut().is_some_and(|feed| feed.send_some()) {
+            stdin = None;
+        }
+        let mut index = 0;
+        while index < readers.len() {
+            if !ready.readers.get(index).copied().unwrap_or(false) {
+                index += 1;
+                continue;
+            }
+            let (file, target) = &mut readers[index];
+            let chunk = match file.read(&mut buffer) {
+                Ok(0) => None,
+                Ok(n) => Some(&buffer[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Some(&buffer[..0]),
+                Err(_) => None,
+            };
+            let Some(chunk) = chunk else {
+                readers.remove(index);
+                continue;
+            };
+            let overflow = match target {
+                Target::Stdout => outputs.stdout.take(chunk),
+                Target::Stderr => outputs.stderr.take(chunk),
+                Target::Events => {
+                    events.feed(chunk);
+                    false
+                }
+            };
+            if overflow {
+                on_overflow();
+            }
+            index += 1;
+        }
+    }
+    Served {
+        stdout: outputs.stdout.finish(),
+        stderr: outputs.stderr.finish(),
+        events: events.finish(),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Stdout,
+    Stderr,
+    Events,
+}
+
+/// Bytes for the program's stdin, written as the pipe takes them.
+struct Feed {
+    pipe: std::fs::File,
+    bytes: Vec<u8>,
+    sent: usize,
+}
+
+impl Feed {
+    /// Writes what the pipe takes now; true when done (all sent, or the program closed its
+    /// end), which drops the write end so the program sees EOF.
+    fn send_some(&mut self) -> bool {
+        match self.pipe.write(&self.bytes[self.sent..]) {
+            Ok(n) => {
+                self.sent += n;
+                self.sent == self.bytes.len()
+            }
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            ),
+        }
+    }
+}
+
+struct Ready {
+    stdin: bool,
+    readers: Vec<bool>,
+}
+
+/// Blocks until a pipe can be read (or has hung up) or stdin can take more.
+fn wait_ready(readers: &[(std::fs::File, Target)], stdin: Option<&Feed>) -> Ready {
+    let mut fds: Vec<PollFd> = readers
+        .iter()
+        .map(|(file, _)| PollFd::new(file.as_fd(), PollFlags::POLLIN))
+        .collect();
+    if let Some(feed) = stdin {
+        fds.push(PollFd::new(feed.pipe.as_fd(), PollFlags::POLLOUT));
+    }
+    if poll(&mut fds, PollTimeout::NONE).is_err() {
+        // EINTR: nothing is ready yet.
+        return Ready {
+            stdin: false,
+            readers: vec![false; readers.len()],
+        };
+    }
+    let flagged: Vec<bool> = fds
+        .iter()
+        .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+        .collect();
+    Ready {
+        stdin: stdin.is_some() && flagged[readers.len()],
+        readers: flagged[..readers.len()].to_vec(),
+    }
+}
+
+/// The init's events: one JSON object per line. A line that does not parse is skipped.
+#[derive(Default)]
+pub(super) struct EventLog {
+    partial: Vec<u8>,
+    seen: Vec<InitEvent>,
+}
+
+impl EventLog {
+    /// Takes a chunk of the pipe; returns the events its complete lines carried.
+    pub fn feed(&mut self, chunk: &[u8]) -> &[InitEvent] {
+        let before = self.seen.len();
+        self.partial.extend_from_slice(chunk);
+        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            self.parse(&line[..end]);
+        }
+        &self.seen[before..]
+    }
+
+    /// The events so far; the text after the last newline counts as a line.
+    pub fn finish(mut self) -> Vec<InitEvent> {
+        let rest = std::mem::take(&mut self.partial);
+        self.parse(&rest);
+        self.seen
+    }
+
+    fn parse(&mut self, line: &[u8]) {
+        if let Ok(event) = serde_json::from_slice::<InitEvent>(line) {
+            self.seen.push(event);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_split_on_newlines_across_chunks() {
+        let mut log = EventLog::default();
+        let line = br#"{"event":"setup_failed","error":"x"}"#;
+        log.feed(&line[..5]);
+        log.feed(&line[5..]);
+        log.feed(b"\nnot json\n");
+        log.feed(line);
+        let events = log.finish();
+        assert_eq!(events.len(), 2, "{events:?}");
+    }
+}
