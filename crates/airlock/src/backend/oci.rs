@@ -5,8 +5,8 @@
 //! The root is an empty directory made read-only; the host's system directories, a few `/etc`
 //! entries and the generated identity files are bound read-only at their own paths, the
 //! workdir and the policy's `read_write` paths read-write. The seccomp section is airlock's own
-//! policy translated to OCI: the allowlist and refusal lists are read from the source of
-//! `sandbox/seccomp/mod.rs` itself, so both sandboxes share one list.
+//! policy translated to OCI: the allowlist and refusal lists are those of
+//! `sandbox/seccomp/mod.rs`, by name, so both sandboxes share one list.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -459,58 +459,18 @@ pub struct SeccompLists {
     pub refused: BTreeSet<String>,
 }
 
-/// The allow and refuse lists of `sandbox/seccomp/mod.rs`, read from its source so the two
-/// sandboxes cannot drift apart. Names unknown to an architecture are ignored by libseccomp.
+/// The allow and refuse lists of `sandbox/seccomp/mod.rs`, by name, so the two sandboxes
+/// share one policy.
 pub fn seccomp_lists() -> &'static SeccompLists {
     static LISTS: OnceLock<SeccompLists> = OnceLock::new();
-    LISTS.get_or_init(|| parse_seccomp_source(include_str!("../sandbox/seccomp/mod.rs")))
-}
-
-fn parse_seccomp_source(source: &str) -> SeccompLists {
-    let groups = |name: &str| -> Vec<String> {
-        let Some(body) = block_after(source, &format!("const {name}: &[&[Syscall]] = &[")) else {
-            return Vec::new();
-        };
-        body.split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect()
-    };
-    let names_of = |groups: Vec<String>| -> BTreeSet<String> {
-        groups
-            .iter()
-            .flat_map(|group| group_syscalls(source, group))
-            .collect()
-    };
-    SeccompLists {
-        allowed: names_of(groups("ALLOWED")),
-        refused: names_of(groups("REFUSED")),
-    }
-}
-
-/// Every `SYS_*` name of each definition of `const GROUP: &[Syscall] = syscalls![...]` (a group
-/// may be defined once per architecture).
-fn group_syscalls(source: &str, group: &str) -> Vec<String> {
-    let marker = format!("const {group}: &[Syscall] =");
-    let mut names = Vec::new();
-    let mut rest = source;
-    while let Some(at) = rest.find(&marker) {
-        rest = &rest[at + marker.len()..];
-        let definition = rest.split(';').next().unwrap_or("");
-        names.extend(
-            definition
-                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .filter_map(|t| t.strip_prefix("SYS_"))
-                .map(str::to_string),
-        );
-    }
-    names
-}
-
-fn block_after<'a>(source: &'a str, marker: &str) -> Option<&'a str> {
-    let start = source.find(marker)? + marker.len();
-    let end = source[start..].find("];")?;
-    Some(&source[start..start + end])
+    LISTS.get_or_init(|| {
+        let (allowed, refused) = crate::sandbox::seccomp::syscall_names();
+        let owned = |names: Vec<&str>| names.into_iter().map(str::to_string).collect();
+        SeccompLists {
+            allowed: owned(allowed),
+            refused: owned(refused),
+        }
+    })
 }
 
 /// Paths of `candidates` that exist on this host (symlinks count: binding follows them).

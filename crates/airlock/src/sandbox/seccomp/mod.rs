@@ -376,6 +376,19 @@ fn syscall_table() -> table::SyscallTable {
     }
 }
 
+/// The names (without `SYS_`) of this architecture's allowed and refused syscalls, for
+/// policies written with names (OCI and Docker seccomp profiles).
+pub fn syscall_names() -> (Vec<&'static str>, Vec<&'static str>) {
+    let names = |groups: &[&[Syscall]]| -> Vec<&'static str> {
+        groups
+            .iter()
+            .flat_map(|group| group.iter())
+            .map(|&(name, _)| name.strip_prefix("SYS_").unwrap_or(name))
+            .collect()
+    };
+    (names(ALLOWED), names(REFUSED))
+}
+
 /// A program as the raw `struct sock_filter` array a tool reads from a descriptor (bwrap's
 /// `--add-seccomp-fd`).
 pub fn filter_bytes(program: &[sock_filter]) -> Vec<u8> {
