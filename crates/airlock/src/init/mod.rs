@@ -4,8 +4,9 @@
 //! cancellation, the supervisor's death. At the end it kills every process the run left,
 //! removes what it created and reports one [`Outcome`].
 //!
-//! Descriptors: 3 is the control pipe from the supervisor (the spec, then stop requests; EOF
-//! means the supervisor died), 4 is the event pipe to the supervisor (one JSON line each).
+//! Descriptors: 3 is the control pipe from the supervisor (the spec, unless the supervisor
+//! forked the init with it in memory, then stop requests; EOF means the supervisor died), 4 is
+//! the event pipe to the supervisor (one JSON line each).
 
 mod child;
 mod native;
@@ -38,7 +39,13 @@ pub const INIT_ARG: &str = "__init";
 /// Runs the init and exits. Call this first thing in `main` when `argv[1] == INIT_ARG`,
 /// before any thread is started.
 pub fn init_main() -> ! {
-    let code = match run_init() {
+    init_main_with(None)
+}
+
+/// Runs the init with `spec` when the supervisor forked it (the spec is already in memory),
+/// or with the spec read from the control pipe, and exits.
+pub(crate) fn init_main_with(spec: Option<&InitSpec>) -> ! {
+    let code = match run_init(spec) {
         Ok(()) => 0,
         Err(error) => {
             send_event(&InitEvent::SetupFailed { error });
@@ -48,16 +55,23 @@ pub fn init_main() -> ! {
     sys::exit_now(code)
 }
 
-fn run_init() -> Result<(), String> {
+fn run_init(given: Option<&InitSpec>) -> Result<(), String> {
     // The program may run as our own uid (Tier 0 without root): make our /proc entries
     // root-owned so it cannot open our descriptors and forge events.
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
     nix::sys::prctl::set_child_subreaper(true)
         .map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
-    let spec = read_spec()?;
-    let mut run = PreparedRun::create(&spec)?;
-    let result = watch::supervise(&spec, &mut run);
-    let cleanup_warnings = run.cleanup(&spec);
+    let read;
+    let spec = match given {
+        Some(spec) => spec,
+        None => {
+            read = read_spec()?;
+            &read
+        }
+    };
+    let mut run = PreparedRun::create(spec)?;
+    let result = watch::supervise(spec, &mut run);
+    let cleanup_warnings = run.cleanup(spec);
     let mut outcome = result?;
     outcome.warnings.extend(cleanup_warnings);
     send_event(&InitEvent::Finished(outcome));

@@ -1,8 +1,10 @@
 //! Starting the init. A supervisor with one thread (the CLI) forks it and the child becomes
-//! the init at once: no exec and no dynamic load of the airlock binary, about 1 ms per run. A
-//! supervisor with threads (a library caller, the pool, a test harness) re-executes the binary
-//! as `airlock __init` instead, because a forked child could inherit a lock another thread
-//! holds. Both start the same `init_main` with the same descriptors.
+//! the init at once, with the run's spec already in its memory: no exec, no dynamic load of
+//! the airlock binary and no spec on the control pipe, about 1 ms per run (more for a
+//! container bundle, whose files are part of the spec). A supervisor with threads (a library
+//! caller, the pool, a test harness) re-executes the binary as `airlock __init` instead,
+//! because a forked child could inherit a lock another thread holds, and sends the spec on the
+//! control pipe. Both run the same init with the same descriptors.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
@@ -16,6 +18,7 @@ use nix::unistd::Pid;
 use crate::error::Error;
 use crate::init::{CONTROL_FD, EVENTS_FD, INIT_ARG};
 use crate::linux::sys::{self, Forked};
+use crate::spec::InitSpec;
 
 /// The init's standard descriptors; `None` inherits the supervisor's own.
 #[derive(Debug, Default)]
@@ -47,6 +50,12 @@ pub(super) enum InitProcess {
 }
 
 impl InitProcess {
+    /// Whether the init still needs the spec on its control pipe (it was executed, not forked
+    /// with the spec in memory).
+    pub fn reads_spec(&self) -> bool {
+        matches!(self, InitProcess::Spawned(_))
+    }
+
     pub fn id(&self) -> u32 {
         match self {
             InitProcess::Spawned(child) => child.id(),
@@ -84,10 +93,11 @@ pub(super) fn start(
     launch: &InitLaunch,
     stdio: InitStdio,
     pipes: InitPipes,
+    spec: &InitSpec,
 ) -> Result<InitProcess, Error> {
     if launch.may_fork {
         match sys::fork_if_single_threaded() {
-            Ok(Some(Forked::Child)) => become_init(&stdio, &pipes),
+            Ok(Some(Forked::Child)) => become_init(&stdio, &pipes, spec),
             Ok(Some(Forked::Parent(pid))) => return Ok(InitProcess::Forked(pid)),
             Ok(None) => {}
             Err(cause) => {
@@ -103,7 +113,7 @@ pub(super) fn start(
 
 /// In the forked child: the descriptors go where an exec'd init finds them, signal handlers
 /// are reset as exec would, and the child never returns into the supervisor's code.
-fn become_init(stdio: &InitStdio, pipes: &InitPipes) -> ! {
+fn become_init(stdio: &InitStdio, pipes: &InitPipes, spec: &InitSpec) -> ! {
     let mut placed: Vec<(RawFd, RawFd)> = vec![
         (pipes.control.as_raw_fd(), CONTROL_FD),
         (pipes.events.as_raw_fd(), EVENTS_FD),
@@ -118,7 +128,7 @@ fn become_init(stdio: &InitStdio, pipes: &InitPipes) -> ! {
         sys::exit_now(127);
     }
     sys::reset_caught_signals();
-    let _ = std::panic::catch_unwind(|| crate::init::init_main());
+    let _ = std::panic::catch_unwind(|| crate::init::init_main_with(Some(spec)));
     sys::exit_now(101)
 }
 

@@ -634,12 +634,14 @@ fn start(command: &Command, prepared: Prepared) -> Result<(Started, Ending), Err
         control: control_read,
         events: events_write,
     };
-    let mut init = init_process::start(&launch, stdio, pipes)?;
+    let mut init = init_process::start(&launch, stdio, pipes, &spec)?;
     let mut control = std::fs::File::from(control_write);
-    if let Err(e) = write_spec(&mut control, &spec) {
-        init.kill();
-        let _ = init.wait();
-        return Err(Error::io("cannot send the run spec to the init", e));
+    if init.reads_spec() {
+        if let Err(e) = write_spec(&mut control, &spec) {
+            init.kill();
+            let _ = init.wait();
+            return Err(Error::io("cannot send the run spec to the init", e));
+        }
     }
     let stdin = match (&command.stdin, stdin_pipe) {
         (Input::Bytes(bytes), Some(pipe)) => Some((pipe, bytes.clone())),
