@@ -106,7 +106,19 @@ fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
         identity.push((file, Path::new("/etc").join(name)));
     }
     let workdir = run_dir.join("work");
-    let ctx = fresh_run_context(&policy, &workdir, &run_dir, "bench", &[], &[]);
+    make_run_dirs(&run_dir)?;
+    // This bwrap runs as root (airlock's as uid 65534), which owns nothing in its user
+    // namespace: it may use the program's directories all the same.
+    for name in ["work", "tmp", "shm"] {
+        let dir = run_dir.join(name);
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
+    }
+    let mut ctx = fresh_run_context(&policy, &workdir, &run_dir, "bench", &[], &[]);
+    // As airlock runs it as root: the workdir, /tmp and /dev/shm are binds of the run
+    // directory's capped tmpfs mounts (plain directories here; the floor wrapper mounts them).
+    let scratch = run_dir_scratch(&policy, &run_dir);
+    ctx.scratch = Some(&scratch);
     let layout = HostLayout {
         system: resolve_system_entries(&airlock::sandbox::rootfs::default_system_ro()),
         etc: airlock::sandbox::rootfs::default_etc_files(),
@@ -148,6 +160,48 @@ fn seccomp_filter_files(dir: &Path) -> Result<Vec<(i32, PathBuf)>, String> {
             Ok((fd, path))
         })
         .collect()
+}
+
+/// The same-argv bwrap under `bench/floor/limited_exec.c`: the least any wrapper must do to
+/// keep airlock's per-run promises around bwrap (a limited cgroup in five hierarchies, capped
+/// in-memory scratch mounts, rlimits, the uid drop, waiting until the cgroup is empty and
+/// removing it), written in C with nothing else, as the floor for `airlock-bwrap`.
+pub const BWRAP_FLOOR: &str = "bwrap-airlock-argv-floor";
+
+fn bwrap_under_floor_wrapper(same_argv: &Tool) -> Result<Tool, String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("needs root (cgroups and mounts)".into());
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("floor/limited_exec.c");
+    let binary = scratch_dir().join("limited_exec");
+    let compiled = std::process::Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+        .map_err(|e| format!("cannot run cc: {e}"))?;
+    if !compiled.success() {
+        return Err(format!("cc could not compile {}", source.display()));
+    }
+    let run_dir = scratch_dir().join("bwrap-run");
+    let mut prefix = vec![binary.display().to_string(), run_dir.display().to_string()];
+    let bwrap = find_program(&same_argv.prefix[0]).ok_or("bwrap not found")?;
+    prefix.push(bwrap.display().to_string());
+    prefix.extend(same_argv.prefix[1..].iter().cloned());
+    let mut tool = Tool::prefixed(BWRAP_FLOOR, prefix);
+    tool.descriptors = same_argv.descriptors.clone();
+    Ok(tool)
+}
+
+/// Removes the parent cgroups the floor wrapper leaves (each run removes its own).
+pub fn remove_floor_cgroups() {
+    for hierarchy in ["memory", "pids", "cpu", "cpuacct", "freezer"] {
+        let _ = std::fs::remove_dir(
+            Path::new("/sys/fs/cgroup")
+                .join(hierarchy)
+                .join("airlock-floor"),
+        );
+    }
 }
 
 /// The peers that run airlock's generated OCI bundle (or podman argv) directly: the same tool
@@ -222,6 +276,30 @@ fn planned_command(
     Ok(argv)
 }
 
+/// The in-memory run directory's capped mounts as the supervisor plans them for a root run.
+fn run_dir_scratch(
+    policy: &airlock::policy::Policy,
+    run_dir: &Path,
+) -> airlock::spec::MemoryScratch {
+    let limits = &policy.limits;
+    let capped = |name: &str, size_bytes: u64, max_files: u64| airlock::spec::ScratchMount {
+        path: run_dir.join(name),
+        size_bytes,
+        max_files,
+        mode: 0o700,
+        exec: false,
+        owner: None,
+    };
+    airlock::spec::MemoryScratch {
+        runtime_dir: scratch_dir(),
+        mounts: vec![
+            capped("work", limits.disk.0, limits.files),
+            capped("tmp", limits.disk.0, limits.files),
+            capped("shm", limits.disk.0.min(64 << 20), limits.files.min(1024)),
+        ],
+    }
+}
+
 /// The run directory as the init makes it: the program's directories belong to uid 65534.
 fn make_run_dirs(run_dir: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
@@ -229,6 +307,7 @@ fn make_run_dirs(run_dir: &Path) -> Result<(), String> {
         run_dir.to_path_buf(),
         run_dir.join("work"),
         run_dir.join("tmp"),
+        run_dir.join("shm"),
     ] {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -268,14 +347,22 @@ fn fresh_run_context<'a>(
     }
 }
 
-/// Files the tools need while they are measured (this process's own directory).
+/// Files the tools need while they are measured (this process's own directory). Not under
+/// `/tmp`: bwrap binds a directory of it over `/tmp` and must still find the workdir beside it
+/// (airlock's own run directories live in `/run/airlock` for the same reason).
 fn scratch_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("airlock-bench-{}", std::process::id()))
+    let base = if nix::unistd::geteuid().is_root() {
+        PathBuf::from("/run")
+    } else {
+        std::env::temp_dir()
+    };
+    base.join(format!("airlock-bench-{}", std::process::id()))
 }
 
-/// Removes [`scratch_dir`]; call once measuring is over.
+/// Removes [`scratch_dir`] and the floor wrapper's parent cgroups; call once measuring is over.
 pub fn remove_scratch() {
     let _ = std::fs::remove_dir_all(scratch_dir());
+    remove_floor_cgroups();
 }
 
 /// Drops `--json-status-fd N`: that pipe exists only in airlock's init.
@@ -363,7 +450,13 @@ pub fn all_tools(airlock: &Path, baseline: Option<&Path>, notes: &mut Vec<String
         ),
     ];
     match bwrap_as_airlock_drives_it() {
-        Ok(tool) => candidates.push(tool),
+        Ok(tool) => {
+            match bwrap_under_floor_wrapper(&tool) {
+                Ok(floor) => candidates.push(floor),
+                Err(why) => notes.push(format!("{BWRAP_FLOOR}: {why}, skipped")),
+            }
+            candidates.push(tool);
+        }
         Err(why) => notes.push(format!("{BWRAP_SAME_ARGS}: {why}, skipped")),
     }
     if nix::unistd::geteuid().is_root() {
