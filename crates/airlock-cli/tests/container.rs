@@ -13,12 +13,14 @@ const CONTAINER: Oci = Oci {
     state_dirs: &["/run/runc", "/run/crun", "/var/run/runsc"],
     inet_refusal_errno: 97,
     flags: &[],
+    refusal_message: "runc run failed",
 };
 
 const CRUN: Oci = Oci {
     runtimes: &["crun"],
     install: "apt-get install crun",
     flags: &["--container-runtime", "crun"],
+    refusal_message: "/proc/self/cwd/marker",
     ..CONTAINER
 };
 
@@ -28,6 +30,7 @@ const PODMAN: Oci = Oci {
     // podman refuses `nr_inodes`: its workdir, /tmp and /dev/shm are the init's capped tmpfs
     // mounts, so airlock must be able to mount (root) for the untrusted profile to run.
     flags: &["--container-runtime", "podman"],
+    refusal_message: "/proc/self/cwd/marker",
     ..CONTAINER
 };
 

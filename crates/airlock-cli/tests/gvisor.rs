@@ -14,6 +14,7 @@ const GVISOR: Oci = Oci {
     // runsc's own tmpfs has no inode cap: the workdir, /tmp and /dev/shm are the init's capped
     // tmpfs mounts (see `gvisor_caps_inodes_only_with_the_inits_capped_mounts`).
     flags: &[],
+    refusal_message: "running container",
 };
 
 shared_oci_tests!(GVISOR);
@@ -35,6 +36,22 @@ fn python_runs_in_the_user_space_kernel_unprivileged() {
         stdout(&inside).trim(),
         host_release.trim(),
         "gVisor reports its own kernel release: {inside}"
+    );
+}
+
+/// runsc writes its pid file once the sandbox exists, before it loads the program: a program
+/// that does not exist fails after that, with runsc's exit code 128. Its log says the `run`
+/// command failed, which airlock reads: a sandbox error, not the program exiting 128.
+#[test]
+fn a_program_runsc_cannot_load_is_a_sandbox_error() {
+    require_runtime!(GVISOR);
+    let (result, output) = GVISOR.run_output(&[], &["/no/such/program"]);
+    assert_eq!(output.status.code(), Some(125), "{result}");
+    assert_eq!(result["status"], "sandbox_error", "{result}");
+    let stderr = result["stderr"].as_str().unwrap_or("");
+    assert!(
+        stderr.contains("/no/such/program"),
+        "runsc's own message: {result}"
     );
 }
 

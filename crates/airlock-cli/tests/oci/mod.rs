@@ -26,6 +26,9 @@ pub struct Oci {
     /// Flags every run gets after `--backend` (e.g. `--container-runtime crun`, or
     /// `--allow-degraded` for a backend whose known gap the untrusted profile refuses).
     pub flags: &'static [&'static str],
+    /// Text the runtime's own message contains when it refuses a bundle whose bind source it
+    /// cannot find (see [`a_refused_bundle_is_a_sandbox_error_not_the_programs_exit`]).
+    pub refusal_message: &'static str,
 }
 
 impl Oci {
@@ -50,6 +53,11 @@ impl Oci {
 
     /// Runs `airlock run --json --backend BACKEND FLAGS -- ARGV` and returns the result object.
     pub fn run(&self, flags: &[&str], argv: &[&str]) -> Value {
+        self.run_output(flags, argv).0
+    }
+
+    /// [`Oci::run`], with the CLI's own output too.
+    pub fn run_output(&self, flags: &[&str], argv: &[&str]) -> (Value, std::process::Output) {
         let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
             .args(["run", "--json", "--backend", self.backend])
             .args(self.flags.iter().filter(|f| !flags.contains(f)))
@@ -58,12 +66,13 @@ impl Oci {
             .args(argv)
             .output()
             .expect("airlock runs");
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        let result = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
             panic!(
                 "no JSON result ({e}); stderr: {}",
                 String::from_utf8_lossy(&output.stderr)
             )
-        })
+        });
+        (result, output)
     }
 
     /// Nothing named after the run survives it: run directory, cgroups, runtime state, processes.
@@ -285,6 +294,52 @@ pub fn killed_supervisor_leaves_nothing(oci: &Oci) {
     oci.assert_cleaned_up_within(run_dir, run_id, Duration::from_secs(10));
 }
 
+/// A runtime that refuses the bundle never starts the program, and its exit code (runc and
+/// crun 1, runsc 128, podman 125) must not pass for the program's. The bundle binds
+/// `/proc/self/cwd/marker`: the caller sees the marker in its own working directory, the
+/// runtime (whose cwd is the workdir) does not find it. airlock learns that the program never
+/// started from the runtime's pid file (and runsc's log): status `sandbox_error`, exit 125,
+/// the runtime's message kept in stderr. The program's own `exit 1` stays `exited 1`.
+pub fn a_refused_bundle_is_a_sandbox_error_not_the_programs_exit(oci: &Oci) {
+    let dir = tempfile::Builder::new()
+        .prefix("airlock-refused")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::write(dir.path().join("marker"), "m").unwrap();
+    let public = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(dir.path(), public).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            oci.backend,
+            "--allow-degraded",
+        ])
+        .args(oci.flags.iter().filter(|f| **f != "--allow-degraded"))
+        .args(["--ro", "/proc/self/cwd/marker", "--", "/bin/true"])
+        .output()
+        .expect("airlock runs");
+    let result: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(output.status.code(), Some(125), "{result}");
+    assert_eq!(result["status"], "sandbox_error", "{result}");
+    let error = result["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("failed before the program started"),
+        "{result}"
+    );
+    let stderr = result["stderr"].as_str().unwrap_or("");
+    assert!(
+        stderr.contains(oci.refusal_message),
+        "the runtime's own message: {result}"
+    );
+    let own = oci.run(&[], &["/bin/sh", "-c", "exit 1"]);
+    assert_eq!(own["status"], "exited", "{own}");
+    assert_eq!(own["exit_code"], 1, "{own}");
+}
+
 /// One `#[test]` per shared check, for the backend described by `$oci`.
 #[macro_export]
 macro_rules! shared_oci_tests {
@@ -302,6 +357,7 @@ macro_rules! shared_oci_tests {
             normal_runs_leave_nothing_either,
             killed_supervisor_leaves_nothing,
             sandbox_workdir_caps_size_and_files,
+            a_refused_bundle_is_a_sandbox_error_not_the_programs_exit,
         );
     };
     ($oci:expr; $($check:ident),* $(,)?) => {

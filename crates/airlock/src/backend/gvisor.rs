@@ -18,7 +18,7 @@ use super::oci::{OciRlimit, OciSeccomp};
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
-use crate::spec::{Confinement, WrapSpec};
+use crate::spec::{Confinement, StartEvidence, WrapSpec};
 
 /// The first runsc release date (YYYYMMDD) with the systrap platform.
 const SYSTRAP_SINCE: u32 = 20230601;
@@ -76,7 +76,7 @@ impl Backend for GvisorBackend {
         let mut files = bundle.skeleton_files(&input);
         files.push(bundle.config_file(&input));
         let id = container_id(ctx.run_id);
-        let state = bundle.dir.join("state").display().to_string();
+        let path = |name: &str| bundle.dir.join(name).display().to_string();
         let network = if ctx.policy.has_network() {
             "--network=host"
         } else {
@@ -85,11 +85,15 @@ impl Backend for GvisorBackend {
         let tool_argv = vec![
             runsc.display().to_string(),
             "--root".into(),
-            state,
+            path("state"),
             format!("--platform={}", platform.platform),
             network.into(),
             "--oci-seccomp".into(),
+            "--log".into(),
+            path("runsc.log"),
             "run".into(),
+            "--pid-file".into(),
+            path("pid"),
             "--bundle".into(),
             bundle.dir.display().to_string(),
             id,
@@ -118,10 +122,20 @@ impl Backend for GvisorBackend {
             no_cgroup_pids_limit: true,
             notes,
             cleanup_dirs: runtime_cgroup_dirs(ctx),
+            start_evidence: Some(StartEvidence {
+                tool: "runsc".into(),
+                pid_file: bundle.dir.join("pid"),
+                // runsc writes its pid file when the sandbox exists, before it loads the
+                // program: a failure to start it is logged as the `run` command's error.
+                failure_log: Some((bundle.dir.join("runsc.log"), RUNSC_FAILED.into())),
+            }),
             ..WrapSpec::default()
         }))
     }
 }
+
+/// What runsc's `run` command logs when it fails (`util.Fatalf("running container: ...")`).
+const RUNSC_FAILED: &str = "running container: ";
 
 /// Whether runsc is installed and usable by this user; `platform` also names the platform it
 /// would use, which costs a `runsc --version` (about 20 ms).

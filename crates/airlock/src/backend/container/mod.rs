@@ -29,7 +29,7 @@ use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::sandbox::rootfs::{default_etc_files, default_system_ro};
-use crate::spec::{Confinement, WrapFile, WrapSpec};
+use crate::spec::{Confinement, StartEvidence, WrapFile, WrapSpec};
 use runtime::RuntimeKind;
 
 /// The hostname inside every container.
@@ -153,7 +153,16 @@ fn plan_oci(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> WrapSpec {
         // Not crun: it has no such option (and keeps nothing it could lose).
         tool_argv.push("--keep".into());
     }
-    tool_argv.extend(["--bundle".to_string(), bundle.dir.display().to_string(), id]);
+    let pid_file = bundle.dir.join("pid");
+    // Written once the container's process exists: without it, the runtime failed before
+    // starting the program, and its exit code is not the program's.
+    tool_argv.extend([
+        "--pid-file".to_string(),
+        pid_file.display().to_string(),
+        "--bundle".into(),
+        bundle.dir.display().to_string(),
+        id,
+    ]);
     let (tool_argv, notes) = match runtime {
         OciRuntime::Runc => (tool_argv, Vec::new()),
         OciRuntime::Crun => crun_hybrid_workaround(tool_argv, &bundle, &mut files),
@@ -168,6 +177,15 @@ fn plan_oci(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> WrapSpec {
         rlimits_by_tool: true,
         notes,
         cleanup_dirs,
+        start_evidence: Some(StartEvidence {
+            tool: match runtime {
+                OciRuntime::Runc => "runc",
+                OciRuntime::Crun => "crun",
+            }
+            .into(),
+            pid_file,
+            failure_log: None,
+        }),
         ..WrapSpec::default()
     }
 }
@@ -221,6 +239,7 @@ fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         }),
         oci_runtime: oci_runtime.clone(),
         nproc: nproc_limit(),
+        pid_file: Some(bundle.dir.join("pid")),
         self_destruct_after: None,
     };
     let argv = engine_argv(&input);
@@ -252,6 +271,11 @@ fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         cleanup_dirs,
         // conmon daemonizes: only a guard that outlives the init stops it (and the container).
         guard_tool_tree: true,
+        start_evidence: Some(StartEvidence {
+            tool: "podman".into(),
+            pid_file: bundle.dir.join("pid"),
+            failure_log: None,
+        }),
         ..WrapSpec::default()
     }
 }
@@ -279,6 +303,7 @@ fn plan_docker(ctx: &PlanContext, docker: &Path) -> WrapSpec {
         storage: None,
         oci_runtime: None,
         nproc: nproc_limit(),
+        pid_file: None,
         self_destruct_after: Some((limits.wall_time.0 + limits.grace.0).as_secs() + 1),
     };
     let script = engine::docker_script(docker, &engine_argv(&input));

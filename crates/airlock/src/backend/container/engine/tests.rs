@@ -60,6 +60,7 @@ fn podman(cgroups: EngineCgroups) -> EngineInput {
         }),
         oci_runtime: Some("/usr/bin/crun".into()),
         nproc: 1000,
+        pid_file: Some("/run/airlock/r1/oci/pid".into()),
         self_destruct_after: None,
     }
 }
@@ -71,6 +72,7 @@ fn docker() -> EngineInput {
         storage: None,
         oci_runtime: None,
         cgroups: EngineCgroups::Own { parent: None },
+        pid_file: None,
         self_destruct_after: Some(183),
         ..podman(EngineCgroups::Inherit)
     }
