@@ -145,9 +145,9 @@ fn isolation_flags(input: &EngineInput) -> Vec<String> {
             format!("seccomp={}", profile.display()),
         ]);
     }
-    if input.engine == Engine::Podman && oci.user_namespace {
-        flags.extend(id_maps("--uidmap", oci.container_root_host_id, oci.uid));
-        flags.extend(id_maps("--gidmap", oci.container_root_host_id, oci.gid));
+    if let (Engine::Podman, Some(root)) = (input.engine, oci.user_namespace) {
+        flags.extend(id_maps("--uidmap", root.uid, oci.uid));
+        flags.extend(id_maps("--gidmap", root.gid, oci.gid));
     }
     flags.extend(["--hostname".into(), oci.hostname.clone()]);
     flags

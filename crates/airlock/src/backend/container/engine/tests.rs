@@ -1,5 +1,5 @@
 use super::*;
-use crate::backend::oci::{OciMounts, OciResources, OciRlimit};
+use crate::backend::oci::{HostIds, OciMounts, OciResources, OciRlimit};
 
 fn oci() -> OciInput {
     OciInput {
@@ -36,8 +36,10 @@ fn oci() -> OciInput {
         }],
         cgroups_path: None,
         seccomp: None,
-        user_namespace: true,
-        container_root_host_id: 100_000,
+        user_namespace: Some(HostIds {
+            uid: 100_000,
+            gid: 100_000,
+        }),
     }
 }
 
