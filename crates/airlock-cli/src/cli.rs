@@ -195,6 +195,13 @@ fn doctor(json: bool) -> Result<u8> {
             println!("    problem: {problem}");
         }
     }
+    println!("\ncontainer runtimes (--container-runtime, `auto` takes the first usable):");
+    for r in &report.container_runtimes {
+        match &r.problem {
+            None => println!("  {:<8} usable", r.name),
+            Some(problem) => println!("  {:<8} not usable: {problem}", r.name),
+        }
+    }
     println!("\nprofiles:");
     for p in &report.profiles {
         println!(

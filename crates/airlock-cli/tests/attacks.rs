@@ -112,6 +112,20 @@ fn attacks_contained_on_container_as_root() {
     run_suite_on(Mode::Contained, User::Root, Some("container"));
 }
 
+/// Rootless runc: the CLI runs unprivileged, so runc runs rootless (the program is the root
+/// of a user namespace mapping only the caller, no cgroup: memory and processes are capped
+/// by rlimits); runc's own tmpfs mounts, made in that user namespace, keep both caps.
+#[test]
+fn attacks_contained_on_container_as_unprivileged_user() {
+    let flags = &["--container-runtime", "runc"];
+    run_suite_on_with(
+        Mode::Contained,
+        User::Unprivileged,
+        Some("container"),
+        flags,
+    );
+}
+
 #[test]
 fn attacks_contained_on_crun_as_root() {
     if runtime_missing("crun") {
@@ -143,6 +157,13 @@ fn runtime_missing(name: &str) -> bool {
 #[test]
 fn attacks_contained_on_gvisor_as_root() {
     run_suite_on(Mode::Contained, User::Root, Some("gvisor"));
+}
+
+/// Rootless gVisor (`runsc --rootless`): no capped mounts from airlock, and runsc's own tmpfs
+/// has no inode cap, a gap refused by default and then reported.
+#[test]
+fn attacks_contained_on_gvisor_as_unprivileged_user() {
+    run_suite_on(Mode::Contained, User::Unprivileged, Some("gvisor"));
 }
 
 #[test]
@@ -1103,8 +1124,12 @@ fn supervisor_and_init_killed(s: &mut Scene) -> Result<Plan, String> {
 }
 
 fn fork_bomb(s: &mut Scene) -> Result<Plan, String> {
+    const LIMIT: usize = 32;
     let started = Instant::now();
     let evidence = move |o: &Outcome| {
+        if let Some(seen) = &o.watched {
+            return Some(seen.clone());
+        }
         let host_can_fork = Command::new("/bin/true")
             .status()
             .is_ok_and(|st| st.success());
@@ -1115,9 +1140,20 @@ fn fork_bomb(s: &mut Scene) -> Result<Plan, String> {
         (o.status.is_none() || took > Duration::from_secs(30))
             .then(|| format!("no result from airlock within {took:?}"))
     };
-    let plan = Plan::new(s.python("fork_bomb.py", [s.marker.clone()]), evidence);
+    let mut plan = Plan::new(s.python("fork_bomb.py", [s.marker.clone()]), evidence);
+    // The bomb's processes on the host, counted while it runs: a process limit (cgroup, or
+    // RLIMIT_NPROC without one) keeps them at the limit; a few more for the runs' own.
+    let marker = s.marker.clone();
+    plan.watch = Some(Box::new(move || {
+        let alive = processes_with(&marker)
+            .iter()
+            .filter(|(_, cmdline)| cmdline.starts_with(PYTHON))
+            .count();
+        (alive > LIMIT + 4)
+            .then(|| format!("{alive} bomb processes on the host at once (--pids {LIMIT})"))
+    }));
     Ok(plan
-        .flags(["--pids", "32", "--wall", "3s"])
+        .flags(["--pids", &LIMIT.to_string(), "--wall", "3s"])
         .expect(|o| status_in(o, &["timeout", "signaled", "exited"])))
 }
 

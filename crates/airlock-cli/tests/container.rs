@@ -1,24 +1,27 @@
 //! `airlock run --backend container` end to end, through the real binary, once per runtime
-//! (`auto`, i.e. runc here, then crun and podman named with `--container-runtime`).
-//! Skips (with the reason printed) when not root or when the runtime is not installed.
+//! (`auto`, i.e. runc here, then crun and podman named with `--container-runtime`), as root
+//! and, for runc and crun, rootless: the CLI run as an unprivileged user (through setpriv when
+//! the tests run as root). Skips (with the reason printed) when a rootful suite is not run as
+//! root or when the runtime is not installed.
 
 mod oci;
 
-use oci::{py, stdout, Oci};
+use oci::{py, stdout, Oci, User, ROOTFUL};
 
 const CONTAINER: Oci = Oci {
     backend: "container",
     runtimes: &["runc", "crun"],
     install: "apt-get install runc",
     state_dirs: &["/run/runc", "/run/crun", "/var/run/runsc"],
-    inet_refusal_errno: 97,
-    flags: &[],
+    refusal_message: "runc run failed",
+    ..ROOTFUL
 };
 
 const CRUN: Oci = Oci {
     runtimes: &["crun"],
     install: "apt-get install crun",
     flags: &["--container-runtime", "crun"],
+    refusal_message: "/proc/self/cwd/marker",
     ..CONTAINER
 };
 
@@ -28,7 +31,23 @@ const PODMAN: Oci = Oci {
     // podman refuses `nr_inodes`: its workdir, /tmp and /dev/shm are the init's capped tmpfs
     // mounts, so airlock must be able to mount (root) for the untrusted profile to run.
     flags: &["--container-runtime", "podman"],
+    refusal_message: "/proc/self/cwd/marker",
     ..CONTAINER
+};
+
+/// runc run by an unprivileged user: rootless, no cgroup.
+const ROOTLESS_RUNC: Oci = Oci {
+    runtimes: &["runc"],
+    flags: &["--container-runtime", "runc"],
+    user: User::Unprivileged,
+    ..CONTAINER
+};
+
+/// crun run by an unprivileged user (behind the hybrid-cgroup workaround in a user namespace
+/// of its own here).
+const ROOTLESS_CRUN: Oci = Oci {
+    user: User::Unprivileged,
+    ..CRUN
 };
 
 /// The shared checks and the capability check, for one runtime.
@@ -51,16 +70,74 @@ macro_rules! container_tests {
 container_tests!(runc_or_auto, CONTAINER);
 container_tests!(crun, CRUN);
 container_tests!(podman, PODMAN);
+container_tests!(rootless_runc, ROOTLESS_RUNC);
+container_tests!(rootless_crun, ROOTLESS_CRUN);
 
+mod rootless_runc_layers {
+    use super::*;
+
+    shared_oci_tests!(ROOTLESS_RUNC; required_layers_rootless_lacks_are_refused_then_reported);
+}
+
+/// The program has no capability, no_new_privs and our seccomp filter, and cannot act as
+/// anyone but an unprivileged user on the host: uid 65534 under rootful runtimes; rootless,
+/// root of its own user namespace, whose one id is the caller's (a file it writes to a
+/// `--rw` directory is the caller's on the host).
 fn unprivileged_without_capabilities(oci: &Oci) {
-    let code = "import os; s=open('/proc/self/status').read(); print(os.getuid(), [l.split()[1] for l in s.splitlines() if l.startswith(('CapEff','CapBnd','Seccomp:','NoNewPrivs'))]); open('f','w').write('x'); open('/tmp/t','w').write('y'); print('wrote')";
-    let result = oci.run(&[], &py(code));
+    let out = tempfile::Builder::new()
+        .prefix("airlock-owner")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let owner = if oci.rootless() { oci.cli_uid() } else { 65534 };
+    nix::unistd::chown(out.path(), Some(owner.into()), None).unwrap();
+    let file = out.path().join("made");
+    let code = format!("import os; s=open('/proc/self/status').read(); print(os.getuid(), [l.split()[1] for l in s.splitlines() if l.startswith(('CapEff','CapBnd','Seccomp:','NoNewPrivs'))]); open('f','w').write('x'); open('/tmp/t','w').write('y'); open('{}','w').write('z'); print('wrote')", file.display());
+    let dir = out.path().to_str().unwrap();
+    let result = oci.run(&["--rw", dir], &py(&code));
     assert_eq!(result["exit_code"], 0, "{result}");
+    let inside = if oci.rootless() { 0 } else { 65534 };
     assert_eq!(
         stdout(&result),
-        "65534 ['0000000000000000', '0000000000000000', '1', '2']\nwrote\n",
+        format!("{inside} ['0000000000000000', '0000000000000000', '1', '2']\nwrote\n"),
         "{result}"
     );
+    let made = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&file).unwrap());
+    assert_eq!(made, owner, "the file's owner on the host: {result}");
+}
+
+/// Without root, a runtime airlock cannot drive is refused before anything starts (exit 125,
+/// the reason and the fix), never run and reported as the program's exit.
+#[test]
+fn engines_without_root_are_refused_up_front() {
+    require_runtime!(ROOTLESS_RUNC);
+    for (runtime, says) in [
+        ("podman", "rootless podman"),
+        ("docker", "docker only as root"),
+    ] {
+        let output = ROOTLESS_RUNC
+            .airlock()
+            .args([
+                "run",
+                "--backend",
+                "container",
+                "--container-runtime",
+                runtime,
+            ])
+            .args(["--", "/bin/true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(125), "{runtime}: {stderr}");
+        assert!(output.stdout.is_empty(), "{runtime}: {stderr}");
+        if !stderr.contains("is not installed") {
+            assert!(
+                stderr.contains("backend container is not available here")
+                    && stderr.contains(says)
+                    && stderr.contains("run airlock as root"),
+                "{runtime}: {stderr}"
+            );
+        }
+    }
 }
 
 /// Starts `airlock run` on podman with a shell `script` that first prints its workdir, and
@@ -185,4 +262,61 @@ fn remove_empty_run_cgroups(run_id: &str) {
                 .unwrap_or_else(|e| panic!("{} is not empty: {e}", cgroup.display()));
         }
     }
+}
+
+/// `airlock doctor` as an unprivileged user: the container and gVisor backends are available
+/// rootless (when installed), each runtime airlock cannot drive without root says why and
+/// how to fix it, and what a rootless run lacks (its cgroup) is said too.
+#[test]
+fn doctor_reports_rootless_runtimes_for_the_user() {
+    require_runtime!(ROOTLESS_RUNC);
+    let output = ROOTLESS_RUNC
+        .airlock()
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["running_as_root"], false, "{report}");
+    let backend = |name: &str| {
+        report["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let container = backend("container");
+    assert_eq!(container["available"], true, "{container}");
+    assert!(!container["layers"]
+        .as_array()
+        .unwrap()
+        .contains(&"cgroup".into()));
+    let problems = container["problems"].to_string();
+    assert!(
+        problems.contains("no uid_drop") && problems.contains("no cgroup"),
+        "{problems}"
+    );
+    assert!(
+        !report.to_string().contains("not supported yet"),
+        "{report}"
+    );
+    let runtimes = report["container_runtimes"].as_array().unwrap();
+    for runtime in runtimes {
+        let installed = !runtime["path"].is_null();
+        match runtime["name"].as_str().unwrap() {
+            "runc" => assert_eq!(runtime["usable"], true, "{runtime}"),
+            "podman" | "docker" if installed => {
+                assert_eq!(runtime["usable"], false, "{runtime}");
+                let problem = runtime["problem"].as_str().unwrap();
+                assert!(problem.contains("run airlock as root"), "{problem}");
+            }
+            _ => {}
+        }
+    }
+    let gvisor = backend("gvisor");
+    let runsc = ["/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc"]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists());
+    assert_eq!(gvisor["available"], runsc, "{gvisor}");
 }

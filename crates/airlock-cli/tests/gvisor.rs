@@ -1,9 +1,11 @@
-//! `airlock run --backend gvisor` end to end, through the real binary and runsc.
-//! Skips (with the reason printed) when not root or when runsc is not installed.
+//! `airlock run --backend gvisor` end to end, through the real binary and runsc: rootful,
+//! and rootless (`runsc --rootless`, the CLI run as an unprivileged user, through setpriv
+//! when the tests run as root). Skips (with the reason printed) when the rootful suite is
+//! not run as root or when runsc is not installed.
 
 mod oci;
 
-use oci::{py, stdout, Oci};
+use oci::{py, stdout, Oci, User, ROOTFUL};
 
 const GVISOR: Oci = Oci {
     backend: "gvisor",
@@ -14,23 +16,119 @@ const GVISOR: Oci = Oci {
     // runsc's own tmpfs has no inode cap: the workdir, /tmp and /dev/shm are the init's capped
     // tmpfs mounts (see `gvisor_caps_inodes_only_with_the_inits_capped_mounts`).
     flags: &[],
+    refusal_message: "running container",
+    ..ROOTFUL
+};
+
+/// runsc run by an unprivileged user. airlock cannot mount the capped tmpfs mounts runsc
+/// binds as root, and runsc's own tmpfs ignores `nr_inodes`: the untrusted profile refuses
+/// the missing `inode_quota` by default (see `rootless_gvisor_has_no_inode_cap_and_says_so`),
+/// so every other check accepts that one degradation.
+const ROOTLESS_GVISOR: Oci = Oci {
+    flags: &["--allow-degraded"],
+    user: User::Unprivileged,
+    ..GVISOR
 };
 
 shared_oci_tests!(GVISOR);
 
+mod rootless {
+    use super::*;
+
+    shared_oci_tests!(ROOTLESS_GVISOR;
+        exit_codes_propagate,
+        namespaces_cannot_be_created,
+        root_filesystem_is_read_only,
+        network_is_only_loopback,
+        host_canary_is_invisible,
+        memory_limit_is_reported,
+        pids_limit_refuses_forks_without_killing_the_run,
+        wall_timeout_kills_the_container_and_leaves_nothing,
+        normal_runs_leave_nothing_either,
+        killed_supervisor_leaves_nothing,
+        a_refused_bundle_is_a_sandbox_error_not_the_programs_exit,
+        required_layers_rootless_lacks_are_refused_then_reported,
+    );
+
+    #[test]
+    fn python_runs_in_the_user_space_kernel_unprivileged() {
+        require_runtime!(ROOTLESS_GVISOR);
+        python_in_the_user_space_kernel(&ROOTLESS_GVISOR);
+    }
+
+    #[test]
+    fn a_program_runsc_cannot_load_is_a_sandbox_error() {
+        require_runtime!(ROOTLESS_GVISOR);
+        program_runsc_cannot_load(&ROOTLESS_GVISOR);
+    }
+
+    /// Without the init's capped mounts the workdir is runsc's own tmpfs: its size is capped,
+    /// its file count is not. Refused by default, naming `inode_quota`; accepted, the result
+    /// claims `disk_quota` and not `inode_quota`, and both are what happens.
+    #[test]
+    fn rootless_gvisor_has_no_inode_cap_and_says_so() {
+        require_runtime!(ROOTLESS_GVISOR);
+        let output = ROOTLESS_GVISOR
+            .airlock()
+            .args(["run", "--json", "--backend", "gvisor", "--", "/bin/true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(125), "{stderr}");
+        assert!(output.stdout.is_empty(), "{stderr}");
+        assert!(
+            stderr.contains("backend gvisor cannot enforce inode_quota")
+                && stderr.contains("--allow-degraded"),
+            "{stderr}"
+        );
+        let result = ROOTLESS_GVISOR.run(&oci::FILL_LIMITS, &py(oci::FILL_WORKDIR));
+        assert_eq!(stdout(&result), "400\nbytes refused 28\n", "{result}");
+        let isolation = result["isolation"].as_array().unwrap();
+        assert!(isolation.contains(&"disk_quota".into()), "{result}");
+        assert!(!isolation.contains(&"inode_quota".into()), "{result}");
+    }
+}
+
 #[test]
 fn python_runs_in_the_user_space_kernel_unprivileged() {
     require_runtime!(GVISOR);
+    python_in_the_user_space_kernel(&GVISOR);
+}
+
+#[test]
+fn a_program_runsc_cannot_load_is_a_sandbox_error() {
+    require_runtime!(GVISOR);
+    program_runsc_cannot_load(&GVISOR);
+}
+
+/// runsc writes its pid file once the sandbox exists, before it loads the program: a program
+/// that does not exist fails after that, with runsc's exit code 128. Its log says the `run`
+/// command failed, which airlock reads: a sandbox error, not the program exiting 128.
+fn program_runsc_cannot_load(oci: &Oci) {
+    let (result, output) = oci.run_output(&[], &["/no/such/program"]);
+    assert_eq!(output.status.code(), Some(125), "{result}");
+    assert_eq!(result["status"], "sandbox_error", "{result}");
+    let stderr = result["stderr"].as_str().unwrap_or("");
+    assert!(
+        stderr.contains("/no/such/program"),
+        "runsc's own message: {result}"
+    );
+}
+
+/// Python runs with no capabilities under gVisor's own kernel, as uid 65534 (rootful) or the
+/// caller's uid (rootless, inside the sentry: the sentry itself runs as the caller).
+fn python_in_the_user_space_kernel(oci: &Oci) {
     let code = "import os; s=open('/proc/self/status').read(); print(os.getuid(), [l.split()[1] for l in s.splitlines() if l.startswith(('CapEff','CapBnd'))]); open('f','w').write('x'); open('/tmp/t','w').write('y'); print('wrote')";
-    let result = GVISOR.run(&[], &py(code));
+    let result = oci.run(&[], &py(code));
     assert_eq!(result["exit_code"], 0, "{result}");
+    let uid = if oci.rootless() { oci.cli_uid() } else { 65534 };
     assert_eq!(
         stdout(&result),
-        "65534 ['0000000000000000', '0000000000000000']\nwrote\n",
+        format!("{uid} ['0000000000000000', '0000000000000000']\nwrote\n"),
         "{result}"
     );
     let host_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let inside = GVISOR.run(&[], &py("import os; print(os.uname().release)"));
+    let inside = oci.run(&[], &py("import os; print(os.uname().release)"));
     assert_ne!(
         stdout(&inside).trim(),
         host_release.trim(),

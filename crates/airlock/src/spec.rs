@@ -174,6 +174,11 @@ pub struct WrapSpec {
     /// which the init reports as a setup failure instead of the program's exit.
     #[serde(default)]
     pub status_fd: Option<i32>,
+    /// For tools without a status stream (the OCI runtimes): what shows that the tool started
+    /// the program. Without it, a tool that exited before starting the program would pass
+    /// its own exit code (usually 1) off as the program's.
+    #[serde(default)]
+    pub start_evidence: Option<StartEvidence>,
     /// The tool daemonizes helpers that nothing ties to the init (podman's conmon and the
     /// container under it): the init's child stays behind as the tool's parent, a child
     /// subreaper that mirrors the tool's exit and, should the init die, kills every process
@@ -184,6 +189,21 @@ pub struct WrapSpec {
     /// is given must be on the host, so the run directory cannot be in memory.
     #[serde(default)]
     pub served_by_daemon: bool,
+}
+
+/// How the init tells a program that exited from a tool that failed before starting it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct StartEvidence {
+    /// The tool's name, for the error.
+    pub tool: String,
+    /// The `--pid-file` the tool writes once the container's process exists: runc and crun
+    /// write it after the program was exec'd, runsc once the sandbox is created (before it
+    /// loads the program). No file after the tool exited means the program never ran.
+    pub pid_file: PathBuf,
+    /// A log the tool reports its own failures in, and the text that marks one: runsc fails
+    /// after writing its pid file when the sandbox cannot start the program (e.g. it does not
+    /// exist), and says so only there and on stderr.
+    pub failure_log: Option<(PathBuf, String)>,
 }
 
 /// A file written by the init for a wrapped run; a path ending in `/` is a directory.

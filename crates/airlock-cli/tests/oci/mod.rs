@@ -10,6 +10,20 @@ use serde_json::Value;
 
 pub const PYTHON: &str = "/usr/bin/python3";
 
+/// The uid the rootless suites run the CLI as when the tests run as root (through setpriv):
+/// the attack suite's unprivileged uid, which nothing else on the host uses.
+pub const UNPRIVILEGED_UID: u32 = 64123;
+
+/// Who runs the airlock CLI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum User {
+    /// The test process itself; the backend is rootful, so the test needs root.
+    Root,
+    /// A non-root user: [`UNPRIVILEGED_UID`] when the tests run as root, else the caller.
+    /// The runtime runs rootless.
+    Unprivileged,
+}
+
 /// What differs between the OCI backends' tests.
 pub struct Oci {
     /// The `--backend` value.
@@ -26,13 +40,36 @@ pub struct Oci {
     /// Flags every run gets after `--backend` (e.g. `--container-runtime crun`, or
     /// `--allow-degraded` for a backend whose known gap the untrusted profile refuses).
     pub flags: &'static [&'static str],
+    /// Who runs the CLI.
+    pub user: User,
+    /// Text the runtime's own message contains when it refuses a bundle whose bind source it
+    /// cannot find (see [`a_refused_bundle_is_a_sandbox_error_not_the_programs_exit`]).
+    pub refusal_message: &'static str,
 }
+
+/// The rootful defaults of the fields most backends share.
+pub const ROOTFUL: Oci = Oci {
+    backend: "",
+    runtimes: &[],
+    install: "",
+    state_dirs: &[],
+    inet_refusal_errno: 97,
+    flags: &[],
+    user: User::Root,
+    refusal_message: "",
+};
 
 impl Oci {
     /// The reason to skip, printed, or `None` when the backend can run here.
     pub fn skip_reason(&self) -> Option<String> {
-        if !is_root() {
+        let root = is_root();
+        if self.user == User::Root && !root {
             return Some(format!("needs root (rootful {})", self.runtimes.join("/")));
+        }
+        if self.user == User::Unprivileged && root && !Path::new(SETPRIV).exists() {
+            return Some(format!(
+                "setpriv (util-linux) is needed to run airlock as uid {UNPRIVILEGED_UID}"
+            ));
         }
         let found = self.runtimes.iter().any(|name| {
             ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"]
@@ -48,9 +85,44 @@ impl Oci {
         })
     }
 
+    /// The runtime runs without root.
+    pub fn rootless(&self) -> bool {
+        self.user == User::Unprivileged || !is_root()
+    }
+
+    /// The uid the CLI runs as.
+    pub fn cli_uid(&self) -> u32 {
+        match (self.user, is_root()) {
+            (User::Unprivileged, true) => UNPRIVILEGED_UID,
+            _ => nix::unistd::geteuid().as_raw(),
+        }
+    }
+
+    /// `airlock` as this backend's user (through setpriv when the tests run as root).
+    pub fn airlock(&self) -> Command {
+        if self.user == User::Root || !is_root() {
+            return Command::new(env!("CARGO_BIN_EXE_airlock"));
+        }
+        let id = UNPRIVILEGED_UID.to_string();
+        let mut command = Command::new(SETPRIV);
+        command
+            .args(["--reuid", &id, "--regid", &id, "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_airlock"))
+            // Root's runtime directory is not the unprivileged user's.
+            .env_remove("XDG_RUNTIME_DIR")
+            .current_dir("/");
+        command
+    }
+
     /// Runs `airlock run --json --backend BACKEND FLAGS -- ARGV` and returns the result object.
     pub fn run(&self, flags: &[&str], argv: &[&str]) -> Value {
-        let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        self.run_output(flags, argv).0
+    }
+
+    /// [`Oci::run`], with the CLI's own output too.
+    pub fn run_output(&self, flags: &[&str], argv: &[&str]) -> (Value, std::process::Output) {
+        let output = self
+            .airlock()
             .args(["run", "--json", "--backend", self.backend])
             .args(self.flags.iter().filter(|f| !flags.contains(f)))
             .args(flags)
@@ -58,12 +130,13 @@ impl Oci {
             .args(argv)
             .output()
             .expect("airlock runs");
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        let result = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
             panic!(
                 "no JSON result ({e}); stderr: {}",
                 String::from_utf8_lossy(&output.stderr)
             )
-        })
+        });
+        (result, output)
     }
 
     /// Nothing named after the run survives it: run directory, cgroups, runtime state, processes.
@@ -110,7 +183,9 @@ impl Oci {
     }
 }
 
-fn is_root() -> bool {
+const SETPRIV: &str = "/usr/bin/setpriv";
+
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|s| {
             s.lines()
@@ -194,13 +269,33 @@ pub fn host_canary_is_invisible(oci: &Oci) {
     assert_eq!(stdout(&exposed), "canary", "{exposed}");
 }
 
+/// With a cgroup, an allocation past the limit is an OOM kill reported as `memory_limit`.
+/// Rootless there is no cgroup: the address-space rlimit makes the allocation fail inside the
+/// program (Python's MemoryError, exit 1), and the result claims no cgroup.
 pub fn memory_limit_is_reported(oci: &Oci) {
     let result = oci.run(
         &["--mem", "64MiB"],
         &py("b = bytearray(300 << 20); print('allocated')"),
     );
-    assert_eq!(result["status"], "memory_limit", "{result}");
-    assert!(!stdout(&result).contains("allocated"));
+    assert!(!stdout(&result).contains("allocated"), "{result}");
+    if !oci.rootless() {
+        assert_eq!(result["status"], "memory_limit", "{result}");
+        return;
+    }
+    assert_eq!(result["status"], "exited", "{result}");
+    assert!(
+        result["stderr"]
+            .as_str()
+            .unwrap_or("")
+            .contains("MemoryError"),
+        "{result}"
+    );
+    let isolation = result["isolation"].as_array().unwrap();
+    assert!(!isolation.contains(&"cgroup".into()), "{result}");
+    assert!(
+        result["warnings"].to_string().contains("RLIMIT_AS"),
+        "{result}"
+    );
 }
 
 /// Forks past the limit fail and the run survives (under gVisor the limit is RLIMIT_NPROC in
@@ -266,7 +361,8 @@ pub fn sandbox_workdir_caps_size_and_files(oci: &Oci) {
 /// runtime state and no run directory on the host (which, in memory, never appears there).
 pub fn killed_supervisor_leaves_nothing(oci: &Oci) {
     use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+    let mut child = oci
+        .airlock()
         .args(["run", "--backend", oci.backend])
         .args(oci.flags)
         .args(["--", "/bin/sh", "-c", "pwd; sleep 30"])
@@ -283,6 +379,110 @@ pub fn killed_supervisor_leaves_nothing(oci: &Oci) {
     let run_dir = Path::new(workdir.trim()).parent().expect("a run directory");
     let run_id = run_dir.file_name().unwrap().to_str().unwrap();
     oci.assert_cleaned_up_within(run_dir, run_id, Duration::from_secs(10));
+}
+
+/// A runtime that refuses the bundle never starts the program, and its exit code (runc and
+/// crun 1, runsc 128) must not pass for the program's. The bundle binds
+/// `/proc/self/cwd/marker`: the caller sees the marker in its own working directory, the
+/// runtime (whose cwd is the workdir) does not find it. airlock learns that the program never
+/// started from the runtime's pid file (and runsc's log): status `sandbox_error`, exit 125,
+/// the runtime's message kept in stderr. The program's own `exit 1` stays `exited 1`.
+pub fn a_refused_bundle_is_a_sandbox_error_not_the_programs_exit(oci: &Oci) {
+    let dir = tempfile::Builder::new()
+        .prefix("airlock-refused")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::write(dir.path().join("marker"), "m").unwrap();
+    let public = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(dir.path(), public).unwrap();
+    let output = oci
+        .airlock()
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            oci.backend,
+            "--allow-degraded",
+        ])
+        .args(oci.flags.iter().filter(|f| **f != "--allow-degraded"))
+        .args(["--ro", "/proc/self/cwd/marker", "--", "/bin/true"])
+        .output()
+        .expect("airlock runs");
+    let result: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(output.status.code(), Some(125), "{result}");
+    assert_eq!(result["status"], "sandbox_error", "{result}");
+    let error = result["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("failed before the program started"),
+        "{result}"
+    );
+    let stderr = result["stderr"].as_str().unwrap_or("");
+    assert!(
+        stderr.contains(oci.refusal_message),
+        "the runtime's own message: {result}"
+    );
+    let own = oci.run(&[], &["/bin/sh", "-c", "exit 1"]);
+    assert_eq!(own["status"], "exited", "{own}");
+    assert_eq!(own["exit_code"], 1, "{own}");
+}
+
+/// Rootless, there is no uid drop and no cgroup. A profile that requires either is refused by
+/// default, naming the layer and the opt-in (`uid_drop` before anything starts, `cgroup` by
+/// the init, which finds it could not make one); accepted with `--allow-degraded`, the run's
+/// result does not claim it.
+pub fn required_layers_rootless_lacks_are_refused_then_reported(oci: &Oci) {
+    assert!(oci.rootless(), "a rootless check");
+    let dir = tempfile::Builder::new()
+        .prefix("airlock-profile")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let public = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(dir.path(), public).unwrap();
+    for layer in ["uid_drop", "cgroup"] {
+        let profile = dir.path().join(format!("{layer}.toml"));
+        std::fs::write(
+            &profile,
+            format!("require = [\"env_scrub\", \"{layer}\"]\n"),
+        )
+        .unwrap();
+        let readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+        std::fs::set_permissions(&profile, readable).unwrap();
+        let profile = profile.to_str().unwrap();
+        let output = oci
+            .airlock()
+            .args([
+                "run",
+                "--json",
+                "--backend",
+                oci.backend,
+                "--profile",
+                profile,
+            ])
+            .args(oci.flags.iter().filter(|f| **f != "--allow-degraded"))
+            .args(["--", "/bin/true"])
+            .output()
+            .expect("airlock runs");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(output.status.code(), Some(125), "{layer}: {said}");
+        assert!(
+            said.contains(layer) && said.contains("--allow-degraded"),
+            "{layer}: {said}"
+        );
+        let accepted = oci.run(&["--profile", profile, "--allow-degraded"], &["/bin/true"]);
+        assert_eq!(accepted["status"], "exited", "{layer}: {accepted}");
+        let isolation = accepted["isolation"].as_array().unwrap();
+        assert!(!isolation.contains(&layer.into()), "{layer}: {accepted}");
+        assert!(
+            accepted["warnings"].to_string().contains("degraded"),
+            "{accepted}"
+        );
+    }
 }
 
 /// One `#[test]` per shared check, for the backend described by `$oci`.
@@ -302,6 +502,7 @@ macro_rules! shared_oci_tests {
             normal_runs_leave_nothing_either,
             killed_supervisor_leaves_nothing,
             sandbox_workdir_caps_size_and_files,
+            a_refused_bundle_is_a_sandbox_error_not_the_programs_exit,
         );
     };
     ($oci:expr; $($check:ident),* $(,)?) => {

@@ -12,13 +12,13 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::container::{
-    bind_scratch_mounts, container_id, find_binary, rlimits, runtime_cgroup_dirs, Bundle,
+    bind_scratch_mounts, container_id, find_binary, rlimits, rootless, runtime_cgroup_dirs, Bundle,
 };
 use super::oci::{OciRlimit, OciSeccomp};
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
-use crate::spec::{Confinement, WrapSpec};
+use crate::spec::{Confinement, StartEvidence, WrapSpec};
 
 /// The first runsc release date (YYYYMMDD) with the systrap platform.
 const SYSTRAP_SINCE: u32 = 20230601;
@@ -59,6 +59,7 @@ impl Backend for GvisorBackend {
                 reason: problems.join("; "),
             });
         };
+        let rootless = rootless::is_rootless();
         let platform = choose_platform(&runsc, ctx.runtime_dir());
         let bundle = Bundle::new(ctx);
         let mut input = bundle.oci_input(ctx);
@@ -69,31 +70,16 @@ impl Backend for GvisorBackend {
             soft: ctx.policy.limits.processes,
             hard: ctx.policy.limits.processes,
         });
+        if rootless {
+            rootless::drop_cgroup(&mut input, ctx.policy);
+        }
         input.seccomp = Some(OciSeccomp {
             allow_network: ctx.policy.has_network(),
             allow_clone3: true,
         });
         let mut files = bundle.skeleton_files(&input);
         files.push(bundle.config_file(&input));
-        let id = container_id(ctx.run_id);
-        let state = bundle.dir.join("state").display().to_string();
-        let network = if ctx.policy.has_network() {
-            "--network=host"
-        } else {
-            "--network=none"
-        };
-        let tool_argv = vec![
-            runsc.display().to_string(),
-            "--root".into(),
-            state,
-            format!("--platform={}", platform.platform),
-            network.into(),
-            "--oci-seccomp".into(),
-            "run".into(),
-            "--bundle".into(),
-            bundle.dir.display().to_string(),
-            id,
-        ];
+        let tool_argv = runsc_argv(&runsc, ctx, &bundle, &platform, rootless);
         let mut notes = vec![
             format!(
                 "gvisor: runsc platform {} ({})",
@@ -103,6 +89,9 @@ impl Backend for GvisorBackend {
         ];
         if !capped && ctx.sandbox_owns_workdir() {
             notes.push(INODES_NOTE.into());
+        }
+        if rootless {
+            notes.push(ROOTLESS_NOTE.into());
         }
         Ok(Confinement::Wrapped(WrapSpec {
             tool_argv,
@@ -117,10 +106,61 @@ impl Backend for GvisorBackend {
             rlimits_by_tool: true,
             no_cgroup_pids_limit: true,
             notes,
-            cleanup_dirs: runtime_cgroup_dirs(ctx),
+            // Without root no cgroup is made, by airlock or by runsc.
+            cleanup_dirs: match rootless {
+                true => Vec::new(),
+                false => runtime_cgroup_dirs(ctx),
+            },
+            start_evidence: Some(StartEvidence {
+                tool: "runsc".into(),
+                pid_file: bundle.dir.join("pid"),
+                // runsc writes its pid file when the sandbox exists, before it loads the
+                // program: a failure to start it is logged as the `run` command's error.
+                failure_log: Some((bundle.dir.join("runsc.log"), RUNSC_FAILED.into())),
+            }),
             ..WrapSpec::default()
         }))
     }
+}
+
+/// What runsc's `run` command logs when it fails (`util.Fatalf("running container: ...")`).
+const RUNSC_FAILED: &str = "running container: ";
+
+/// `runsc ... run` for the bundle. Without root, `--rootless` makes runsc re-execute itself
+/// in a user namespace that maps the caller to root, where it can build the sandbox; the
+/// sandbox's own user namespace then maps only the sentry's user to the caller. No cgroup
+/// can be made for the caller here: `--ignore-cgroups`.
+fn runsc_argv(
+    runsc: &Path,
+    ctx: &PlanContext,
+    bundle: &Bundle,
+    platform: &PlatformChoice,
+    rootless: bool,
+) -> Vec<String> {
+    let dir = |name: &str| bundle.dir.join(name).display().to_string();
+    let network = if ctx.policy.has_network() {
+        "--network=host"
+    } else {
+        "--network=none"
+    };
+    let mut argv = vec![runsc.display().to_string(), "--root".into(), dir("state")];
+    if rootless {
+        argv.extend(["--rootless".to_string(), "--ignore-cgroups".into()]);
+    }
+    argv.extend([
+        format!("--platform={}", platform.platform),
+        network.into(),
+        "--oci-seccomp".into(),
+        "--log".into(),
+        dir("runsc.log"),
+        "run".into(),
+        "--pid-file".into(),
+        dir("pid"),
+        "--bundle".into(),
+        bundle.dir.display().to_string(),
+        container_id(ctx.run_id),
+    ]);
+    argv
 }
 
 /// Whether runsc is installed and usable by this user; `platform` also names the platform it
@@ -128,10 +168,12 @@ impl Backend for GvisorBackend {
 fn probe_runsc(platform: bool) -> Probe {
     let mut problems = Vec::new();
     let runsc = find_runsc(&mut problems);
-    let root = nix::unistd::geteuid().is_root();
-    if !root {
-        problems.push("the gvisor backend drives rootful runsc: run airlock as root (runsc --rootless is not supported yet)".into());
-    }
+    let rootless = rootless::is_rootless();
+    let userns = match rootless {
+        true => rootless::user_namespaces_problem(),
+        false => None,
+    };
+    problems.extend(userns.iter().map(|p| format!("gvisor without root: {p}")));
     if let Some(runsc) = runsc.as_deref().filter(|_| platform) {
         let choice = choose_platform(runsc, None);
         problems.push(format!(
@@ -145,14 +187,18 @@ fn probe_runsc(platform: bool) -> Probe {
             problems.push(INODES_NOTE.into());
         }
         problems.push(PIDS_NOTE.into());
+        if rootless {
+            problems.push(ROOTLESS_NOTE.into());
+        }
     }
     Probe {
-        available: runsc.is_some() && root,
+        available: runsc.is_some() && userns.is_none(),
         layers: gvisor_layers(false, Some(capped)),
         problems,
     }
 }
 
+const ROOTLESS_NOTE: &str = "gvisor (rootless): airlock is not root, so runsc runs with --rootless: no uid_drop (the sentry and its helpers run as your uid on the host) and no cgroup (none is delegated to a non-root user here): memory is capped per process inside the sentry (RLIMIT_AS: an allocation past it fails inside the program), processes by RLIMIT_NPROC, and the result has no cgroup accounting; run airlock as root for both";
 const INODES_NOTE: &str = "gvisor: runsc's tmpfs ignores nr_inodes, so limits.files is not enforced (file counts are bounded only by the memory limit) unless airlock can mount (CAP_SYS_ADMIN) and premounts capped tmpfs mounts for runsc to bind: run as root, or use the native or container backend for it";
 const PIDS_NOTE: &str = "gvisor: limits.processes is enforced inside the sandbox as RLIMIT_NPROC, not by the host cgroup (runsc's stub processes would count against a cgroup pids limit and kill the whole sandbox)";
 
@@ -172,7 +218,7 @@ fn gvisor_layers(host_network: bool, owned_workdir: Option<bool>) -> Vec<Layer> 
     ]);
     if !host_network {
         // Without host networking runsc starts the sandbox in a new user namespace that maps
-        // only nobody (65534) to nobody; the sentry runs as that uid.
+        // only nobody (65534) to nobody (rootless: to the caller); the sentry runs as that uid.
         layers.extend([Layer::NetNs, Layer::UserNs]);
     }
     match owned_workdir {

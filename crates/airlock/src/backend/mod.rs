@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
-use crate::policy::{BackendChoice, Policy};
+use crate::policy::{BackendChoice, ContainerRuntime, Policy};
 use crate::spec::Confinement;
 
 pub use bwrap::{
@@ -101,10 +101,15 @@ pub trait Backend: Send + Sync {
 /// Every backend: by level, then fastest first within a level, so `auto` can take the first
 /// available one at or above `min_isolation` (container starts faster than gVisor here).
 pub fn all_backends() -> Vec<Box<dyn Backend>> {
+    backends_with(ContainerRuntime::Auto)
+}
+
+/// [`all_backends`], with the container backend using the policy's runtime choice.
+fn backends_with(runtime: ContainerRuntime) -> Vec<Box<dyn Backend>> {
     vec![
         Box::new(NativeBackend),
         Box::new(BwrapBackend),
-        Box::new(ContainerBackend),
+        Box::new(ContainerBackend::with_runtime(runtime)),
         Box::new(GvisorBackend),
         Box::new(NoneBackend),
     ]
@@ -117,16 +122,20 @@ pub fn select(policy: &Policy) -> Result<Box<dyn Backend>, Error> {
         BackendChoice::Native => Ok(Box::new(NativeBackend)),
         BackendChoice::Bwrap => require_installed(Box::new(BwrapBackend)),
         BackendChoice::None => Ok(Box::new(NoneBackend)),
-        BackendChoice::Gvisor => Ok(Box::new(GvisorBackend)),
-        BackendChoice::Container => Ok(Box::new(ContainerBackend)),
+        BackendChoice::Gvisor => require_installed(Box::new(GvisorBackend)),
+        BackendChoice::Container => require_installed(Box::new(ContainerBackend::with_runtime(
+            policy.container.runtime,
+        ))),
         BackendChoice::Auto => select_auto(
             policy.min_isolation.unwrap_or(IsolationLevel::Kernel),
-            all_backends(),
+            backends_with(policy.container.runtime),
         ),
     }
 }
 
-/// A backend named explicitly must be installed here; otherwise say why and how to fix it.
+/// A backend named explicitly must be able to run here for this user (installed, and usable
+/// with or without root as airlock runs); otherwise say why and how to fix it, before
+/// anything starts: a tool that fails to start is not the program exiting.
 fn require_installed(backend: Box<dyn Backend>) -> Result<Box<dyn Backend>, Error> {
     let probe = backend.quick_probe();
     if probe.available {

@@ -77,7 +77,7 @@ impl Backend for NativeBackend {
     }
 }
 
-fn user_namespaces_usable(problems: &mut Vec<String>) -> bool {
+pub(crate) fn user_namespaces_usable(problems: &mut Vec<String>) -> bool {
     let read = |path: &str| {
         std::fs::read_to_string(path)
             .ok()

@@ -40,10 +40,18 @@ pub struct OciInput {
     pub cgroups_path: Option<String>,
     /// Translate airlock's seccomp policy into `linux.seccomp`.
     pub seccomp: Option<OciSeccomp>,
-    /// Add a user namespace mapping only the program's id (to itself) and the container's
-    /// root (to `container_root_host_id`, an otherwise unused host id).
-    pub user_namespace: bool,
-    pub container_root_host_id: u32,
+    /// Add a user namespace mapping the container's root to these ids (seen from where the
+    /// runtime runs) and, when the program is not root, the program's id to itself; nothing
+    /// else. Rootful: an otherwise unused host id. Rootless: the caller's own ids, the only ones
+    /// an unprivileged runtime may map.
+    pub user_namespace: Option<HostIds>,
+}
+
+/// A uid and gid on the host (or in the namespace the runtime itself runs in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostIds {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// What is visible inside, beyond the empty root.
@@ -153,9 +161,15 @@ fn process(input: &OciInput) -> Value {
         .map(|r| json!({ "type": r.kind, "soft": r.soft, "hard": r.hard }))
         .collect();
     let no_caps: Vec<String> = Vec::new();
+    // The program's group is its only supplementary one. Root gets none: a rootless runtime
+    // may not call setgroups in its single-id user namespace (runc refuses any).
+    let mut user = json!({ "uid": input.uid, "gid": input.gid });
+    if input.gid != 0 {
+        user["additionalGids"] = json!([input.gid]);
+    }
     json!({
         "terminal": false,
-        "user": { "uid": input.uid, "gid": input.gid, "additionalGids": [input.gid] },
+        "user": user,
         "args": input.argv,
         "env": env,
         "cwd": input.cwd,
@@ -271,7 +285,7 @@ fn linux(input: &OciInput) -> Value {
     if !input.host_network {
         namespaces.push("network");
     }
-    if input.user_namespace {
+    if input.user_namespace.is_some() {
         namespaces.push("user");
     }
     let namespaces: Vec<Value> = namespaces
@@ -290,9 +304,9 @@ fn linux(input: &OciInput) -> Value {
     if let Some(seccomp) = &input.seccomp {
         linux["seccomp"] = seccomp_section(seccomp);
     }
-    if input.user_namespace {
-        linux["uidMappings"] = id_mappings(input.container_root_host_id, input.uid);
-        linux["gidMappings"] = id_mappings(input.container_root_host_id, input.gid);
+    if let Some(root) = input.user_namespace {
+        linux["uidMappings"] = id_mappings(root.uid, input.uid);
+        linux["gidMappings"] = id_mappings(root.gid, input.gid);
     }
     linux
 }
@@ -538,8 +552,10 @@ mod tests {
             ],
             cgroups_path: Some("/airlock/r1".into()),
             seccomp: None,
-            user_namespace: true,
-            container_root_host_id: 100_000,
+            user_namespace: Some(HostIds {
+                uid: 100_000,
+                gid: 100_000,
+            }),
         }
     }
 

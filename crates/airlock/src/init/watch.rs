@@ -72,9 +72,7 @@ pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcom
         return Err(error);
     }
     let outcome = watch.outcome(report_read);
-    if let Some(status) = tool_status {
-        super::wrapped::check_tool_ran_program(spec, status, &outcome)?;
-    }
+    super::wrapped::check_tool_ran_program(spec, tool_status, &outcome)?;
     Ok(outcome)
 }
 

@@ -21,7 +21,7 @@ use crate::linux::sys::{self, Forked};
 use crate::linux::tree;
 use crate::result::RunStatus;
 use crate::sandbox::seccomp;
-use crate::spec::{Confinement, InitSpec, Outcome, WrapSpec};
+use crate::spec::{Confinement, InitSpec, Outcome, StartEvidence, WrapSpec};
 
 pub(super) fn exec(
     spec: &InitSpec,
@@ -165,31 +165,47 @@ pub(super) fn status_pipe(spec: &InitSpec) -> Result<Option<(OwnedFd, OwnedFd)>,
     }
 }
 
-/// A program that "exited" while its tool never reported the program's exit never ran: the
-/// tool failed setting up (bad mount source, no user namespaces, unknown option). Say so,
-/// instead of passing the tool's exit code off as the program's.
+/// A program that "exited" while its tool never reported starting it never ran: the tool
+/// failed setting up (bad mount source, no user namespaces, unknown option, a program that
+/// does not exist). Say so, instead of passing the tool's exit code off as the program's.
+/// The evidence is bwrap's status stream (`status`) or an OCI runtime's pid file and log.
 pub(super) fn check_tool_ran_program(
     spec: &InitSpec,
-    status: OwnedFd,
+    status: Option<OwnedFd>,
     outcome: &Outcome,
 ) -> Result<(), String> {
+    let Confinement::Wrapped(wrap) = &spec.confinement else {
+        return Ok(());
+    };
     if outcome.status != RunStatus::Exited {
         return Ok(());
     }
-    let mut text = String::new();
-    // Every writer is dead by now, so this reads to the end without blocking.
-    let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status), &mut text);
-    if tool_reported_exit(&text) {
+    let (tool, started) = match (status, &wrap.start_evidence) {
+        (Some(status), _) => {
+            let mut text = String::new();
+            // Every writer is dead by now, so this reads to the end without blocking.
+            let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status), &mut text);
+            let tool = wrap.tool_argv.first().cloned().unwrap_or_default();
+            (tool, tool_reported_exit(&text))
+        }
+        (None, Some(evidence)) => (evidence.tool.clone(), program_started(evidence)),
+        (None, None) => return Ok(()),
+    };
+    if started {
         return Ok(());
     }
-    let tool = match &spec.confinement {
-        Confinement::Wrapped(wrap) => wrap.tool_argv.first().cloned().unwrap_or_default(),
-        _ => String::new(),
-    };
     Err(format!(
         "{tool} failed before the program started (exit code {}); its message is in the run's stderr",
         outcome.exit_code.unwrap_or(-1)
     ))
+}
+
+/// The tool is gone, so its pid file and log are complete: a pid file and no failure logged.
+fn program_started(evidence: &StartEvidence) -> bool {
+    let failed = evidence.failure_log.as_ref().is_some_and(|(log, marker)| {
+        std::fs::read_to_string(log).is_ok_and(|text| text.contains(marker.as_str()))
+    });
+    evidence.pid_file.exists() && !failed
 }
 
 /// Whether bwrap's JSON status stream has the document it writes when the program exits.
@@ -250,7 +266,32 @@ pub(super) fn clean_up_after_tool(wrap: &WrapSpec) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::tool_reported_exit;
+    use super::{program_started, tool_reported_exit, StartEvidence};
+
+    #[test]
+    fn an_oci_runtime_started_the_program_only_with_a_pid_file_and_no_failure_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runsc.log");
+        let evidence = StartEvidence {
+            tool: "runsc".into(),
+            pid_file: dir.path().join("pid"),
+            failure_log: Some((log.clone(), "running container: ".into())),
+        };
+        assert!(!program_started(&evidence), "no pid file");
+        std::fs::write(&evidence.pid_file, "42").unwrap();
+        assert!(program_started(&evidence), "no log at all");
+        std::fs::write(&log, "").unwrap();
+        assert!(program_started(&evidence), "an empty log");
+        std::fs::write(
+            &log,
+            r#"{"msg":"running container: starting container: x","level":"error"}"#,
+        )
+        .unwrap();
+        assert!(
+            !program_started(&evidence),
+            "the run command failed after the pid file"
+        );
+    }
 
     #[test]
     fn only_an_exit_document_means_the_program_ran() {

@@ -68,6 +68,9 @@ pub struct EngineInput {
     /// `RLIMIT_NPROC` for the container (engines raise it past our hard limit by default,
     /// which needs CAP_SYS_RESOURCE); at or below the caller's hard limit.
     pub nproc: u64,
+    /// podman only: `--pidfile`, written once the container's process exists, so a podman
+    /// that failed before (exit 125, like a program could) is told from the program's exit.
+    pub pid_file: Option<PathBuf>,
     /// docker only: the container kills its program after this many seconds on its own, so a
     /// container whose `docker run` client was killed does not outlive the run's budget.
     pub self_destruct_after: Option<u64>,
@@ -79,6 +82,9 @@ pub fn engine_argv(input: &EngineInput) -> Vec<String> {
     argv.extend(global_flags(input));
     argv.extend(["run", "--rm", "--interactive"].map(String::from));
     argv.extend(["--name".into(), input.name.clone()]);
+    if let Some(pid_file) = &input.pid_file {
+        argv.extend(pair("--pidfile", pid_file));
+    }
     argv.extend(isolation_flags(input));
     argv.extend(mount_flags(input));
     argv.extend(cgroup_flags(input));
@@ -139,9 +145,9 @@ fn isolation_flags(input: &EngineInput) -> Vec<String> {
             format!("seccomp={}", profile.display()),
         ]);
     }
-    if input.engine == Engine::Podman && oci.user_namespace {
-        flags.extend(id_maps("--uidmap", oci.container_root_host_id, oci.uid));
-        flags.extend(id_maps("--gidmap", oci.container_root_host_id, oci.gid));
+    if let (Engine::Podman, Some(root)) = (input.engine, oci.user_namespace) {
+        flags.extend(id_maps("--uidmap", root.uid, oci.uid));
+        flags.extend(id_maps("--gidmap", root.gid, oci.gid));
     }
     flags.extend(["--hostname".into(), oci.hostname.clone()]);
     flags

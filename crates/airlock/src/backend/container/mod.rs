@@ -16,27 +16,32 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 mod engine;
+pub(crate) mod rootless;
 mod runtime;
 
 use engine::{engine_argv, Engine, EngineCgroups, EngineInput, PodmanStorage};
 pub use runtime::{report_all as container_runtimes, RuntimeReport};
 
 use super::oci::{
-    docker_seccomp_profile, existing, oci_spec, OciInput, OciMounts, OciResources, OciRlimit,
-    OciSeccomp, ScratchBinds,
+    docker_seccomp_profile, existing, oci_spec, HostIds, OciInput, OciMounts, OciResources,
+    OciRlimit, OciSeccomp, ScratchBinds,
 };
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::sandbox::rootfs::{default_etc_files, default_system_ro};
-use crate::spec::{Confinement, WrapFile, WrapSpec};
+use crate::spec::{Confinement, StartEvidence, WrapFile, WrapSpec};
 use runtime::RuntimeKind;
 
 /// The hostname inside every container.
 pub const CONTAINER_HOSTNAME: &str = "airlock";
-/// The host uid/gid that the container's root maps to while the runtime sets it up: never
-/// host root, never the program's own id.
+/// The host uid/gid that the container's root maps to while a rootful runtime sets it up:
+/// never host root, never the program's own id.
 pub const CONTAINER_ROOT_HOST_ID: u32 = 100_000;
+const CONTAINER_ROOT: HostIds = HostIds {
+    uid: CONTAINER_ROOT_HOST_ID,
+    gid: CONTAINER_ROOT_HOST_ID,
+};
 /// Where the cgroup filesystem lives.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -47,9 +52,18 @@ pub enum OciRuntime {
     Crun,
 }
 
-/// The container backend.
+/// The container backend, for one `[container] runtime` choice (`auto` by default).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ContainerBackend;
+pub struct ContainerBackend {
+    runtime: crate::policy::ContainerRuntime,
+}
+
+impl ContainerBackend {
+    /// The backend as a policy with this runtime choice would use it.
+    pub fn with_runtime(runtime: crate::policy::ContainerRuntime) -> ContainerBackend {
+        ContainerBackend { runtime }
+    }
+}
 
 impl Backend for ContainerBackend {
     fn name(&self) -> &'static str {
@@ -61,24 +75,29 @@ impl Backend for ContainerBackend {
     }
 
     fn probe(&self) -> Probe {
+        let mut probe = self.quick_probe();
+        // Runtimes the choice passes over, so `--container-runtime NAME` failures are foreseen.
+        if probe.available {
+            for problem in runtime::report_all().into_iter().filter_map(|r| r.problem) {
+                if !probe.problems.contains(&problem) {
+                    probe.problems.push(problem);
+                }
+            }
+        }
+        probe
+    }
+
+    fn quick_probe(&self) -> Probe {
         let mut problems = Vec::new();
-        let runtime = runtime::resolve(crate::policy::ContainerRuntime::Auto);
+        let runtime = runtime::resolve(self.runtime);
         if let Err(problem) = &runtime {
             problems.push(problem.clone());
         }
-        // Runtimes `auto` passes over, so `--container-runtime NAME` failures are foreseen.
-        problems.extend(
-            runtime::report_all()
-                .into_iter()
-                .filter_map(|r| r.problem)
-                .filter(|_| runtime.is_ok()),
-        );
-        if !nix::unistd::geteuid().is_root() {
-            problems.push("the container backend drives rootful runtimes: run airlock as root (rootless runtimes are not supported yet)".into());
+        if runtime.is_ok() && rootless::is_rootless() {
+            problems.push(rootless::ROOTLESS_NOTE.into());
         }
-        let available = runtime.is_ok() && nix::unistd::geteuid().is_root();
         Probe {
-            available,
+            available: runtime.is_ok(),
             layers: container_layers(false, true),
             problems,
         }
@@ -106,58 +125,28 @@ impl Backend for ContainerBackend {
     }
 }
 
-/// runc or crun driven directly with a bundle.
+/// runc or crun driven directly with a bundle; rootless when airlock runs without root (see
+/// [`rootless`]).
 fn plan_oci(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> WrapSpec {
+    let run = OciRun {
+        runtime,
+        rootless: rootless::is_rootless(),
+        crun_workaround: runtime == OciRuntime::Crun && crun_host() == CrunHost::Workaround,
+    };
     let bundle = Bundle::new(ctx);
-    let mut input = bundle.oci_input(ctx);
-    input.argv = die_with_runtime(&input.argv);
-    input.resources.pids = Some(ctx.policy.limits.processes);
-    input.seccomp = Some(OciSeccomp {
-        allow_network: ctx.policy.has_network(),
-        allow_clone3: false,
-    });
-    input.user_namespace = true;
-    let mut cleanup_dirs = runtime_cgroup_dirs(ctx);
-    // crun deletes its container's cgroup by freezing it first: with crun itself inside the
-    // run's cgroup (runc's `--keep` has no crun equivalent) it would freeze itself for good,
-    // and a child cgroup would hide OOM kills from the run's (cgroup v1 counts them only
-    // where the victim lives). So crun manages no cgroup at all: the container stays in the
-    // run's cgroup, whose limits the init set and whose usage, OOM kills and kill it reads.
-    let crun_without_cgroups = runtime == OciRuntime::Crun && input.cgroups_path.is_some();
-    if crun_without_cgroups {
-        input.cgroups_path = None;
-        input.resources = OciResources::default();
-        cleanup_dirs.clear();
-    }
+    let (input, cgroup_dirs) = run.input(ctx, &bundle);
     let mut files = bundle.skeleton_files(&input);
     files.push(bundle.config_file(&input));
-    let id = container_id(ctx.run_id);
-    let state = bundle.dir.join("state");
-    let mut tool_argv = vec![
-        binary.display().to_string(),
-        "--root".into(),
-        state.display().to_string(),
-    ];
-    if crun_without_cgroups {
-        tool_argv.push("--cgroup-manager=disabled".into());
-    }
-    if runtime == OciRuntime::Runc {
-        // runc logs its failed attempt to remove a busy cgroup; keep that off the program's stderr.
-        tool_argv.extend([
-            "--log".to_string(),
-            bundle.dir.join("runtime.log").display().to_string(),
-        ]);
-    }
-    tool_argv.push("run".into());
-    if runtime == OciRuntime::Runc {
-        // Not crun: it has no such option (and keeps nothing it could lose).
-        tool_argv.push("--keep".into());
-    }
-    tool_argv.extend(["--bundle".to_string(), bundle.dir.display().to_string(), id]);
-    let (tool_argv, notes) = match runtime {
-        OciRuntime::Runc => (tool_argv, Vec::new()),
-        OciRuntime::Crun => crun_hybrid_workaround(tool_argv, &bundle, &mut files),
+    // crun manages no cgroup when the run's own (or none at all) must hold the container.
+    let cgroup_manager = runtime == OciRuntime::Runc || (ctx.cgroup.is_none() && !run.rootless);
+    let tool_argv = run.argv(binary, &bundle, ctx.run_id, cgroup_manager);
+    let (tool_argv, mut notes) = match run.crun_workaround {
+        true => crun_hybrid_workaround(tool_argv, &bundle, &mut files, run.rootless),
+        false => (tool_argv, Vec::new()),
     };
+    if run.rootless {
+        notes.push(rootless::ROOTLESS_NOTE.into());
+    }
     WrapSpec {
         tool_argv,
         files,
@@ -167,8 +156,96 @@ fn plan_oci(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> WrapSpec {
         argv_in_files: true,
         rlimits_by_tool: true,
         notes,
-        cleanup_dirs,
+        cleanup_dirs: cgroup_dirs,
+        start_evidence: Some(StartEvidence {
+            tool: run.name().into(),
+            pid_file: bundle.dir.join("pid"),
+            failure_log: None,
+        }),
         ..WrapSpec::default()
+    }
+}
+
+/// How one runc or crun run is driven.
+struct OciRun {
+    runtime: OciRuntime,
+    /// airlock runs without root (see [`rootless`]).
+    rootless: bool,
+    /// crun runs behind [`crun_hybrid_workaround`].
+    crun_workaround: bool,
+}
+
+impl OciRun {
+    fn name(&self) -> &'static str {
+        match self.runtime {
+            OciRuntime::Runc => "runc",
+            OciRuntime::Crun => "crun",
+        }
+    }
+
+    /// The bundle's input, and the cgroup directories the runtime may leave behind.
+    fn input(&self, ctx: &PlanContext, bundle: &Bundle) -> (OciInput, Vec<PathBuf>) {
+        let mut input = bundle.oci_input(ctx);
+        input.resources.pids = Some(ctx.policy.limits.processes);
+        input.seccomp = Some(OciSeccomp {
+            allow_network: ctx.policy.has_network(),
+            allow_clone3: false,
+        });
+        input.user_namespace = Some(CONTAINER_ROOT);
+        let mut cgroup_dirs = runtime_cgroup_dirs(ctx);
+        if self.rootless {
+            // crun in the workaround's user namespace sees the caller as root there.
+            let root = match self.crun_workaround {
+                true => HostIds { uid: 0, gid: 0 },
+                false => rootless::caller_ids(),
+            };
+            rootless::adapt_input(&mut input, ctx.policy, root);
+            cgroup_dirs.clear();
+        }
+        // crun deletes its container's cgroup by freezing it first: with crun itself inside
+        // the run's cgroup (runc's `--keep` has no crun equivalent) it would freeze itself for
+        // good, and a child cgroup would hide OOM kills from the run's (cgroup v1 counts them
+        // only where the victim lives). So crun manages no cgroup at all: the container stays
+        // in the run's cgroup, whose limits the init set and whose usage, OOM kills and kill
+        // it reads.
+        if self.runtime == OciRuntime::Crun && input.cgroups_path.is_some() {
+            input.cgroups_path = None;
+            input.resources = OciResources::default();
+            cgroup_dirs.clear();
+        }
+        input.argv = die_with_runtime(&input.argv);
+        (input, cgroup_dirs)
+    }
+
+    /// `runc|crun [global options] run [options] ID`, with a pid file that shows whether the
+    /// program was started.
+    fn argv(&self, binary: &Path, bundle: &Bundle, run_id: &str, cgroups: bool) -> Vec<String> {
+        let path = |name: &str| bundle.dir.join(name).display().to_string();
+        let mut argv = vec![binary.display().to_string(), "--root".into(), path("state")];
+        if !cgroups {
+            argv.push("--cgroup-manager=disabled".into());
+        }
+        if self.runtime == OciRuntime::Runc {
+            // runc logs its failed attempt to remove a busy cgroup; keep that off the
+            // program's stderr.
+            argv.extend(["--log".to_string(), path("runtime.log")]);
+            if self.rootless {
+                argv.extend(["--rootless".to_string(), "true".into()]);
+            }
+        }
+        argv.push("run".into());
+        if self.runtime == OciRuntime::Runc {
+            // Not crun: it has no such option (and keeps nothing it could lose).
+            argv.push("--keep".into());
+        }
+        argv.extend([
+            "--pid-file".to_string(),
+            path("pid"),
+            "--bundle".into(),
+            bundle.dir.display().to_string(),
+            container_id(run_id),
+        ]);
+        argv
     }
 }
 
@@ -186,7 +263,7 @@ fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
     let mut oci = bundle.oci_input(ctx);
     let capped = bind_scratch_mounts(ctx, &mut oci.mounts) && ctx.sandbox_owns_workdir();
     oci.resources.pids = Some(ctx.policy.limits.processes);
-    oci.user_namespace = true;
+    oci.user_namespace = Some(CONTAINER_ROOT);
     let mut files = bundle.skeleton_files(&oci);
     files.extend(podman_mountpoints(&bundle.rootfs));
     let seccomp = bundle.dir.join("seccomp.json");
@@ -221,12 +298,13 @@ fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         }),
         oci_runtime: oci_runtime.clone(),
         nproc: nproc_limit(),
+        pid_file: Some(bundle.dir.join("pid")),
         self_destruct_after: None,
     };
     let argv = engine_argv(&input);
     let uses_crun = oci_runtime.as_deref() == crun.as_deref() && crun.is_some();
-    let (tool_argv, mut notes) = if uses_crun {
-        crun_hybrid_workaround(argv, &bundle, &mut files)
+    let (tool_argv, mut notes) = if uses_crun && crun_host() == CrunHost::Workaround {
+        crun_hybrid_workaround(argv, &bundle, &mut files, false)
     } else {
         (argv, Vec::new())
     };
@@ -252,6 +330,11 @@ fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         cleanup_dirs,
         // conmon daemonizes: only a guard that outlives the init stops it (and the container).
         guard_tool_tree: true,
+        start_evidence: Some(StartEvidence {
+            tool: "podman".into(),
+            pid_file: bundle.dir.join("pid"),
+            failure_log: None,
+        }),
         ..WrapSpec::default()
     }
 }
@@ -279,6 +362,7 @@ fn plan_docker(ctx: &PlanContext, docker: &Path) -> WrapSpec {
         storage: None,
         oci_runtime: None,
         nproc: nproc_limit(),
+        pid_file: None,
         self_destruct_after: Some((limits.wall_time.0 + limits.grace.0).as_secs() + 1),
     };
     let script = engine::docker_script(docker, &engine_argv(&input));
@@ -447,18 +531,42 @@ pub(crate) fn cgroups_path(ctx: &PlanContext) -> Option<String> {
     ))
 }
 
-/// crun 1.8 refuses a hybrid cgroup layout whose v2 mount offers any controller; hiding the
-/// controller list in a private mount namespace makes it use v1 like runc.
+/// How crun can run on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CrunHost {
+    /// As it is.
+    Plain,
+    /// crun 1.8 refuses a hybrid cgroup layout whose v2 mount offers any controller: it runs
+    /// behind [`crun_hybrid_workaround`].
+    Workaround,
+    /// Not at all, for this reason (with the fix).
+    Unusable(String),
+}
+
+pub(crate) fn crun_host() -> CrunHost {
+    let controllers = Path::new(CGROUP_ROOT).join("unified/cgroup.controllers");
+    let hybrid = std::fs::read_to_string(controllers)
+        .map(|s| !s.trim().is_empty())
+        .unwrap_or(false);
+    match (hybrid, find_binary("unshare")) {
+        (false, _) => CrunHost::Plain,
+        (true, Some(_)) => CrunHost::Workaround,
+        (true, None) => CrunHost::Unusable("crun 1.8 refuses this host's hybrid cgroups (a cgroup v2 mount that offers controllers), and hiding them needs `unshare`: install util-linux, or use --container-runtime runc".into()),
+    }
+}
+
+/// Hides the controller list in a private mount namespace, so crun uses v1 like runc. Root
+/// can mount there directly; a caller without root first enters a user namespace of its own
+/// that maps it to root (crun then runs "as root" in that namespace, the container's root
+/// mapping to it: the caller on the host).
 fn crun_hybrid_workaround(
     tool_argv: Vec<String>,
     bundle: &Bundle,
     files: &mut Vec<WrapFile>,
+    rootless: bool,
 ) -> (Vec<String>, Vec<String>) {
     let controllers = Path::new(CGROUP_ROOT).join("unified/cgroup.controllers");
-    let hybrid = std::fs::read_to_string(&controllers)
-        .map(|s| !s.trim().is_empty())
-        .unwrap_or(false);
-    let (Some(unshare), true) = (find_binary("unshare"), hybrid) else {
+    let Some(unshare) = find_binary("unshare") else {
         return (tool_argv, Vec::new());
     };
     let empty = bundle.dir.join("empty");
@@ -474,16 +582,21 @@ fn crun_hybrid_workaround(
         controllers.display(),
         quoted.join(" ")
     );
-    let argv = vec![
-        unshare.display().to_string(),
-        "-m".into(),
-        "--propagation".into(),
-        "private".into(),
-        "/bin/sh".into(),
-        "-c".into(),
-        script,
-    ];
-    (argv, vec!["container: crun runs with the v2 controller list hidden in a private mount namespace (hybrid cgroups)".into()])
+    let mut argv = vec![unshare.display().to_string()];
+    if rootless {
+        argv.extend(["--user".to_string(), "--map-root-user".into()]);
+    }
+    argv.extend(
+        ["-m", "--propagation", "private", "/bin/sh", "-c"]
+            .map(String::from)
+            .into_iter()
+            .chain([script]),
+    );
+    let note = match rootless {
+        false => "container: crun runs with the v2 controller list hidden in a private mount namespace (hybrid cgroups)",
+        true => "container: crun runs with the v2 controller list hidden in a private mount namespace, inside a user namespace that maps the caller to root (hybrid cgroups, no root)",
+    };
+    (argv, vec![note.into()])
 }
 
 fn shell_quote(arg: &str) -> String {
@@ -547,8 +660,7 @@ impl Bundle {
             rlimits: rlimits(policy),
             cgroups_path: cgroups_path(ctx),
             seccomp: None,
-            user_namespace: false,
-            container_root_host_id: CONTAINER_ROOT_HOST_ID,
+            user_namespace: None,
         }
     }
 
@@ -648,28 +760,34 @@ fn identity_files(rootfs: &Path, input: &OciInput) -> Vec<WrapFile> {
 /// The program's rlimits, never above this process's hard limits (raising needs
 /// CAP_SYS_RESOURCE).
 pub(crate) fn rlimits(policy: &crate::policy::Policy) -> Vec<OciRlimit> {
-    use nix::sys::resource::{getrlimit, Resource};
+    use nix::sys::resource::Resource;
     let l = &policy.limits;
-    let clamp = |kind: &'static str, resource: Resource, value: u64| {
-        let hard = getrlimit(resource)
-            .map(|(_, hard)| hard)
-            .unwrap_or(value)
-            .min(value);
-        OciRlimit {
-            kind,
-            soft: hard,
-            hard,
-        }
-    };
     vec![
-        clamp("RLIMIT_NOFILE", Resource::RLIMIT_NOFILE, l.open_files),
-        clamp("RLIMIT_FSIZE", Resource::RLIMIT_FSIZE, l.file_size.0),
+        clamped_rlimit("RLIMIT_NOFILE", Resource::RLIMIT_NOFILE, l.open_files),
+        clamped_rlimit("RLIMIT_FSIZE", Resource::RLIMIT_FSIZE, l.file_size.0),
         OciRlimit {
             kind: "RLIMIT_CORE",
             soft: 0,
             hard: 0,
         },
     ]
+}
+
+/// `kind` at `value`, or at this process's hard limit when that is lower.
+pub(crate) fn clamped_rlimit(
+    kind: &'static str,
+    resource: nix::sys::resource::Resource,
+    value: u64,
+) -> OciRlimit {
+    let hard = nix::sys::resource::getrlimit(resource)
+        .map(|(_, hard)| hard)
+        .unwrap_or(value)
+        .min(value);
+    OciRlimit {
+        kind,
+        soft: hard,
+        hard,
+    }
 }
 
 /// A container outlives a killed `runc run` by design; ours must not outlive the init that

@@ -116,12 +116,23 @@ fn check(kind: RuntimeKind) -> Result<FoundRuntime, String> {
             kind.install_hint()
         ));
     };
-    if kind == RuntimeKind::Docker {
-        if let Some(problem) = docker_engine_problem() {
-            return Err(problem);
+    if super::rootless::is_rootless() {
+        if let Some(problem) = super::rootless::runtime_problem(kind) {
+            return Err(format!("{} without root: {problem}", kind.name()));
         }
     }
-    Ok(FoundRuntime { kind, binary })
+    let problem = match kind {
+        RuntimeKind::Docker => docker_engine_problem(),
+        RuntimeKind::Crun => match super::crun_host() {
+            super::CrunHost::Unusable(reason) => Some(reason),
+            _ => None,
+        },
+        _ => None,
+    };
+    match problem {
+        Some(problem) => Err(problem),
+        None => Ok(FoundRuntime { kind, binary }),
+    }
 }
 
 /// The Docker client alone cannot run anything: its engine must answer on its socket.

@@ -1,5 +1,5 @@
 use super::*;
-use crate::backend::oci::{OciMounts, OciResources, OciRlimit};
+use crate::backend::oci::{HostIds, OciMounts, OciResources, OciRlimit};
 
 fn oci() -> OciInput {
     OciInput {
@@ -36,8 +36,10 @@ fn oci() -> OciInput {
         }],
         cgroups_path: None,
         seccomp: None,
-        user_namespace: true,
-        container_root_host_id: 100_000,
+        user_namespace: Some(HostIds {
+            uid: 100_000,
+            gid: 100_000,
+        }),
     }
 }
 
@@ -60,6 +62,7 @@ fn podman(cgroups: EngineCgroups) -> EngineInput {
         }),
         oci_runtime: Some("/usr/bin/crun".into()),
         nproc: 1000,
+        pid_file: Some("/run/airlock/r1/oci/pid".into()),
         self_destruct_after: None,
     }
 }
@@ -71,6 +74,7 @@ fn docker() -> EngineInput {
         storage: None,
         oci_runtime: None,
         cgroups: EngineCgroups::Own { parent: None },
+        pid_file: None,
         self_destruct_after: Some(183),
         ..podman(EngineCgroups::Inherit)
     }
