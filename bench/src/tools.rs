@@ -193,14 +193,36 @@ fn bwrap_under_floor_wrapper(same_argv: &Tool) -> Result<Tool, String> {
     Ok(tool)
 }
 
-/// Removes the parent cgroups the floor wrapper leaves (each run removes its own).
-pub fn remove_floor_cgroups() {
-    for hierarchy in ["memory", "pids", "cpu", "cpuacct", "freezer"] {
-        let _ = std::fs::remove_dir(
-            Path::new("/sys/fs/cgroup")
-                .join(hierarchy)
-                .join("airlock-floor"),
-        );
+/// The parent cgroup of the OCI peers' containers.
+const BENCH_CGROUP_PARENT: &str = "airlock-bench";
+
+fn bench_cgroup(run_id: &str) -> airlock::spec::CgroupRequest {
+    airlock::spec::CgroupRequest {
+        config: airlock::sandbox::cgroup::CgroupConfig {
+            parent: BENCH_CGROUP_PARENT.into(),
+            ..Default::default()
+        },
+        run_id: run_id.into(),
+        limits: Default::default(),
+    }
+}
+
+/// Removes the (empty) cgroups the peers leave: the floor wrapper's parent, and the OCI
+/// peers' parent with whatever a runtime left beneath it, in every hierarchy.
+pub fn remove_peer_cgroups() {
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    for hierarchy in hierarchies.flatten() {
+        for parent in ["airlock-floor", BENCH_CGROUP_PARENT] {
+            let parent = hierarchy.path().join(parent);
+            for child in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+                if child.path().is_dir() {
+                    let _ = std::fs::remove_dir(child.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&parent);
+        }
     }
 }
 
@@ -255,7 +277,19 @@ fn planned_command(
     let run_dir = scratch_dir().join(run_id);
     let workdir = run_dir.join("work");
     let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
-    let ctx = fresh_run_context(&policy, &workdir, &run_dir, run_id, &workload.argv, &env);
+    let mut ctx = fresh_run_context(&policy, &workdir, &run_dir, run_id, &workload.argv, &env);
+    // The bundle's `cgroupsPath`, as airlock's run gives it: runsc applies the memory and CPU
+    // limits only to a container that has one (runc and crun ignore this here: runc would
+    // make a default path, crun runs in the caller's cgroup as under airlock).
+    let cgroup = bench_cgroup(run_id);
+    if runtime != airlock::policy::ContainerRuntime::Podman {
+        ctx.cgroup = Some(&cgroup);
+    }
+    // The writable areas as airlock's root run plans them: gVisor and podman bind the run
+    // directory's workdir, /tmp and /dev/shm (capped tmpfs mounts under airlock, plain
+    // directories here) instead of making their own; runc and crun cap their own tmpfs.
+    let scratch = run_dir_scratch(&policy, &run_dir);
+    ctx.scratch = Some(&scratch);
     let Confinement::Wrapped(wrap) = backend.plan(&ctx).map_err(|e| e.to_string())? else {
         return Err("the backend does not wrap a tool".into());
     };
@@ -359,10 +393,10 @@ fn scratch_dir() -> PathBuf {
     base.join(format!("airlock-bench-{}", std::process::id()))
 }
 
-/// Removes [`scratch_dir`] and the floor wrapper's parent cgroups; call once measuring is over.
+/// Removes [`scratch_dir`] and the peers' cgroups; call once measuring is over.
 pub fn remove_scratch() {
     let _ = std::fs::remove_dir_all(scratch_dir());
-    remove_floor_cgroups();
+    remove_peer_cgroups();
 }
 
 /// Drops `--json-status-fd N`: that pipe exists only in airlock's init.
