@@ -207,14 +207,33 @@ fn bench_cgroup(run_id: &str) -> airlock::spec::CgroupRequest {
     }
 }
 
-/// Removes the (empty) cgroups the peers leave: the floor wrapper's parent, and the OCI
-/// peers' parent with whatever a runtime left beneath it, in every hierarchy.
+/// podman's parent cgroup, which a bare podman run leaves behind (with `conmon` in it).
+const PODMAN_CGROUP_PARENT: &str = "libpod_parent";
+
+/// Whether podman's parent cgroup was there before the peers ran (then it is not ours).
+static PODMAN_PARENT_PREEXISTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+fn note_podman_parent() {
+    PODMAN_PARENT_PREEXISTED.get_or_init(|| {
+        Path::new("/sys/fs/cgroup/pids")
+            .join(PODMAN_CGROUP_PARENT)
+            .exists()
+    });
+}
+
+/// Removes the (empty) cgroups the peers leave: the floor wrapper's parent, the OCI peers'
+/// parent with whatever a runtime left beneath it, and podman's parent if the bare podman
+/// peer made it, in every hierarchy.
 pub fn remove_peer_cgroups() {
     let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
         return;
     };
+    let mut parents = vec!["airlock-floor", BENCH_CGROUP_PARENT];
+    if PODMAN_PARENT_PREEXISTED.get() == Some(&false) {
+        parents.push(PODMAN_CGROUP_PARENT);
+    }
     for hierarchy in hierarchies.flatten() {
-        for parent in ["airlock-floor", BENCH_CGROUP_PARENT] {
+        for parent in &parents {
             let parent = hierarchy.path().join(parent);
             for child in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
                 if child.path().is_dir() {
@@ -494,6 +513,7 @@ pub fn all_tools(airlock: &Path, baseline: Option<&Path>, notes: &mut Vec<String
         Err(why) => notes.push(format!("{BWRAP_SAME_ARGS}: {why}, skipped")),
     }
     if nix::unistd::geteuid().is_root() {
+        note_podman_parent();
         candidates.extend(same_config_peers(notes));
     } else {
         notes.push("same-config runc/crun/podman/runsc peers: need root, skipped".into());
