@@ -297,11 +297,11 @@ fn planned_command(
     let workdir = run_dir.join("work");
     let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
     let mut ctx = fresh_run_context(&policy, &workdir, &run_dir, run_id, &workload.argv, &env);
-    // The bundle's `cgroupsPath`, as airlock's run gives it: runsc applies the memory and CPU
-    // limits only to a container that has one (runc and crun ignore this here: runc would
-    // make a default path, crun runs in the caller's cgroup as under airlock).
+    // runsc applies the bundle's memory and CPU limits only to a container with a
+    // `cgroupsPath`, which airlock's run gives it. runc and crun make a cgroup with those
+    // limits without one (under airlock, crun skips that: the init's run cgroup holds it).
     let cgroup = bench_cgroup(run_id);
-    if runtime != airlock::policy::ContainerRuntime::Podman {
+    if backend.name() == "gvisor" {
         ctx.cgroup = Some(&cgroup);
     }
     // The writable areas as airlock's root run plans them: gVisor and podman bind the run
