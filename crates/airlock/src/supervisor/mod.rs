@@ -17,7 +17,8 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use init_process::{InitLaunch, InitPipes, InitProcess, InitStdio};
-pub use output::{Collector, Drained, OutputSink, StreamKind};
+use output::Collector;
+pub use output::{Drained, OutputSink, StreamKind};
 pub use runtime::{default_runtime_dir, new_run_id, runtime_dir};
 pub use sweep::{sweep as sweep_abandoned_runs, SWEEP_STAMP};
 
