@@ -95,6 +95,8 @@ fn list_layers(layers: &[Layer]) -> String {
 }
 
 impl Error {
+    /// Only the Linux supervisor does I/O that fails this way.
+    #[cfg(target_os = "linux")]
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),
