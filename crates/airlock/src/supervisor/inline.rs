@@ -4,13 +4,13 @@
 //! three threads cost about half a millisecond per run (a trivial program with three pipe
 //! readers took 1.6-1.9 ms against 0.95-1.4 ms reading the same pipes from one loop).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::output::{Collector, Drained, CHUNK};
+use super::output::{read_chunk, Collector, Drained, CHUNK};
 use crate::spec::InitEvent;
 
 /// The supervisor's ends of a run's pipes.
@@ -62,21 +62,13 @@ pub(super) fn serve(pipes: Pipes, mut outputs: Outputs, mut on_overflow: impl Fn
         if ready.stdin && stdin.as_mut().is_some_and(|feed| feed.send_some()) {
             stdin = None;
         }
-        let mut index = 0;
-        while index < readers.len() {
-            if !ready.readers.get(index).copied().unwrap_or(false) {
-                index += 1;
+        let mut closed = Vec::new();
+        for (index, (file, target)) in readers.iter_mut().enumerate() {
+            if !ready.readers[index] {
                 continue;
             }
-            let (file, target) = &mut readers[index];
-            let chunk = match file.read(&mut buffer) {
-                Ok(0) => None,
-                Ok(n) => Some(&buffer[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Some(&buffer[..0]),
-                Err(_) => None,
-            };
-            let Some(chunk) = chunk else {
-                readers.remove(index);
+            let Some(chunk) = read_chunk(file, &mut buffer) else {
+                closed.push(index);
                 continue;
             };
             let overflow = match target {
@@ -90,7 +82,10 @@ pub(super) fn serve(pipes: Pipes, mut outputs: Outputs, mut on_overflow: impl Fn
             if overflow {
                 on_overflow();
             }
-            index += 1;
+        }
+        // After the pass: removing during it would shift the readiness flags onto other pipes.
+        for index in closed.into_iter().rev() {
+            readers.remove(index);
         }
     }
     Served {
@@ -209,5 +204,42 @@ mod tests {
         log.feed(line);
         let events = log.finish();
         assert_eq!(events.len(), 2, "{events:?}");
+    }
+
+    /// A pipe that closes must not shift the readiness of the ones after it: the loop would
+    /// then block reading the idle event pipe while the program fills stderr, for good.
+    #[test]
+    fn a_closed_pipe_does_not_make_an_idle_one_look_ready() {
+        use super::super::output::{OutputSink, StreamKind};
+        let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        let (stdout_read, stdout_write) = pipe();
+        let (stderr_read, stderr_write) = pipe();
+        let (events_read, events_write) = pipe();
+        drop(stdout_write);
+        let mut stderr = std::fs::File::from(stderr_write);
+        stderr.write_all(b"x").unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = stderr.write_all(&vec![b'e'; 1 << 20]);
+            drop(stderr);
+            drop(events_write);
+        });
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let sink = OutputSink::Discard;
+            let outputs = Outputs {
+                stdout: Collector::new(StreamKind::Stdout, &sink, 1024),
+                stderr: Collector::new(StreamKind::Stderr, &sink, 1024),
+            };
+            let pipes = Pipes {
+                stdin: None,
+                stdout: Some(stdout_read),
+                stderr: Some(stderr_read),
+                events: events_read,
+            };
+            let _ = done_tx.send(serve(pipes, outputs, || {}).stderr.total);
+        });
+        let total = done_rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(total, Ok((1 << 20) + 1), "the loop blocked on an idle pipe");
+        writer.join().unwrap();
     }
 }

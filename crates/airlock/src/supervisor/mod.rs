@@ -787,14 +787,8 @@ fn spawn_event_reader(
         let mut log = inline::EventLog::default();
         let mut pipe = std::fs::File::from(events);
         let mut buffer = vec![0u8; 4096];
-        loop {
-            let n = match std::io::Read::read(&mut pipe, &mut buffer) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            };
-            for event in log.feed(&buffer[..n]) {
+        while let Some(chunk) = output::read_chunk(&mut pipe, &mut buffer) {
+            for event in log.feed(chunk) {
                 if let InitEvent::Started { layers, .. } = event {
                     let _ = tx.send(RunEvent::Started {
                         layers: layers.clone(),

@@ -82,18 +82,23 @@ pub fn drain(
 ) -> Drained {
     let mut collector = Collector::new(kind, sink, cap);
     let mut buffer = vec![0u8; CHUNK];
-    loop {
-        let n = match source.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        if collector.take(&buffer[..n]) {
+    while let Some(chunk) = read_chunk(&mut source, &mut buffer) {
+        if collector.take(chunk) {
             on_overflow();
         }
     }
     collector.finish()
+}
+
+/// One read from a pipe: `None` at EOF (or on an error, which ends the stream too), an empty
+/// chunk when interrupted.
+pub fn read_chunk<'b>(source: &mut impl Read, buffer: &'b mut [u8]) -> Option<&'b [u8]> {
+    match source.read(buffer) {
+        Ok(0) => None,
+        Ok(n) => Some(&buffer[..n]),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Some(&buffer[..0]),
+        Err(_) => None,
+    }
 }
 
 /// How much is read from a pipe at once.
