@@ -360,12 +360,8 @@ fn syscall_table() -> table::SyscallTable {
     let action = |action: SeccompAction| u32::from(action);
     let eperm = action(SeccompAction::Errno(libc::EPERM as u32));
     let enosys = action(SeccompAction::Errno(libc::ENOSYS as u32));
-    let listed = |groups: &'static [&'static [Syscall]], verdict: u32| {
-        groups
-            .iter()
-            .flat_map(|group| group.iter())
-            .map(move |&(_, number)| (number as u32, verdict))
-    };
+    let listed =
+        |groups, verdict: u32| every(groups).map(move |&(_, number)| (number as u32, verdict));
     table::SyscallTable {
         arch: AUDIT_ARCH,
         actions: listed(ALLOWED, action(SeccompAction::Allow))
@@ -379,14 +375,17 @@ fn syscall_table() -> table::SyscallTable {
 /// The names (without `SYS_`) of this architecture's allowed and refused syscalls, for
 /// policies written with names (OCI and Docker seccomp profiles).
 pub fn syscall_names() -> (Vec<&'static str>, Vec<&'static str>) {
-    let names = |groups: &[&[Syscall]]| -> Vec<&'static str> {
-        groups
-            .iter()
-            .flat_map(|group| group.iter())
+    let names = |groups| -> Vec<&'static str> {
+        every(groups)
             .map(|&(name, _)| name.strip_prefix("SYS_").unwrap_or(name))
             .collect()
     };
     (names(ALLOWED), names(REFUSED))
+}
+
+/// Every syscall of a list of groups (`ALLOWED`, `REFUSED`).
+fn every(groups: &'static [&'static [Syscall]]) -> impl Iterator<Item = &'static Syscall> {
+    groups.iter().flat_map(|group| group.iter())
 }
 
 /// A program as the raw `struct sock_filter` array a tool reads from a descriptor (bwrap's
@@ -678,9 +677,7 @@ for spec in sys.argv[1:]:
         if missing(PYTHON) {
             return;
         }
-        let probes: Vec<Probe> = REFUSED
-            .iter()
-            .flat_map(|group| group.iter())
+        let probes: Vec<Probe> = every(REFUSED)
             .map(|&(name, number)| probe(name, number, &harmless_args(name)))
             .collect();
         let seen = outcomes(Some(OFFLINE), &probes);
@@ -1041,11 +1038,8 @@ printf("hi from %s\n", (char *)r); return 0; }"#;
         assert_eq!(stdout_of(&output), "thread\nx\n");
     }
 
-    fn names(groups: &[&[Syscall]]) -> Vec<&'static str> {
-        groups
-            .iter()
-            .flat_map(|group| group.iter().map(|&(name, _)| name))
-            .collect()
+    fn names(groups: &'static [&'static [Syscall]]) -> Vec<&'static str> {
+        every(groups).map(|&(name, _)| name).collect()
     }
 
     #[test]
@@ -1095,12 +1089,7 @@ printf("hi from %s\n", (char *)r); return 0; }"#;
         let allow = u32::from(SeccompAction::Allow);
         let eperm = u32::from(SeccompAction::Errno(libc::EPERM as u32));
         let enosys = u32::from(SeccompAction::Errno(libc::ENOSYS as u32));
-        let listed = |groups: &[&[Syscall]]| -> HashSet<u32> {
-            groups
-                .iter()
-                .flat_map(|group| group.iter().map(|&(_, nr)| nr as u32))
-                .collect()
-        };
+        let listed = |groups| -> HashSet<u32> { every(groups).map(|&(_, nr)| nr as u32).collect() };
         let (allowed, refused) = (listed(ALLOWED), listed(REFUSED));
         for nr in (0..1024).chain([0x4000_0000 | 39, u32::MAX]) {
             let want = if allowed.contains(&nr) {
