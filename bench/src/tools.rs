@@ -329,28 +329,14 @@ fn planned_command(
     Ok(argv)
 }
 
-/// The in-memory run directory's capped mounts as the supervisor plans them for a root run.
+/// The in-memory run directory's capped mounts as the supervisor plans them for a root run
+/// that owns its workdir.
 fn run_dir_scratch(
     policy: &airlock::policy::Policy,
     run_dir: &Path,
 ) -> airlock::spec::MemoryScratch {
-    let limits = &policy.limits;
-    let capped = |name: &str, size_bytes: u64, max_files: u64| airlock::spec::ScratchMount {
-        path: run_dir.join(name),
-        size_bytes,
-        max_files,
-        mode: 0o700,
-        exec: false,
-        owner: None,
-    };
-    airlock::spec::MemoryScratch {
-        runtime_dir: scratch_dir(),
-        mounts: vec![
-            capped("work", limits.disk.0, limits.files),
-            capped("tmp", limits.disk.0, limits.files),
-            capped("shm", limits.disk.0.min(64 << 20), limits.files.min(1024)),
-        ],
-    }
+    let workdir = run_dir.join("work");
+    airlock::supervisor::memory_scratch(policy, &scratch_dir(), run_dir, Some(&workdir))
 }
 
 /// The run directory as the init makes it: the program's directories belong to uid 65534.

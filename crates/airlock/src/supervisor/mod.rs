@@ -513,8 +513,9 @@ fn spec_limits(policy: &Policy) -> SpecLimits {
 }
 
 /// The in-memory run directory: the fresh workdir and `/tmp` each capped by the policy's disk
-/// and file limits (as the native sandbox caps its own), `/dev/shm` by a smaller share.
-fn memory_scratch(
+/// and file limits (as the native sandbox caps its own), `/dev/shm` by a smaller share. Public
+/// for tools that plan a run outside the supervisor (the benchmark's same-config peers).
+pub fn memory_scratch(
     policy: &Policy,
     runtime: &Path,
     run_dir: &Path,
