@@ -92,6 +92,31 @@ fn inherited_descriptors_are_closed() {
     }
 }
 
+/// airlock's own process ignores SIGPIPE (Rust's runtime does) and a caller may ignore
+/// others (`nohup`, a shell's `trap ''`); ignored signals survive exec, so without a reset a
+/// program writing into a closed pipe would see EPIPE instead of dying, and one told to stop
+/// with SIGINT or SIGHUP would carry on.
+#[test]
+fn the_program_starts_with_default_signal_dispositions_and_no_blocked_signals() {
+    for (mode, base) in modes() {
+        let script = format!(
+            "trap '' HUP INT; exec {} run --json {} -- /bin/grep -E '^Sig(Blk|Ign):' /proc/self/status",
+            env!("CARGO_BIN_EXE_airlock"),
+            base.join(" ")
+        );
+        let out = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(script)
+            .output()
+            .unwrap();
+        let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            result["stdout"], "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n",
+            "{mode}: the program inherited blocked or ignored signals: {result}"
+        );
+    }
+}
+
 #[test]
 fn an_infinite_loop_ends_at_the_wall_limit() {
     for (mode, base) in modes() {

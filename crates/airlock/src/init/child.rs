@@ -274,6 +274,7 @@ pub(super) fn exec_argv(
     SigSet::all()
         .thread_unblock()
         .map_err(|e| format!("cannot reset the signal mask: {e}"))?;
+    sys::default_all_signal_actions();
     let error = nix::unistd::execve(&path, &argv, &env).unwrap_err();
     Err(format!("cannot execute {}: {error}", program.display()))
 }

@@ -63,6 +63,33 @@ pub fn reset_caught_signals() {
     }
 }
 
+/// Sets every signal, real-time ones and those the C library reserves included, to its
+/// default action, for a process about to exec a program. Ignored signals survive exec (Rust's
+/// runtime ignores SIGPIPE, and a caller may ignore SIGHUP or SIGINT); a program must not start
+/// deaf to them. Uses the raw system call: the C library refuses its reserved signals.
+pub fn default_all_signal_actions() {
+    // _NSIG on every architecture airlock builds for.
+    const LAST_SIGNAL: libc::c_int = 64;
+    // The kernel's `struct sigaction` (handler, flags, restorer, mask): all zero is SIG_DFL with
+    // no flags and an empty mask, whatever the field order.
+    let default = [0u64; 4];
+    let set_size = std::mem::size_of::<u64>();
+    for signal in 1..=LAST_SIGNAL {
+        // SAFETY: `default` outlives the call, is as large as the kernel's struct, and no old
+        // action is asked for. The kernel refuses SIGKILL, SIGSTOP and numbers past its last
+        // signal with EINVAL, which changes nothing.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                default.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                set_size,
+            )
+        };
+    }
+}
+
 /// Makes each `(source, target)` pair's source appear as descriptor `target` in the child
 /// spawned by `command`. The caller keeps the sources open until `spawn` returns. Every other
 /// descriptor of the parent is close-on-exec (Rust opens everything that way), so the child
