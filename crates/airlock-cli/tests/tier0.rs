@@ -334,7 +334,27 @@ fn keep_preserves_the_workdir_and_reports_it() {
         std::fs::read_to_string(workdir.join("kept.txt")).unwrap(),
         "data\n"
     );
-    std::fs::remove_dir_all(workdir.parent().unwrap()).unwrap();
+    let run_dir = workdir.parent().unwrap();
+    let mut left: Vec<String> = std::fs::read_dir(run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [airlock::supervisor::KEPT_MARKER, "work"],
+        "only the workdir is kept"
+    );
+    // Its supervisor is gone; once old enough, the next run's sweep must still leave it.
+    age(run_dir);
+    let runtime_dir = run_dir.parent().unwrap();
+    let _ = std::fs::remove_file(runtime_dir.join(airlock::supervisor::SWEEP_STAMP));
+    assert_eq!(status(&run_json(TIER0, &["/bin/true"])), "exited");
+    assert!(
+        workdir.join("kept.txt").exists(),
+        "the sweep removed a kept workdir"
+    );
+    std::fs::remove_dir_all(run_dir).unwrap();
 }
 
 #[test]

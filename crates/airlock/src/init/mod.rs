@@ -189,17 +189,38 @@ impl PreparedRun {
             }
         }
         // A run directory in memory goes with the init's mount namespace.
-        if !spec.keep && spec.scratch.is_none() {
-            remove_tree(&spec.run_dir);
-            if spec.run_dir.exists() {
-                warnings.push(format!(
-                    "cannot remove the run directory {}",
-                    spec.run_dir.display()
-                ));
-            }
+        if spec.scratch.is_none() {
+            warnings.extend(remove_run_dir(spec));
         }
         warnings
     }
+}
+
+/// Removes the run directory, or when the caller keeps a workdir of the run's own, everything
+/// in it but that workdir and its marker.
+fn remove_run_dir(spec: &InitSpec) -> Option<String> {
+    if !keeps_own_workdir(spec) {
+        remove_tree(&spec.run_dir);
+        return spec
+            .run_dir
+            .exists()
+            .then(|| format!("cannot remove the run directory {}", spec.run_dir.display()));
+    }
+    let marker = spec.run_dir.join(crate::supervisor::KEPT_MARKER);
+    let entries = std::fs::read_dir(&spec.run_dir)
+        .into_iter()
+        .flatten()
+        .flatten();
+    for entry in entries.map(|e| e.path()) {
+        if entry != spec.workdir && entry != marker {
+            remove_tree(&entry);
+        }
+    }
+    None
+}
+
+fn keeps_own_workdir(spec: &InitSpec) -> bool {
+    spec.keep && !spec.workdir_is_callers
 }
 
 /// The run's cgroup limits, minus the pids limit when the wrapper tool's helpers would hit it.
@@ -219,6 +240,11 @@ fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
     make_dir(&spec.run_dir, 0o711, None)?;
     if !spec.workdir_is_callers {
         make_dir(&spec.workdir, 0o700, spec.credentials)?;
+    }
+    if keeps_own_workdir(spec) {
+        let marker = spec.run_dir.join(crate::supervisor::KEPT_MARKER);
+        std::fs::write(&marker, "")
+            .map_err(|e| format!("cannot create {}: {e}", marker.display()))?;
     }
     let tmp = spec.run_dir.join("tmp");
     make_dir(&tmp, 0o700, spec.credentials)?;

@@ -20,7 +20,7 @@ use init_process::{InitLaunch, InitPipes, InitProcess, InitStdio};
 use output::Collector;
 pub use output::{Drained, OutputSink, StreamKind};
 pub use runtime::{default_runtime_dir, new_run_id, runtime_dir};
-pub use sweep::{sweep as sweep_abandoned_runs, SWEEP_STAMP};
+pub use sweep::{sweep as sweep_abandoned_runs, KEPT_MARKER, SWEEP_STAMP};
 
 use crate::backend::{self, Backend, PlanContext};
 use crate::error::Error;

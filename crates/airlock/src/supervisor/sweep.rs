@@ -28,10 +28,17 @@ pub fn supervisor_pid(run_id: &str) -> Option<i32> {
     run_id.strip_prefix("run-")?.split('-').next()?.parse().ok()
 }
 
+/// The file in a run directory whose workdir the caller asked to keep (`--keep`): the sweep
+/// never removes such a directory, whose supervisor is always gone once a caller reads it.
+pub const KEPT_MARKER: &str = ".airlock-kept";
+
 fn abandoned(path: &Path, name: &str) -> bool {
     let Some(pid) = supervisor_pid(name) else {
         return false;
     };
+    if path.join(KEPT_MARKER).exists() {
+        return false;
+    }
     let supervisor_gone = pid > 0 && kill(Pid::from_raw(pid), None) == Err(Errno::ESRCH);
     let old = std::fs::symlink_metadata(path)
         .and_then(|m| m.modified())
