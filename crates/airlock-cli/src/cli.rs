@@ -192,7 +192,11 @@ fn doctor(json: bool) -> Result<u8> {
             names(&b.layers)
         );
         for problem in &b.problems {
-            println!("    problem: {problem}");
+            // A fact about how the backend will run here, not something to fix.
+            match problem.strip_prefix("note: ") {
+                Some(note) => println!("    note: {note}"),
+                None => println!("    problem: {problem}"),
+            }
         }
     }
     println!("\ncontainer runtimes (--container-runtime, `auto` takes the first usable):");
