@@ -76,7 +76,9 @@ impl Pair {
 }
 
 fn main() -> ExitCode {
-    let outcome = bench(Args::parse());
+    let args = Args::parse();
+    keep_inherited_descriptors_from_children();
+    let outcome = bench(args);
     tools::remove_scratch();
     outcome
 }
@@ -216,6 +218,28 @@ fn time_once(launch: &Launch) -> Result<(Duration, Duration), String> {
         ));
     }
     Ok((elapsed, cpu))
+}
+
+/// Marks every descriptor this process inherited (beyond stdio) close-on-exec, so each
+/// measured command starts with stdio and its own descriptors only, whatever launched the
+/// bench. Why: a descriptor left open at a high number (a shell's or a CI runner's) makes every
+/// child's descriptor table that large from the start, which spares a threaded tool (runsc,
+/// runc, podman) the RCU grace period each growth of its table costs: 25-30 ms of a gVisor run
+/// here, enough to decide a comparison.
+fn keep_inherited_descriptors_from_children() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        let _ = nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        );
+    }
 }
 
 /// Opens each file at its descriptor number in this (single-threaded) process, inheritable,

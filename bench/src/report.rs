@@ -107,7 +107,7 @@ pub fn plain(rows: &[Row], runs: usize, notes: &[String]) -> String {
     let mut out = caption(runs) + "\n";
     let line = |cells: &[String]| {
         format!(
-            "{:<28} {:<16} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7}\n",
+            "{:<30} {:<16} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7}\n",
             cells[0],
             cells[1],
             cells[2],

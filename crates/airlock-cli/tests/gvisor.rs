@@ -172,3 +172,79 @@ fn no_inode_cap_is_refused_then_reported(oci: &Oci, flags: &[&str]) {
     assert!(isolation.contains(&"disk_quota".into()), "{result}");
     assert!(!isolation.contains(&"inode_quota".into()), "{result}");
 }
+
+/// runsc's processes start with a descriptor table of 1024 slots (`/dev/null` held at 1023),
+/// so the threaded sandbox and gofer never wait for an RCU grace period to grow it; the
+/// program in the sandbox sees none of it.
+#[test]
+fn runsc_starts_with_a_presized_descriptor_table_the_program_never_sees() {
+    require_runtime!(GVISOR);
+    let code = "import os, time; print(sorted(os.listdir('/proc/self/fd'))); time.sleep(3)";
+    let child = GVISOR
+        .airlock()
+        .args(["run", "--json", "--backend", "gvisor", "--"])
+        .args(py(code))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tools = wait_for_descendants(child.id() as i32, &["runsc", "exe"], 4);
+    let output = child.wait_with_output().unwrap();
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(!tools.is_empty(), "no runsc process seen: {result}");
+    for (pid, held) in &tools {
+        assert_eq!(
+            held.as_deref(),
+            Some("/dev/null"),
+            "runsc process {pid}: {result}"
+        );
+    }
+    assert_eq!(stdout(&result), "['0', '1', '2', '3']\n", "{result}");
+}
+
+/// The descendants of `root` named one of `names`, with where each one's descriptor 1023
+/// points, once at least `count` of them exist (or after 10 s).
+fn wait_for_descendants(root: i32, names: &[&str], count: usize) -> Vec<(i32, Option<String>)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let found: Vec<(i32, Option<String>)> = descendants(root)
+            .into_iter()
+            .filter(|pid| {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                names.contains(&comm.trim())
+            })
+            .map(|pid| {
+                let target = std::fs::read_link(format!("/proc/{pid}/fd/1023")).ok();
+                (pid, target.map(|t| t.display().to_string()))
+            })
+            .collect();
+        if found.len() >= count || std::time::Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn descendants(root: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let after_comm = stat.rsplit_once(')')?.1;
+            Some((pid, after_comm.split_whitespace().nth(1)?.parse().ok()?))
+        })
+        .collect();
+    let mut found = vec![root];
+    let mut index = 0;
+    while index < found.len() {
+        let parent = found[index];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(pid, _)| *pid),
+        );
+        index += 1;
+    }
+    found.split_off(1)
+}

@@ -105,6 +105,7 @@ impl Backend for GvisorBackend {
             argv_in_files: true,
             rlimits_by_tool: true,
             no_cgroup_pids_limit: true,
+            presize_fd_table: true,
             notes,
             // Without root no cgroup is made, by airlock or by runsc.
             cleanup_dirs: match rootless {
