@@ -189,8 +189,8 @@ pub struct WrapSpec {
     /// is given must be on the host, so the run directory cannot be in memory.
     #[serde(default)]
     pub served_by_daemon: bool,
-    /// The tool is multi-threaded (Go: runsc, runc, podman) and its processes open hundreds of
-    /// descriptors: start them with a descriptor table already that large (see
+    /// The tool's processes are threaded and open hundreds of descriptors (runsc's sandbox and
+    /// gofer): start them with a descriptor table already that large (see
     /// `init::wrapped::presize_fd_table`), because growing a table that threads share waits
     /// for an RCU grace period (about 10 ms here) each time.
     #[serde(default)]
