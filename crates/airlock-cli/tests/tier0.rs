@@ -92,6 +92,21 @@ fn inherited_descriptors_are_closed() {
     }
 }
 
+/// The program starts with a descriptor table of 1024 slots (`FDSize`) and still only stdio
+/// open: a threaded program would otherwise wait for an RCU grace period (10-30 ms here)
+/// each time its table grows past 64, 128, 256 and 512 descriptors.
+#[test]
+fn the_program_starts_with_a_presized_descriptor_table_and_no_extra_descriptors() {
+    let code = "import os; print([l.split()[1] for l in open('/proc/self/status') if l.startswith('FDSize')][0], sorted(os.listdir('/proc/self/fd')))";
+    for (mode, base) in modes() {
+        let result = run_json(&flags(base, &["--nofile", "4096"]), &[PYTHON, "-c", code]);
+        assert_eq!(
+            result["stdout"], "1024 ['0', '1', '2', '3']\n",
+            "{mode}: {result}"
+        );
+    }
+}
+
 /// airlock's own process ignores SIGPIPE (Rust's runtime does) and a caller may ignore
 /// others (`nohup`, a shell's `trap ''`); ignored signals survive exec, so without a reset a
 /// program writing into a closed pipe would see EPIPE instead of dying, and one told to stop

@@ -275,8 +275,36 @@ pub(super) fn exec_argv(
         .thread_unblock()
         .map_err(|e| format!("cannot reset the signal mask: {e}"))?;
     sys::default_all_signal_actions();
+    presize_fd_table();
     let error = nix::unistd::execve(&path, &argv, &env).unwrap_err();
     Err(format!("cannot execute {}: {error}", program.display()))
+}
+
+/// The highest descriptor a presized table holds: 1024 slots (8 KiB), or as many as the
+/// process may open. None when that is no more than the 64 every table starts with.
+///
+/// Why presize: a descriptor table only grows, and growing one that threads share waits for
+/// an RCU grace period first (`expand_fdtable`). On our 2-core VM that is 8-30 ms per growth
+/// while another thread is running: a threaded program opening 200 descriptors took 14-22
+/// ms under airlock against 0.3 ms with a presized table.
+pub(super) fn presized_fd() -> Option<RawFd> {
+    let (soft, _) = nix::sys::resource::getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    let limit = RawFd::try_from(soft).unwrap_or(RawFd::MAX);
+    let highest = PRESIZED_FD.min(limit.saturating_sub(1));
+    (highest >= 64).then_some(highest)
+}
+
+const PRESIZED_FD: RawFd = 1023;
+
+/// Grows this (single-threaded) process's descriptor table, which the program keeps across
+/// exec, and leaves no descriptor behind. Only speed depends on it.
+fn presize_fd_table() {
+    let Some(highest) = presized_fd() else {
+        return;
+    };
+    if let Ok(copy) = nix::fcntl::fcntl(2, nix::fcntl::FcntlArg::F_DUPFD(highest)) {
+        let _ = nix::unistd::close(copy);
+    }
 }
 
 fn path_of(env: &[(String, String)]) -> &str {

@@ -57,7 +57,7 @@ pub(super) fn exec(
             .map_err(|e| format!("cannot pass the seccomp filters to {tool}: {e}"))?;
         if wrap.presize_fd_table {
             // Only speed depends on it: a tool started without it runs the same.
-            let _ = presize_fd_table();
+            let _ = hold_presized_fd_table();
         }
         if wrap.guard_tool_tree {
             split_off_guard(spec)?;
@@ -66,29 +66,19 @@ pub(super) fn exec(
     })
 }
 
-/// The highest descriptor a presized table must hold: 1024 slots, 8 KiB per process.
-const PRESIZED_FD: RawFd = 1023;
-
-/// Leaves `/dev/null` open (read-only, inherited across exec) at a high descriptor.
+/// Leaves `/dev/null` open (read-only, inherited across exec) at a high descriptor, so that
+/// the tool and every process it forks start with a large descriptor table.
 ///
-/// Why: a process's descriptor table only grows, and a forked child gets a copy sized to its
-/// parent's highest open descriptor. Growing a table that several threads share waits for an
-/// RCU grace period, and a Go tool's processes are threaded from their first instruction: on
-/// our 2-core VM, runsc's sandbox and gofer grew theirs twice a run, which cost 25-30 ms of
-/// a 150 ms `runsc run` (measured with scheduler-switch stacks in `expand_files`; none with
-/// this descriptor held). gVisor never passes host descriptors to the program (the attack
-/// suite's `read_inherited_fd` checks every descriptor up to 1023).
-fn presize_fd_table() -> std::io::Result<()> {
-    let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)?;
-    let highest = PRESIZED_FD.min(
-        RawFd::try_from(soft)
-            .unwrap_or(RawFd::MAX)
-            .saturating_sub(1),
-    );
-    if highest < 64 {
-        // Every table starts with 64 slots.
+/// Why: a forked child gets a copy of its parent's table sized to the highest open
+/// descriptor, so the presizing `exec_argv` does for the tool itself would not reach its
+/// children. runsc's sandbox and gofer, threaded Go processes with 150-290 descriptors each,
+/// grew their tables twice a run, which cost 25-30 ms of a 150 ms `runsc run` here (see
+/// [`super::child::presized_fd`]). gVisor never passes host descriptors to the program (the
+/// attack suite's `read_inherited_fd` checks every descriptor up to 1023).
+fn hold_presized_fd_table() -> std::io::Result<()> {
+    let Some(highest) = super::child::presized_fd() else {
         return Ok(());
-    }
+    };
     let null = std::fs::File::open("/dev/null")?;
     sys::place_fds_inheritable(&[(null.as_raw_fd(), highest)])
 }
