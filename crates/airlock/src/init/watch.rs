@@ -393,8 +393,12 @@ impl<'a> Watch<'a> {
     fn program_exit(&self, report_pipe: OwnedFd) -> ExitReport {
         let mut bytes = Vec::new();
         let _ = std::fs::File::from(report_pipe).read_to_end(&mut bytes);
-        if let Ok(report) = serde_json::from_slice::<ExitReport>(&bytes) {
-            return report;
+        // Only the native PID 1 writes a report; parsing nothing would just build an error
+        // (and probe the CPU with `cpuid`, see `EventLog::parse`).
+        if !bytes.is_empty() {
+            if let Ok(report) = serde_json::from_slice::<ExitReport>(&bytes) {
+                return report;
+            }
         }
         let hit = match self.spec.confinement {
             Confinement::Native(_) => false,
