@@ -724,19 +724,24 @@ fn ensure_parent(base: &Path, parent: &str) -> Result<Vec<PathBuf>, CgroupError>
     let mut dir = base.to_path_buf();
     for component in Path::new(parent).components() {
         dir.push(component);
-        match fs::create_dir(&dir) {
-            Ok(()) => created.push(dir.clone()),
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(source) => {
-                return Err(CgroupError::CreateDir {
-                    hint: create_dir_hint(&source),
-                    path: dir,
-                    source,
-                })
-            }
+        if create_dir_if_missing(&dir)? {
+            created.push(dir.clone());
         }
     }
     Ok(created)
+}
+
+/// Creates `dir` unless it exists; says whether it did.
+fn create_dir_if_missing(dir: &Path) -> Result<bool, CgroupError> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(source) => Err(CgroupError::CreateDir {
+            hint: create_dir_hint(&source),
+            path: dir.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// Creates the run directory under `<base>/<parent>` after `prepare_parent` made the parent,

@@ -1,15 +1,13 @@
 //! cgroup v2: a single run directory in the unified hierarchy, with controllers enabled down the
 //! path through each ancestor's `cgroup.subtree_control`.
 
-use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use super::parse::{keyed_value, parse_controller_list, parse_pids, single_value};
 use super::{
-    canonical_order, cfs_quota, control_file_offered, create_dir_hint, create_run_dir,
+    canonical_order, cfs_quota, control_file_offered, create_dir_if_missing, create_run_dir,
     read_optional, trial_create, write_control, CgroupConfig, CgroupError, CgroupLimits,
     CgroupSupport, CgroupUsage, CgroupVersion, Layout, RunCgroup, RunDir, V2Mount, CPU_LIMIT_HINT,
 };
@@ -150,17 +148,7 @@ fn enable_down_to_parent(mount: &Path, parent: &str, wanted: &[&str]) -> Result<
     enable_controllers(&dir, wanted)?;
     for component in Path::new(parent).components() {
         dir.push(component);
-        match fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(source) => {
-                return Err(CgroupError::CreateDir {
-                    hint: create_dir_hint(&source),
-                    path: dir,
-                    source,
-                })
-            }
-        }
+        create_dir_if_missing(&dir)?;
         enable_controllers(&dir, wanted)?;
     }
     Ok(())
