@@ -5,13 +5,39 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::stats::{ms, summarize, Summary};
-use crate::tools::{BARE, BWRAP, NATIVE};
+use crate::tools::{
+    BARE, BWRAP, BWRAP_FLOOR, BWRAP_SAME_ARGS, CRUN_SAME_BUNDLE, NATIVE, PODMAN_SAME_ARGV,
+    RUNC_SAME_BUNDLE, RUNSC_SAME_BUNDLE, RUNSC_SAME_BUNDLE_PRESIZED,
+};
 
 /// At most this factor over bubblewrap's median.
 const TARGET_VS_BWRAP: f64 = 1.2;
 /// At most this many milliseconds over bare exec's median, for /bin/true.
 const TARGET_OVER_BARE_MS: f64 = 3.0;
 const TARGET_WORKLOAD: &str = "/bin/true";
+/// A wrapping backend adds less than this factor over its tool started directly with the same
+/// configuration.
+const TARGET_OVER_PEER: f64 = 1.10;
+
+/// How a wrapping backend's row compares with a peer's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    /// Against the target.
+    Target,
+    /// For reference only (the floor wrapper, the peer without airlock's presized table).
+    Reference,
+}
+
+/// Each wrapping backend and the peers it is compared with.
+const WRAPPER_PAIRS: &[(&str, &str, Judged)] = &[
+    ("airlock-bwrap", BWRAP_SAME_ARGS, Judged::Target),
+    ("airlock-bwrap", BWRAP_FLOOR, Judged::Reference),
+    ("airlock-container", RUNC_SAME_BUNDLE, Judged::Target),
+    ("airlock-crun", CRUN_SAME_BUNDLE, Judged::Target),
+    ("airlock-podman", PODMAN_SAME_ARGV, Judged::Target),
+    ("airlock-gvisor", RUNSC_SAME_BUNDLE_PRESIZED, Judged::Target),
+    ("airlock-gvisor", RUNSC_SAME_BUNDLE, Judged::Reference),
+];
 
 const HEADER: [&str; 9] = [
     "tool", "workload", "median", "p99", "min", "+ bare", "x bare", "x bwrap", "cpu",
@@ -125,6 +151,7 @@ pub fn plain(rows: &[Row], runs: usize, notes: &[String]) -> String {
     }
     for text in target_lines(rows)
         .into_iter()
+        .chain(wrapper_lines(rows))
         .chain(notes.iter().map(|n| format!("note: {n}")))
     {
         let _ = writeln!(out, "{text}");
@@ -144,6 +171,7 @@ pub fn markdown(rows: &[Row], runs: usize, notes: &[String]) -> String {
     let _ = writeln!(out);
     for text in target_lines(rows)
         .into_iter()
+        .chain(wrapper_lines(rows))
         .chain(notes.iter().map(|n| format!("note: {n}")))
     {
         let _ = writeln!(out, "- {text}");
@@ -190,6 +218,38 @@ fn target_lines(rows: &[Row]) -> Vec<String> {
     lines
 }
 
+/// Each wrapping backend over the peers it drives, per workload, with the target's verdict.
+fn wrapper_lines(rows: &[Row]) -> Vec<String> {
+    let median = |tool: &str, workload: &str| {
+        rows.iter()
+            .find(|r| r.tool == tool && r.workload == workload)
+            .map(|r| ms(r.summary.median))
+    };
+    let mut lines = Vec::new();
+    for (airlock, peer, judged) in WRAPPER_PAIRS {
+        for workload in rows
+            .iter()
+            .filter(|r| r.tool == *airlock)
+            .map(|r| r.workload)
+        {
+            let (Some(ours), Some(theirs)) = (median(airlock, workload), median(peer, workload))
+            else {
+                continue;
+            };
+            let factor = ours / theirs;
+            let verdict = match (judged, factor < TARGET_OVER_PEER) {
+                (Judged::Reference, _) => "reference".to_string(),
+                (Judged::Target, true) => format!("target < {TARGET_OVER_PEER:.2}x: met"),
+                (Judged::Target, false) => format!("target < {TARGET_OVER_PEER:.2}x: NOT met"),
+            };
+            lines.push(format!(
+                "wrapper {airlock} over {peer} on {workload}: {factor:.2}x ({verdict})"
+            ));
+        }
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +290,27 @@ mod tests {
         ]);
         let lines = target_lines(&rows);
         assert!(lines.iter().all(|l| l.contains(": met")), "{lines:?}");
+    }
+
+    #[test]
+    fn wrappers_are_judged_against_their_same_config_peer_only() {
+        let rows = vec![
+            row("airlock-bwrap", TARGET_WORKLOAD, 12),
+            row(BWRAP_SAME_ARGS, TARGET_WORKLOAD, 8),
+            row(BWRAP_FLOOR, TARGET_WORKLOAD, 11),
+            row("airlock-container", TARGET_WORKLOAD, 32),
+            row(RUNC_SAME_BUNDLE, TARGET_WORKLOAD, 30),
+            row("airlock-crun", TARGET_WORKLOAD, 20),
+        ];
+        let lines = wrapper_lines(&rows);
+        assert_eq!(
+            lines,
+            [
+                "wrapper airlock-bwrap over bwrap-airlock-argv on /bin/true: 1.50x (target < 1.10x: NOT met)",
+                "wrapper airlock-bwrap over bwrap-airlock-argv-floor on /bin/true: 1.09x (reference)",
+                "wrapper airlock-container over runc-airlock-bundle on /bin/true: 1.07x (target < 1.10x: met)",
+            ]
+        );
     }
 
     #[test]

@@ -245,15 +245,22 @@ pub fn remove_peer_cgroups() {
     }
 }
 
+pub const RUNC_SAME_BUNDLE: &str = "runc-airlock-bundle";
+pub const CRUN_SAME_BUNDLE: &str = "crun-airlock-bundle";
+pub const PODMAN_SAME_ARGV: &str = "podman-airlock-argv";
+pub const RUNSC_SAME_BUNDLE: &str = "runsc-airlock-bundle";
+/// [`RUNSC_SAME_BUNDLE`] started with airlock's presized descriptor table ([`presized`]).
+pub const RUNSC_SAME_BUNDLE_PRESIZED: &str = "runsc-airlock-bundle-presized";
+
 /// The peers that run airlock's generated OCI bundle (or podman argv) directly: the same tool
 /// with the same config, minus airlock's supervisor, init, cgroup and Tier 0.
 const SAME_CONFIG_PEERS: &[(&str, &str, airlock::policy::ContainerRuntime)] = {
     use airlock::policy::ContainerRuntime::{Crun, Podman, Runc};
     &[
-        ("runc-airlock-bundle", "container", Runc),
-        ("crun-airlock-bundle", "container", Crun),
-        ("podman-airlock-argv", "container", Podman),
-        ("runsc-airlock-bundle", "gvisor", Runc),
+        (RUNC_SAME_BUNDLE, "container", Runc),
+        (CRUN_SAME_BUNDLE, "container", Crun),
+        (PODMAN_SAME_ARGV, "container", Podman),
+        (RUNSC_SAME_BUNDLE, "gvisor", Runc),
     ]
 };
 
@@ -277,7 +284,7 @@ fn same_config_peers(notes: &mut Vec<String>) -> Vec<Tool> {
             peers.push(tool);
         }
     }
-    if let Some(runsc) = peers.iter().find(|p| p.name == "runsc-airlock-bundle") {
+    if let Some(runsc) = peers.iter().find(|p| p.name == RUNSC_SAME_BUNDLE) {
         peers.push(presized(runsc));
     }
     peers
@@ -288,7 +295,7 @@ fn same_config_peers(notes: &mut Vec<String>) -> Vec<Tool> {
 /// that the comparison isolates what the wrapper costs.
 fn presized(peer: &Tool) -> Tool {
     let mut tool = peer.clone();
-    tool.name = format!("{}-presized", peer.name);
+    tool.name = RUNSC_SAME_BUNDLE_PRESIZED.to_string();
     tool.descriptors.push((1023, PathBuf::from("/dev/null")));
     tool
 }
