@@ -343,6 +343,12 @@ fn planned_command(
         .into_iter()
         .filter(|arg| arg != "--keep")
         .collect();
+    // What airlock's init hides in its own mount namespace, a bare tool needs hidden by the
+    // command line (crun on this host's hybrid cgroups: `unshare`, `sh` and `mount`).
+    if !wrap.hidden_files.is_empty() {
+        argv = airlock::backend::hide_files_with_unshare(argv, &wrap.hidden_files, false)
+            .ok_or("hiding files needs unshare (util-linux)")?;
+    }
     if !wrap.argv_in_files {
         argv.extend(workload.argv.iter().cloned());
     }

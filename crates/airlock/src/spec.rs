@@ -195,6 +195,22 @@ pub struct WrapSpec {
     /// for an RCU grace period (about 10 ms here) each time.
     #[serde(default)]
     pub presize_fd_table: bool,
+    /// Host files the tool must see empty. The init covers each in its own mount namespace
+    /// before starting the tool; planned only for an in-memory run directory, which gives the
+    /// init that namespace (otherwise the tool's argv does it, see
+    /// `backend::hide_files_with_unshare`).
+    #[serde(default)]
+    pub hidden_files: Vec<HiddenFile>,
+}
+
+/// A host file covered, read-only, by an empty file the init wrote in the run directory: crun
+/// 1.8 refuses a hybrid cgroup layout whose v2 mount lists controllers, and runs like runc when
+/// `cgroup.controllers` reads empty.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct HiddenFile {
+    pub target: PathBuf,
+    /// An empty file inside the run directory.
+    pub empty: PathBuf,
 }
 
 /// How the init tells a program that exited from a tool that failed before starting it.

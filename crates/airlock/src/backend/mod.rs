@@ -20,7 +20,7 @@ pub use bwrap::{
     bwrap_args, parse_version, resolve_system_entries, BwrapBackend, BwrapInstall, HostLayout,
     SystemEntry, SECCOMP_FDS as BWRAP_SECCOMP_FDS,
 };
-pub use container::{container_runtimes, ContainerBackend, RuntimeReport};
+pub use container::{container_runtimes, hide_files_with_unshare, ContainerBackend, RuntimeReport};
 pub use gvisor::{decide_platform, GvisorBackend, KvmFacts, PlatformChoice};
 pub use native::NativeBackend;
 pub use none::NoneBackend;

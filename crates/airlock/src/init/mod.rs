@@ -171,6 +171,10 @@ impl PreparedRun {
                 ),
             },
         };
+        // After the cgroup: the init's own cgroup layout is read from the uncovered files.
+        if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
+            hide_files(spec, wrap)?;
+        }
         Ok(PreparedRun {
             cgroup,
             cgroup_warning,
@@ -279,6 +283,27 @@ fn check_inside_run_dir(spec: &InitSpec, path: &Path, what: &str) -> Result<(), 
         "{what} {} is outside the run directory",
         path.display()
     ))
+}
+
+/// Covers the host files the tool must see empty, in the init's own mount namespace (which
+/// only an in-memory run directory gives it; the plan asks for this only then).
+fn hide_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
+    if wrap.hidden_files.is_empty() {
+        return Ok(());
+    }
+    if spec.scratch.is_none() {
+        return Err(
+            "the plan hides host files, but the init has no mount namespace of its own \
+                    (the run directory is not in memory)"
+                .into(),
+        );
+    }
+    for hidden in &wrap.hidden_files {
+        check_inside_run_dir(spec, &hidden.empty, "hiding file")?;
+        crate::sandbox::rootfs::cover_with_empty_file(&hidden.empty, &hidden.target)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Files a wrapper tool reads (e.g. an OCI bundle), only ever inside the run directory.

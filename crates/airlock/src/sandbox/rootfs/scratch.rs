@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 
 use super::execute::{make_mounts_private, mount_tmpfs};
@@ -20,6 +21,35 @@ pub fn enter_private_runtime(runtime_dir: &Path) -> Result<(), RootfsError> {
     unshare(CloneFlags::CLONE_NEWNS).map_err(|source| RootfsError::Unshare { source })?;
     make_mounts_private()?;
     mount_tmpfs(runtime_dir, RUNTIME_OPTIONS, false)
+}
+
+/// Covers `target` with `empty`, read-only, in the calling process's mount namespace: call it
+/// only after [`enter_private_runtime`], so the host never sees the cover.
+pub fn cover_with_empty_file(empty: &Path, target: &Path) -> Result<(), RootfsError> {
+    mount(
+        Some(empty),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|source| RootfsError::Bind {
+        src: empty.to_path_buf(),
+        dst: target.to_path_buf(),
+        source,
+    })?;
+    let read_only = MsFlags::MS_BIND
+        | MsFlags::MS_REMOUNT
+        | MsFlags::MS_RDONLY
+        | MsFlags::MS_NOSUID
+        | MsFlags::MS_NODEV
+        | MsFlags::MS_NOEXEC;
+    mount(None::<&str>, target, None::<&str>, read_only, None::<&str>).map_err(|source| {
+        RootfsError::Remount {
+            path: target.to_path_buf(),
+            source,
+        }
+    })
 }
 
 /// Mounts one capped tmpfs, owned by the sandbox user.
