@@ -63,6 +63,12 @@ macro_rules! container_tests {
                 require_runtime!($oci);
                 unprivileged_without_capabilities(&$oci);
             }
+
+            #[test]
+            fn the_runtime_is_reported_as_a_detail_not_a_warning() {
+                require_runtime!($oci);
+                runtime_in_details(&$oci);
+            }
         }
     };
 }
@@ -77,6 +83,21 @@ mod rootless_runc_layers {
     use super::*;
 
     shared_oci_tests!(ROOTLESS_RUNC; required_layers_rootless_lacks_are_refused_then_reported);
+}
+
+/// Which runtime ran (and any host workaround) is a fact of the run, in `details`; a run
+/// as root with nothing missing has no warnings at all.
+fn runtime_in_details(oci: &Oci) {
+    let result = oci.run(&[], &["/bin/true"]);
+    assert_eq!(result["exit_code"], 0, "{result}");
+    let details = result["details"].to_string();
+    assert!(details.contains("container: runtime"), "{result}");
+    let warnings = &result["warnings"];
+    if oci.rootless() {
+        assert!(warnings.to_string().contains("rootless"), "{result}");
+    } else {
+        assert!(warnings.is_null(), "{result}");
+    }
 }
 
 /// The program has no capability, no_new_privs and our seccomp filter, and cannot act as

@@ -63,6 +63,10 @@ pub struct RunResult {
     /// Notes for the caller: degradations, skipped optional paths, Tier-0-only warnings.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// What the backend chose for this run: the container runtime, gVisor's platform, a host
+    /// workaround it applied. Facts, not warnings: none of them weakens the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
     /// The working directory, when it was kept after the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<PathBuf>,

@@ -161,9 +161,13 @@ pub struct WrapSpec {
     /// against it (gVisor's ptrace stubs); the tool must enforce the limit another way.
     #[serde(default)]
     pub no_cgroup_pids_limit: bool,
-    /// Facts about this run's enforcement, reported as warnings of the run.
+    /// Gaps in this run's enforcement, reported as warnings of the run.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// What the backend chose for this run (the runtime, the platform, a host workaround):
+    /// facts for the result's `details`, not warnings, since nothing is weaker for them.
+    #[serde(default)]
+    pub details: Vec<String>,
     /// Directories the tool may leave behind (e.g. its cgroups in hierarchies airlock does not
     /// use, when it was killed or kept its container), removed with `rmdir` in order after the
     /// process tree is dead and accounting is read: never recursively, so only empty ones go.

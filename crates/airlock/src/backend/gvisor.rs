@@ -80,13 +80,11 @@ impl Backend for GvisorBackend {
         let mut files = bundle.skeleton_files(&input);
         files.push(bundle.config_file(&input));
         let tool_argv = runsc_argv(&runsc, ctx, &bundle, &platform, rootless);
-        let mut notes = vec![
-            format!(
-                "gvisor: runsc platform {} ({})",
-                platform.platform, platform.reason
-            ),
-            PIDS_NOTE.into(),
-        ];
+        let details = vec![format!(
+            "gvisor: runsc platform {} ({})",
+            platform.platform, platform.reason
+        )];
+        let mut notes = vec![PIDS_NOTE.into()];
         if !capped && ctx.sandbox_owns_workdir() {
             notes.push(INODES_NOTE.into());
         }
@@ -107,6 +105,7 @@ impl Backend for GvisorBackend {
             no_cgroup_pids_limit: true,
             presize_fd_table: true,
             notes,
+            details,
             // Without root no cgroup is made, by airlock or by runsc.
             cleanup_dirs: match rootless {
                 true => Vec::new(),

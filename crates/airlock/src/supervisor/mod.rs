@@ -249,6 +249,7 @@ struct Prepared {
     backend: Box<dyn Backend>,
     spec: InitSpec,
     warnings: Vec<String>,
+    details: Vec<String>,
 }
 
 impl Prepared {
@@ -323,6 +324,10 @@ impl Prepared {
             scratch = None;
         }
         let tier0 = matches!(confinement, crate::spec::Confinement::Tier0);
+        let details = match &confinement {
+            crate::spec::Confinement::Wrapped(wrap) => wrap.details.clone(),
+            _ => Vec::new(),
+        };
         let spec = InitSpec {
             argv: command.argv.clone(),
             env: program_env(
@@ -349,6 +354,7 @@ impl Prepared {
             backend,
             spec,
             warnings,
+            details,
         })
     }
 }
@@ -590,6 +596,7 @@ struct Ending {
     init: InitProcess,
     backend: String,
     warnings: Vec<String>,
+    details: Vec<String>,
     start: Instant,
     capture: (bool, bool),
     keep: bool,
@@ -627,6 +634,7 @@ fn start(command: &Command, prepared: Prepared) -> Result<(Started, Ending), Err
         backend,
         spec,
         warnings,
+        details,
     } = prepared;
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
@@ -662,6 +670,7 @@ fn start(command: &Command, prepared: Prepared) -> Result<(Started, Ending), Err
         init,
         backend: backend.name().to_string(),
         warnings,
+        details,
         start: Instant::now(),
         capture: (
             command.stdout == Sink::Capture,
@@ -852,6 +861,7 @@ impl Ending {
         let wall_ms = self.start.elapsed().as_millis() as u64;
         let mut result = assemble(&served.events, init_status, &self.backend, wall_ms);
         result.warnings.splice(0..0, self.warnings.clone());
+        result.details = self.details.clone();
         if !self.keep {
             result.workdir = None;
         }
@@ -889,6 +899,7 @@ fn assemble(
         isolation: Vec::new(),
         error: None,
         warnings: Vec::new(),
+        details: Vec::new(),
         workdir: None,
     };
     for event in events {

@@ -118,7 +118,7 @@ impl Backend for ContainerBackend {
             RuntimeKind::Podman => plan_podman(ctx, &found.binary),
             RuntimeKind::Docker => plan_docker(ctx, &found.binary),
         };
-        wrap.notes.push(format!(
+        wrap.details.push(format!(
             "container: runtime {} ({})",
             found.kind.name(),
             found.binary.display()
@@ -146,10 +146,10 @@ fn plan_oci(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> WrapSpec {
         true => crun_hybrid_workaround(tool_argv, &bundle, &mut files, ctx, run.rootless),
         false => HybridWorkaround::none(tool_argv),
     };
-    let mut notes = hybrid.notes;
-    if run.rootless {
-        notes.push(rootless::ROOTLESS_NOTE.into());
-    }
+    let notes = match run.rootless {
+        true => vec![rootless::ROOTLESS_NOTE.into()],
+        false => Vec::new(),
+    };
     WrapSpec {
         tool_argv: hybrid.tool_argv,
         files,
@@ -159,6 +159,7 @@ fn plan_oci(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> WrapSpec {
         argv_in_files: true,
         rlimits_by_tool: true,
         notes,
+        details: hybrid.details,
         cleanup_dirs: cgroup_dirs,
         hidden_files: hybrid.hidden_files,
         start_evidence: Some(StartEvidence {
@@ -312,9 +313,9 @@ fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
     } else {
         HybridWorkaround::none(argv)
     };
-    let mut notes = hybrid.notes;
+    let mut details = hybrid.details;
     if let Some(runtime) = &oci_runtime {
-        notes.push(format!("container: podman drives {}", runtime.display()));
+        details.push(format!("container: podman drives {}", runtime.display()));
     }
     let mut cleanup_dirs = Vec::new();
     if own_cgroup {
@@ -332,7 +333,7 @@ fn plan_podman(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         rlimits_by_tool: true,
         // podman's own threads would count against the limit when the container has its own.
         no_cgroup_pids_limit: own_cgroup,
-        notes,
+        details,
         cleanup_dirs,
         // conmon daemonizes: only a guard that outlives the init stops it (and the container).
         guard_tool_tree: true,
@@ -565,7 +566,7 @@ pub(crate) fn crun_host() -> CrunHost {
 struct HybridWorkaround {
     tool_argv: Vec<String>,
     hidden_files: Vec<HiddenFile>,
-    notes: Vec<String>,
+    details: Vec<String>,
 }
 
 impl HybridWorkaround {
@@ -573,7 +574,7 @@ impl HybridWorkaround {
         HybridWorkaround {
             tool_argv,
             hidden_files: Vec::new(),
-            notes: Vec::new(),
+            details: Vec::new(),
         }
     }
 }
@@ -602,7 +603,7 @@ fn crun_hybrid_workaround(
         return HybridWorkaround {
             tool_argv,
             hidden_files: hidden,
-            notes: vec!["container: crun runs with the v2 controller list hidden in the init's own mount namespace (hybrid cgroups)".into()],
+            details: vec!["container: crun runs with the v2 controller list hidden in the init's own mount namespace (hybrid cgroups)".into()],
         };
     }
     let Some(tool_argv) = hide_files_with_unshare(tool_argv.clone(), &hidden, rootless) else {
@@ -615,7 +616,7 @@ fn crun_hybrid_workaround(
     HybridWorkaround {
         tool_argv,
         hidden_files: Vec::new(),
-        notes: vec![note.into()],
+        details: vec![note.into()],
     }
 }
 
