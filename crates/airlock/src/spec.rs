@@ -195,7 +195,7 @@ pub struct WrapSpec {
     pub served_by_daemon: bool,
     /// The tool's processes are threaded and open hundreds of descriptors (runsc's sandbox and
     /// gofer): start them with a descriptor table already that large (see
-    /// `init::wrapped::presize_fd_table`), because growing a table that threads share waits
+    /// `init::wrapped::hold_presized_fd_table`), because growing a table that threads share waits
     /// for an RCU grace period (about 10 ms here) each time.
     #[serde(default)]
     pub presize_fd_table: bool,
