@@ -1,0 +1,470 @@
+//! A run's own thread: wait for the slots, run through the library, turn what happened into
+//! the run's terminal record.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock::pool::PoolError;
+use airlock::tool::{CallOptions, ToolPolicy, ToolSpec};
+use airlock::worker::{EventDecoder, IngestLimits, InputFile, WorkerEvent};
+use airlock::{RunEvent, RunResult, Sandbox};
+use serde_json::json;
+
+use super::admission::QueueTicket;
+use super::events::EventBody;
+use super::{Engine, Job, LiveRun, OwnedWorkspace, Work};
+use crate::resolve::Resolved;
+use crate::store::{now_ms, AuditEntry, Ending};
+use crate::workspace::{Workspace, WorkspaceSpec};
+
+/// A program (or code through the interpreter registry) to run.
+#[derive(Debug)]
+pub struct CommandWork {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub stdin: Option<Vec<u8>>,
+    /// The run's own workspace holding the files it was sent (removed after the run).
+    pub workspace: Option<OwnedWorkspace>,
+    /// A session's workspace, shared with the session's other runs.
+    pub shared_workdir: Option<PathBuf>,
+}
+
+/// A worker job: inputs uploaded to `uploads`, staged into a fresh job workspace.
+#[derive(Debug)]
+pub struct WorkerWork {
+    pub program: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub inputs: Vec<InputFile>,
+    /// The directory holding the uploaded inputs (removed after the run).
+    pub uploads: PathBuf,
+    pub options: serde_json::Value,
+    pub ingest: IngestLimits,
+    pub job: WorkspaceSpec,
+}
+
+/// A Python tool call.
+#[derive(Debug)]
+pub struct CallWork {
+    pub tool: ToolSpec,
+    pub args: serde_json::Value,
+    pub policy: ToolPolicy,
+    pub options: CallOptions,
+}
+
+pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticket: QueueTicket) {
+    let waited = Instant::now();
+    let slots = engine.admission.acquire(
+        ticket,
+        &job.tenant,
+        job.priority,
+        &live.cancel,
+        job.queue_timeout,
+    );
+    let queue = waited.elapsed();
+    engine
+        .metrics
+        .queue_wait_seconds
+        .observe(queue.as_secs_f64());
+    let tenant = job.tenant.name.clone();
+    let (ending, wall) = match slots {
+        Ok(slots) => {
+            {
+                let mut state = live
+                    .state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                state.running = true;
+            }
+            let started = Instant::now();
+            let marked = engine.block_on(engine.store.mark_running(
+                &live.id,
+                now_ms(),
+                queue.as_millis() as i64,
+            ));
+            if let Err(e) = marked {
+                tracing::error!(run = %live.id, "cannot mark the run running: {e}");
+            }
+            let ending = execute(engine, live, &job.resolved, job.work);
+            drop(slots);
+            (ending, Some(started.elapsed()))
+        }
+        Err(PoolError::Busy { .. }) | Err(PoolError::Cancelled { .. })
+            if live.cancel.is_cancelled() =>
+        {
+            (cancelled_while_queued(), None)
+        }
+        Err(busy @ PoolError::Busy { .. }) => {
+            engine.metrics.deny("queue_timeout");
+            (
+                rejected(&busy.to_string(), engine.admission.retry_after()),
+                None,
+            )
+        }
+        Err(other) => (super::internal_ending(&other.to_string()), None),
+    };
+    audit_ending(engine, live, &job.key_name, &tenant, &ending);
+    engine.block_on(engine.finish(live, ending, &tenant, wall));
+}
+
+fn cancelled_while_queued() -> Ending {
+    Ending {
+        status: "cancelled".into(),
+        ..Ending::default()
+    }
+}
+
+fn rejected(message: &str, retry_after: u64) -> Ending {
+    Ending {
+        status: "rejected".into(),
+        error: Some(json!({
+            "kind": "busy",
+            "message": message,
+            "fix": format!("submit it again in about {retry_after}s, or ask for a longer queue timeout from an operator (pool.queue_timeout)"),
+        })),
+        ..Ending::default()
+    }
+}
+
+fn execute(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Work) -> Ending {
+    match work {
+        Work::Command(work) => run_command(engine, live, resolved, work),
+        Work::Worker(work) => run_worker(engine, live, resolved, work),
+        Work::Call(work) => run_call(live, work),
+    }
+}
+
+fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: CommandWork) -> Ending {
+    let mut policy = resolved.policy.clone();
+    let workdir = work
+        .workspace
+        .as_ref()
+        .map(|w| w.0.dir.clone())
+        .or(work.shared_workdir.clone());
+    if let Some(dir) = workdir {
+        policy.filesystem.workdir = Some(dir);
+    }
+    let outcome = stream_run(
+        live,
+        &policy,
+        resolved,
+        &work.argv,
+        &work.env,
+        work.stdin,
+        |_| {},
+    );
+    drop(work.workspace);
+    ending_of(engine, outcome, None)
+}
+
+/// What streaming a run gave back.
+struct Streamed {
+    result: RunResult,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+/// Starts the program with streamed output, relays every event into the run's log (and
+/// stdout chunks to `on_stdout`), and waits for the result.
+fn stream_run(
+    live: &LiveRun,
+    policy: &airlock::Policy,
+    resolved: &Resolved,
+    argv: &[String],
+    env: &[(String, String)],
+    stdin: Option<Vec<u8>>,
+    mut on_stdout: impl FnMut(&[u8]),
+) -> Result<Streamed, airlock::Error> {
+    let sandbox = Sandbox::with_options(policy.clone(), resolved.options.clone())?;
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| airlock::Error::Command("the command is empty".into()))?;
+    let mut command = sandbox
+        .command(program.clone())
+        .args(args.iter().cloned())
+        .stream_output();
+    for (key, value) in env {
+        command = command.env(key.clone(), value.clone());
+    }
+    if let Some(bytes) = stdin {
+        command = command.stdin(bytes);
+    }
+    let mut handle = command.spawn()?;
+    let canceller = handle.canceller();
+    let _cancel = live.cancel.on_cancel(move || canceller.cancel());
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    if let Some(events) = handle.events() {
+        for event in events {
+            match event {
+                RunEvent::Started { layers } => live.log.push(EventBody::Started {
+                    layers: layers
+                        .iter()
+                        .map(|l| airlock::result::layer_name(*l))
+                        .collect(),
+                }),
+                RunEvent::Stdout(chunk) => {
+                    on_stdout(&chunk);
+                    live.log.push(EventBody::output(false, &chunk));
+                    stdout.extend_from_slice(&chunk);
+                }
+                RunEvent::Stderr(chunk) => {
+                    live.log.push(EventBody::output(true, &chunk));
+                    stderr.extend_from_slice(&chunk);
+                }
+            }
+        }
+    }
+    let result = handle.wait()?;
+    Ok(Streamed {
+        result,
+        stdout,
+        stderr,
+    })
+}
+
+/// The terminal record of a streamed run, or of a sandbox that could not be set up.
+fn ending_of(
+    engine: &Engine,
+    outcome: Result<Streamed, airlock::Error>,
+    outputs: Option<serde_json::Value>,
+) -> Ending {
+    match outcome {
+        Ok(streamed) => {
+            let mut result = streamed.result;
+            if engine.keep_output {
+                result.stdout = Some(String::from_utf8_lossy(&streamed.stdout).into_owned());
+                result.stderr = Some(String::from_utf8_lossy(&streamed.stderr).into_owned());
+            }
+            if result.status == airlock::RunStatus::SandboxError {
+                engine
+                    .metrics
+                    .setup_failures
+                    .get_or_create(&crate::metrics::ReasonLabels {
+                        reason: "init".into(),
+                    })
+                    .inc();
+            }
+            Ending {
+                status: status_name(&result),
+                backend: Some(result.backend.clone()),
+                wall_ms: Some(result.wall_ms as i64),
+                result: serde_json::to_value(&result).ok(),
+                error: None,
+                outputs,
+            }
+        }
+        Err(e) => setup_error(engine, &e),
+    }
+}
+
+fn status_name(result: &RunResult) -> String {
+    serde_json::to_value(result.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "sandbox_error".into())
+}
+
+/// A sandbox the library refused or failed to set up.
+fn setup_error(engine: &Engine, error: &airlock::Error) -> Ending {
+    let kind = error_kind(error);
+    engine
+        .metrics
+        .setup_failures
+        .get_or_create(&crate::metrics::ReasonLabels {
+            reason: kind.into(),
+        })
+        .inc();
+    Ending {
+        status: "sandbox_error".into(),
+        error: Some(json!({
+            "kind": kind,
+            "message": error.to_string(),
+            "fix": "read the message; GET /v1/capabilities shows what this host supports",
+        })),
+        ..Ending::default()
+    }
+}
+
+/// A stable name for each library error.
+pub fn error_kind(error: &airlock::Error) -> &'static str {
+    use airlock::Error;
+    match error {
+        Error::Policy(_) => "policy",
+        Error::Invalid(_) => "invalid_value",
+        Error::UnisolatedRefused => "unisolated_refused",
+        Error::BackendUnavailable { .. } => "backend_unavailable",
+        Error::Degraded { .. } => "degraded",
+        Error::BadPath { .. } => "bad_path",
+        Error::ProgramNotAllowed { .. } => "program_not_allowed",
+        Error::Command(_) => "invalid_command",
+        Error::Spawn { .. } => "init_spawn_failed",
+        Error::Io { .. } => "host_io",
+        _ => "setup",
+    }
+}
+
+fn run_worker(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: WorkerWork) -> Ending {
+    let dir = engine.paths.work.join(format!("job-{}", live.id));
+    let outcome = Workspace::create(&dir, work.job)
+        .map_err(|e| format!("cannot create the job workspace: {e}"))
+        .and_then(|ws| {
+            let ws = OwnedWorkspace(ws);
+            let staged =
+                airlock::worker::stage(&ws.0.dir, &work.inputs, &work.options, work.job.owner)
+                    .map_err(|e| e.to_string())?;
+            Ok(stage_and_run(engine, live, resolved, &work, &staged))
+        });
+    let _ = std::fs::remove_dir_all(&work.uploads);
+    outcome.unwrap_or_else(|message| Ending {
+        status: "sandbox_error".into(),
+        error: Some(json!({"kind": "worker_stage", "message": message, "fix": "check the inputs' names and sizes"})),
+        ..Ending::default()
+    })
+}
+
+fn stage_and_run(
+    engine: &Engine,
+    live: &LiveRun,
+    resolved: &Resolved,
+    work: &WorkerWork,
+    staged: &airlock::worker::StagedJob,
+) -> Ending {
+    let mut policy = resolved.policy.clone();
+    policy.filesystem.workdir = Some(staged.job_dir.clone());
+    policy.filesystem.read_only.push(staged.in_dir.clone());
+    let mut env = work.env.clone();
+    env.push((
+        "AIRLOCK_JOB_DIR".into(),
+        staged.job_dir.display().to_string(),
+    ));
+    let mut decoder = EventDecoder::new();
+    let mut done_seen = false;
+    let relay = |events: Vec<WorkerEvent>, done_seen: &mut bool| {
+        for event in events {
+            *done_seen |= event.is_done();
+            if let Some(body) = worker_event(event) {
+                live.log.push(body);
+            }
+        }
+    };
+    let outcome = stream_run(
+        live,
+        &policy,
+        resolved,
+        &work.program,
+        &env,
+        None,
+        |chunk| {
+            relay(decoder.feed(chunk), &mut done_seen);
+        },
+    );
+    relay(std::mem::take(&mut decoder).finish(), &mut done_seen);
+    let ran = matches!(&outcome, Ok(s) if s.result.status != airlock::RunStatus::SandboxError);
+    let ingest = ran.then(|| {
+        let dest = engine.paths.outputs.join(&live.id);
+        airlock::worker::ingest(&staged.out_dir, &dest, &work.ingest).map_err(|e| e.to_string())
+    });
+    let success = matches!(&outcome, Ok(s) if s.result.success()) && done_seen;
+    let outputs = json!({
+        "success": success,
+        "done_seen": done_seen,
+        "ingest": ingest.as_ref().and_then(|r| r.as_ref().ok()),
+        "ingest_error": ingest.as_ref().and_then(|r| r.as_ref().err()),
+    });
+    ending_of(engine, outcome, Some(outputs))
+}
+
+fn worker_event(event: WorkerEvent) -> Option<EventBody> {
+    match event {
+        WorkerEvent::Progress { fraction, message } => {
+            Some(EventBody::Progress { fraction, message })
+        }
+        WorkerEvent::Log { message } => Some(EventBody::Log { message }),
+        WorkerEvent::Error { line, reason } => Some(EventBody::Log {
+            message: format!("not a worker event ({reason}): {line}"),
+        }),
+        _ => None,
+    }
+}
+
+fn run_call(live: &LiveRun, work: CallWork) -> Ending {
+    let started = Instant::now();
+    let outcome = airlock::tool::call(&work.tool, &work.args, work.policy, &work.options);
+    let wall_ms = started.elapsed().as_millis() as i64;
+    let (status, result) = match &outcome {
+        Ok(value) => ("exited".to_string(), json!({"ok": true, "value": value})),
+        Err(error) => (call_status(error), json!({"ok": false, "error": error})),
+    };
+    if live.cancel.is_cancelled() {
+        tracing::info!(run = %live.id, "a tool call cannot be stopped once started; it ran to its end");
+    }
+    Ending {
+        status,
+        backend: Some(match work.policy {
+            ToolPolicy::Subprocess => "none".into(),
+            ToolPolicy::Sandboxed => "auto".into(),
+        }),
+        result: Some(result),
+        wall_ms: Some(wall_ms),
+        ..Ending::default()
+    }
+}
+
+/// The run status that matches a tool call's typed error.
+fn call_status(error: &airlock::tool::ToolError) -> String {
+    let kind = error.kind();
+    match kind.as_str() {
+        "timeout" | "cpu_limit" | "memory_limit" | "output_limit" | "file_size_limit"
+        | "cancelled" | "sandbox_error" => kind,
+        _ => "exited".into(),
+    }
+}
+
+/// Records what the audit log must hold about a run's end: refusals by the library,
+/// degradations accepted, and runs without isolation.
+fn audit_ending(engine: &Engine, live: &LiveRun, key_name: &str, tenant: &str, ending: &Ending) {
+    let entry = |kind: &'static str, detail: serde_json::Value| AuditEntry {
+        kind,
+        tenant: Some(tenant.to_string()),
+        key_name: Some(key_name.to_string()),
+        run_id: Some(live.id.clone()),
+        detail,
+    };
+    let mut entries = Vec::new();
+    if let Some(error) = &ending.error {
+        let kind = error["kind"].as_str().unwrap_or_default();
+        if [
+            "degraded",
+            "program_not_allowed",
+            "backend_unavailable",
+            "unisolated_refused",
+        ]
+        .contains(&kind)
+        {
+            engine.metrics.deny(kind);
+            entries.push(entry("denied", error.clone()));
+        }
+    }
+    if let Some(result) = &ending.result {
+        let warnings = result["warnings"].as_array().cloned().unwrap_or_default();
+        let degraded: Vec<_> = warnings
+            .iter()
+            .filter(|w| w.as_str().is_some_and(|w| w.starts_with("degraded")))
+            .collect();
+        if !degraded.is_empty() {
+            entries.push(entry(
+                "degraded_accepted",
+                json!({"warnings": degraded, "isolation": result["isolation"]}),
+            ));
+        }
+        if ending.backend.as_deref() == Some("none") {
+            entries.push(entry(
+                "unisolated_run",
+                json!({"backend": "none", "isolation": result["isolation"]}),
+            ));
+        }
+    }
+    for entry in entries {
+        engine.block_on(engine.audit.record(entry));
+    }
+}
