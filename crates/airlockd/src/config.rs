@@ -308,22 +308,12 @@ pub struct KeyConfig {
 }
 
 /// The priorities a tenant may use.
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct PriorityRange {
     pub min: i32,
     pub max: i32,
     pub default: i32,
-}
-
-impl Default for PriorityRange {
-    fn default() -> Self {
-        Self {
-            min: 0,
-            max: 0,
-            default: 0,
-        }
-    }
 }
 
 /// Network modes ordered by how much they open: `none` < `allowlist` < `host`.

@@ -166,7 +166,7 @@ pub fn resolve(
     let degraded = request.allow_degraded.unwrap_or(false);
     within_ceiling(
         &policy,
-        &allowlist,
+        allowlist.as_deref(),
         degraded,
         &tenant.ceiling,
         tenant.default_policy(),
@@ -220,8 +220,8 @@ pub fn resolve(
     })
 }
 
-/// Applies the request to `policy`; returns the asked allowlist.
-fn apply(policy: &mut Policy, request: &PolicyRequest, ceiling: &Ceiling) -> Vec<String> {
+/// Applies the request to `policy`; returns the asked allowlist (`Some` for mode allowlist).
+fn apply(policy: &mut Policy, request: &PolicyRequest, ceiling: &Ceiling) -> Option<Vec<String>> {
     if let Some(backend) = request.backend {
         policy.backend = backend.choice();
     }
@@ -231,14 +231,14 @@ fn apply(policy: &mut Policy, request: &PolicyRequest, ceiling: &Ceiling) -> Vec
         .unwrap_or(ceiling.min_isolation)
         .max(ceiling.min_isolation);
     policy.min_isolation = Some(policy.min_isolation.map_or(floor, |m| m.max(floor)));
-    let mut allowlist = Vec::new();
+    let mut allowlist = None;
     if let Some(network) = &request.network {
         policy.network.mode = match network.mode {
             NetworkLevel::Host => NetworkMode::Host,
             NetworkLevel::None | NetworkLevel::Allowlist => NetworkMode::None,
         };
         if network.mode == NetworkLevel::Allowlist {
-            allowlist = network.allow.clone();
+            allowlist = Some(network.allow.clone());
         }
     }
     if let Some(limits) = &request.limits {
@@ -258,11 +258,11 @@ fn apply_limits(policy: &mut Policy, asked: &LimitsRequest) {
     );
 }
 
-fn network_level(policy: &Policy, allowlist: &[String]) -> NetworkLevel {
-    match (policy.network.mode, allowlist.is_empty()) {
+fn network_level(policy: &Policy, allowlist: Option<&[String]>) -> NetworkLevel {
+    match (policy.network.mode, allowlist) {
         (NetworkMode::Host, _) => NetworkLevel::Host,
-        (NetworkMode::None, false) => NetworkLevel::Allowlist,
-        (NetworkMode::None, true) => NetworkLevel::None,
+        (NetworkMode::None, Some(_)) => NetworkLevel::Allowlist,
+        (NetworkMode::None, None) => NetworkLevel::None,
     }
 }
 
@@ -270,7 +270,7 @@ fn network_level(policy: &Policy, allowlist: &[String]) -> NetworkLevel {
 /// (the tenant's default profile): a request can lower them, never raise them.
 pub fn within_ceiling(
     policy: &Policy,
-    allowlist: &[String],
+    allowlist: Option<&[String]>,
     allow_degraded: bool,
     ceiling: &Ceiling,
     cap_profile: &Policy,
@@ -283,7 +283,13 @@ pub fn within_ceiling(
             level_text(ceiling.network),
         ));
     }
-    for entry in allowlist {
+    // A tenant allowed the host network may narrow it to any allowlist.
+    let host_allowed = ceiling.network == NetworkLevel::Host;
+    for entry in allowlist
+        .unwrap_or_default()
+        .iter()
+        .filter(|_| !host_allowed)
+    {
         if !ceiling.allowlist.iter().any(|c| pattern_covers(c, entry)) {
             return Err(violation(
                 "network.allow",
@@ -323,7 +329,7 @@ fn check_limits(policy: &Policy, ceiling: &Ceiling, cap: &Policy) -> Result<(), 
     };
     let cpus_max = ceiling.cpus.unwrap_or(c.cpus);
     // 0 cpus means "no quota": above any finite ceiling unless the ceiling is also 0.
-    let cpus_over = (l.cpus == 0.0 && cpus_max != 0.0) || (cpus_max != 0.0 && l.cpus > cpus_max);
+    let cpus_over = cpus_max != 0.0 && (l.cpus == 0.0 || l.cpus > cpus_max);
     let first = [
         bytes("memory", l.memory, ceiling.memory, c.memory),
         secs("cpu_time", l.cpu_time, ceiling.cpu_time, c.cpu_time),
@@ -466,12 +472,12 @@ mod tests {
         let base = airlock::policy::load_profile("untrusted").unwrap();
         let mut asked = base.clone();
         asked.limits.memory = ByteSize(base.limits.memory.0 * 2);
-        let v = within_ceiling(&asked, &[], false, &Ceiling::default(), &base).unwrap_err();
+        let v = within_ceiling(&asked, None, false, &Ceiling::default(), &base).unwrap_err();
         assert_eq!(v.key, "limits.memory");
         let ceiling = Ceiling {
             memory: Some(ByteSize(base.limits.memory.0 * 4)),
             ..Ceiling::default()
         };
-        assert!(within_ceiling(&asked, &[], false, &ceiling, &base).is_ok());
+        assert!(within_ceiling(&asked, None, false, &ceiling, &base).is_ok());
     }
 }

@@ -272,7 +272,13 @@ const BENEATH: ResolveFlags = ResolveFlags::BENEATH
 
 fn open_beneath(root: &OwnedFd, path: &SafePath, flags: OFlags) -> Result<OwnedFd, FileError> {
     let text = path.display();
-    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+    // openat2 refuses O_PATH combined with anything but O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC.
+    let extra = if flags.contains(OFlags::PATH) {
+        OFlags::empty()
+    } else {
+        OFlags::NOCTTY
+    };
+    let flags = flags | extra | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     rustix::fs::openat2(root, text.as_str(), flags, Mode::empty(), BENEATH)
         .map_err(|e| resolve_error(&text, e))
 }
@@ -366,10 +372,13 @@ fn check_servable(path: &str, stat: &rustix::fs::Stat) -> Result<(), FileError> 
             })
         }
     }
-    if stat.st_nlink > 1 {
+    // st_nlink is u64 on x86_64 and u32 on some other targets.
+    #[allow(clippy::unnecessary_cast)]
+    let links = stat.st_nlink as u64;
+    if links > 1 {
         return Err(FileError::Hardlinked {
             path: path.into(),
-            links: stat.st_nlink as u64,
+            links,
         });
     }
     Ok(())

@@ -233,9 +233,19 @@ pub async fn call(
         CallPolicy::Sandboxed => ToolPolicy::Sandboxed,
         CallPolicy::Subprocess => ToolPolicy::Subprocess,
     };
+    // The result comes back on stdout: the tenant's stdout ceiling bounds its size.
+    let tenant = &caller.tenant;
+    let stdout_cap = tenant
+        .ceiling
+        .stdout
+        .unwrap_or(tenant.default_policy().limits.stdout)
+        .0;
     let mut options = CallOptions {
         python: daemon.config.sandbox.python.clone(),
         sandbox: daemon.sandbox_options.clone(),
+        max_result_bytes: stdout_cap
+            .saturating_sub(4096)
+            .min(CallOptions::default().max_result_bytes),
         ..CallOptions::default()
     };
     let limits = &request.limits;
@@ -246,10 +256,9 @@ pub async fn call(
     options.stderr_bytes = limits.stderr.map(|b| b.0);
     let tool_policy = airlock::tool::tool_policy(&toolset, policy, &options)
         .map_err(|e| ApiError::invalid("invalid_policy", e.to_string(), "check the limits"))?;
-    let tenant = &caller.tenant;
     if let Err(v) = resolve::within_ceiling(
         &tool_policy,
-        &[],
+        None,
         false,
         &tenant.ceiling,
         tenant.default_policy(),
@@ -283,7 +292,11 @@ pub async fn call(
     };
     let work = Work::Call(CallWork {
         tool: ToolSpec::new(toolset, request.target.clone()),
-        args: request.args.clone(),
+        // No arguments given means none, not one `null`.
+        args: match &request.args {
+            serde_json::Value::Null => serde_json::json!({}),
+            args => args.clone(),
+        },
         policy,
         options,
     });

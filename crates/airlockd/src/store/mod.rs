@@ -100,6 +100,11 @@ impl Store {
         &self.pool
     }
 
+    /// The connection pool itself, for operators' tools and tests that inspect the database.
+    pub fn raw_pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
     /// Records that `node` is alive and where to reach it.
     pub async fn heartbeat(
         &self,

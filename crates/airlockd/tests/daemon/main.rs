@@ -1,0 +1,12 @@
+//! The daemon tested through real HTTP against a started `airlockd`.
+
+mod common;
+
+mod api;
+mod drain;
+mod openapi;
+mod recovery;
+mod security;
+mod sessions;
+mod store;
+mod workers;
