@@ -256,8 +256,9 @@ pub fn file_error(error: &FileError) -> ApiError {
             message,
             "retry once the program stops writing it",
         ),
+        // The caller's own quota is spent: a client error (413), not a server failure.
         FileError::Full => ApiError::new(
-            StatusCode::INSUFFICIENT_STORAGE,
+            StatusCode::PAYLOAD_TOO_LARGE,
             "workspace_full",
             message,
             "remove files, or create the session with a larger `disk` / `files`",

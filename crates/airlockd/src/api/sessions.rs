@@ -332,8 +332,7 @@ async fn read_at(
         (status = 403, description = "The path goes through a link", body = ErrorBody),
         (status = 404, description = "No such session", body = ErrorBody),
         (status = 409, description = "A directory is in the way", body = ErrorBody),
-        (status = 413, description = "Larger than the daemon's file limit", body = ErrorBody),
-        (status = 507, description = "The workspace's disk or file cap is reached", body = ErrorBody),
+        (status = 413, description = "Larger than the daemon's file limit, or the workspace's disk or file cap is reached", body = ErrorBody),
     )
 )]
 pub async fn write_file(

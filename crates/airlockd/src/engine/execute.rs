@@ -127,11 +127,17 @@ fn rejected(message: &str, retry_after: u64) -> Ending {
 }
 
 fn execute(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Work) -> Ending {
-    match work {
+    let mut ending = match work {
         Work::Command(work) => run_command(engine, live, resolved, work),
         Work::Worker(work) => run_worker(engine, live, resolved, work),
         Work::Call(work) => run_call(live, work),
+    };
+    // A stop that arrives while the sandbox is being set up ends the setup, which the library
+    // reports as a sandbox error; the caller asked for a cancellation, and that is what it was.
+    if live.cancel.is_cancelled() && ending.status == "sandbox_error" {
+        ending.status = "cancelled".into();
     }
+    ending
 }
 
 fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: CommandWork) -> Ending {

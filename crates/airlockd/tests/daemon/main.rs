@@ -3,6 +3,7 @@
 mod common;
 
 mod api;
+mod dashboard;
 mod drain;
 mod openapi;
 mod recovery;

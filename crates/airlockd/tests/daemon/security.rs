@@ -84,10 +84,8 @@ async fn a_tenant_cannot_see_cancel_or_read_another_tenants_runs_and_sessions() 
     // The admin tenant may cancel it.
     let admin = daemon.client(&daemon.keys.alpha);
     admin.delete(&format!("/v1/runs/{run_id}")).await;
-    assert_eq!(
-        beta.wait_terminal(run_id, Duration::from_secs(20)).await["status"],
-        "cancelled"
-    );
+    let ended = beta.wait_terminal(run_id, Duration::from_secs(20)).await;
+    assert_eq!(ended["status"], "cancelled", "{ended}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

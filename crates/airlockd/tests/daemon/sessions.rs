@@ -108,7 +108,7 @@ async fn workspace_caps_hold_for_uploads_and_programs() {
         204
     );
     let full = client.put(&format!("{files}/b"), big).await;
-    assert_eq!(full.status, 507, "{}", full.text());
+    assert_eq!(full.status, 413, "{}", full.text());
     assert_eq!(full.kind(), "workspace_full");
     let over_file_cap = client
         .put_tolerant(&format!("{files}/c"), vec![b'x'; 2 << 20])
