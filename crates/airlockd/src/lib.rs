@@ -20,4 +20,5 @@ pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod tenant;
+pub mod units;
 pub mod workspace;
