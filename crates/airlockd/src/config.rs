@@ -48,6 +48,9 @@ pub struct ServerConfig {
     pub socket_gid: Option<u32>,
     /// TCP addresses to listen on as well (`--listen` adds to them).
     pub listen: Vec<String>,
+    /// Plain-HTTP TCP addresses for node-to-node forwarding (`node.advertise` points here).
+    /// Every request still needs a key; restrict these to the fleet (a NetworkPolicy).
+    pub internal_listen: Vec<String>,
     /// PEM certificate chain and key: TCP listeners speak TLS when both are given.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
@@ -76,6 +79,7 @@ impl Default for ServerConfig {
             socket_mode: "0660".into(),
             socket_gid: None,
             listen: Vec::new(),
+            internal_listen: Vec::new(),
             tls_cert: None,
             tls_key: None,
             allow_insecure_tcp: false,
@@ -529,6 +533,14 @@ impl Config {
         }
         for addr in &self.server.listen {
             self.check_listen(addr, problems);
+        }
+        for addr in &self.server.internal_listen {
+            if addr.parse::<SocketAddr>().is_err() {
+                problems.add(
+                    "server.internal_listen",
+                    format!("{addr:?} is not an address; write e.g. \"10.0.0.5:8080\""),
+                );
+            }
         }
         if self.server.max_connections == 0 {
             problems.add("server.max_connections", "must be at least 1");

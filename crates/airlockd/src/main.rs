@@ -21,6 +21,9 @@ struct Cli {
     /// Also listen on this TCP address (TLS when the configuration has a certificate).
     #[arg(long)]
     listen: Vec<String>,
+    /// Also listen on this TCP address in plain HTTP, for other nodes (server.internal_listen).
+    #[arg(long)]
+    internal_listen: Vec<String>,
     /// The Unix socket (overrides server.socket).
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -59,6 +62,10 @@ fn load(cli: &Cli) -> anyhow::Result<Config> {
         config.server.socket = Some(socket.clone());
     }
     config.server.listen.extend(cli.listen.iter().cloned());
+    config
+        .server
+        .internal_listen
+        .extend(cli.internal_listen.iter().cloned());
     Ok(config)
 }
 

@@ -105,6 +105,23 @@ pub async fn serve(
             stop.clone(),
         )));
     }
+    for addr in &config.server.internal_listen {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        tracing::info!(
+            "listening for other nodes on http://{}",
+            listener.local_addr()?
+        );
+        tasks.push(tokio::spawn(accept_tcp(
+            listener,
+            None,
+            app.clone(),
+            limits.clone(),
+            Arc::clone(&graceful),
+            stop.clone(),
+        )));
+    }
     let _ = stop.wait_for(|s| *s).await;
     for task in &tasks {
         task.abort();

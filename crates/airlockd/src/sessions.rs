@@ -28,6 +28,8 @@ pub struct LiveSession {
     pub expires_ms: i64,
     pub idle_ms: i64,
     last_active_ms: AtomicI64,
+    /// The last activity written to the store (the sweep writes newer ones).
+    persisted_ms: AtomicI64,
     ended: AtomicBool,
 }
 
@@ -187,6 +189,13 @@ impl Sessions {
                 .live_runs()
                 .iter()
                 .any(|r| r.session_id.as_deref() == Some(session.id.as_str()));
+            let last = session.last_active_ms();
+            if session.persisted_ms.swap(last, Ordering::Relaxed) != last {
+                // Kept in the store so that a restart does not expire a busy session early.
+                if let Err(e) = self.store.touch_session(&session.id, last).await {
+                    tracing::warn!(session = %session.id, "cannot record activity: {e}");
+                }
+            }
             if now >= session.expires_ms {
                 self.end(&session, engine, "expired", "its maximum lifetime passed")
                     .await;
@@ -243,6 +252,7 @@ fn live_session(row: &SessionRow, workspace: Workspace, policy: PolicyRequest) -
         expires_ms: row.expires_ms,
         idle_ms: row.idle_timeout_ms,
         last_active_ms: AtomicI64::new(row.last_active_ms),
+        persisted_ms: AtomicI64::new(row.last_active_ms),
         ended: AtomicBool::new(false),
     }
 }

@@ -22,7 +22,9 @@ pub fn opt_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Seconds>, D
             "invalid duration {value}: at most {MAX_SECONDS} seconds"
         )));
     }
-    Seconds::deserialize(value).map(Some).map_err(serde::de::Error::custom)
+    Seconds::deserialize(value)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 #[cfg(test)]
@@ -37,7 +39,11 @@ mod tests {
 
     #[test]
     fn huge_durations_are_errors_not_panics() {
-        for text in [r#"{"d": 1e300}"#, r#"{"d": "1e300"}"#, r#"{"d": 18446744073709551615}"#] {
+        for text in [
+            r#"{"d": 1e300}"#,
+            r#"{"d": "1e300"}"#,
+            r#"{"d": 18446744073709551615}"#,
+        ] {
             assert!(serde_json::from_str::<T>(text).is_err(), "{text}");
         }
         let ok: T = serde_json::from_str(r#"{"d": "90s"}"#).unwrap();

@@ -55,7 +55,11 @@ impl Drop for Daemon {
             rustix::process::Signal::TERM,
         );
         let _ = self.child.wait();
-        for entry in std::fs::read_dir(self.dir.path().join("state/sessions")).into_iter().flatten().flatten() {
+        for entry in std::fs::read_dir(self.dir.path().join("state/sessions"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let _ = airlockd::workspace::remove_workspace_dir(&entry.path());
         }
     }
@@ -65,13 +69,18 @@ fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name(name);
     if !path.is_file() {
-        bail!("{} is missing: build it first (cargo build --release -p airlockd -p airlock-cli)", path.display());
+        bail!(
+            "{} is missing: build it first (cargo build --release -p airlockd -p airlock-cli)",
+            path.display()
+        );
     }
     Ok(path)
 }
 
 fn start_daemon() -> anyhow::Result<Daemon> {
-    let dir = tempfile::Builder::new().prefix("airlockd-bench-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("airlockd-bench-")
+        .tempdir()?;
     let key = airlockd::auth::new_key();
     let init = sibling("airlock")?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -115,7 +124,13 @@ max_queued = 5000
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(Daemon { child, dir, socket, key, init })
+    Ok(Daemon {
+        child,
+        dir,
+        socket,
+        key,
+        init,
+    })
 }
 
 /// One keep-alive connection to the daemon.
@@ -127,14 +142,23 @@ struct Connection {
 impl Connection {
     async fn open(daemon: &Daemon) -> anyhow::Result<Connection> {
         let stream = tokio::net::UnixStream::connect(&daemon.socket).await?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        Ok(Connection { sender, key: daemon.key.clone() })
+        Ok(Connection {
+            sender,
+            key: daemon.key.clone(),
+        })
     }
 
-    async fn call(&mut self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
+    async fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
@@ -145,7 +169,10 @@ impl Connection {
         }
         let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
         self.sender.ready().await?;
-        let response = self.sender.send_request(request.body(Full::new(body))?).await?;
+        let response = self
+            .sender
+            .send_request(request.body(Full::new(body))?)
+            .await?;
         let status = response.status().as_u16();
         let bytes = response.into_body().collect().await?.to_bytes();
         let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
@@ -178,7 +205,9 @@ fn library_run(init: &Path, runtime: &Path) -> anyhow::Result<Duration> {
         ..Default::default()
     };
     let started = Instant::now();
-    let result = airlock::Sandbox::with_options(policy, options)?.command("/bin/true").run()?;
+    let result = airlock::Sandbox::with_options(policy, options)?
+        .command("/bin/true")
+        .run()?;
     let elapsed = started.elapsed();
     if !result.success() {
         bail!("the library run failed: {result:?}");
@@ -196,7 +225,11 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
         let lib = tokio::task::spawn_blocking(move || library_run(&init, &dir)).await??;
         let started = Instant::now();
         let (status, run) = connection
-            .call("POST", "/v1/runs", Some(json!({"command": ["/bin/true"], "wait": 60})))
+            .call(
+                "POST",
+                "/v1/runs",
+                Some(json!({"command": ["/bin/true"], "wait": 60})),
+            )
             .await?;
         let through_api = started.elapsed();
         if status != 200 || run["status"] != "exited" {
@@ -211,7 +244,10 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
     let (lib90, api90) = (percentile(&mut library, 0.9), percentile(&mut api, 0.9));
     let overhead = api50 - lib50;
     println!("api overhead: library p50 {lib50:.2} ms p90 {lib90:.2} ms; API (unix socket, wait) p50 {api50:.2} ms p90 {api90:.2} ms");
-    println!("  target: overhead <= 1 ms p50: {overhead:.2} ms -> {}", verdict(overhead <= 1.0));
+    println!(
+        "  target: overhead <= 1 ms p50: {overhead:.2} ms -> {}",
+        verdict(overhead <= 1.0)
+    );
     Ok(())
 }
 
@@ -224,7 +260,9 @@ async fn submit_many(daemon: &Daemon, count: usize, clients: usize) -> anyhow::R
         tasks.push(tokio::spawn(async move {
             let mut ids = Vec::new();
             for _ in 0..share {
-                let (status, run) = connection.call("POST", "/v1/runs", Some(json!({"command": ["/bin/true"]}))).await?;
+                let (status, run) = connection
+                    .call("POST", "/v1/runs", Some(json!({"command": ["/bin/true"]})))
+                    .await?;
                 if status != 202 && status != 200 {
                     bail!("submitting failed: {status} {run}");
                 }
@@ -247,7 +285,9 @@ async fn drain(daemon: &Daemon, ids: &[String], timeout: Duration) -> anyhow::Re
     let mut exited = 0;
     for id in ids {
         loop {
-            let (status, run) = connection.call("GET", &format!("/v1/runs/{id}"), None).await?;
+            let (status, run) = connection
+                .call("GET", &format!("/v1/runs/{id}"), None)
+                .await?;
             if status != 200 {
                 bail!("run {id} has no record: {status} {run}");
             }
@@ -300,11 +340,15 @@ fn available_kib() -> u64 {
 async fn session_memory(daemon: &Daemon, sessions: usize) -> anyhow::Result<()> {
     let mut connection = Connection::open(daemon).await?;
     // Warm the allocator and the store first.
-    connection.call("POST", "/v1/sessions", Some(json!({}))).await?;
+    connection
+        .call("POST", "/v1/sessions", Some(json!({})))
+        .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (rss_before, available_before) = (rss_kib(daemon.child.id()), available_kib());
     for _ in 0..sessions {
-        let (status, session) = connection.call("POST", "/v1/sessions", Some(json!({}))).await?;
+        let (status, session) = connection
+            .call("POST", "/v1/sessions", Some(json!({})))
+            .await?;
         if status != 201 {
             bail!("creating a session failed: {status} {session}");
         }
@@ -314,7 +358,10 @@ async fn session_memory(daemon: &Daemon, sessions: usize) -> anyhow::Result<()> 
     let per_rss = rss_after.saturating_sub(rss_before) as f64 / sessions as f64;
     let per_host = available_before.saturating_sub(available_after) as f64 / sessions as f64;
     println!("memory per idle session: daemon RSS {per_rss:.1} KiB, host (daemon + empty tmpfs + store) {per_host:.1} KiB ({sessions} sessions)");
-    println!("  target: daemon RSS <= 64 KiB per idle session: {}", verdict(per_rss <= 64.0));
+    println!(
+        "  target: daemon RSS <= 64 KiB per idle session: {}",
+        verdict(per_rss <= 64.0)
+    );
     Ok(())
 }
 
@@ -329,15 +376,24 @@ async fn queued_drain(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
     unique.dedup();
     let lost = runs - exited;
     println!("{runs} queued runs: submitted in {submitted:.2} s, drained in {elapsed:.2} s; {exited} exited, {lost} without an `exited` record, {} distinct ids", unique.len());
-    println!("  target: {runs} queued runs drained, no record lost: {}", verdict(lost == 0 && unique.len() == runs));
+    println!(
+        "  target: {runs} queued runs drained, no record lost: {}",
+        verdict(lost == 0 && unique.len() == runs)
+    );
     Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let daemon = start_daemon().context("cannot start airlockd")?;
-    println!("airlockd-bench: {} CPUs, daemon pid {}", std::thread::available_parallelism().map_or(1, |n| n.get()), daemon.child.id());
+    println!(
+        "airlockd-bench: {} CPUs, daemon pid {}",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        daemon.child.id()
+    );
     runtime.block_on(async {
         overhead(&daemon, args.overhead_runs).await?;
         throughput(&daemon, args.throughput_runs).await?;
