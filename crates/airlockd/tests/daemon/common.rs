@@ -64,6 +64,8 @@ pub struct Options {
     /// Listen on a loopback TCP port too.
     pub tcp: bool,
     pub node: Option<String>,
+    /// A PEM certificate and key: TCP listeners speak TLS.
+    pub tls: Option<(String, String)>,
     /// Extra lines in tenant gamma's table.
     pub gamma: String,
 }
@@ -122,6 +124,11 @@ impl TestDaemon {
         } else {
             String::new()
         };
+        let tls = options
+            .tls
+            .as_ref()
+            .map(|(cert, key)| format!("tls_cert = \"{cert}\"\ntls_key = \"{key}\""))
+            .unwrap_or_default();
         let advertise = self
             .tcp
             .as_ref()
@@ -135,6 +142,7 @@ impl TestDaemon {
             r#"[server]
 socket = "{root}/run/airlockd.sock"
 {tcp}
+{tls}
 max_wait = "60s"
 stall_timeout = "5s"
 shutdown_grace = "3s"

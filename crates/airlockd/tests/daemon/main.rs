@@ -10,4 +10,5 @@ mod recovery;
 mod security;
 mod sessions;
 mod store;
+mod tls;
 mod workers;
