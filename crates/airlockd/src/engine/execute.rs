@@ -77,14 +77,15 @@ pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticke
                 state.running = true;
             }
             let started = Instant::now();
-            let marked = engine.block_on(engine.store.mark_running(
-                &live.id,
-                now_ms(),
-                queue.as_millis() as i64,
-            ));
-            if let Err(e) = marked {
-                tracing::error!(run = %live.id, "cannot mark the run running: {e}");
-            }
+            // Recorded without waiting: the run's start is not delayed by a store write, and
+            // the terminal write that follows only applies to a `queued` or `running` row.
+            let (store, id) = (engine.store.clone(), live.id.clone());
+            let queue_ms = queue.as_millis() as i64;
+            engine.runtime.spawn(async move {
+                if let Err(e) = store.mark_running(&id, now_ms(), queue_ms).await {
+                    tracing::error!(run = %id, "cannot mark the run running: {e}");
+                }
+            });
             let ending = execute(engine, live, &job.resolved, job.work);
             drop(slots);
             (ending, Some(started.elapsed()))
@@ -104,7 +105,15 @@ pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticke
         Err(other) => (super::internal_ending(&other.to_string()), None),
     };
     audit_ending(engine, live, &job.key_name, &tenant, &ending);
+    let recording = Instant::now();
     engine.block_on(engine.finish(live, ending, &tenant, wall));
+    tracing::debug!(
+        run = %live.id,
+        queue_us = queue.as_micros() as u64,
+        run_us = wall.map_or(0, |w| w.as_micros() as u64),
+        record_us = recording.elapsed().as_micros() as u64,
+        "run ended"
+    );
 }
 
 fn cancelled_while_queued() -> Ending {

@@ -137,7 +137,7 @@ pub struct Engine {
     pub python: String,
     pub keep_output: bool,
     live: Mutex<HashMap<String, Arc<LiveRun>>>,
-    runtime: tokio::runtime::Handle,
+    pub(crate) runtime: tokio::runtime::Handle,
     draining: AtomicBool,
 }
 
