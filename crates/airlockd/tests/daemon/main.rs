@@ -8,6 +8,7 @@ mod drain;
 mod openapi;
 mod recovery;
 mod security;
+mod serve;
 mod sessions;
 mod store;
 mod tls;

@@ -12,7 +12,11 @@ fn airlock_serve_delegates_to_airlockd() {
         .arg(&daemon.config)
         .output()
         .unwrap();
-    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
     assert!(String::from_utf8_lossy(&checked.stdout).contains("the configuration is valid"));
     let broken = daemon.dir.path().join("broken.toml");
     std::fs::write(&broken, "[[tenants]]\nname = \"x\"\n").unwrap();
@@ -22,7 +26,14 @@ fn airlock_serve_delegates_to_airlockd() {
         .output()
         .unwrap();
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("tenants[0] (x).keys"), "{}", String::from_utf8_lossy(&refused.stderr));
-    let key = Command::new(airlock_bin()).args(["serve", "new-key"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("tenants[0] (x).keys"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let key = Command::new(airlock_bin())
+        .args(["serve", "new-key"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&key.stdout).contains("hash = \"sha256:"));
 }
