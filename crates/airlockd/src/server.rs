@@ -76,8 +76,9 @@ pub async fn serve(
     let socket = config.socket_path();
     let unix = bind_unix(&socket, config)?;
     tracing::info!("listening on unix:{}", socket.display());
-    let mut tasks = vec![tokio::spawn(accept_unix(
+    let mut tasks = vec![tokio::spawn(accept_loop(
         unix,
+        None,
         app.clone(),
         limits.clone(),
         Arc::clone(&graceful),
@@ -96,8 +97,8 @@ pub async fn serve(
             if tls.is_some() { "https" } else { "http" },
             listener.local_addr()?
         );
-        tasks.push(tokio::spawn(accept_tcp(
-            listener,
+        tasks.push(tokio::spawn(accept_loop(
+            nodelay(listener),
             tls.clone(),
             app.clone(),
             limits.clone(),
@@ -113,8 +114,8 @@ pub async fn serve(
             "listening for other nodes on http://{}",
             listener.local_addr()?
         );
-        tasks.push(tokio::spawn(accept_tcp(
-            listener,
+        tasks.push(tokio::spawn(accept_loop(
+            nodelay(listener),
             None,
             app.clone(),
             limits.clone(),
@@ -172,60 +173,36 @@ fn bind_unix(path: &Path, config: &Config) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-async fn accept_unix(
-    listener: UnixListener,
-    app: Router,
-    limits: ConnectionLimits,
-    graceful: Arc<GracefulShutdown>,
-    stop: watch::Receiver<bool>,
-) {
-    loop {
-        let Ok(permit) = Arc::clone(&limits.slots).acquire_owned().await else {
-            return;
-        };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!("accept on the unix socket: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        if *stop.borrow() {
-            return;
-        }
-        let (app, limits, graceful) = (app.clone(), limits.clone(), graceful.watcher());
-        tokio::spawn(async move {
-            serve_connection(stream, app, &limits, graceful).await;
-            drop(permit);
-        });
-    }
+/// A TCP listener whose connections send small writes (event lines) at once.
+fn nodelay(listener: TcpListener) -> impl axum::serve::Listener<Io = tokio::net::TcpStream> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    })
 }
 
-async fn accept_tcp(
-    listener: TcpListener,
+/// Accepts connections until `stop`, serving each (after a TLS handshake when `tls` is set)
+/// while holding one of the connection slots.
+async fn accept_loop<L>(
+    mut listener: L,
     tls: Option<tokio_rustls::TlsAcceptor>,
     app: Router,
     limits: ConnectionLimits,
     graceful: Arc<GracefulShutdown>,
     stop: watch::Receiver<bool>,
-) {
+) where
+    L: axum::serve::Listener,
+    L::Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     loop {
         let Ok(permit) = Arc::clone(&limits.slots).acquire_owned().await else {
             return;
         };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!("accept: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        // The listener retries transient accept errors itself.
+        let (stream, _) = listener.accept().await;
         if *stop.borrow() {
             return;
         }
-        let _ = stream.set_nodelay(true);
         let (app, limits, graceful, tls) =
             (app.clone(), limits.clone(), graceful.watcher(), tls.clone());
         tokio::spawn(async move {
@@ -233,9 +210,9 @@ async fn accept_tcp(
                 None => serve_connection(stream, app, &limits, graceful).await,
                 Some(acceptor) => {
                     // The handshake is bounded like the request headers.
-                    if let Ok(Ok(stream)) =
-                        tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await
-                    {
+                    let handshake =
+                        tokio::time::timeout(limits.header_timeout, acceptor.accept(stream));
+                    if let Ok(Ok(stream)) = handshake.await {
                         serve_connection(stream, app, &limits, graceful).await;
                     }
                 }

@@ -44,19 +44,17 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> 
     Ok(Some(key.to_string()))
 }
 
+/// Counts and audits a request refused for going beyond its ceiling.
+async fn record_refusal(daemon: &Daemon, caller: &Principal, detail: serde_json::Value) {
+    daemon.metrics.deny("ceiling");
+    let entry = crate::audit::Audit::entry("ceiling_refused", caller, None, detail);
+    daemon.audit.record(entry).await;
+}
+
 /// Refuses (403, audited) a request beyond its tenant's ceiling.
 pub async fn refuse(daemon: &Daemon, caller: &Principal, v: &Violation) -> ApiError {
-    daemon.metrics.deny("ceiling");
     let detail = json!({"key": v.key, "asked": v.asked, "ceiling": v.ceiling});
-    daemon
-        .audit
-        .record(crate::audit::Audit::entry(
-            "ceiling_refused",
-            caller,
-            None,
-            detail,
-        ))
-        .await;
+    record_refusal(daemon, caller, detail).await;
     resolve::refusal(caller, v)
 }
 
@@ -89,17 +87,7 @@ pub async fn policy(
     match resolve::resolve(caller, profile, request, &daemon.sandbox_options) {
         Ok(resolved) => Ok(resolved),
         Err(e) if e.detail.kind == "ceiling" => {
-            daemon.metrics.deny("ceiling");
-            let detail = json!({"message": e.detail.message});
-            daemon
-                .audit
-                .record(crate::audit::Audit::entry(
-                    "ceiling_refused",
-                    caller,
-                    None,
-                    detail,
-                ))
-                .await;
+            record_refusal(daemon, caller, json!({"message": e.detail.message})).await;
             Err(e)
         }
         Err(e) => Err(e),

@@ -208,26 +208,41 @@ fn stream_run(
     let canceller = handle.canceller();
     let _cancel = live.cancel.on_cancel(move || canceller.cancel());
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    // Output and the start report come from different pipes (and library threads), so a
+    // chunk can arrive first; it is held until `started`, which always leads the stream.
+    let mut held: Option<Vec<EventBody>> = Some(Vec::new());
+    let emit = |body: EventBody, held: &mut Option<Vec<EventBody>>| match held {
+        Some(waiting) => waiting.push(body),
+        None => live.log.push(body),
+    };
     if let Some(events) = handle.events() {
         for event in events {
             match event {
-                RunEvent::Started { layers } => live.log.push(EventBody::Started {
-                    layers: layers
-                        .iter()
-                        .map(|l| airlock::result::layer_name(*l))
-                        .collect(),
-                }),
+                RunEvent::Started { layers } => {
+                    live.log.push(EventBody::Started {
+                        layers: layers
+                            .iter()
+                            .map(|l| airlock::result::layer_name(*l))
+                            .collect(),
+                    });
+                    for body in held.take().unwrap_or_default() {
+                        live.log.push(body);
+                    }
+                }
                 RunEvent::Stdout(chunk) => {
                     on_stdout(&chunk);
-                    live.log.push(EventBody::output(false, &chunk));
+                    emit(EventBody::output(false, &chunk), &mut held);
                     stdout.extend_from_slice(&chunk);
                 }
                 RunEvent::Stderr(chunk) => {
-                    live.log.push(EventBody::output(true, &chunk));
+                    emit(EventBody::output(true, &chunk), &mut held);
                     stderr.extend_from_slice(&chunk);
                 }
             }
         }
+    }
+    for body in held.take().unwrap_or_default() {
+        live.log.push(body);
     }
     let result = handle.wait()?;
     Ok(Streamed {
