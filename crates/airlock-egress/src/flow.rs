@@ -223,13 +223,10 @@ impl<'a> Attempt<'a> {
         Err(refusal)
     }
 
-    /// The gate's own addresses and every non-public class are refused in every mode unless an
-    /// allow range opens them explicitly; deny ranges apply to resolved addresses too.
+    /// Every non-public class and the gate's own addresses are refused in every mode unless an
+    /// allow range opens them explicitly (a single-address range for its own addresses); deny ranges apply to resolved addresses too.
     fn check_address(&mut self, ip: IpAddr, port: u16) -> Result<(), Refusal> {
         let rules = &self.shared.policy.rules;
-        if self.shared.own.contains(ip) && !rules.exempts(ip, port, Some(ip.into()), true) {
-            return Err(Refusal::with(Reason::OwnAddress, ip.to_string()));
-        }
         let (class, range) = classify(ip);
         if !class.is_public() && !rules.exempts(ip, port, range, false) {
             let detail = serde_json::to_value(class)
@@ -239,6 +236,9 @@ impl<'a> Attempt<'a> {
                 reason: Reason::NonPublicAddress,
                 detail,
             });
+        }
+        if self.shared.own.contains(ip) && !rules.exempts(ip, port, Some(ip.into()), true) {
+            return Err(Refusal::with(Reason::OwnAddress, ip.to_string()));
         }
         match rules.denying_address(ip, port) {
             Some(rule) => self.soft(Refusal::with(Reason::Denied, rule.text.clone())),

@@ -169,8 +169,14 @@ mod tests {
         assert_eq!(meter.admit_connection().unwrap_err(), LimitKind::Concurrent);
         drop(a);
         let _c = meter.admit_connection().unwrap();
-        assert_eq!(meter.admit_connection().unwrap_err(), LimitKind::Connections);
-        assert_eq!(meter.limits_hit(), vec![LimitKind::Connections, LimitKind::Concurrent]);
+        assert_eq!(
+            meter.admit_connection().unwrap_err(),
+            LimitKind::Connections
+        );
+        assert_eq!(
+            meter.limits_hit(),
+            vec![LimitKind::Connections, LimitKind::Concurrent]
+        );
     }
 
     #[test]

@@ -36,7 +36,9 @@ pub const PYTHON: &str = "/usr/bin/python3";
 /// Why a test skipped, or `None` when the world can be built.
 pub fn skip_reason() -> Option<&'static str> {
     if !rustix::process::geteuid().is_root() {
-        return Some("skipped: the test world needs root (it creates network namespaces and veth pairs)");
+        return Some(
+            "skipped: the test world needs root (it creates network namespaces and veth pairs)",
+        );
     }
     for tool in ["/usr/sbin/ip", "/usr/bin/curl", "/usr/bin/openssl", PYTHON] {
         if !Path::new(tool).exists() && !Path::new(&tool.replace("/usr/sbin", "/sbin")).exists() {
@@ -77,11 +79,21 @@ pub struct Seen {
 
 impl Seen {
     pub fn accepts(&self, role: &str, port: u16) -> usize {
-        *self.accepts.lock().unwrap().get(&(role.to_string(), port)).unwrap_or(&0)
+        *self
+            .accepts
+            .lock()
+            .unwrap()
+            .get(&(role.to_string(), port))
+            .unwrap_or(&0)
     }
 
     fn count(&self, role: &str, port: u16) {
-        *self.accepts.lock().unwrap().entry((role.to_string(), port)).or_default() += 1;
+        *self
+            .accepts
+            .lock()
+            .unwrap()
+            .entry((role.to_string(), port))
+            .or_default() += 1;
     }
 }
 
@@ -121,7 +133,11 @@ pub struct World {
 
 impl World {
     pub fn new() -> World {
-        let id = format!("{:x}{}", std::process::id() % 0xfffff, NEXT_WORLD.fetch_add(1, Ordering::Relaxed));
+        let id = format!(
+            "{:x}{}",
+            std::process::id() % 0xfffff,
+            NEXT_WORLD.fetch_add(1, Ordering::Relaxed)
+        );
         let mut world = World {
             gate_ns: format!("aeg{id}"),
             hosts_ns: format!("aeh{id}"),
@@ -143,12 +159,41 @@ impl World {
             ip(&["netns", "add", ns]);
         }
         let (gate_if, hosts_if) = (format!("veg{id}"), format!("veh{id}"));
-        ip(&["link", "add", &gate_if, "netns", &self.gate_ns, "type", "veth", "peer", "name", &hosts_if, "netns", &self.hosts_ns]);
+        ip(&[
+            "link",
+            "add",
+            &gate_if,
+            "netns",
+            &self.gate_ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &hosts_if,
+            "netns",
+            &self.hosts_ns,
+        ]);
         let gate_addresses = ["192.0.2.1/24", "198.51.100.1/24", "203.0.113.1/24"];
-        let host_addresses = ["192.0.2.10/24", "192.0.2.11/24", "192.0.2.53/24", "198.51.100.10/24", "203.0.113.10/24"];
+        let host_addresses = [
+            "192.0.2.10/24",
+            "192.0.2.11/24",
+            "192.0.2.53/24",
+            "198.51.100.10/24",
+            "203.0.113.10/24",
+        ];
         for (ns, dev, v4, v6) in [
-            (&self.gate_ns, &gate_if, &gate_addresses[..], "2001:db8::1/64"),
-            (&self.hosts_ns, &hosts_if, &host_addresses[..], "2001:db8::10/64"),
+            (
+                &self.gate_ns,
+                &gate_if,
+                &gate_addresses[..],
+                "2001:db8::1/64",
+            ),
+            (
+                &self.hosts_ns,
+                &hosts_if,
+                &host_addresses[..],
+                "2001:db8::10/64",
+            ),
         ] {
             for address in v4 {
                 ip(&["-n", ns, "addr", "add", address, "dev", dev]);
@@ -158,14 +203,20 @@ impl World {
             ip(&["-n", ns, "link", "set", "lo", "up"]);
         }
         fs::create_dir_all(&self.etc_netns).unwrap();
-        fs::write(self.etc_netns.join("resolv.conf"), "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n").unwrap();
+        fs::write(
+            self.etc_netns.join("resolv.conf"),
+            "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n",
+        )
+        .unwrap();
     }
 
     fn start_servers(&mut self) {
         let hosts = self.hosts_ns.clone();
         let seen = Arc::clone(&self.seen);
         // Bound to its own address: a wildcard socket would answer from the primary address.
-        let udp = in_netns(&hosts, || UdpSocket::bind("192.0.2.53:53").expect("dns bind"));
+        let udp = in_netns(&hosts, || {
+            UdpSocket::bind("192.0.2.53:53").expect("dns bind")
+        });
         self.udp.push(udp.try_clone().unwrap());
         let dns_seen = Arc::clone(&seen);
         thread::spawn(move || serve_dns(udp, dns_seen));
@@ -181,7 +232,13 @@ impl World {
             self.listen("hosts", &hosts, &format!("[::]:{port}"), handler);
         }
         let gate = self.gate_ns.clone();
-        for bait in ["127.0.0.1:80", "127.0.0.1:8080", "192.0.2.1:80", "192.0.2.1:443", "[::1]:80"] {
+        for bait in [
+            "127.0.0.1:80",
+            "127.0.0.1:8080",
+            "192.0.2.1:80",
+            "192.0.2.1:443",
+            "[::1]:80",
+        ] {
             self.listen("gate", &gate, bait, |_, _| {});
         }
         self.start_tls_server();
@@ -190,7 +247,9 @@ impl World {
     /// A TCP server in a namespace; each accept is counted under (role, port).
     fn listen(&mut self, role: &str, ns: &str, address: &str, handler: fn(TcpStream, &Seen)) {
         let address = address.to_string();
-        let listener = in_netns(ns, move || TcpListener::bind(&address).unwrap_or_else(|e| panic!("bind {address}: {e}")));
+        let listener = in_netns(ns, move || {
+            TcpListener::bind(&address).unwrap_or_else(|e| panic!("bind {address}: {e}"))
+        });
         self.listeners.push(listener.try_clone().unwrap());
         let (seen, role) = (Arc::clone(&self.seen), role.to_string());
         thread::spawn(move || {
@@ -214,7 +273,10 @@ impl World {
             .stderr(Stdio::null())
             .status()
             .expect("openssl");
-        assert!(status.success(), "openssl could not make the test certificate");
+        assert!(
+            status.success(),
+            "openssl could not make the test certificate"
+        );
         fs::write(dir.join("tls_server.py"), TLS_SERVER).unwrap();
         let child = Command::new("ip")
             .args(["netns", "exec", &self.hosts_ns, PYTHON, "tls_server.py"])
@@ -224,13 +286,22 @@ impl World {
             .expect("tls server");
         let mut child = child;
         let mut ready = [0u8; 6];
-        child.stdout.as_mut().unwrap().read_exact(&mut ready).expect("tls server ready");
+        child
+            .stdout
+            .as_mut()
+            .unwrap()
+            .read_exact(&mut ready)
+            .expect("tls server ready");
         self.children.push(child);
     }
 
     /// Every SNI the TLS server saw (`-` for none), in order.
     pub fn tls_snis(&self) -> Vec<String> {
-        fs::read_to_string(self.dir.path().join("sni.log")).unwrap_or_default().lines().map(str::to_string).collect()
+        fs::read_to_string(self.dir.path().join("sni.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     /// The CA file clients trust.
@@ -242,12 +313,17 @@ impl World {
     /// descriptors over a socketpair, receive them, start the gate inside the gate namespace.
     pub fn start_gate(&self, config: EgressConfig) -> StartedGate {
         let mut config = config;
-        config.resolver.get_or_insert_with(|| "192.0.2.53".to_string());
+        config
+            .resolver
+            .get_or_insert_with(|| "192.0.2.53".to_string());
         let policy = EgressPolicy::parse(&config).expect("policy");
         let plan = policy.sandbox_plan().expect("plan");
         let (sandbox_end, gate_end) = UnixStream::pair().unwrap();
         in_netns(&self.sandbox_ns, move || {
-            airlock_egress::sandbox_side::configure(&plan).expect("configure").send(&sandbox_end).expect("send")
+            airlock_egress::sandbox_side::configure(&plan)
+                .expect("configure")
+                .send(&sandbox_end)
+                .expect("send")
         });
         let sockets = SandboxSockets::receive(&gate_end).expect("receive");
         let proxy_port = sockets.proxy_port;
@@ -255,8 +331,14 @@ impl World {
         let sink = Box::new(move |event: &GateEvent| {
             let _ = sender.send(event.clone());
         });
-        let gate = in_netns(&self.gate_ns, move || Gate::start(policy, sockets, Some(sink)).expect("gate"));
-        StartedGate { gate, proxy_port, events }
+        let gate = in_netns(&self.gate_ns, move || {
+            Gate::start(policy, sockets, Some(sink)).expect("gate")
+        });
+        StartedGate {
+            gate,
+            proxy_port,
+            events,
+        }
     }
 
     /// Runs a command inside the sandbox namespace with a clean environment, bounded in time.
@@ -286,15 +368,22 @@ impl World {
         let mut all = vec!["curl", "-sS", "--max-time", "15", "--cacert", &ca];
         all.extend_from_slice(args);
         let out = self.run(&all);
-        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
         (text, out.status.code().unwrap_or(-1))
     }
 
     /// A counter of the hosts namespace's /proc/net/snmp (e.g. ("Icmp", "InEchos")).
     pub fn host_snmp(&self, group: &str, field: &str) -> u64 {
-        let out = Command::new("ip").args(["netns", "exec", &self.hosts_ns, "cat", "/proc/net/snmp"]).output().unwrap();
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.hosts_ns, "cat", "/proc/net/snmp"])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(&format!("{group}:"))).collect();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{group}:")))
+            .collect();
         let names: Vec<&str> = lines[0].split_whitespace().collect();
         let values: Vec<&str> = lines[1].split_whitespace().collect();
         let index = names.iter().position(|n| *n == field).expect("snmp field");
@@ -336,7 +425,12 @@ impl StartedGate {
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("ip");
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Runs `work` on a thread moved into a named network namespace. Threads it spawns stay there.
@@ -344,8 +438,11 @@ pub fn in_netns<T: Send + 'static>(ns: &str, work: impl FnOnce() -> T + Send + '
     let path = format!("/run/netns/{ns}");
     thread::spawn(move || {
         let file = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        rustix::thread::move_into_link_name_space(file.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
-            .expect("setns");
+        rustix::thread::move_into_link_name_space(
+            file.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .expect("setns");
         work()
     })
     .join()
@@ -360,19 +457,32 @@ fn serve_dns(socket: UdpSocket, seen: Arc<Seen>) {
         if n == 0 {
             return;
         }
-        let Ok(query) = Message::from_vec(&buffer[..n]) else { continue };
-        let Some(question) = query.queries().first().cloned() else { continue };
-        let name = question.name().to_ascii().trim_end_matches('.').to_lowercase();
+        let Ok(query) = Message::from_vec(&buffer[..n]) else {
+            continue;
+        };
+        let Some(question) = query.queries().first().cloned() else {
+            continue;
+        };
+        let name = question
+            .name()
+            .to_ascii()
+            .trim_end_matches('.')
+            .to_lowercase();
         seen.dns_names.lock().unwrap().push(name.clone());
         let mut reply = Message::new();
-        reply.set_id(query.id()).set_message_type(MessageType::Response).set_recursion_available(true);
+        reply
+            .set_id(query.id())
+            .set_message_type(MessageType::Response)
+            .set_recursion_available(true);
         reply.add_query(question.clone());
         match table.get(name.as_str()) {
             None => {
                 reply.set_response_code(ResponseCode::NXDomain);
             }
             Some(sets) => {
-                let turn = asked.entry(format!("{name}/{}", question.query_type())).or_default();
+                let turn = asked
+                    .entry(format!("{name}/{}", question.query_type()))
+                    .or_default();
                 let set = &sets[(*turn).min(sets.len() - 1)];
                 *turn += 1;
                 for ip in set.iter().map(|a| a.parse::<IpAddr>().unwrap()) {
@@ -391,10 +501,16 @@ fn serve_dns(socket: UdpSocket, seen: Arc<Seen>) {
 
 /// HTTP: answers `host=<Host>`; an `Upgrade` request gets 101 and an echo.
 fn serve_http(mut stream: TcpStream, seen: &Seen) {
-    let Some(head) = read_head(&mut stream) else { return };
+    let Some(head) = read_head(&mut stream) else {
+        return;
+    };
     let host = head
         .lines()
-        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("host")).map(|(_, v)| v.trim().to_string()))
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("host"))
+                .map(|(_, v)| v.trim().to_string())
+        })
         .unwrap_or_default();
     seen.hosts.lock().unwrap().push(host.clone());
     if head.to_ascii_lowercase().contains("upgrade: websocket") {
@@ -402,7 +518,11 @@ fn serve_http(mut stream: TcpStream, seen: &Seen) {
         return serve_echo(stream);
     }
     let body = format!("host={host}\n");
-    let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
 
 fn read_head(stream: &mut TcpStream) -> Option<String> {
