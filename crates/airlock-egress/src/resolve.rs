@@ -88,8 +88,8 @@ pub fn resolve_with(server: SocketAddr, name: &str) -> io::Result<(Vec<IpAddr>, 
         let reply = exchange(server, name, record_type)?;
         for record in reply.answers() {
             let ip = match record.data() {
-                RData::A(a) => IpAddr::V4(Ipv4Addr::from(a.0)),
-                RData::AAAA(aaaa) => IpAddr::V6(Ipv6Addr::from(aaaa.0)),
+                RData::A(a) => IpAddr::V4(a.0),
+                RData::AAAA(aaaa) => IpAddr::V6(aaaa.0),
                 _ => continue,
             };
             ttl = ttl.min(record.ttl());

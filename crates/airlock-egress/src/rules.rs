@@ -132,7 +132,7 @@ impl Rule {
     }
 
     fn covers_every_port(&self) -> bool {
-        self.ports.iter().any(|range| *range == (1..=u16::MAX))
+        self.ports.contains(&(1..=u16::MAX))
     }
 }
 

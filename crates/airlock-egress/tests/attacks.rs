@@ -8,14 +8,6 @@ use std::time::{Duration, Instant};
 use airlock_egress::report::{Channel, Decision, Reason};
 use airlock_egress::EgressConfig;
 
-fn config(allow: &[&str], deny: &[&str]) -> EgressConfig {
-    EgressConfig {
-        allow: allow.iter().map(|r| r.to_string()).collect(),
-        deny: deny.iter().map(|r| r.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
 const TEST_RANGES: [&str; 3] = ["192.0.2.0/24:80", "192.0.2.0/24:443", "[2001:db8::/32]:443"];
 
 fn with_ranges(names: &[&str]) -> Vec<String> {
