@@ -17,7 +17,7 @@ use crate::address::classify;
 use crate::dns::is_placeholder;
 use crate::gate::{Shared, StreamKey};
 use crate::host::{parse_host, split_host_port, Host};
-use crate::meter::{Admission, Direction};
+use crate::meter::Direction;
 use crate::policy::GateMode;
 use crate::report::{Channel, Decision, DecisionRecord, Protocol, Reason};
 use crate::rules::{Access, RuleVerdict};
@@ -168,7 +168,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// Takes a connection slot under the caps.
-    pub(crate) fn admit(&mut self) -> Result<Admission, Refusal> {
+    pub(crate) fn admit(&mut self) -> Result<(), Refusal> {
         self.shared
             .meter
             .admit_connection()
@@ -256,13 +256,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// Records the decision, forwards `preface` and relays until both sides close.
-    pub(crate) fn relay(
-        mut self,
-        client: TcpStream,
-        mut upstream: TcpStream,
-        preface: &[u8],
-        admission: Admission,
-    ) {
+    pub(crate) fn relay(mut self, client: TcpStream, mut upstream: TcpStream, preface: &[u8]) {
         let (decision, reason, detail) = match self.would_deny.take() {
             Some(refusal) => (Decision::WouldDeny, refusal.reason, refusal.detail),
             None => (Decision::Allow, Reason::Allowed, self.record.detail.take()),
@@ -288,7 +282,6 @@ impl<'a> Attempt<'a> {
             traffic.ended_by = Some(Reason::GateShutdown);
         }
         self.shared.audit.close(slot, traffic);
-        drop(admission);
     }
 }
 
@@ -412,7 +405,7 @@ pub(crate) fn serve_captured(shared: Arc<Shared>, mut client: TcpStream) {
     let registration = shared.register(&client);
     let mut attempt = Attempt::new(&shared, Channel::Capture);
     match captured_flow(&mut attempt, &mut client, &registration) {
-        Ok((upstream, preface, admission)) => attempt.relay(client, upstream, &preface, admission),
+        Ok((upstream, preface)) => attempt.relay(client, upstream, &preface),
         Err(refusal) => {
             let plain_http = attempt.record.protocol == Some(Protocol::Http);
             let reason = refusal.reason;
@@ -429,7 +422,7 @@ fn captured_flow(
     attempt: &mut Attempt<'_>,
     client: &mut TcpStream,
     registration: &StreamKey<'_>,
-) -> Result<(TcpStream, Vec<u8>, Admission), Refusal> {
+) -> Result<(TcpStream, Vec<u8>), Refusal> {
     let local = client
         .local_addr()
         .map_err(|e| Refusal::with(Reason::BadRequest, e.to_string()))?;
@@ -450,9 +443,9 @@ fn captured_flow(
     attempt.set_target(&destination, port);
     let access = attempt.check_rules(&destination, port)?;
     let preface = attempt.check_stream(client, Vec::new(), &destination, access, port)?;
-    let admission = attempt.admit()?;
+    attempt.admit()?;
     let upstream = attempt.connect(&destination, port, registration)?;
-    Ok((upstream, preface, admission))
+    Ok((upstream, preface))
 }
 
 /// Closes with a reset, so the program sees ECONNRESET at once rather than a clean end.

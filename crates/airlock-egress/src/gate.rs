@@ -22,7 +22,7 @@ use crate::error::EgressError;
 use crate::meter::Meter;
 use crate::own_addresses::OwnAddresses;
 use crate::policy::{EgressPolicy, GateMode};
-use crate::report::{suggest_allow, Channel, NetworkReport};
+use crate::report::{suggest_allow, Channel, LimitKind, NetworkReport, Reason};
 use crate::resolve::HostResolver;
 use crate::sockets::SandboxSockets;
 
@@ -335,23 +335,42 @@ impl Listening {
 
     fn dispatch(&self, shared: &Arc<Shared>, ready: Ready) {
         match ready {
-            Ready::Capture(i) => accept_all(&self.capture[i], shared, crate::flow::serve_captured),
-            Ready::Proxy(i) => accept_all(&self.proxy[i], shared, crate::proxy::serve_proxy),
-            Ready::DnsTcp(i) => accept_all(&self.dns_tcp[i], shared, serve_dns_tcp),
+            Ready::Capture(i) => accept_all(
+                &self.capture[i],
+                shared,
+                Channel::Capture,
+                crate::flow::serve_captured,
+            ),
+            Ready::Proxy(i) => accept_all(
+                &self.proxy[i],
+                shared,
+                Channel::HttpProxy,
+                crate::proxy::serve_proxy,
+            ),
+            Ready::DnsTcp(i) => accept_all(&self.dns_tcp[i], shared, Channel::Dns, serve_dns_tcp),
             Ready::DnsUdp(i) => serve_dns_udp(&self.dns_udp[i], shared),
         }
     }
 }
 
-/// Accepts every pending connection, each served on its own thread.
-fn accept_all(listener: &TcpListener, shared: &Arc<Shared>, serve: fn(Arc<Shared>, TcpStream)) {
+/// Accepts every pending connection, each served on its own thread while it holds one of
+/// the run's concurrent slots; past the cap a connection is reset at once and recorded.
+fn accept_all(
+    listener: &TcpListener,
+    shared: &Arc<Shared>,
+    channel: Channel,
+    serve: fn(Arc<Shared>, TcpStream),
+) {
     loop {
         match listener.accept() {
-            Ok((stream, _)) => {
-                if stream.set_nonblocking(false).is_ok() {
-                    shared.spawn(move |shared| serve(shared, stream));
-                }
-            }
+            Ok((stream, _)) => match shared.meter.open_slot() {
+                Ok(slot) if stream.set_nonblocking(false).is_ok() => shared.spawn(move |shared| {
+                    serve(shared, stream);
+                    drop(slot);
+                }),
+                Ok(_) => {}
+                Err(kind) => refuse_over_cap(shared, channel, &stream, kind),
+            },
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             // Out of descriptors or memory: leave the rest queued, try again on the next poll.
@@ -361,6 +380,14 @@ fn accept_all(listener: &TcpListener, shared: &Arc<Shared>, serve: fn(Arc<Shared
             }
         }
     }
+}
+
+fn refuse_over_cap(shared: &Shared, channel: Channel, stream: &TcpStream, kind: LimitKind) {
+    let mut record = shared.audit.new_record(channel);
+    record.port = stream.local_addr().ok().map(|a| a.port());
+    record.reason = Reason::limit(kind);
+    shared.audit.decide(record);
+    crate::flow::reset(stream);
 }
 
 fn serve_dns_udp(socket: &UdpSocket, shared: &Arc<Shared>) {

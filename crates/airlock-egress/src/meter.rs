@@ -39,7 +39,7 @@ pub(crate) struct Meter {
     hit: Mutex<BTreeSet<LimitKind>>,
 }
 
-/// One admitted connection; dropping it frees its concurrent slot.
+/// One open connection's slot; dropping it frees the slot.
 #[derive(Debug)]
 pub(crate) struct Admission {
     concurrent: Arc<AtomicU64>,
@@ -64,9 +64,20 @@ impl Meter {
         }
     }
 
-    /// Admits one more connection, or names the cap that refuses it (a byte cap already
-    /// reached refuses new connections too).
-    pub(crate) fn admit_connection(&self) -> Result<Admission, LimitKind> {
+    /// Opens a slot for a connection the gate accepted (counted from accept to close, so
+    /// streams still being read count too), or names the cap that refuses it.
+    pub(crate) fn open_slot(&self) -> Result<Admission, LimitKind> {
+        if !take_one(&self.concurrent, self.limits.concurrent) {
+            return Err(self.note(LimitKind::Concurrent));
+        }
+        Ok(Admission {
+            concurrent: Arc::clone(&self.concurrent),
+        })
+    }
+
+    /// Admits one more connection to a destination, or names the cap that refuses it (a
+    /// byte cap already reached refuses new connections too).
+    pub(crate) fn admit_connection(&self) -> Result<(), LimitKind> {
         for direction in [Direction::Out, Direction::In] {
             if self.remaining(direction) == 0 {
                 return Err(self.note(direction.limit()));
@@ -75,13 +86,7 @@ impl Meter {
         if !take_one(&self.connections, self.limits.connections) {
             return Err(self.note(LimitKind::Connections));
         }
-        if !take_one(&self.concurrent, self.limits.concurrent) {
-            self.connections.fetch_sub(1, Ordering::AcqRel);
-            return Err(self.note(LimitKind::Concurrent));
-        }
-        Ok(Admission {
-            concurrent: Arc::clone(&self.concurrent),
-        })
+        Ok(())
     }
 
     /// Counts one DNS query; false past the cap.
@@ -164,11 +169,14 @@ mod tests {
     #[test]
     fn connection_caps_total_and_concurrent() {
         let meter = Meter::new(limits());
-        let a = meter.admit_connection().unwrap();
-        let _b = meter.admit_connection().unwrap();
-        assert_eq!(meter.admit_connection().unwrap_err(), LimitKind::Concurrent);
+        let a = meter.open_slot().unwrap();
+        let _b = meter.open_slot().unwrap();
+        assert_eq!(meter.open_slot().unwrap_err(), LimitKind::Concurrent);
         drop(a);
-        let _c = meter.admit_connection().unwrap();
+        let _c = meter.open_slot().unwrap();
+        for _ in 0..3 {
+            meter.admit_connection().unwrap();
+        }
         assert_eq!(
             meter.admit_connection().unwrap_err(),
             LimitKind::Connections

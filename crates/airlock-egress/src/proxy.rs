@@ -12,7 +12,6 @@ use crate::flow::{
 };
 use crate::gate::{Shared, StreamKey};
 use crate::host::split_host_port;
-use crate::meter::Admission;
 use crate::report::{Channel, Protocol, Reason};
 use crate::rules::Access;
 use crate::sniff::{read_opening, Opening, RequestHead};
@@ -42,12 +41,12 @@ fn open(
     destination: &Destination,
     port: u16,
     registration: &StreamKey<'_>,
-) -> Result<(Access, Admission, TcpStream), Refusal> {
+) -> Result<(Access, TcpStream), Refusal> {
     attempt.set_target(destination, port);
     let access = attempt.check_rules(destination, port)?;
-    let admission = attempt.admit()?;
+    attempt.admit()?;
     let upstream = attempt.connect(destination, port, registration)?;
-    Ok((access, admission, upstream))
+    Ok((access, upstream))
 }
 
 fn serve_http(shared: &Shared, mut client: TcpStream, registration: &StreamKey<'_>, first: u8) {
@@ -80,7 +79,7 @@ fn connect_tunnel(
             Refusal::with(Reason::BadRequest, head.target.clone()),
         );
     };
-    let (access, admission, upstream) = match open(&mut attempt, &destination, port, registration) {
+    let (access, upstream) = match open(&mut attempt, &destination, port, registration) {
         Ok(opened) => opened,
         Err(refusal) => return refuse_http(attempt, &mut client, refusal),
     };
@@ -92,7 +91,7 @@ fn connect_tunnel(
     }
     let leftover = bytes[head.len..].to_vec();
     match attempt.check_stream(&mut client, leftover, &destination, access, port) {
-        Ok(preface) => attempt.relay(client, upstream, &preface, admission),
+        Ok(preface) => attempt.relay(client, upstream, &preface),
         Err(refusal) => {
             attempt.refuse(refusal);
             reset(&client);
@@ -131,13 +130,13 @@ fn forward_request(
     if let Some(refusal) = host_headers_disagree(head, &destination, port) {
         return refuse_http(attempt, &mut client, refusal);
     }
-    let (_, admission, upstream) = match open(&mut attempt, &destination, port, registration) {
+    let (_, upstream) = match open(&mut attempt, &destination, port, registration) {
         Ok(opened) => opened,
         Err(refusal) => return refuse_http(attempt, &mut client, refusal),
     };
     let mut preface = origin_form_head(head, target.authority, target.path);
     preface.extend_from_slice(&bytes[head.len..]);
-    attempt.relay(client, upstream, &preface, admission);
+    attempt.relay(client, upstream, &preface);
 }
 
 /// The parts of `http://authority/path`.
@@ -261,7 +260,7 @@ fn serve_socks5(shared: &Shared, mut client: TcpStream, registration: &StreamKey
         }
     };
     let (destination, port) = request;
-    let (access, admission, upstream) = match open(&mut attempt, &destination, port, registration) {
+    let (access, upstream) = match open(&mut attempt, &destination, port, registration) {
         Ok(opened) => opened,
         Err(refusal) => {
             let _ = socks_reply(&mut client, socks_code(refusal.reason));
@@ -272,7 +271,7 @@ fn serve_socks5(shared: &Shared, mut client: TcpStream, registration: &StreamKey
         return;
     }
     match attempt.check_stream(&mut client, Vec::new(), &destination, access, port) {
-        Ok(preface) => attempt.relay(client, upstream, &preface, admission),
+        Ok(preface) => attempt.relay(client, upstream, &preface),
         Err(refusal) => {
             attempt.refuse(refusal);
             reset(&client);

@@ -479,3 +479,49 @@ fn a_program_ignoring_proxy_variables_works_for_allowed_names_and_fails_fast_oth
     started.gate.finish();
     assert_eq!(world.tls_snis(), vec!["allowed.test"]);
 }
+
+#[test]
+fn a_flood_of_silent_connections_is_held_to_the_concurrent_cap() {
+    let world = world_or_skip!();
+    let limits = airlock_egress::policy::LimitsConfig {
+        concurrent: Some(4),
+        ..Default::default()
+    };
+    let started = world.start_gate(EgressConfig {
+        allow: with_ranges(&["allowed.test"]),
+        limits,
+        ..Default::default()
+    });
+    let code = r#"
+import socket, time
+start = time.time(); held = []; refused = 0
+for _ in range(12):
+    try:
+        held.append(socket.create_connection(("allowed.test", 443), timeout=5))
+    except ConnectionResetError:
+        refused += 1
+time.sleep(0.5)
+for s in held:
+    s.setblocking(False)
+    try:
+        s.recv(1)
+    except BlockingIOError:
+        continue
+    except OSError:
+        refused += 1
+print(refused, round(time.time() - start) < 3)
+"#;
+    assert_eq!(
+        world.python(code).trim(),
+        "8 True",
+        "silent connections past the cap are reset at once"
+    );
+    let report = started.gate.finish();
+    let over: usize = report
+        .decisions
+        .iter()
+        .filter(|r| r.reason == Reason::LimitConcurrent)
+        .count();
+    // create_connection may try the IPv6 placeholder, then the IPv4 one: each reset is one record.
+    assert!(over >= 8, "{over}");
+}

@@ -119,7 +119,7 @@ _, b = attempt()          # over the concurrent cap while the first is open
 first.close()
 import time; time.sleep(0.3)
 second, c = attempt(); second.close(); time.sleep(0.3)
-_, d = attempt(); time.sleep(0.3)
+third, d = attempt(); third.close(); time.sleep(0.3)
 _, e = attempt()          # the fourth admitted would pass the total cap of 3
 print(a, b, c, d, e)
 "#;
