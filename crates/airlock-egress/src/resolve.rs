@@ -11,6 +11,7 @@ use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 
 use crate::policy::Resolver;
+use crate::sniff::is_timeout;
 
 /// How long one attempt waits for a DNS server.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -140,14 +141,7 @@ fn exchange_udp(server: SocketAddr, query: &[u8]) -> io::Result<Message> {
         while Instant::now() < deadline {
             let n = match socket.recv(&mut buffer) {
                 Ok(n) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    break
-                }
+                Err(e) if is_timeout(&e) => break,
                 Err(e) => return Err(e),
             };
             if let Some(reply) = matching_reply(&buffer[..n], query) {

@@ -82,14 +82,7 @@ pub fn read_opening(
         let mut chunk = [0u8; 4096];
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue
-            }
+            Err(e) if is_timeout(&e) => continue,
             Err(e) => return Err(e),
         };
         if n == 0 {
@@ -97,6 +90,14 @@ pub fn read_opening(
         }
         buffer.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// True for the error a read timeout gives (EAGAIN on Linux, ETIMEDOUT elsewhere).
+pub(crate) fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 enum Progress {

@@ -231,3 +231,74 @@ fn check_kind(kind: Kind, fd: &OwnedFd) -> Result<(), EgressError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listener() -> TcpListener {
+        TcpListener::bind("127.0.0.1:0").unwrap()
+    }
+
+    #[test]
+    fn sockets_cross_a_socketpair_with_their_roles() {
+        let capture: Vec<TcpListener> = (0..300).map(|_| listener()).collect();
+        let ports: Vec<u16> = capture
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        let sockets = SandboxSockets {
+            capture,
+            dns_udp: vec![UdpSocket::bind("127.0.0.1:0").unwrap()],
+            dns_tcp: vec![listener()],
+            proxy: vec![listener()],
+            ipv6: true,
+            proxy_port: 3128,
+        };
+        let (a, b) = UnixStream::pair().unwrap();
+        let sender = std::thread::spawn(move || sockets.send(&a));
+        let received = SandboxSockets::receive(&b).unwrap();
+        sender.join().unwrap().unwrap();
+        let received_ports: Vec<u16> = received
+            .capture
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        assert_eq!(
+            received_ports, ports,
+            "in order, across several SCM_RIGHTS messages"
+        );
+        assert_eq!(
+            (
+                received.dns_udp.len(),
+                received.dns_tcp.len(),
+                received.proxy.len()
+            ),
+            (1, 1, 1)
+        );
+        assert!(received.ipv6 && received.proxy_port == 3128);
+    }
+
+    #[test]
+    fn a_descriptor_of_the_wrong_kind_is_refused() {
+        let sockets = SandboxSockets {
+            capture: vec![],
+            dns_udp: vec![],
+            dns_tcp: vec![],
+            proxy: vec![listener()],
+            ipv6: false,
+            proxy_port: 1,
+        };
+        let (a, b) = UnixStream::pair().unwrap();
+        // Announce the listener as a DNS datagram socket.
+        let header = br#"{"ipv6":false,"proxy_port":1,"kinds":["dns_udp"]}"#;
+        let mut writer = &a;
+        writer
+            .write_all(&(header.len() as u32).to_be_bytes())
+            .unwrap();
+        writer.write_all(header).unwrap();
+        send_fds(&a, &[sockets.proxy[0].as_fd()]).unwrap();
+        let error = SandboxSockets::receive(&b).unwrap_err().to_string();
+        assert!(error.contains("wrong socket type"), "{error}");
+    }
+}
