@@ -265,6 +265,8 @@ impl<'a> Attempt<'a> {
         self.record.reason = reason;
         self.record.detail = detail;
         let slot = self.shared.audit.decide(self.record);
+        // The proxy's request reading left a timeout on the stream: a relayed stream may idle.
+        let _ = client.set_read_timeout(None);
         let meter = &self.shared.meter;
         let granted = meter.take_bytes(Direction::Out, preface.len() as u64) as usize;
         let sent = upstream.write_all(&preface[..granted]).is_ok() && granted == preface.len();
@@ -410,10 +412,14 @@ pub(crate) fn serve_captured(shared: Arc<Shared>, mut client: TcpStream) {
             let plain_http = attempt.record.protocol == Some(Protocol::Http);
             let reason = refusal.reason;
             attempt.refuse(refusal);
+            // Plain HTTP hears why (a 403 naming the reason, then a clean close, so the
+            // response is not lost to a reset); anything else is reset at once.
             if plain_http {
                 let _ = crate::proxy::write_http_refusal(&mut client, reason);
+                let _ = client.shutdown(std::net::Shutdown::Write);
+            } else {
+                reset(&client);
             }
-            reset(&client);
         }
     }
 }

@@ -33,6 +33,12 @@ pub struct SandboxPlan {
 }
 
 impl SandboxPlan {
+    /// The environment pointing proxy-aware programs at the endpoint (known before the
+    /// sandbox starts, so the launcher can put it in the program's environment).
+    pub fn proxy_env(&self) -> Vec<(String, String)> {
+        crate::env::proxy_env(self.proxy_port)
+    }
+
     /// Every range given a `local` route on `lo`: the placeholders, then the allowed ranges.
     pub fn local_routes(&self) -> Vec<IpNet> {
         let mut routes = vec![IpNet::V4(PLACEHOLDER_V4), IpNet::V6(PLACEHOLDER_V6)];

@@ -284,3 +284,28 @@ fn events_stream_live_and_the_report_writes_ndjson() {
         capture["bytes_in"].as_u64().unwrap() > 0 && capture["duration_ms"].as_f64().unwrap() > 0.0
     );
 }
+
+#[test]
+fn a_proxied_raw_stream_may_stay_idle_longer_than_the_request_timeout() {
+    let world = world_or_skip!();
+    let started = world.start_gate(allow(&["198.51.100.0/24:22"]));
+    let code = format!(
+        r#"
+import socket, time
+s = socket.create_connection(("127.0.0.1", {port}), timeout=30)
+s.sendall(b"\x05\x01\x00"); assert s.recv(2) == b"\x05\x00"
+s.sendall(b"\x05\x01\x00\x01" + socket.inet_aton("198.51.100.10") + (22).to_bytes(2, "big"))
+assert s.recv(10)[1] == 0
+banner = s.recv(100)
+time.sleep(11)
+s.sendall(b"still-here")
+print(banner.decode().strip(), s.recv(100).decode())
+"#,
+        port = started.proxy_port
+    );
+    assert_eq!(
+        world.python(&code).trim(),
+        "SSH-2.0-airlock-test still-here"
+    );
+    started.gate.finish();
+}
