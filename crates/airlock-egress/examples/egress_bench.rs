@@ -29,11 +29,17 @@ fn main() {
     let (gate, sandbox) = start_gate(port);
 
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
+    let (mut direct_cpu, mut gated_cpu) = (0.0, 0.0);
     for _ in 0..ROUNDS {
+        let before = cpu_seconds();
         direct.push(bulk(port, Side::Direct));
+        let middle = cpu_seconds();
         gated.push(bulk(port, Side::Sandbox(&sandbox)));
+        direct_cpu += middle - before;
+        gated_cpu += cpu_seconds() - middle;
     }
     let (direct_rate, gated_rate) = (median(direct), median(gated));
+    let gigabytes = (ROUNDS as u64 * BULK_BYTES) as f64 / 1e9;
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         direct.push(connection_latency(port, Side::Direct));
@@ -65,6 +71,11 @@ fn main() {
         &format!("{:.2} GB/s", gated_rate / 1e9),
         gated_rate >= 1e9,
         ">= 1 GB/s",
+    );
+    println!(
+        "CPU per GB moved (client + gate + server, all in this process): direct {:.2} s, through the gate {:.2} s",
+        direct_cpu / gigabytes,
+        gated_cpu / gigabytes
     );
     verdict(
         "added latency per connection",
@@ -247,6 +258,19 @@ fn idle_gate_memory(port: u16) -> f64 {
     let after = resident_bytes();
     drop(gates);
     (after.saturating_sub(before)) as f64 / IDLE_GATES as f64
+}
+
+/// User + system CPU seconds of this process (every thread), from /proc/self/stat.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
 }
 
 fn resident_bytes() -> u64 {

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -635,8 +635,3 @@ while True:
     conn, _ = srv.accept()
     threading.Thread(target=serve, args=(conn,), daemon=True).start()
 "#;
-
-/// The placeholder-free address of a socket (for assertions on records).
-pub fn socket_addr(text: &str) -> SocketAddr {
-    text.parse().unwrap()
-}
