@@ -100,8 +100,6 @@ pub struct StubOutcome {
     pub name: Option<String>,
     /// The query type (`A`, `AAAA`, ...).
     pub query_type: String,
-    /// Answered (address or empty answer) rather than refused.
-    pub answered: bool,
     /// Allow, deny, or would-deny in report mode.
     pub decision: Decision,
     /// Why.
@@ -279,7 +277,6 @@ fn answered(
         reply: response.to_vec().unwrap_or_default(),
         name: Some(name),
         query_type,
-        answered: true,
         decision,
         reason,
     }
@@ -300,7 +297,6 @@ fn refusal(
         reply: response_to(request, code).to_vec().unwrap_or_default(),
         name,
         query_type,
-        answered: false,
         decision: Decision::Deny,
         reason,
     }
@@ -353,7 +349,7 @@ mod tests {
         let policy = policy(GateMode::Allowlist);
         let mut book = PlaceholderBook::default();
         let (outcome, reply) = ask(&policy, &mut book, "API.example.com.", RecordType::A);
-        assert!(outcome.answered);
+        assert_eq!(outcome.decision, Decision::Allow);
         let RData::A(A(ip)) = reply.answers()[0].data() else {
             panic!()
         };

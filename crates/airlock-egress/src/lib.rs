@@ -7,7 +7,7 @@
 //! [`sandbox_side::configure`] gives `lo` `local` routes for two placeholder ranges
 //! (198.18.0.0/15 and 2001:2::/48) and for the allowed address ranges, and binds the gate's
 //! sockets there: one listener per allowed port (dual-stack, on every local address), the DNS
-//! stub on 127.0.0.1:53 and [::1]:53, and the proxy endpoint on 127.0.0.1. Every other
+//! stub on `127.0.0.1:53` and `[::1]:53`, and the proxy endpoint on 127.0.0.1. Every other
 //! destination has no route (ENETUNREACH at once) or no listener (ECONNREFUSED at once).
 //! The sockets travel to the gate, outside the namespace, over a socketpair
 //! ([`SandboxSockets::send`] / [`SandboxSockets::receive`], `SCM_RIGHTS`); the gate's channel is
@@ -55,7 +55,7 @@
 
 pub mod address;
 mod audit;
-pub mod dns;
+mod dns;
 pub mod env;
 pub mod error;
 mod flow;
@@ -68,11 +68,11 @@ pub mod policy;
 mod proxy;
 mod relay;
 pub mod report;
-pub mod resolve;
+mod resolve;
 pub mod rules;
 #[cfg(target_os = "linux")]
 pub mod sandbox_side;
-pub mod sniff;
+mod sniff;
 pub mod sockets;
 pub mod unix_sockets;
 

@@ -241,7 +241,7 @@ pub struct NetworkReport {
     /// One record per decision, in order.
     pub decisions: Vec<DecisionRecord>,
     /// Records not kept because the run made more than the gate keeps
-    /// ([`crate::gate::MAX_RECORDS`]); the counters still count them.
+    /// ([`crate::MAX_RECORDS`]); the counters still count them.
     pub decisions_dropped: u64,
     /// Report mode: allow rules that would let this run's traffic through.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]

@@ -31,7 +31,7 @@ const MAX_HEADER: usize = 64 * 1024;
 pub struct SandboxSockets {
     /// Listeners on every captured port (dual-stack when IPv6 works).
     pub capture: Vec<TcpListener>,
-    /// The DNS stub's UDP sockets (127.0.0.1:53, and [::1]:53 with IPv6).
+    /// The DNS stub's UDP sockets (`127.0.0.1:53`, and `[::1]:53` with IPv6).
     pub dns_udp: Vec<UdpSocket>,
     /// The DNS stub's TCP listeners on the same addresses.
     pub dns_tcp: Vec<TcpListener>,
