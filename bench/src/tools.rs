@@ -120,8 +120,8 @@ fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
     let scratch = run_dir_scratch(&policy, &run_dir);
     ctx.scratch = Some(&scratch);
     let layout = HostLayout {
-        system: resolve_system_entries(&airlock::sandbox::rootfs::default_system_ro()),
-        etc: airlock::sandbox::rootfs::default_etc_files(),
+        system: resolve_system_entries(&airlock::confine::rootfs::default_system_ro()),
+        etc: airlock::confine::rootfs::default_etc_files(),
         identity,
     };
     let version = std::process::Command::new(&path)
@@ -144,7 +144,7 @@ fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
 /// airlock's two seccomp filters written to files, at the descriptors the bwrap backend
 /// hands them over on.
 fn seccomp_filter_files(dir: &Path) -> Result<Vec<(i32, PathBuf)>, String> {
-    use airlock::sandbox::seccomp::{build_filters, filter_bytes, SeccompConfig};
+    use airlock::confine::seccomp::{build_filters, filter_bytes, SeccompConfig};
     let config = SeccompConfig {
         allow_network: false,
     };
@@ -198,7 +198,7 @@ const BENCH_CGROUP_PARENT: &str = "airlock-bench";
 
 fn bench_cgroup(run_id: &str) -> airlock::spec::CgroupRequest {
     airlock::spec::CgroupRequest {
-        config: airlock::sandbox::cgroup::CgroupConfig {
+        config: airlock::confine::cgroup::CgroupConfig {
             parent: BENCH_CGROUP_PARENT.into(),
             ..Default::default()
         },

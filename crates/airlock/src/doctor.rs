@@ -4,10 +4,10 @@
 use serde::Serialize;
 
 use crate::backend::{all_backends, container_runtimes, select, RuntimeReport};
+use crate::confine::cgroup::{probe as probe_cgroups, CgroupConfig};
+use crate::confine::landlock::probe_abi;
 use crate::layer::{IsolationLevel, Layer};
 use crate::policy::builtin;
-use crate::sandbox::cgroup::{probe as probe_cgroups, CgroupConfig};
-use crate::sandbox::landlock::probe_abi;
 
 /// The whole diagnosis.
 #[derive(Serialize, Debug, Clone)]
@@ -122,7 +122,7 @@ fn runtime_dir_report() -> RuntimeDirReport {
     });
     let (filesystem, note) = match on_tmpfs {
         Some(Ok(true)) => ("tmpfs", None),
-        Some(Ok(false)) if crate::sandbox::caps::can_mount() => ("disk", Some(
+        Some(Ok(false)) if crate::confine::caps::can_mount() => ("disk", Some(
             "runs keep their directories in memory (a tmpfs in the init's own mount namespace); only --keep and --disk-run-dir runs, and the tool-version cache, use this directory".to_string(),
         )),
         Some(Ok(false)) => ("disk", Some(format!(

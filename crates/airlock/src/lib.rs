@@ -17,26 +17,34 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Each run re-executes an init program (`airlock __init`): by default the current
-//! executable, so a program embedding this crate must call [`init::init_main`] first thing in
-//! `main` when its first argument is [`init::INIT_ARG`] — or point
-//! [`SandboxOptions::init_program`] (or `AIRLOCK_INIT`) at the `airlock` binary.
+//! Each run has an init process that sets up the boundary and watches the program. A
+//! single-threaded caller forks it; a caller with threads executes an init program instead
+//! (`airlock __init`): by default the current executable, so a program embedding this crate
+//! must call [`init::init_main`] first thing in `main` when its first argument is
+//! [`init::INIT_ARG`] — or point [`SandboxOptions::init_program`] (or `AIRLOCK_INIT`) at the
+//! `airlock` binary.
 
 pub mod error;
 #[cfg(test)]
 mod golden;
 pub mod interp;
 pub mod layer;
+pub mod macos;
 pub mod policy;
 pub mod pool;
 pub mod result;
-/// macOS's Seatbelt backend: a pure SBPL generator everywhere, the runner on macOS only.
-#[path = "backend/seatbelt.rs"]
-pub mod seatbelt;
 pub mod worker;
 
 #[cfg(target_os = "linux")]
 pub mod backend;
+#[cfg(target_os = "linux")]
+pub mod call;
+/// The old name of [`call`], kept for callers written before the rename.
+#[cfg(target_os = "linux")]
+#[doc(hidden)]
+pub use call as tool;
+#[cfg(target_os = "linux")]
+pub mod confine;
 #[cfg(target_os = "linux")]
 pub mod doctor;
 #[cfg(target_os = "linux")]
@@ -44,16 +52,13 @@ pub mod init;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
-pub mod sandbox;
-#[cfg(target_os = "linux")]
 pub mod spec;
 #[cfg(target_os = "linux")]
 pub mod supervisor;
-#[cfg(target_os = "linux")]
-pub mod tool;
 
 pub use error::{Error, PolicyError};
 pub use layer::{IsolationLevel, Layer};
+pub use macos::seatbelt;
 pub use policy::Policy;
 pub use result::{RunResult, RunStatus};
 #[cfg(target_os = "linux")]

@@ -1,6 +1,7 @@
 //! What the supervisor hands the init (`airlock __init`) over a pipe, and what the init
 //! reports back. Plain data: the policy has been resolved and checked on the host side.
 
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -8,6 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::layer::Layer;
 use crate::result::RunStatus;
+
+/// The control pipe's descriptor in the init: the spec (when the init was executed rather than
+/// forked with it in memory), then one [`StopReason`] per line; EOF means the supervisor died.
+pub const CONTROL_FD: RawFd = 3;
+/// The event pipe's descriptor in the init: one [`InitEvent`] per line.
+pub const EVENTS_FD: RawFd = 4;
 
 /// Everything the init needs to start and watch one run.
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -109,9 +116,9 @@ pub struct Credentials {
 #[cfg(target_os = "linux")]
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct CgroupRequest {
-    pub config: crate::sandbox::cgroup::CgroupConfig,
+    pub config: crate::confine::cgroup::CgroupConfig,
     pub run_id: String,
-    pub limits: crate::sandbox::cgroup::CgroupLimits,
+    pub limits: crate::confine::cgroup::CgroupLimits,
 }
 
 /// The boundary around the program, chosen by the backend.
@@ -141,7 +148,7 @@ pub struct WrapSpec {
     /// raw `struct sock_filter` arrays, for tools that take `--add-seccomp-fd N`.
     pub seccomp_fds: Vec<i32>,
     /// The seccomp configuration for those filters.
-    pub seccomp: Option<crate::sandbox::seccomp::SeccompConfig>,
+    pub seccomp: Option<crate::confine::seccomp::SeccompConfig>,
     /// Keep root instead of dropping to the policy's uid (tools that need root to set up,
     /// like rootful runc; the tool itself then runs the program unprivileged).
     pub keep_root: bool,
@@ -246,9 +253,9 @@ pub struct WrapFile {
 pub struct NativeSpec {
     pub new_net: bool,
     pub hostname: String,
-    pub rootfs: crate::sandbox::rootfs::RootfsPlan,
-    pub landlock: crate::sandbox::landlock::LandlockRules,
-    pub seccomp: crate::sandbox::seccomp::SeccompConfig,
+    pub rootfs: crate::confine::rootfs::RootfsPlan,
+    pub landlock: crate::confine::landlock::LandlockRules,
+    pub seccomp: crate::confine::seccomp::SeccompConfig,
 }
 
 /// A message from the init to the supervisor, one JSON object per line.

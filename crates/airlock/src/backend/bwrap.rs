@@ -12,10 +12,10 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use super::{tier0_layers, Backend, PlanContext, Probe};
+use crate::confine::rootfs::{default_etc_files, default_system_ro};
+use crate::confine::seccomp::SeccompConfig;
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
-use crate::sandbox::rootfs::{default_etc_files, default_system_ro};
-use crate::sandbox::seccomp::SeccompConfig;
 use crate::spec::{Confinement, WrapFile, WrapSpec};
 
 /// The hostname inside every bwrap sandbox (the same as the native one).
@@ -59,7 +59,7 @@ fn probe_layers(available: bool) -> Vec<Layer> {
             Layer::NoNewPrivs,
             Layer::DiskQuota,
         ]);
-        if crate::sandbox::caps::can_mount() {
+        if crate::confine::caps::can_mount() {
             layers.push(Layer::InodeQuota);
         }
         layers.sort();
@@ -71,7 +71,7 @@ fn probe_layers(available: bool) -> Vec<Layer> {
 /// What bwrap leaves unenforced on this host.
 fn notes() -> Vec<String> {
     let mut notes = vec![UNENFORCED_NOTE.to_string()];
-    if !crate::sandbox::caps::can_mount() {
+    if !crate::confine::caps::can_mount() {
         notes.push(UNCAPPED_NOTE.into());
     }
     notes

@@ -181,7 +181,7 @@ fn probe_runsc(platform: bool) -> Probe {
             choice.platform, choice.reason
         ));
     }
-    let capped = crate::sandbox::caps::can_mount();
+    let capped = crate::confine::caps::can_mount();
     if runsc.is_some() {
         if !capped {
             problems.push(INODES_NOTE.into());

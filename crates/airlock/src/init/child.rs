@@ -14,9 +14,9 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::unistd::{Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
+use crate::confine::cgroup::{CgroupVersion, RunCgroup};
 use crate::layer::Layer;
 use crate::linux::sys;
-use crate::sandbox::cgroup::{CgroupVersion, RunCgroup};
 use crate::spec::{Confinement, Credentials, InitSpec};
 
 /// Descriptor of the setup pipe in the child (close-on-exec: EOF at exec means success).

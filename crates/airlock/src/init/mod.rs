@@ -1,5 +1,7 @@
-//! The init: `airlock __init`, re-executed by the supervisor for every run. It is
-//! single-threaded, so it can fork freely. It creates the run's directory and cgroup, forks the
+//! The init: one per run, single-threaded, so it can fork freely. A single-threaded supervisor
+//! (the CLI) forks it with the run's spec in memory; a threaded one (a library caller, the
+//! pool) executes the airlock binary as `airlock __init` and sends the spec on the control
+//! pipe (see `supervisor::launch`). It creates the run's directory and cgroup, forks the
 //! child that hardens itself and execs the program, then watches: wall clock, CPU time,
 //! cancellation, the supervisor's death. At the end it kills every process the run left,
 //! removes what it created and reports one [`Outcome`].
@@ -23,16 +25,12 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::WaitStatus;
 use serde::{Deserialize, Serialize};
 
+use crate::confine::cgroup::RunCgroup;
 use crate::linux::sys::{self, Forked};
-use crate::sandbox::cgroup::RunCgroup;
-use crate::spec::{InitEvent, InitSpec};
+use crate::spec::{InitEvent, InitSpec, CONTROL_FD, EVENTS_FD};
 
 pub use child::resolve_program;
 
-/// The control pipe's descriptor in the init.
-pub const CONTROL_FD: RawFd = 3;
-/// The event pipe's descriptor in the init.
-pub const EVENTS_FD: RawFd = 4;
 /// The argument that makes the airlock binary act as the init.
 pub const INIT_ARG: &str = "__init";
 
@@ -45,7 +43,14 @@ pub fn init_main() -> ! {
 /// Runs the init with `spec` when the supervisor forked it (the spec is already in memory),
 /// or with the spec read from the control pipe, and exits.
 pub(crate) fn init_main_with(spec: Option<&InitSpec>) -> ! {
-    let code = match run_init(spec) {
+    // Owned here until the process exits: closed any earlier, the supervisor's stop requests
+    // would fail.
+    let mut control = sys::claim_inherited_fd(CONTROL_FD).map(std::fs::File::from);
+    let result = match &mut control {
+        Ok(control) => run_init(spec, control),
+        Err(e) => Err(format!("cannot take the control pipe: {e}")),
+    };
+    let code = match result {
         Ok(()) => 0,
         Err(error) => {
             send_event(&InitEvent::SetupFailed { error });
@@ -55,7 +60,7 @@ pub(crate) fn init_main_with(spec: Option<&InitSpec>) -> ! {
     sys::exit_now(code)
 }
 
-fn run_init(given: Option<&InitSpec>) -> Result<(), String> {
+fn run_init(given: Option<&InitSpec>, control: &mut std::fs::File) -> Result<(), String> {
     // The program may run as our own uid (Tier 0 without root): make our /proc entries
     // root-owned so it cannot open our descriptors and forge events.
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
@@ -65,12 +70,12 @@ fn run_init(given: Option<&InitSpec>) -> Result<(), String> {
     let spec = match given {
         Some(spec) => spec,
         None => {
-            read = read_spec()?;
+            read = read_spec(control)?;
             &read
         }
     };
     let mut run = PreparedRun::create(spec)?;
-    let result = watch::supervise(spec, &mut run);
+    let result = watch::supervise(spec, &mut run, control);
     let cleanup_warnings = run.cleanup(spec);
     let mut outcome = result?;
     outcome.warnings.extend(cleanup_warnings);
@@ -78,10 +83,7 @@ fn run_init(given: Option<&InitSpec>) -> Result<(), String> {
     Ok(())
 }
 
-fn read_spec() -> Result<InitSpec, String> {
-    // SAFETY of ownership: descriptor 3 was placed by the supervisor for us alone; it is read
-    // here and by the watch loop, and closed only when the process exits.
-    let mut control = std::mem::ManuallyDrop::new(borrow_file(CONTROL_FD));
+fn read_spec(control: &mut std::fs::File) -> Result<InitSpec, String> {
     let mut header = [0u8; 8];
     control
         .read_exact(&mut header)
@@ -95,10 +97,6 @@ fn read_spec() -> Result<InitSpec, String> {
         .read_exact(&mut body)
         .map_err(|e| format!("cannot read the run spec: {e}"))?;
     serde_json::from_slice(&body).map_err(|e| format!("malformed run spec: {e}"))
-}
-
-fn borrow_file(fd: RawFd) -> std::fs::File {
-    std::fs::File::from(sys::adopt_fd(fd))
 }
 
 /// The signals that ask a process to stop gracefully (the init's SIGTERM to the whole tree,
@@ -151,7 +149,7 @@ impl PreparedRun {
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .map_err(|e| format!("signalfd: {e}"))?;
         if let Some(scratch) = &spec.scratch {
-            crate::sandbox::rootfs::enter_private_runtime(&scratch.runtime_dir)
+            crate::confine::rootfs::enter_private_runtime(&scratch.runtime_dir)
                 .map_err(|e| e.to_string())?;
         }
         make_run_dirs(spec)?;
@@ -231,7 +229,7 @@ fn keeps_own_workdir(spec: &InitSpec) -> bool {
 fn cgroup_limits(
     spec: &InitSpec,
     request: &crate::spec::CgroupRequest,
-) -> crate::sandbox::cgroup::CgroupLimits {
+) -> crate::confine::cgroup::CgroupLimits {
     let mut limits = request.limits.clone();
     if matches!(&spec.confinement, crate::spec::Confinement::Wrapped(w) if w.no_cgroup_pids_limit) {
         limits.pids = None;
@@ -265,7 +263,7 @@ fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
 fn mount_scratch(spec: &InitSpec, scratch: &crate::spec::MemoryScratch) -> Result<(), String> {
     for mount in &scratch.mounts {
         check_inside_run_dir(spec, &mount.path, "scratch mount")?;
-        crate::sandbox::rootfs::mount_scratch(mount).map_err(|e| e.to_string())?;
+        crate::confine::rootfs::mount_scratch(mount).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -300,7 +298,7 @@ fn hide_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), Strin
     }
     for hidden in &wrap.hidden_files {
         check_inside_run_dir(spec, &hidden.empty, "hiding file")?;
-        crate::sandbox::rootfs::cover_with_empty_file(&hidden.empty, &hidden.target)
+        crate::confine::rootfs::cover_with_empty_file(&hidden.empty, &hidden.target)
             .map_err(|e| e.to_string())?;
     }
     Ok(())

@@ -18,11 +18,11 @@ use nix::unistd::{getgid, getuid, Pid};
 
 use super::child::{finish_and_exec, send_setup, SetupMessage, REPORT_FD, SETUP_FD};
 use super::ExitReport;
+use crate::confine::landlock::Enforcement;
+use crate::confine::rootfs::Workdir;
+use crate::confine::{caps, landlock, rootfs, seccomp};
 use crate::layer::Layer;
 use crate::linux::sys::{self, Forked};
-use crate::sandbox::landlock::Enforcement;
-use crate::sandbox::rootfs::Workdir;
-use crate::sandbox::{caps, landlock, rootfs, seccomp};
 use crate::spec::{InitSpec, NativeSpec};
 
 pub(super) fn enter(

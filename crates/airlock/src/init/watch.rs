@@ -13,9 +13,9 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::child::SetupMessage;
-use super::{any_file_at_least, fork_child, send_event, ExitReport, PreparedRun, CONTROL_FD};
+use super::{any_file_at_least, fork_child, send_event, ExitReport, PreparedRun};
 use crate::layer::Layer;
-use crate::linux::{sys, tree};
+use crate::linux::tree;
 use crate::result::RunStatus;
 use crate::spec::{Confinement, InitEvent, InitSpec, Outcome, StopReason};
 
@@ -35,6 +35,8 @@ const EXIT_PATIENCE: Duration = Duration::from_millis(50);
 struct Watch<'a> {
     spec: &'a InitSpec,
     run: &'a PreparedRun,
+    /// The control pipe from the supervisor: stop requests, and EOF when it died.
+    control: &'a mut std::fs::File,
     child: Pid,
     start: Instant,
     main: Option<WaitStatus>,
@@ -48,7 +50,11 @@ struct Watch<'a> {
     next_cpu_check: Instant,
 }
 
-pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcome, String> {
+pub(super) fn supervise(
+    spec: &InitSpec,
+    run: &mut PreparedRun,
+    control: &mut std::fs::File,
+) -> Result<Outcome, String> {
     let (setup_read, setup_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
@@ -65,7 +71,7 @@ pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcom
     drop((setup_write, report_write));
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
-    let mut watch = Watch::new(spec, run, child, start, setup_read);
+    let mut watch = Watch::new(spec, run, control, child, start, setup_read);
     watch.run_until_exit();
     watch.kill_everything();
     if let Some(error) = watch.setup_error.take() {
@@ -95,6 +101,7 @@ impl<'a> Watch<'a> {
     fn new(
         spec: &'a InitSpec,
         run: &'a PreparedRun,
+        control: &'a mut std::fs::File,
         child: Pid,
         start: Instant,
         setup: OwnedFd,
@@ -106,6 +113,7 @@ impl<'a> Watch<'a> {
         Watch {
             spec,
             run,
+            control,
             child,
             start,
             main: None,
@@ -128,10 +136,9 @@ impl<'a> Watch<'a> {
     }
 
     fn poll_once(&mut self) {
-        let control = sys::adopt_fd_borrowed(CONTROL_FD);
         let mut fds = vec![PollFd::new(self.run.signals.as_fd(), PollFlags::POLLIN)];
         if self.control_open {
-            fds.push(PollFd::new(control, PollFlags::POLLIN));
+            fds.push(PollFd::new(self.control.as_fd(), PollFlags::POLLIN));
         }
         let setup_index = fds.len();
         if let Some(pipe) = &self.setup_pipe {
@@ -178,10 +185,8 @@ impl<'a> Watch<'a> {
     }
 
     fn read_control(&mut self) {
-        let mut control =
-            std::mem::ManuallyDrop::new(std::fs::File::from(sys::adopt_fd(CONTROL_FD)));
         let mut buffer = [0u8; 256];
-        match control.read(&mut buffer) {
+        match self.control.read(&mut buffer) {
             Ok(0) | Err(_) => {
                 self.control_open = false;
                 self.begin_stop(StopCause::SupervisorGone);

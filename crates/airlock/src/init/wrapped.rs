@@ -16,11 +16,11 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::child::{finish_and_exec_with, send_setup, SetupMessage};
+use crate::confine::seccomp;
 use crate::layer::Layer;
 use crate::linux::sys::{self, Forked};
 use crate::linux::tree;
 use crate::result::RunStatus;
-use crate::sandbox::seccomp;
 use crate::spec::{Confinement, InitSpec, Outcome, StartEvidence, WrapSpec};
 
 pub(super) fn exec(

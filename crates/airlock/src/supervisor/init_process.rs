@@ -16,9 +16,9 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::error::Error;
-use crate::init::{CONTROL_FD, EVENTS_FD, INIT_ARG};
+use crate::init::INIT_ARG;
 use crate::linux::sys::{self, Forked};
-use crate::spec::InitSpec;
+use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD};
 
 /// The init's standard descriptors; `None` inherits the supervisor's own.
 #[derive(Debug, Default)]

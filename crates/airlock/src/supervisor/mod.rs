@@ -3,9 +3,9 @@
 //! the init's report into a [`RunResult`].
 
 mod init_process;
-mod inline;
 mod output;
 mod runtime;
+mod serve;
 mod sweep;
 
 use std::io::Write;
@@ -23,11 +23,11 @@ pub use runtime::{default_runtime_dir, new_run_id, runtime_dir};
 pub use sweep::{sweep as sweep_abandoned_runs, KEPT_MARKER, SWEEP_STAMP};
 
 use crate::backend::{self, Backend, PlanContext};
+use crate::confine::cgroup::{CgroupConfig, CgroupLimits};
 use crate::error::Error;
 use crate::layer::Layer;
 use crate::policy::{BackendChoice, OutputLimitAction, Policy};
 use crate::result::{RunResult, RunStatus};
-use crate::sandbox::cgroup::{CgroupConfig, CgroupLimits};
 use crate::spec::{
     CgroupRequest, Credentials, InitEvent, InitSpec, MemoryScratch, Outcome, ScratchMount,
     SpecLimits, StopReason,
@@ -219,13 +219,13 @@ impl Command {
         let (started, mut ending) = start(&self, prepared)?;
         let policy = &self.sandbox.policy;
         let sinks = (self.stdout.blocking_sink(), self.stderr.blocking_sink());
-        let outputs = inline::Outputs {
+        let outputs = serve::Outputs {
             stdout: Collector::new(StreamKind::Stdout, &sinks.0, policy.limits.stdout.0),
             stderr: Collector::new(StreamKind::Stderr, &sinks.1, policy.limits.stderr.0),
         };
         let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
         let control = Mutex::new(started.control);
-        let served = inline::serve(started.pipes, outputs, || {
+        let served = serve::serve(started.pipes, outputs, || {
             if kill_on_overflow {
                 send_stop(&control, StopReason::OutputLimit);
             }
@@ -295,7 +295,7 @@ impl Prepared {
         let cgroup = cgroup_request(policy, options, &run_id);
         let owned_workdir = (fresh && !command.keep).then_some(workdir.as_path());
         let mut scratch =
-            (!command.keep && !options.disk_run_dir && crate::sandbox::caps::can_mount())
+            (!command.keep && !options.disk_run_dir && crate::confine::caps::can_mount())
                 .then(|| memory_scratch(policy, &runtime, &run_dir, owned_workdir));
         let plan_env = program_env(policy, &command.env, &workdir, None);
         let ctx = PlanContext {
@@ -605,7 +605,7 @@ struct Ending {
 /// A run whose init has its spec: the control pipe and the pipes the supervisor serves.
 struct Started {
     control: std::fs::File,
-    pipes: inline::Pipes,
+    pipes: serve::Pipes,
 }
 
 /// A cloneable way to cancel a run from another thread.
@@ -659,7 +659,7 @@ fn start(command: &Command, prepared: Prepared) -> Result<(Started, Ending), Err
     };
     let started = Started {
         control,
-        pipes: inline::Pipes {
+        pipes: serve::Pipes {
             stdin,
             stdout: out_pipes.0,
             stderr: out_pipes.1,
@@ -794,7 +794,7 @@ fn spawn_event_reader(
     tx: std::sync::mpsc::Sender<RunEvent>,
 ) -> JoinHandle<Vec<InitEvent>> {
     std::thread::spawn(move || {
-        let mut log = inline::EventLog::default();
+        let mut log = serve::EventLog::default();
         let mut pipe = std::fs::File::from(events);
         let mut buffer = vec![0u8; 4096];
         while let Some(chunk) = output::read_chunk(&mut pipe, &mut buffer) {
@@ -843,7 +843,7 @@ impl RunHandle {
         if let Some(writer) = self.stdin_writer.take() {
             let _ = writer.join();
         }
-        self.ending.conclude(inline::Served {
+        self.ending.conclude(serve::Served {
             stdout,
             stderr,
             events,
@@ -853,7 +853,7 @@ impl RunHandle {
 
 impl Ending {
     /// Reaps the init (every process of the run is gone by then) and builds the result.
-    fn conclude(&mut self, served: inline::Served) -> Result<RunResult, Error> {
+    fn conclude(&mut self, served: serve::Served) -> Result<RunResult, Error> {
         let init_status = self
             .init
             .wait()

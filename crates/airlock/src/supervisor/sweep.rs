@@ -10,7 +10,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::sandbox::cgroup::CgroupConfig;
+use crate::confine::cgroup::CgroupConfig;
 
 /// An init whose supervisor died stops the run at once and removes everything within seconds;
 /// anything older than this with a dead supervisor is abandoned.

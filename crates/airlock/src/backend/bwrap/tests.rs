@@ -191,7 +191,7 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
     // Without the init's capped mounts (no scratch), bwrap's tmpfs has no inode cap; the
     // probe claims one only where airlock can make those mounts.
     assert!(!wrap.layers.contains(&Layer::InodeQuota));
-    let can_mount = crate::sandbox::caps::can_mount();
+    let can_mount = crate::confine::caps::can_mount();
     for probe in [backend.probe(), backend.quick_probe()] {
         assert_eq!(probe.layers.contains(&Layer::InodeQuota), can_mount);
     }

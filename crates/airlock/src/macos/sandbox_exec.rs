@@ -1,11 +1,11 @@
 //! The macOS half of the seatbelt backend: runs a program under `sandbox-exec` with the
-//! profile from [`super::sbpl_profile`], the policy's environment and the rlimit prologue.
+//! profile from [`super::seatbelt::sbpl_profile`], the policy's environment and the rlimit prologue.
 //! Only std is used, so nothing here needs `unsafe` or a platform crate.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{sbpl_profile, ulimit_prologue, SeatbeltPaths};
+use super::seatbelt::{sbpl_profile, ulimit_prologue, SeatbeltPaths};
 use crate::policy::Policy;
 
 /// The system's sandbox launcher.

@@ -1,6 +1,6 @@
 //! `seatbelt`: macOS's sandbox (`sandbox-exec` with an SBPL profile). The profile generator
 //! here is pure and compiled on every platform so it is unit-tested on Linux against golden
-//! files; the runner that calls `sandbox-exec` is macOS-only (`seatbelt_macos.rs`).
+//! files; the runner that calls `sandbox-exec` is macOS-only (`super::sandbox_exec`).
 //!
 //! Mapping of the policy: everything is denied by default; system directories and
 //! `filesystem.read_only` are readable (and, unless `exec_writable`, the only places programs
@@ -14,10 +14,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::policy::Policy;
-
-#[cfg(target_os = "macos")]
-#[path = "seatbelt_macos.rs"]
-pub mod macos;
 
 /// System locations every program needs to start (dyld, frameworks, locale, time zones).
 pub const SYSTEM_READ_PATHS: &[&str] = &[
