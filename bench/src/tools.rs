@@ -334,7 +334,7 @@ fn planned_command(
     };
     make_run_dirs(&run_dir)?;
     for file in &wrap.files {
-        airlock::init::write_wrap_file(file)?;
+        airlock::rundir::write_file(file).map_err(|e| e.to_string())?;
     }
     // runc's `--keep` leaves the stopped container for airlock's init to inspect; a bare
     // runc must delete it, or the next run with the same id is refused.
@@ -360,7 +360,7 @@ fn planned_command(
 fn run_dir_scratch(
     policy: &airlock::policy::Policy,
     run_dir: &Path,
-) -> airlock::spec::MemoryScratch {
+) -> airlock::rundir::MemoryScratch {
     let workdir = run_dir.join("work");
     airlock::supervisor::memory_scratch(policy, &scratch_dir(), run_dir, Some(&workdir))
 }

@@ -115,7 +115,7 @@ pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
 /// avoids.
 fn runtime_dir_report() -> RuntimeDirReport {
     // The doctor creates nothing: a directory not made yet will land on its parent's filesystem.
-    let path = crate::supervisor::default_runtime_dir();
+    let path = crate::rundir::default_runtime_dir();
     let on_tmpfs = path.ancestors().find(|dir| dir.exists()).map(|dir| {
         nix::sys::statfs::statfs(dir)
             .map(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)

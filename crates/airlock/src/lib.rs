@@ -52,6 +52,8 @@ pub mod init;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
+pub mod rundir;
+#[cfg(target_os = "linux")]
 pub mod spec;
 #[cfg(target_os = "linux")]
 pub mod supervisor;

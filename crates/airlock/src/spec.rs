@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::confine::Credentials;
 use crate::layer::Layer;
 use crate::result::RunStatus;
+use crate::rundir::{MemoryScratch, RunFile};
 
 /// The control pipe's descriptor in the init: the spec (when the init was executed rather than
 /// forked with it in memory), then one [`StopReason`] per line; EOF means the supervisor died.
@@ -56,40 +58,6 @@ pub struct InitSpec {
     pub scratch: Option<MemoryScratch>,
 }
 
-/// The run's scratch space in memory. The init enters a mount namespace of its own, covers the
-/// runtime directory with a small tmpfs and builds the run directory in it, then mounts a capped
-/// tmpfs at each of `mounts` (the fresh workdir, tmp, shm). Nothing of the run reaches the
-/// host's disk, every writable area has a size and an inode cap whatever tool wraps the
-/// program, and the kernel frees it all when the run's last process is gone, even after a
-/// SIGKILL. Only for tools that run in the init's mount namespace (not Docker's daemon).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub struct MemoryScratch {
-    /// The directory the tmpfs covers (the parent of the run directory).
-    pub runtime_dir: PathBuf,
-    /// Capped tmpfs mounts inside the run directory.
-    pub mounts: Vec<ScratchMount>,
-}
-
-/// One capped tmpfs of a [`MemoryScratch`].
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub struct ScratchMount {
-    pub path: PathBuf,
-    pub size_bytes: u64,
-    pub max_files: u64,
-    pub mode: u32,
-    /// Allow executing files written there (the policy's `exec_writable`).
-    pub exec: bool,
-    /// The owner of the tmpfs root (the sandbox user), `None` for the init's own ids.
-    pub owner: Option<Credentials>,
-}
-
-impl MemoryScratch {
-    /// The capped tmpfs mounted at `path`, if the scratch has one.
-    pub fn mount_at(&self, path: &std::path::Path) -> Option<&ScratchMount> {
-        self.mounts.iter().find(|m| m.path == path)
-    }
-}
-
 /// Limits the init enforces itself.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct SpecLimits {
@@ -103,13 +71,6 @@ pub struct SpecLimits {
     pub disk_bytes: u64,
     pub files: u64,
     pub cpus: f64,
-}
-
-/// A uid/gid pair.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Credentials {
-    pub uid: u32,
-    pub gid: u32,
 }
 
 /// Where and with which limits to create the run's cgroup.
@@ -143,7 +104,7 @@ pub struct WrapSpec {
     pub tool_argv: Vec<String>,
     /// Files the init writes before the run (absolute paths inside the run directory), e.g.
     /// an OCI bundle's config.json.
-    pub files: Vec<WrapFile>,
+    pub files: Vec<RunFile>,
     /// Descriptor numbers at which the init places our seccomp filters (allowlist first), as
     /// raw `struct sock_filter` arrays, for tools that take `--add-seccomp-fd N`.
     pub seccomp_fds: Vec<i32>,
@@ -237,14 +198,6 @@ pub struct StartEvidence {
     /// after writing its pid file when the sandbox cannot start the program (e.g. it does not
     /// exist), and says so only there and on stderr.
     pub failure_log: Option<(PathBuf, String)>,
-}
-
-/// A file written by the init for a wrapped run; a path ending in `/` is a directory.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub struct WrapFile {
-    pub path: PathBuf,
-    pub contents: Vec<u8>,
-    pub mode: u32,
 }
 
 /// The native backend's plan: namespaces, root filesystem, Landlock and seccomp.

@@ -16,7 +16,8 @@ use crate::confine::rootfs::{default_etc_files, default_system_ro};
 use crate::confine::seccomp::SeccompConfig;
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
-use crate::spec::{Confinement, WrapFile, WrapSpec};
+use crate::rundir::{self, RunFile};
+use crate::spec::{Confinement, WrapSpec};
 
 /// The hostname inside every bwrap sandbox (the same as the native one).
 pub const BWRAP_HOSTNAME: &str = super::native::SANDBOX_HOSTNAME;
@@ -223,9 +224,14 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
     }
     args.flags(["--proc", "/proc", "--dev", "/dev"]);
     let disk = policy.limits.disk.0;
-    args.writable_area(ctx, &ctx.run_dir.join("tmp"), Path::new("/tmp"), disk);
-    let (shm, _) = super::shm_caps(&policy.limits);
-    args.writable_area(ctx, &ctx.run_dir.join("shm"), Path::new("/dev/shm"), shm);
+    args.writable_area(ctx, &rundir::tmp_dir(ctx.run_dir), Path::new("/tmp"), disk);
+    let (shm, _) = policy.limits.shm_caps();
+    args.writable_area(
+        ctx,
+        &rundir::shm_dir(ctx.run_dir),
+        Path::new("/dev/shm"),
+        shm,
+    );
     for path in &policy.filesystem.read_only {
         args.paths("--ro-bind", path, path);
     }
@@ -305,7 +311,7 @@ pub fn resolve_system_entries(paths: &[PathBuf]) -> Vec<SystemEntry> {
 
 /// passwd, group, hosts and hostname naming only the sandbox user and host, written by the
 /// init into the run directory and bound over the sandbox's `/etc`.
-fn identity_files(ctx: &PlanContext) -> Vec<(WrapFile, PathBuf)> {
+fn identity_files(ctx: &PlanContext) -> Vec<(RunFile, PathBuf)> {
     let (uid, gid) = super::native::sandbox_ids(ctx.policy);
     let home = ctx.workdir.display();
     let mut files = vec![
@@ -329,7 +335,7 @@ fn identity_files(ctx: &PlanContext) -> Vec<(WrapFile, PathBuf)> {
     files
         .into_iter()
         .map(|(name, contents)| {
-            let file = WrapFile {
+            let file = RunFile {
                 path: dir.join(name),
                 contents: contents.into_bytes(),
                 mode: 0o644,

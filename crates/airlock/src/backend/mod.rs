@@ -61,7 +61,7 @@ pub struct PlanContext<'a> {
     /// The run directory will be in memory with these capped tmpfs mounts, for a tool that
     /// runs in the init's mount namespace; a backend may bind them instead of asking its tool
     /// for a tmpfs it cannot cap.
-    pub scratch: Option<&'a crate::spec::MemoryScratch>,
+    pub scratch: Option<&'a crate::rundir::MemoryScratch>,
 }
 
 impl PlanContext<'_> {
@@ -186,12 +186,6 @@ pub fn level_name(level: IsolationLevel) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_else(|| format!("{level:?}"))
-}
-
-/// The size and file caps of `/dev/shm`: a smaller share of the disk and file limits, since
-/// shared memory is for buffers, not files.
-pub(crate) fn shm_caps(limits: &crate::policy::Limits) -> (u64, u64) {
-    (limits.disk.0.min(64 << 20), limits.files.min(1024))
 }
 
 /// The Tier-0 layers every backend gets from the init.

@@ -149,7 +149,7 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
         workdir,
         tmp: tmpfs,
         dev_shm: {
-            let (size_bytes, max_files) = super::shm_caps(limits);
+            let (size_bytes, max_files) = limits.shm_caps();
             TmpfsSpec {
                 size_bytes,
                 max_files,

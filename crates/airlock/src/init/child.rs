@@ -15,9 +15,10 @@ use nix::unistd::{Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
 use crate::confine::cgroup::{CgroupVersion, RunCgroup};
+use crate::confine::Credentials;
 use crate::layer::Layer;
 use crate::linux::sys;
-use crate::spec::{Confinement, Credentials, InitSpec};
+use crate::spec::{Confinement, InitSpec};
 
 /// Descriptor of the setup pipe in the child (close-on-exec: EOF at exec means success).
 pub(super) const SETUP_FD: RawFd = 3;

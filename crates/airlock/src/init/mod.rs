@@ -17,7 +17,6 @@ mod wrapped;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::sys::signal::{SigSet, Signal};
@@ -27,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::confine::cgroup::RunCgroup;
 use crate::linux::sys::{self, Forked};
+use crate::rundir::{self, NewRunDir};
 use crate::spec::{InitEvent, InitSpec, CONTROL_FD, EVENTS_FD};
 
 pub use child::resolve_program;
@@ -192,37 +192,15 @@ impl PreparedRun {
         }
         // A run directory in memory goes with the init's mount namespace.
         if spec.scratch.is_none() {
-            warnings.extend(remove_run_dir(spec));
+            warnings.extend(rundir::remove(&spec.run_dir, kept_workdir(spec)));
         }
         warnings
     }
 }
 
-/// Removes the run directory, or when the caller keeps a workdir of the run's own, everything
-/// in it but that workdir and its marker.
-fn remove_run_dir(spec: &InitSpec) -> Option<String> {
-    if !keeps_own_workdir(spec) {
-        remove_tree(&spec.run_dir);
-        return spec
-            .run_dir
-            .exists()
-            .then(|| format!("cannot remove the run directory {}", spec.run_dir.display()));
-    }
-    let marker = spec.run_dir.join(crate::supervisor::KEPT_MARKER);
-    let entries = std::fs::read_dir(&spec.run_dir)
-        .into_iter()
-        .flatten()
-        .flatten();
-    for entry in entries.map(|e| e.path()) {
-        if entry != spec.workdir && entry != marker {
-            remove_tree(&entry);
-        }
-    }
-    None
-}
-
-fn keeps_own_workdir(spec: &InitSpec) -> bool {
-    spec.keep && !spec.workdir_is_callers
+/// The run's own workdir, when the caller keeps it.
+fn kept_workdir(spec: &InitSpec) -> Option<&Path> {
+    (spec.keep && !spec.workdir_is_callers).then_some(spec.workdir.as_path())
 }
 
 /// The run's cgroup limits, minus the pids limit when the wrapper tool's helpers would hit it.
@@ -237,50 +215,39 @@ fn cgroup_limits(
     limits
 }
 
+fn new_run_dir(spec: &InitSpec) -> NewRunDir<'_> {
+    NewRunDir {
+        run_dir: &spec.run_dir,
+        fresh_workdir: (!spec.workdir_is_callers).then_some(spec.workdir.as_path()),
+        owner: spec.credentials,
+        keep_workdir: spec.keep,
+    }
+}
+
 fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
-    // 0711: the sandbox user may traverse to its own directories but not list the run dir.
-    make_dir(&spec.run_dir, 0o711, None)?;
-    if !spec.workdir_is_callers {
-        make_dir(&spec.workdir, 0o700, spec.credentials)?;
-    }
-    if keeps_own_workdir(spec) {
-        let marker = spec.run_dir.join(crate::supervisor::KEPT_MARKER);
-        std::fs::write(&marker, "")
-            .map_err(|e| format!("cannot create {}: {e}", marker.display()))?;
-    }
-    let tmp = spec.run_dir.join("tmp");
-    make_dir(&tmp, 0o700, spec.credentials)?;
+    let run_dir = new_run_dir(spec);
+    run_dir.create().map_err(|e| e.to_string())?;
     if let Some(scratch) = &spec.scratch {
-        mount_scratch(spec, scratch)?;
+        mount_scratch(&run_dir, scratch)?;
     }
     if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
-        write_wrap_files(spec, wrap)?;
+        write_wrap_files(&run_dir, wrap)?;
     }
     Ok(())
 }
 
 /// The capped tmpfs mounts of an in-memory run directory, only ever inside it.
-fn mount_scratch(spec: &InitSpec, scratch: &crate::spec::MemoryScratch) -> Result<(), String> {
+fn mount_scratch(
+    run_dir: &NewRunDir,
+    scratch: &crate::rundir::MemoryScratch,
+) -> Result<(), String> {
     for mount in &scratch.mounts {
-        check_inside_run_dir(spec, &mount.path, "scratch mount")?;
+        run_dir
+            .check_inside(&mount.path, "scratch mount")
+            .map_err(|e| e.to_string())?;
         crate::confine::rootfs::mount_scratch(mount).map_err(|e| e.to_string())?;
     }
     Ok(())
-}
-
-/// Refuses a path the init would create outside the run directory.
-fn check_inside_run_dir(spec: &InitSpec, path: &Path, what: &str) -> Result<(), String> {
-    let inside = path.starts_with(&spec.run_dir)
-        && !path
-            .components()
-            .any(|c| c == std::path::Component::ParentDir);
-    if inside {
-        return Ok(());
-    }
-    Err(format!(
-        "{what} {} is outside the run directory",
-        path.display()
-    ))
 }
 
 /// Covers the host files the tool must see empty, in the init's own mount namespace (which
@@ -297,7 +264,9 @@ fn hide_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), Strin
         );
     }
     for hidden in &wrap.hidden_files {
-        check_inside_run_dir(spec, &hidden.empty, "hiding file")?;
+        new_run_dir(spec)
+            .check_inside(&hidden.empty, "hiding file")
+            .map_err(|e| e.to_string())?;
         crate::confine::rootfs::cover_with_empty_file(&hidden.empty, &hidden.target)
             .map_err(|e| e.to_string())?;
     }
@@ -305,71 +274,14 @@ fn hide_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), Strin
 }
 
 /// Files a wrapper tool reads (e.g. an OCI bundle), only ever inside the run directory.
-fn write_wrap_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
+fn write_wrap_files(run_dir: &NewRunDir, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
     for file in &wrap.files {
-        check_inside_run_dir(spec, &file.path, "wrapper file")?;
-        write_wrap_file(file)?;
+        run_dir
+            .check_inside(&file.path, "wrapper file")
+            .map_err(|e| e.to_string())?;
+        rundir::write_file(file).map_err(|e| e.to_string())?;
     }
     Ok(())
-}
-
-/// Writes one file (or, for a path ending in `/`, makes one directory) of a wrapper tool's
-/// plan with its mode; the caller checks where it goes.
-pub fn write_wrap_file(file: &crate::spec::WrapFile) -> Result<(), String> {
-    let path = &file.path;
-    // A path ending in `/` is a directory (e.g. a mountpoint in an OCI root).
-    let is_dir = path.as_os_str().as_encoded_bytes().ends_with(b"/");
-    let dir = if is_dir {
-        Some(path.as_path())
-    } else {
-        path.parent()
-    };
-    if let Some(dir) = dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    if !is_dir {
-        std::fs::write(path, &file.contents)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(file.mode))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))
-}
-
-fn make_dir(path: &Path, mode: u32, owner: Option<crate::spec::Credentials>) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(mode)
-        .create(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
-    if let Some(owner) = owner {
-        nix::unistd::chown(path, Some(owner.uid.into()), Some(owner.gid.into()))
-            .map_err(|e| format!("cannot hand {} to uid {}: {e}", path.display(), owner.uid))?;
-    }
-    Ok(())
-}
-
-/// Removes a directory tree the sandbox wrote into, even where it removed its own permissions.
-pub(crate) fn remove_tree(path: &Path) {
-    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
-        return;
-    }
-    grant_owner_access(path, 0);
-    let _ = std::fs::remove_dir_all(path);
-}
-
-fn grant_owner_access(path: &Path, depth: u32) {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return;
-    };
-    if !meta.is_dir() || depth > 64 {
-        return;
-    }
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700));
-    for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
-        grant_owner_access(&entry.path(), depth + 1);
-    }
 }
 
 /// The program's own exit, as seen by whoever reaped it.

@@ -408,7 +408,10 @@ impl<'a> Watch<'a> {
         let hit = match self.spec.confinement {
             Confinement::Native(_) => false,
             Confinement::Tier0 | Confinement::Wrapped(_) => any_file_at_least(
-                &[self.spec.workdir.clone(), self.spec.run_dir.join("tmp")],
+                &[
+                    self.spec.workdir.clone(),
+                    crate::rundir::tmp_dir(&self.spec.run_dir),
+                ],
                 self.spec.limits.file_size_bytes,
             ),
         };

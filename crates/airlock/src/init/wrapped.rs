@@ -136,7 +136,7 @@ fn guard(spec: &InitSpec, init: Pid, tool: Pid) -> ! {
             Ok(_) if nix::unistd::getppid() != init => {
                 kill_descendants();
                 if !spec.keep {
-                    super::remove_tree(&spec.run_dir);
+                    crate::rundir::remove_tree(&spec.run_dir);
                 }
                 sys::exit_now(1)
             }

@@ -326,6 +326,14 @@ impl Policy {
     }
 }
 
+impl Limits {
+    /// The size and file caps of `/dev/shm`: a smaller share of the disk and file limits,
+    /// since shared memory is for buffers, not files.
+    pub fn shm_caps(&self) -> (u64, u64) {
+        (self.disk.0.min(64 << 20), self.files.min(1024))
+    }
+}
+
 fn valid_env_name(name: &str) -> bool {
     !name.is_empty() && !name.contains('=') && !name.contains('\0')
 }

@@ -4,9 +4,7 @@
 
 mod init_process;
 mod output;
-mod runtime;
 mod serve;
-mod sweep;
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -16,22 +14,23 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+pub use crate::rundir::{
+    default_runtime_dir, new_run_id, runtime_dir, sweep as sweep_abandoned_runs, KEPT_MARKER,
+    SWEEP_STAMP,
+};
 use init_process::{InitLaunch, InitPipes, InitProcess, InitStdio};
 use output::Collector;
 pub use output::{Drained, OutputSink, StreamKind};
-pub use runtime::{default_runtime_dir, new_run_id, runtime_dir};
-pub use sweep::{sweep as sweep_abandoned_runs, KEPT_MARKER, SWEEP_STAMP};
 
 use crate::backend::{self, Backend, PlanContext};
 use crate::confine::cgroup::{CgroupConfig, CgroupLimits};
+use crate::confine::Credentials;
 use crate::error::Error;
 use crate::layer::Layer;
 use crate::policy::{BackendChoice, OutputLimitAction, Policy};
 use crate::result::{RunResult, RunStatus};
-use crate::spec::{
-    CgroupRequest, Credentials, InitEvent, InitSpec, MemoryScratch, Outcome, ScratchMount,
-    SpecLimits, StopReason,
-};
+use crate::rundir::{self, MemoryScratch};
+use crate::spec::{CgroupRequest, InitEvent, InitSpec, Outcome, SpecLimits, StopReason};
 
 /// How the sandbox itself is set up, as opposed to what the program may do (the policy).
 #[derive(Debug, Clone, Default)]
@@ -286,11 +285,11 @@ impl Prepared {
         let runtime = runtime_dir(options.runtime_dir.as_deref())?;
         let cgroup_config =
             (!options.no_cgroup).then(|| options.cgroup.clone().unwrap_or_default());
-        sweep::sweep_if_due(&runtime, cgroup_config.as_ref());
+        rundir::sweep_if_due(&runtime, cgroup_config.as_ref());
         let run_dir = runtime.join(&run_id);
         let (workdir, fresh) = match &policy.filesystem.workdir {
             Some(dir) => (prepare_callers_workdir(dir)?, false),
-            None => (run_dir.join("work"), true),
+            None => (rundir::fresh_workdir(&run_dir), true),
         };
         let cgroup = cgroup_request(policy, options, &run_id);
         let owned_workdir = (fresh && !command.keep).then_some(workdir.as_path());
@@ -334,7 +333,7 @@ impl Prepared {
                 policy,
                 &command.env,
                 &workdir,
-                tier0.then(|| run_dir.join("tmp")),
+                tier0.then(|| rundir::tmp_dir(&run_dir)),
             ),
             run_dir,
             workdir,
@@ -518,35 +517,15 @@ fn spec_limits(policy: &Policy) -> SpecLimits {
     }
 }
 
-/// The in-memory run directory: the fresh workdir and `/tmp` each capped by the policy's disk
-/// and file limits (as the native sandbox caps its own), `/dev/shm` by a smaller share. Public
-/// for tools that plan a run outside the supervisor (the benchmark's same-config peers).
+/// The in-memory run directory as a run plans it (see [`rundir::memory_scratch`]). Public for
+/// tools that plan a run outside the supervisor (the benchmark's same-config peers).
 pub fn memory_scratch(
     policy: &Policy,
     runtime: &Path,
     run_dir: &Path,
     owned_workdir: Option<&Path>,
 ) -> MemoryScratch {
-    let limits = &policy.limits;
-    let capped = |path: PathBuf, size_bytes: u64, max_files: u64| ScratchMount {
-        path,
-        size_bytes,
-        max_files,
-        mode: 0o700,
-        exec: policy.filesystem.exec_writable,
-        owner: credentials(policy),
-    };
-    let mut mounts: Vec<ScratchMount> = owned_workdir
-        .map(|dir| capped(dir.to_path_buf(), limits.disk.0, limits.files))
-        .into_iter()
-        .collect();
-    mounts.push(capped(run_dir.join("tmp"), limits.disk.0, limits.files));
-    let (shm_bytes, shm_files) = backend::shm_caps(limits);
-    mounts.push(capped(run_dir.join("shm"), shm_bytes, shm_files));
-    MemoryScratch {
-        runtime_dir: runtime.to_path_buf(),
-        mounts,
-    }
+    rundir::memory_scratch(policy, runtime, run_dir, owned_workdir, credentials(policy))
 }
 
 fn credentials(policy: &Policy) -> Option<Credentials> {

@@ -234,7 +234,7 @@ fn host_network_plan_claims_no_network_namespace() {
 #[test]
 fn capped_scratch_mounts_are_bound_instead_of_bwraps_tmpfs() {
     let policy = untrusted();
-    let mount = |path: String| crate::spec::ScratchMount {
+    let mount = |path: String| crate::confine::rootfs::ScratchMount {
         path: path.into(),
         size_bytes: 1,
         max_files: 1,
@@ -242,7 +242,7 @@ fn capped_scratch_mounts_are_bound_instead_of_bwraps_tmpfs() {
         exec: false,
         owner: None,
     };
-    let scratch = crate::spec::MemoryScratch {
+    let scratch = crate::rundir::MemoryScratch {
         runtime_dir: "/run/airlock".into(),
         mounts: vec![
             mount(WORKDIR.to_string()),

@@ -12,7 +12,7 @@ use crate::backend::oci::{
 };
 use crate::backend::PlanContext;
 use crate::confine::rootfs::{default_etc_files, default_system_ro};
-use crate::spec::WrapFile;
+use crate::rundir::{self, RunFile};
 
 /// The bundle directory of one run and the files that make it up.
 pub(crate) struct Bundle {
@@ -58,7 +58,7 @@ impl Bundle {
                 workdir_tmpfs: ctx.sandbox_owns_workdir(),
                 tmp_bytes: limits.disk.0,
                 tmp_files: limits.files,
-                shm_bytes: crate::backend::shm_caps(limits).0,
+                shm_bytes: limits.shm_caps().0,
                 exec_writable: policy.filesystem.exec_writable,
                 scratch_binds: None,
             },
@@ -75,9 +75,9 @@ impl Bundle {
         }
     }
 
-    pub fn config_file(&self, input: &OciInput) -> WrapFile {
+    pub fn config_file(&self, input: &OciInput) -> RunFile {
         let json = serde_json::to_vec_pretty(&oci_spec(input)).unwrap_or_default();
-        WrapFile {
+        RunFile {
             path: self.dir.join("config.json"),
             contents: json,
             mode: 0o600,
@@ -86,7 +86,7 @@ impl Bundle {
 
     /// The root's skeleton: identity files and a mountpoint for every mount, made in advance so
     /// that a runtime working as an unprivileged container root never needs to create them.
-    pub fn skeleton_files(&self, input: &OciInput) -> Vec<WrapFile> {
+    pub fn skeleton_files(&self, input: &OciInput) -> Vec<RunFile> {
         let mut files = identity_files(&self.rootfs, input);
         let m = &input.mounts;
         // The workdir may not exist yet: the init creates it.
@@ -118,13 +118,13 @@ impl Bundle {
             } else {
                 0o755
             };
-            files.push(WrapFile {
+            files.push(RunFile {
                 path: dir_marker(&self.rootfs.join(relative(&dir))),
                 contents: Vec::new(),
                 mode,
             });
         }
-        files.extend(plain_files.into_iter().map(|f| WrapFile {
+        files.extend(plain_files.into_iter().map(|f| RunFile {
             path: self.rootfs.join(relative(&f)),
             contents: Vec::new(),
             mode: 0o444,
@@ -141,7 +141,7 @@ pub(crate) fn bind_scratch_mounts(ctx: &PlanContext, mounts: &mut OciMounts) -> 
     let Some(scratch) = ctx.scratch else {
         return false;
     };
-    let (tmp, shm) = (ctx.run_dir.join("tmp"), ctx.run_dir.join("shm"));
+    let (tmp, shm) = (rundir::tmp_dir(ctx.run_dir), rundir::shm_dir(ctx.run_dir));
     if scratch.mount_at(&tmp).is_none() || scratch.mount_at(&shm).is_none() {
         return false;
     }
@@ -157,12 +157,12 @@ pub(crate) fn bind_scratch_mounts(ctx: &PlanContext, mounts: &mut OciMounts) -> 
 }
 
 /// airlock's seccomp policy in the Docker/podman profile format.
-pub(super) fn seccomp_file(path: &Path, ctx: &PlanContext) -> WrapFile {
+pub(super) fn seccomp_file(path: &Path, ctx: &PlanContext) -> RunFile {
     let profile = docker_seccomp_profile(&OciSeccomp {
         allow_network: ctx.policy.has_network(),
         allow_clone3: false,
     });
-    WrapFile {
+    RunFile {
         path: path.to_path_buf(),
         contents: serde_json::to_vec_pretty(&profile).unwrap_or_default(),
         mode: 0o644,
@@ -191,7 +191,7 @@ fn relative(path: &Path) -> &Path {
 }
 
 /// passwd, group, hosts and hostname naming only the sandbox user and host.
-fn identity_files(rootfs: &Path, input: &OciInput) -> Vec<WrapFile> {
+fn identity_files(rootfs: &Path, input: &OciInput) -> Vec<RunFile> {
     let (uid, gid, home) = (input.uid, input.gid, input.cwd.display());
     [
         (
@@ -206,7 +206,7 @@ fn identity_files(rootfs: &Path, input: &OciInput) -> Vec<WrapFile> {
         ("etc/hostname", format!("{CONTAINER_HOSTNAME}\n")),
     ]
     .into_iter()
-    .map(|(path, contents)| WrapFile {
+    .map(|(path, contents)| RunFile {
         path: rootfs.join(path),
         contents: contents.into_bytes(),
         mode: 0o644,

@@ -7,7 +7,8 @@ use std::path::Path;
 use super::bundle::Bundle;
 use super::{find_binary, CGROUP_ROOT};
 use crate::backend::PlanContext;
-use crate::spec::{HiddenFile, WrapFile};
+use crate::rundir::RunFile;
+use crate::spec::HiddenFile;
 
 /// How crun can run on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,12 +57,12 @@ impl HybridWorkaround {
 pub(super) fn crun_hybrid_workaround(
     tool_argv: Vec<String>,
     bundle: &Bundle,
-    files: &mut Vec<WrapFile>,
+    files: &mut Vec<RunFile>,
     ctx: &PlanContext,
     rootless: bool,
 ) -> HybridWorkaround {
     let empty = bundle.dir.join("empty");
-    files.push(WrapFile {
+    files.push(RunFile {
         path: empty.clone(),
         contents: Vec::new(),
         mode: 0o444,

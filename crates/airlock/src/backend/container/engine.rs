@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::super::oci::{OciInput, OciMounts};
+use crate::backend::oci::{OciInput, OciMounts};
 
 /// Which engine's command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,8 @@ use super::{
     cgroups_path, container_id, container_layers, find_binary, runtime_cgroup_dirs, CONTAINER_ROOT,
 };
 use crate::backend::PlanContext;
-use crate::spec::{StartEvidence, WrapFile, WrapSpec};
+use crate::rundir::RunFile;
+use crate::spec::{StartEvidence, WrapSpec};
 
 /// `podman run --rootfs` on the bundle's skeleton, with podman's state inside the run directory.
 ///
@@ -105,8 +106,8 @@ pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> WrapSpec {
 
 /// Mountpoints of podman's own mounts (`/sys`, `/run/.containerenv`): the runtime works as
 /// the user namespace's root, which may not create anything in the root-owned skeleton.
-fn podman_mountpoints(rootfs: &Path) -> Vec<WrapFile> {
-    let dir = |name: &str| WrapFile {
+fn podman_mountpoints(rootfs: &Path) -> Vec<RunFile> {
+    let dir = |name: &str| RunFile {
         path: dir_marker(&rootfs.join(name)),
         contents: Vec::new(),
         mode: 0o755,
@@ -115,7 +116,7 @@ fn podman_mountpoints(rootfs: &Path) -> Vec<WrapFile> {
         dir("sys"),
         dir("run"),
         dir("var"),
-        WrapFile {
+        RunFile {
             path: rootfs.join("run/.containerenv"),
             contents: Vec::new(),
             mode: 0o444,

@@ -18,7 +18,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use plan::{plan_operations, MountOp, ProcProtection};
-pub use scratch::{cover_with_empty_file, enter_private_runtime, mount_scratch};
+pub use scratch::{cover_with_empty_file, enter_private_runtime, mount_scratch, ScratchMount};
 
 /// Everything needed to build the sandbox's root filesystem. Crosses the process boundary
 /// (supervisor to init) as JSON.

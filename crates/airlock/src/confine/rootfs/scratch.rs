@@ -1,4 +1,4 @@
-//! The init's in-memory run directory (see [`crate::spec::MemoryScratch`]): a private mount
+//! The init's in-memory run directory (see `rundir::MemoryScratch`): a private mount
 //! namespace in which the runtime directory is a small tmpfs, and capped tmpfs mounts inside it.
 
 use std::path::Path;
@@ -8,7 +8,9 @@ use nix::sched::{unshare, CloneFlags};
 
 use super::execute::{make_mounts_private, mount_tmpfs};
 use super::RootfsError;
-use crate::spec::ScratchMount;
+use serde::{Deserialize, Serialize};
+
+use crate::confine::Credentials;
 
 /// The runtime tmpfs holds the run directory's tool files (an OCI bundle, a tool's state),
 /// never the program's data: that goes to the capped [`ScratchMount`]s.
@@ -52,6 +54,19 @@ pub fn cover_with_empty_file(empty: &Path, target: &Path) -> Result<(), RootfsEr
     })
 }
 
+/// One capped tmpfs of the in-memory run directory.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ScratchMount {
+    pub path: std::path::PathBuf,
+    pub size_bytes: u64,
+    pub max_files: u64,
+    pub mode: u32,
+    /// Allow executing files written there (the policy's `exec_writable`).
+    pub exec: bool,
+    /// The owner of the tmpfs root (the sandbox user), `None` for the init's own ids.
+    pub owner: Option<Credentials>,
+}
+
 /// Mounts one capped tmpfs, owned by the sandbox user.
 pub fn mount_scratch(mount: &ScratchMount) -> Result<(), RootfsError> {
     mount_tmpfs(&mount.path, &scratch_options(mount), mount.exec)
@@ -71,7 +86,6 @@ fn scratch_options(mount: &ScratchMount) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Credentials;
 
     #[test]
     fn scratch_options_cap_size_and_inodes_and_name_the_owner() {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::*;
 use crate::policy::{builtin, Policy};
-use crate::spec::MemoryScratch;
+use crate::rundir::MemoryScratch;
 
 const RUN_DIR: &str = "/run/airlock/r1";
 
@@ -35,10 +35,7 @@ fn crun_argv() -> Vec<String> {
     vec!["/usr/bin/crun".into(), "run".into()]
 }
 
-fn workaround(
-    scratch: Option<&MemoryScratch>,
-    rootless: bool,
-) -> (HybridWorkaround, Vec<WrapFile>) {
+fn workaround(scratch: Option<&MemoryScratch>, rootless: bool) -> (HybridWorkaround, Vec<RunFile>) {
     let policy = builtin("untrusted").expect("built-in profile");
     let ctx = ctx(&policy, scratch);
     let mut files = Vec::new();

@@ -40,6 +40,18 @@ pub fn runtime_dir(configured: Option<&Path>) -> Result<PathBuf, Error> {
     Ok(dir)
 }
 
+/// The runtime directory without creating it, for plans that must leave no trace: the
+/// configured or default path, checked like [`runtime_dir`] when it exists.
+pub fn existing_runtime_dir(configured: Option<&Path>) -> Result<PathBuf, Error> {
+    let dir = configured
+        .map(Path::to_path_buf)
+        .unwrap_or_else(default_runtime_dir);
+    if dir.exists() {
+        return runtime_dir(Some(&dir));
+    }
+    Ok(dir)
+}
+
 /// Where [`runtime_dir`] puts run directories when none is configured (not created here).
 pub fn default_runtime_dir() -> PathBuf {
     let uid = nix::unistd::geteuid();

@@ -10,6 +10,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::{remove_tree, KEPT_MARKER};
 use crate::confine::cgroup::CgroupConfig;
 
 /// An init whose supervisor died stops the run at once and removes everything within seconds;
@@ -24,13 +25,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 pub const SWEEP_STAMP: &str = ".last-sweep";
 
 /// The supervisor pid encoded in a run id (`run-<pid>-<time>-<n>`).
-pub fn supervisor_pid(run_id: &str) -> Option<i32> {
+fn supervisor_pid(run_id: &str) -> Option<i32> {
     run_id.strip_prefix("run-")?.split('-').next()?.parse().ok()
 }
-
-/// The file in a run directory whose workdir the caller asked to keep (`--keep`): the sweep
-/// never removes such a directory, whose supervisor is always gone once a caller reads it.
-pub const KEPT_MARKER: &str = ".airlock-kept";
 
 fn abandoned(path: &Path, name: &str) -> bool {
     let Some(pid) = supervisor_pid(name) else {
@@ -62,7 +59,7 @@ fn abandoned_entries(dir: &Path) -> Vec<PathBuf> {
 pub fn sweep(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) -> usize {
     let mut swept = 0;
     for run_dir in abandoned_entries(runtime_dir) {
-        crate::init::remove_tree(&run_dir);
+        remove_tree(&run_dir);
         swept += usize::from(!run_dir.exists());
     }
     if let Some(cgroup) = cgroup {
