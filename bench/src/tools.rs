@@ -400,6 +400,7 @@ fn fresh_run_context<'a>(
         policy,
         workdir,
         run_dir,
+        tool_cache: None,
         fresh_workdir: true,
         keep: false,
         tty: false,

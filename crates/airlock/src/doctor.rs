@@ -50,6 +50,8 @@ pub struct BackendReport {
     pub available: bool,
     pub layers: Vec<Layer>,
     pub problems: Vec<String>,
+    /// Facts about how the backend runs here, nothing to fix.
+    pub notes: Vec<String>,
 }
 
 /// What a built-in profile would get here.
@@ -82,6 +84,7 @@ pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
                 available: probe.available,
                 layers,
                 problems: probe.problems,
+                notes: probe.notes,
             }
         })
         .collect();
@@ -149,7 +152,7 @@ fn profile_report(name: &str, backends: &[BackendReport]) -> ProfileReport {
             note: Some("unknown".into()),
         };
     };
-    let chosen = select(&policy).ok().map(|b| b.name().to_string());
+    let chosen = select(&policy).ok().map(|s| s.backend.name().to_string());
     let report = chosen
         .as_ref()
         .and_then(|n| backends.iter().find(|b| &b.name == n));

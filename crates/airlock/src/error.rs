@@ -50,7 +50,7 @@ pub enum Error {
     #[error("backend {backend} is not available here: {reason}")]
     BackendUnavailable { backend: String, reason: String },
     /// Layers the policy requires are missing on this host.
-    #[error("backend {backend} cannot enforce {} here: {reason}; fix the host (see `airlock doctor`), choose another backend, or pass --allow-degraded to run with what is available", list_layers(.missing))]
+    #[error("backend {backend} cannot enforce {} here: {reason}; fix the host (see `airlock doctor`), choose another backend, or pass --allow-degraded to run with what is available", crate::layer::names(.missing))]
     Degraded {
         backend: String,
         missing: Vec<Layer>,
@@ -84,14 +84,6 @@ pub enum Error {
         context: String,
         cause: std::io::Error,
     },
-}
-
-fn list_layers(layers: &[Layer]) -> String {
-    let names: Vec<String> = layers
-        .iter()
-        .map(|l| crate::result::layer_name(*l))
-        .collect();
-    names.join(", ")
 }
 
 impl Error {

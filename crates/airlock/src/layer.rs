@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::Verdict;
+
 /// One defence that was (or must be) in force for a run. A run's result lists only layers the
 /// init actually applied, never ones that were merely requested.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -85,4 +87,40 @@ pub enum IsolationLevel {
     UserKernel,
     /// A virtual machine.
     Vm,
+}
+
+/// The one rule for required layers, used by the supervisor on a plan's layers and by the init
+/// on the layers it actually applied: all in force, the run goes ahead; some missing, it is
+/// refused unless the caller accepted degradation (then it goes ahead and says what is missing).
+/// Returns the missing layers and the verdict.
+pub(crate) fn judge(
+    require: &[Layer],
+    in_force: &[Layer],
+    allow_degraded: bool,
+) -> (Vec<Layer>, Verdict) {
+    let missing: Vec<Layer> = require
+        .iter()
+        .copied()
+        .filter(|l| !in_force.contains(l))
+        .collect();
+    let verdict = match (missing.is_empty(), allow_degraded) {
+        (true, _) => Verdict::Runs,
+        (false, true) => Verdict::RunsDegraded,
+        (false, false) => Verdict::Refused,
+    };
+    (missing, verdict)
+}
+
+/// The snake_case names of layers, comma-separated, as in JSON.
+pub(crate) fn names(layers: &[Layer]) -> String {
+    let names: Vec<String> = layers.iter().map(|l| layer_name(*l)).collect();
+    names.join(", ")
+}
+
+/// The snake_case name of a layer, as in JSON.
+pub fn layer_name(layer: Layer) -> String {
+    serde_json::to_value(layer)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{layer:?}"))
 }

@@ -30,6 +30,7 @@ mod golden;
 pub mod interp;
 pub mod layer;
 pub mod macos;
+pub mod plan;
 pub mod policy;
 pub mod pool;
 pub mod result;
@@ -61,6 +62,7 @@ pub mod supervisor;
 pub use error::{Error, PolicyError};
 pub use layer::{IsolationLevel, Layer};
 pub use macos::seatbelt;
+pub use plan::Plan;
 pub use policy::Policy;
 pub use result::{RunResult, RunStatus};
 #[cfg(target_os = "linux")]

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::layer::layer_name;
 use crate::layer::Layer;
 
 /// How a run ended.
@@ -91,12 +92,4 @@ impl RunResult {
     pub fn success(&self) -> bool {
         self.status == RunStatus::Exited && self.exit_code == Some(0)
     }
-}
-
-/// The snake_case name of a layer, as in JSON.
-pub fn layer_name(layer: Layer) -> String {
-    serde_json::to_value(layer)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| format!("{layer:?}"))
 }

@@ -18,6 +18,10 @@ pub const CONTROL_FD: RawFd = 3;
 /// The event pipe's descriptor in the init: one [`InitEvent`] per line.
 pub const EVENTS_FD: RawFd = 4;
 
+/// What every run without a boundary (backend `none`) warns about.
+pub const TIER0_WARNING: &str =
+    "backend none: Tier 0 only, the program can read the host filesystem and use the network";
+
 /// Everything the init needs to start and watch one run.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct InitSpec {
@@ -157,10 +161,6 @@ pub struct WrapSpec {
     /// under it (see `init::wrapped`).
     #[serde(default)]
     pub guard_tool_tree: bool,
-    /// A daemon outside the init's mount namespace makes the sandbox (dockerd): the paths it
-    /// is given must be on the host, so the run directory cannot be in memory.
-    #[serde(default)]
-    pub served_by_daemon: bool,
     /// The tool's processes are threaded and open hundreds of descriptors (runsc's sandbox and
     /// gofer): start them with a descriptor table already that large (see
     /// `init::wrapped::hold_presized_fd_table`), because growing a table that threads share waits

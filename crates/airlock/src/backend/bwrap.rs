@@ -128,6 +128,7 @@ impl Backend for BwrapBackend {
             available,
             layers: probe_layers(available),
             problems,
+            notes: Vec::new(),
         }
     }
 
@@ -142,12 +143,13 @@ impl Backend for BwrapBackend {
             available: installed,
             layers: probe_layers(installed),
             problems,
+            notes: Vec::new(),
         }
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
         let install =
-            &inspect_install(ctx.runtime_dir()).map_err(|reason| Error::BackendUnavailable {
+            &inspect_install(ctx.tool_cache).map_err(|reason| Error::BackendUnavailable {
                 backend: "bwrap".into(),
                 reason,
             })?;

@@ -60,7 +60,7 @@ impl Backend for GvisorBackend {
             });
         };
         let rootless = rootless::is_rootless();
-        let platform = choose_platform(&runsc, ctx.runtime_dir());
+        let platform = choose_platform(&runsc, ctx.tool_cache);
         let bundle = Bundle::new(ctx);
         let mut input = bundle.oci_input(ctx);
         let capped = bind_scratch_mounts(ctx, &mut input.mounts);
@@ -167,6 +167,7 @@ fn runsc_argv(
 /// would use, which costs a `runsc --version` (about 20 ms).
 fn probe_runsc(platform: bool) -> Probe {
     let mut problems = Vec::new();
+    let mut notes = Vec::new();
     let runsc = find_runsc(&mut problems);
     let rootless = rootless::is_rootless();
     let userns = match rootless {
@@ -176,8 +177,8 @@ fn probe_runsc(platform: bool) -> Probe {
     problems.extend(userns.iter().map(|p| format!("gvisor without root: {p}")));
     if let Some(runsc) = runsc.as_deref().filter(|_| platform) {
         let choice = choose_platform(runsc, None);
-        problems.push(format!(
-            "note: runsc platform {} ({})",
+        notes.push(format!(
+            "runsc platform {} ({})",
             choice.platform, choice.reason
         ));
     }
@@ -195,6 +196,7 @@ fn probe_runsc(platform: bool) -> Probe {
         available: runsc.is_some() && userns.is_none(),
         layers: gvisor_layers(false, Some(capped)),
         problems,
+        notes,
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Probe {
     pub layers: Vec<Layer>,
     /// Why a layer or the backend is missing, each with the fix.
     pub problems: Vec<String>,
+    /// Facts about how the backend will run here (gVisor's platform), nothing to fix.
+    pub notes: Vec<String>,
 }
 
 /// Facts about one run that a backend plans around.
@@ -45,6 +47,9 @@ pub struct PlanContext<'a> {
     /// The per-run directory the init creates and removes; files a tool reads (bwrap's /etc
     /// files, an OCI bundle) go here.
     pub run_dir: &'a Path,
+    /// Where facts about the host's tools are remembered between runs (the runtime
+    /// directory); `None` to ask the tools every time.
+    pub tool_cache: Option<&'a Path>,
     /// The workdir is created for this run (not the caller's).
     pub fresh_workdir: bool,
     /// The workdir must survive the run, so it cannot live only in the sandbox.
@@ -65,12 +70,6 @@ pub struct PlanContext<'a> {
 }
 
 impl PlanContext<'_> {
-    /// The directory holding every run's directory, where facts about the host's tools are
-    /// remembered between runs.
-    pub fn runtime_dir(&self) -> Option<&Path> {
-        self.run_dir.parent()
-    }
-
     /// The workdir exists only for this run and only inside the sandbox, so it can be a
     /// capped tmpfs like every other writable area.
     pub fn sandbox_owns_workdir(&self) -> bool {
@@ -94,8 +93,20 @@ pub trait Backend: Send + Sync {
     fn quick_probe(&self) -> Probe {
         self.probe()
     }
+    /// Whether the boundary is built in the init's mount namespace, where the run directory
+    /// can be in memory. Not for a daemon that builds it from host paths in its own (Docker).
+    fn builds_in_init_mount_namespace(&self, _policy: &Policy) -> bool {
+        true
+    }
     /// The confinement the init applies for this run.
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error>;
+}
+
+/// The backend chosen for a policy, and why.
+pub struct Selected {
+    pub backend: Box<dyn Backend>,
+    /// Named by the policy, or what `auto` picked and passed over.
+    pub reason: String,
 }
 
 /// Every backend: by level, then fastest first within a level, so `auto` can take the first
@@ -117,15 +128,20 @@ fn backends_with(runtime: ContainerRuntime) -> Vec<Box<dyn Backend>> {
 
 /// Picks the backend for a policy: `auto` means the fastest available one at or above
 /// `min_isolation` (default `kernel`), never silently a weaker one.
-pub fn select(policy: &Policy) -> Result<Box<dyn Backend>, Error> {
+pub fn select(policy: &Policy) -> Result<Selected, Error> {
+    let named = |backend: Box<dyn Backend>| Selected {
+        reason: format!("the policy names backend {}", backend.name()),
+        backend,
+    };
     match policy.backend {
-        BackendChoice::Native => Ok(Box::new(NativeBackend)),
-        BackendChoice::Bwrap => require_installed(Box::new(BwrapBackend)),
-        BackendChoice::None => Ok(Box::new(NoneBackend)),
-        BackendChoice::Gvisor => require_installed(Box::new(GvisorBackend)),
+        BackendChoice::Native => Ok(named(Box::new(NativeBackend))),
+        BackendChoice::Bwrap => require_installed(Box::new(BwrapBackend)).map(named),
+        BackendChoice::None => Ok(named(Box::new(NoneBackend))),
+        BackendChoice::Gvisor => require_installed(Box::new(GvisorBackend)).map(named),
         BackendChoice::Container => require_installed(Box::new(ContainerBackend::with_runtime(
             policy.container.runtime,
-        ))),
+        )))
+        .map(named),
         BackendChoice::Auto => select_auto(
             policy.min_isolation.unwrap_or(IsolationLevel::Kernel),
             backends_with(policy.container.runtime),
@@ -149,10 +165,7 @@ fn require_installed(backend: Box<dyn Backend>) -> Result<Box<dyn Backend>, Erro
 
 /// The weakest level at or above `min` is the fastest; `none` is never picked implicitly
 /// (it needs an explicit opt-in).
-fn select_auto(
-    min: IsolationLevel,
-    backends: Vec<Box<dyn Backend>>,
-) -> Result<Box<dyn Backend>, Error> {
+fn select_auto(min: IsolationLevel, backends: Vec<Box<dyn Backend>>) -> Result<Selected, Error> {
     let mut candidates: Vec<Box<dyn Backend>> = backends
         .into_iter()
         .filter(|b| b.level() >= min && b.level() > IsolationLevel::Process)
@@ -162,7 +175,14 @@ fn select_auto(
     for backend in candidates {
         let probe = backend.probe();
         if probe.available {
-            return Ok(backend);
+            let mut reason = format!(
+                "auto: the fastest backend at level \"{}\" or above that can run here",
+                level_name(min)
+            );
+            if !reasons.is_empty() {
+                reason.push_str(&format!(" (passed over: {})", reasons.join(" | ")));
+            }
+            return Ok(Selected { backend, reason });
         }
         reasons.push(format!("{}: {}", backend.name(), probe.problems.join("; ")));
     }
@@ -251,6 +271,7 @@ mod selection_tests {
                 } else {
                     vec![format!("{} missing: install it", self.0)]
                 },
+                notes: vec![],
             }
         }
         fn plan(&self, _ctx: &PlanContext) -> Result<Confinement, Error> {
@@ -264,7 +285,7 @@ mod selection_tests {
             .map(|b| Box::new(b) as Box<dyn Backend>)
             .collect();
         select_auto(min, boxed)
-            .map(|b| b.name())
+            .map(|s| s.backend.name())
             .map_err(|e| e.to_string())
     }
 

@@ -58,6 +58,7 @@ impl Backend for NativeBackend {
             available: userns,
             layers,
             problems,
+            notes: Vec::new(),
         }
     }
 

@@ -68,8 +68,7 @@ impl ToolSpec {
 pub struct CallOptions {
     /// The Python interpreter (default `/usr/bin/python3`).
     pub python: String,
-    /// Sandbox set-up (`init_program`, cgroups, degradation); `trusted_profile` is set by
-    /// [`call`] for [`ToolPolicy::Subprocess`].
+    /// Sandbox set-up (`init_program`, cgroups, degradation).
     pub sandbox: SandboxOptions,
     pub wall_time: Option<Duration>,
     pub cpu_time: Option<Duration>,
@@ -252,9 +251,8 @@ fn tool_sandbox(
     options: &CallOptions,
 ) -> Result<Sandbox, ToolError> {
     let resolved = tool_policy(module_dir, policy, options)?;
-    let mut sandbox_options = options.sandbox.clone();
-    sandbox_options.trusted_profile = policy == ToolPolicy::Subprocess;
-    Sandbox::with_options(resolved, sandbox_options).map_err(ToolError::sandbox)
+    // The `trusted` profile behind `Subprocess` may use backend none by its origin.
+    Sandbox::with_options(resolved, options.sandbox.clone()).map_err(ToolError::sandbox)
 }
 
 /// What the shim reads on stdin.

@@ -18,6 +18,7 @@ use crate::confine::cgroup::{CgroupVersion, RunCgroup};
 use crate::confine::Credentials;
 use crate::layer::Layer;
 use crate::linux::sys;
+use crate::plan::Verdict;
 use crate::spec::{Confinement, InitSpec};
 
 /// Descriptor of the setup pipe in the child (close-on-exec: EOF at exec means success).
@@ -220,38 +221,31 @@ pub(super) fn finish_and_exec_with(
     exec_argv(&program, &argv, &spec.env)
 }
 
+/// The layers really in force, judged by the same rule as the plan (see
+/// [`crate::layer::judge`]): the host may have changed since it was probed.
 fn check_required(spec: &InitSpec, layers: &[Layer]) -> Result<(), String> {
-    let missing: Vec<Layer> = spec
-        .require
-        .iter()
-        .copied()
-        .filter(|l| !layers.contains(l))
-        .collect();
-    let names = |list: &[Layer]| {
-        let names: Vec<String> = list.iter().map(|l| crate::result::layer_name(*l)).collect();
-        names.join(", ")
-    };
-    if missing.is_empty() {
-        return Ok(());
-    }
-    if !spec.allow_degraded {
-        return Err(format!(
+    let (missing, verdict) = crate::layer::judge(&spec.require, layers, spec.allow_degraded);
+    match verdict {
+        Verdict::Runs => Ok(()),
+        Verdict::Refused => Err(format!(
             "required layers are not in force: {}; fix the host (see `airlock doctor`) or pass --allow-degraded",
-            names(&missing)
-        ));
+            crate::layer::names(&missing)
+        )),
+        Verdict::RunsDegraded => {
+            // The supervisor already reported, with the reason, what it knew would be missing.
+            let unreported: Vec<Layer> = missing
+                .into_iter()
+                .filter(|l| !spec.accepted_missing.contains(l))
+                .collect();
+            if !unreported.is_empty() {
+                send_setup(&SetupMessage::Warning(format!(
+                    "degraded: required layers not in force: {}",
+                    crate::layer::names(&unreported)
+                )));
+            }
+            Ok(())
+        }
     }
-    // The supervisor already reported, with the reason, what it knew would be missing.
-    let unreported: Vec<Layer> = missing
-        .into_iter()
-        .filter(|l| !spec.accepted_missing.contains(l))
-        .collect();
-    if !unreported.is_empty() {
-        send_setup(&SetupMessage::Warning(format!(
-            "degraded: required layers not in force: {}",
-            names(&unreported)
-        )));
-    }
-    Ok(())
 }
 
 /// Resolves argv[0] against the program's own PATH and execs it with the scrubbed environment.

@@ -108,7 +108,7 @@ impl<'a> Watch<'a> {
     ) -> Watch<'a> {
         let mut warnings: Vec<String> = run.cgroup_warning.iter().cloned().collect();
         if matches!(spec.confinement, Confinement::Tier0) {
-            warnings.push("backend none: Tier 0 only, the program can read the host filesystem and use the network".into());
+            warnings.push(crate::spec::TIER0_WARNING.into());
         }
         Watch {
             spec,

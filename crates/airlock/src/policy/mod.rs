@@ -116,8 +116,29 @@ pub enum OutputLimitAction {
     Truncate,
 }
 
+/// Where a policy came from. It decides what the policy may ask for without the caller's
+/// explicit opt-in: only the built-in `trusted` profile may use backend `none`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PolicyOrigin {
+    /// A built-in profile, by name (`untrusted`, `trusted`).
+    Builtin(String),
+    /// A profile file, by the path it was read from.
+    File(PathBuf),
+    /// Built or deserialized by the caller.
+    #[default]
+    Custom,
+}
+
+impl PolicyOrigin {
+    /// Whether a policy of this origin may run without a boundary (backend `none`) without
+    /// `SandboxOptions::dev`: only the built-in `trusted` profile, which exists for that.
+    pub fn allows_no_boundary(&self) -> bool {
+        matches!(self, PolicyOrigin::Builtin(name) if name == "trusted")
+    }
+}
+
 /// A fully resolved policy.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// The backend to use.
@@ -144,6 +165,38 @@ pub struct Policy {
     /// Settings of the `container` backend (absent from older profiles: all defaults).
     #[serde(default)]
     pub container: ContainerPolicy,
+    /// Where the policy came from; not part of a profile.
+    #[serde(skip)]
+    origin: PolicyOrigin,
+}
+
+/// Two policies are equal when they allow the same things, wherever they came from.
+impl PartialEq for Policy {
+    fn eq(&self, other: &Policy) -> bool {
+        let Policy {
+            backend,
+            require,
+            min_isolation,
+            filesystem,
+            network,
+            env,
+            limits,
+            user,
+            allowed_programs,
+            container,
+            origin: _,
+        } = self;
+        *backend == other.backend
+            && *require == other.require
+            && *min_isolation == other.min_isolation
+            && *filesystem == other.filesystem
+            && *network == other.network
+            && *env == other.env
+            && *limits == other.limits
+            && *user == other.user
+            && *allowed_programs == other.allowed_programs
+            && *container == other.container
+    }
 }
 
 /// Filesystem rules.
@@ -299,6 +352,17 @@ impl Policy {
             )?;
         }
         Ok(())
+    }
+
+    /// Where the policy came from.
+    pub fn origin(&self) -> &PolicyOrigin {
+        &self.origin
+    }
+
+    /// The same policy, marked as coming from `origin`.
+    pub(crate) fn with_origin(mut self, origin: PolicyOrigin) -> Policy {
+        self.origin = origin;
+        self
     }
 
     /// True when the program may reach the network.

@@ -36,6 +36,7 @@ fn ctx<'a>(policy: &'a Policy, fresh: bool, keep: bool) -> PlanContext<'a> {
         policy,
         workdir: Path::new(WORKDIR),
         run_dir: Path::new(RUN_DIR),
+        tool_cache: None,
         fresh_workdir: fresh,
         keep,
         tty: false,

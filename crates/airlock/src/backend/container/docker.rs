@@ -48,7 +48,6 @@ pub(super) fn plan(ctx: &PlanContext, docker: &Path) -> WrapSpec {
         argv_in_files: true,
         rlimits_by_tool: true,
         notes: vec!["container: docker runs the container outside airlock's cgroup: memory, CPU and OOM are enforced by the engine but not accounted in the result".into()],
-        served_by_daemon: true,
         ..WrapSpec::default()
     }
 }

@@ -36,6 +36,7 @@ use super::oci::HostIds;
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
+use crate::policy::Policy;
 use crate::spec::Confinement;
 use runtime::RuntimeKind;
 
@@ -106,7 +107,14 @@ impl Backend for ContainerBackend {
             available: runtime.is_ok(),
             layers: container_layers(false, true),
             problems,
+            notes: Vec::new(),
         }
+    }
+
+    /// Docker's daemon builds the container from host paths in its own mount namespace.
+    fn builds_in_init_mount_namespace(&self, policy: &Policy) -> bool {
+        runtime::resolve(policy.container.runtime)
+            .is_ok_and(|found| found.kind != RuntimeKind::Docker)
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {

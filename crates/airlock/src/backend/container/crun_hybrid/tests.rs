@@ -13,6 +13,7 @@ fn ctx<'a>(policy: &'a Policy, scratch: Option<&'a MemoryScratch>) -> PlanContex
         policy,
         workdir: Path::new("/run/airlock/r1/work"),
         run_dir: Path::new(RUN_DIR),
+        tool_cache: None,
         fresh_workdir: true,
         keep: false,
         tty: false,
