@@ -59,6 +59,8 @@ pub mod spec;
 #[cfg(target_os = "linux")]
 pub mod supervisor;
 
+#[cfg(target_os = "linux")]
+pub use confine::cgroup::CgroupConfig;
 pub use error::{Error, PolicyError};
 pub use layer::{IsolationLevel, Layer};
 pub use macos::seatbelt;
@@ -66,4 +68,6 @@ pub use plan::Plan;
 pub use policy::Policy;
 pub use result::{RunResult, RunStatus};
 #[cfg(target_os = "linux")]
-pub use supervisor::{Canceller, Command, Input, RunEvent, RunHandle, Sandbox, SandboxOptions};
+pub use supervisor::{
+    Canceller, Command, Input, RunEvent, RunHandle, Sandbox, SandboxOptions, StandaloneWrapper,
+};

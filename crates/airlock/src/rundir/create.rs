@@ -66,6 +66,12 @@ impl NewRunDir<'_> {
         make_dir(&super::tmp_dir(self.run_dir), 0o700, self.owner)
     }
 
+    /// Creates one more directory of the program's in it (0700, the sandbox user's).
+    pub fn create_dir(&self, path: &Path) -> Result<(), RunDirError> {
+        self.check_inside(path, "directory")?;
+        make_dir(path, 0o700, self.owner)
+    }
+
     /// Refuses a path the init would create outside the run directory.
     pub fn check_inside(&self, path: &Path, what: &'static str) -> Result<(), RunDirError> {
         if super::is_inside(self.run_dir, path) {

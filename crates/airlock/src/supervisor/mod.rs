@@ -21,6 +21,7 @@ mod launch;
 mod output;
 mod prepare;
 mod serve;
+mod standalone;
 
 use std::path::Path;
 
@@ -31,6 +32,7 @@ pub use crate::rundir::{
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
 pub use output::{Drained, OutputSink, StreamKind};
+pub use standalone::StandaloneWrapper;
 
 use crate::policy::Policy;
 use crate::rundir::MemoryScratch;
