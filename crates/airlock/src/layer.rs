@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(target_os = "linux")]
 use crate::plan::Verdict;
 
 /// One defence that was (or must be) in force for a run. A run's result lists only layers the
@@ -93,6 +94,7 @@ pub enum IsolationLevel {
 /// on the layers it actually applied: all in force, the run goes ahead; some missing, it is
 /// refused unless the caller accepted degradation (then it goes ahead and says what is missing).
 /// Returns the missing layers and the verdict.
+#[cfg(target_os = "linux")]
 pub(crate) fn judge(
     require: &[Layer],
     in_force: &[Layer],

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::SetupErrorKind;
 pub use crate::layer::layer_name;
 use crate::layer::Layer;
 
@@ -61,6 +62,9 @@ pub struct RunResult {
     /// Why the sandbox failed (status `sandbox_error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What kind of failure that was, for callers that branch on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<SetupErrorKind>,
     /// Notes for the caller: degradations, skipped optional paths, Tier-0-only warnings.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::confine::Credentials;
+use crate::error::{SetupError, SetupStep};
 use crate::layer::Layer;
 use crate::result::RunStatus;
 use crate::rundir::{MemoryScratch, RunFile};
@@ -222,7 +223,10 @@ pub enum InitEvent {
         workdir: PathBuf,
     },
     /// Setup failed before the program ran.
-    SetupFailed { error: String },
+    SetupFailed {
+        #[serde(deserialize_with = "setup_error_or_text")]
+        error: SetupError,
+    },
     /// The run is over and everything it left behind is gone.
     Finished(Outcome),
 }
@@ -247,4 +251,21 @@ pub enum StopReason {
     Cancelled,
     /// Output passed its cap.
     OutputLimit,
+}
+
+/// A setup error, or the plain text an init from before typed errors sends (an `AIRLOCK_INIT`
+/// binary of another version), read as a failure of the init's own.
+fn setup_error_or_text<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<SetupError, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Wire {
+        Typed(SetupError),
+        Text(String),
+    }
+    Ok(match Wire::deserialize(deserializer)? {
+        Wire::Typed(error) => error,
+        Wire::Text(message) => SetupError::at(SetupStep::Init, message),
+    })
 }

@@ -12,22 +12,25 @@
 
 mod child;
 mod native;
+mod run;
 mod watch;
 mod wrapped;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::WaitStatus;
 use serde::{Deserialize, Serialize};
 
-use crate::confine::cgroup::RunCgroup;
+use crate::error::{SetupError, SetupErrorKind as Kind, SetupStep as Step};
 use crate::linux::sys::{self, Forked};
-use crate::rundir::{self, NewRunDir};
 use crate::spec::{InitEvent, InitSpec, CONTROL_FD, EVENTS_FD};
+use run::PreparedRun;
+
+/// A setup step's outcome.
+type Setup<T> = Result<T, SetupError>;
 
 pub use child::resolve_program;
 
@@ -48,7 +51,10 @@ pub(crate) fn init_main_with(spec: Option<&InitSpec>) -> ! {
     let mut control = sys::claim_inherited_fd(CONTROL_FD).map(std::fs::File::from);
     let result = match &mut control {
         Ok(control) => run_init(spec, control),
-        Err(e) => Err(format!("cannot take the control pipe: {e}")),
+        Err(e) => Err(SetupError::at(
+            Step::Init,
+            format!("cannot take the control pipe: {e}"),
+        )),
     };
     let code = match result {
         Ok(()) => 0,
@@ -60,12 +66,14 @@ pub(crate) fn init_main_with(spec: Option<&InitSpec>) -> ! {
     sys::exit_now(code)
 }
 
-fn run_init(given: Option<&InitSpec>, control: &mut std::fs::File) -> Result<(), String> {
+fn run_init(given: Option<&InitSpec>, control: &mut std::fs::File) -> Setup<()> {
+    let failed = |message: String| SetupError::at(Step::Init, message);
     // The program may run as our own uid (Tier 0 without root): make our /proc entries
     // root-owned so it cannot open our descriptors and forge events.
-    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
+    nix::sys::prctl::set_dumpable(false)
+        .map_err(|e| failed(format!("prctl(PR_SET_DUMPABLE): {e}")))?;
     nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
+        .map_err(|e| failed(format!("prctl(PR_SET_CHILD_SUBREAPER): {e}")))?;
     let read;
     let spec = match given {
         Some(spec) => spec,
@@ -83,20 +91,21 @@ fn run_init(given: Option<&InitSpec>, control: &mut std::fs::File) -> Result<(),
     Ok(())
 }
 
-fn read_spec(control: &mut std::fs::File) -> Result<InitSpec, String> {
+fn read_spec(control: &mut std::fs::File) -> Setup<InitSpec> {
+    let invalid = |message: String| SetupError::at(Step::Spec, message);
     let mut header = [0u8; 8];
     control
         .read_exact(&mut header)
-        .map_err(|e| format!("cannot read the run spec: {e}"))?;
+        .map_err(|e| invalid(format!("cannot read the run spec: {e}")))?;
     let len = u64::from_le_bytes(header);
     if len > 64 << 20 {
-        return Err(format!("run spec of {len} bytes is too large"));
+        return Err(invalid(format!("run spec of {len} bytes is too large")));
     }
     let mut body = vec![0u8; len as usize];
     control
         .read_exact(&mut body)
-        .map_err(|e| format!("cannot read the run spec: {e}"))?;
-    serde_json::from_slice(&body).map_err(|e| format!("malformed run spec: {e}"))
+        .map_err(|e| invalid(format!("cannot read the run spec: {e}")))?;
+    serde_json::from_slice(&body).map_err(|e| invalid(format!("malformed run spec: {e}")))
 }
 
 /// The signals that ask a process to stop gracefully (the init's SIGTERM to the whole tree,
@@ -131,157 +140,6 @@ pub(crate) fn send_event(event: &InitEvent) {
         line.push(b'\n');
         let _ = sys::write_all_to_fd(EVENTS_FD, &line);
     }
-}
-
-/// What the init created for a run and must remove.
-pub(crate) struct PreparedRun {
-    pub cgroup: Option<RunCgroup>,
-    pub cgroup_warning: Option<String>,
-    pub signals: SignalFd,
-}
-
-impl PreparedRun {
-    fn create(spec: &InitSpec) -> Result<PreparedRun, String> {
-        let mut mask = SigSet::empty();
-        mask.add(Signal::SIGCHLD);
-        mask.thread_block()
-            .map_err(|e| format!("cannot block SIGCHLD: {e}"))?;
-        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-            .map_err(|e| format!("signalfd: {e}"))?;
-        if let Some(scratch) = &spec.scratch {
-            crate::confine::rootfs::enter_private_runtime(&scratch.runtime_dir)
-                .map_err(|e| e.to_string())?;
-        }
-        make_run_dirs(spec)?;
-        let (cgroup, cgroup_warning) = match &spec.cgroup {
-            None => (None, None),
-            Some(request) => match RunCgroup::create(
-                &request.config,
-                &request.run_id,
-                &cgroup_limits(spec, request),
-            ) {
-                Ok(cgroup) => (Some(cgroup), None),
-                Err(e) => (
-                    None,
-                    Some(format!(
-                        "no cgroup for this run ({e}); limits fall back to rlimits"
-                    )),
-                ),
-            },
-        };
-        // After the cgroup: the init's own cgroup layout is read from the uncovered files.
-        if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
-            hide_files(spec, wrap)?;
-        }
-        Ok(PreparedRun {
-            cgroup,
-            cgroup_warning,
-            signals,
-        })
-    }
-
-    fn cleanup(&mut self, spec: &InitSpec) -> Vec<String> {
-        let mut warnings = Vec::new();
-        if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
-            warnings.extend(wrapped::clean_up_after_tool(wrap));
-        }
-        if let Some(cgroup) = self.cgroup.take() {
-            if let Err(e) = cgroup.remove() {
-                warnings.push(format!("cannot remove the run's cgroup: {e}"));
-            }
-        }
-        // A run directory in memory goes with the init's mount namespace.
-        if spec.scratch.is_none() {
-            warnings.extend(rundir::remove(&spec.run_dir, kept_workdir(spec)));
-        }
-        warnings
-    }
-}
-
-/// The run's own workdir, when the caller keeps it.
-fn kept_workdir(spec: &InitSpec) -> Option<&Path> {
-    (spec.keep && !spec.workdir_is_callers).then_some(spec.workdir.as_path())
-}
-
-/// The run's cgroup limits, minus the pids limit when the wrapper tool's helpers would hit it.
-fn cgroup_limits(
-    spec: &InitSpec,
-    request: &crate::spec::CgroupRequest,
-) -> crate::confine::cgroup::CgroupLimits {
-    let mut limits = request.limits.clone();
-    if matches!(&spec.confinement, crate::spec::Confinement::Wrapped(w) if w.no_cgroup_pids_limit) {
-        limits.pids = None;
-    }
-    limits
-}
-
-fn new_run_dir(spec: &InitSpec) -> NewRunDir<'_> {
-    NewRunDir {
-        run_dir: &spec.run_dir,
-        fresh_workdir: (!spec.workdir_is_callers).then_some(spec.workdir.as_path()),
-        owner: spec.credentials,
-        keep_workdir: spec.keep,
-    }
-}
-
-fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
-    let run_dir = new_run_dir(spec);
-    run_dir.create().map_err(|e| e.to_string())?;
-    if let Some(scratch) = &spec.scratch {
-        mount_scratch(&run_dir, scratch)?;
-    }
-    if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
-        write_wrap_files(&run_dir, wrap)?;
-    }
-    Ok(())
-}
-
-/// The capped tmpfs mounts of an in-memory run directory, only ever inside it.
-fn mount_scratch(
-    run_dir: &NewRunDir,
-    scratch: &crate::rundir::MemoryScratch,
-) -> Result<(), String> {
-    for mount in &scratch.mounts {
-        run_dir
-            .check_inside(&mount.path, "scratch mount")
-            .map_err(|e| e.to_string())?;
-        crate::confine::rootfs::mount_scratch(mount).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-/// Covers the host files the tool must see empty, in the init's own mount namespace (which
-/// only an in-memory run directory gives it; the plan asks for this only then).
-fn hide_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
-    if wrap.hidden_files.is_empty() {
-        return Ok(());
-    }
-    if spec.scratch.is_none() {
-        return Err(
-            "the plan hides host files, but the init has no mount namespace of its own \
-                    (the run directory is not in memory)"
-                .into(),
-        );
-    }
-    for hidden in &wrap.hidden_files {
-        new_run_dir(spec)
-            .check_inside(&hidden.empty, "hiding file")
-            .map_err(|e| e.to_string())?;
-        crate::confine::rootfs::cover_with_empty_file(&hidden.empty, &hidden.target)
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-/// Files a wrapper tool reads (e.g. an OCI bundle), only ever inside the run directory.
-fn write_wrap_files(run_dir: &NewRunDir, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
-    for file in &wrap.files {
-        run_dir
-            .check_inside(&file.path, "wrapper file")
-            .map_err(|e| e.to_string())?;
-        rundir::write_file(file).map_err(|e| e.to_string())?;
-    }
-    Ok(())
 }
 
 /// The program's own exit, as seen by whoever reaped it.
@@ -349,9 +207,11 @@ pub(crate) fn fork_child(
     setup: &OwnedFd,
     report: &OwnedFd,
     tool_status: Option<RawFd>,
-) -> Result<nix::unistd::Pid, String> {
+) -> Setup<nix::unistd::Pid> {
     let init_pid = nix::unistd::getpid();
-    match sys::fork_single_threaded().map_err(|e| format!("cannot fork: {e}"))? {
+    let forked = sys::fork_single_threaded()
+        .map_err(|e| SetupError::at(Step::Init, format!("cannot fork: {e}")))?;
+    match forked {
         Forked::Parent(pid) => Ok(pid),
         Forked::Child => {
             let mut keep = vec![

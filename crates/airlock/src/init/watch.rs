@@ -14,6 +14,8 @@ use nix::unistd::Pid;
 
 use super::child::SetupMessage;
 use super::{any_file_at_least, fork_child, send_event, ExitReport, PreparedRun};
+use super::{Setup, Step};
+use crate::error::SetupError;
 use crate::layer::Layer;
 use crate::linux::tree;
 use crate::result::RunStatus;
@@ -43,7 +45,7 @@ struct Watch<'a> {
     stop: Option<(StopCause, Instant)>,
     setup_pipe: Option<std::fs::File>,
     setup_buffer: Vec<u8>,
-    setup_error: Option<String>,
+    setup_error: Option<SetupError>,
     layers: Vec<Layer>,
     warnings: Vec<String>,
     control_open: bool,
@@ -54,11 +56,11 @@ pub(super) fn supervise(
     spec: &InitSpec,
     run: &mut PreparedRun,
     control: &mut std::fs::File,
-) -> Result<Outcome, String> {
-    let (setup_read, setup_write) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
-        .map_err(|e| format!("pipe: {e}"))?;
+) -> Setup<Outcome> {
+    let pipe_failed = |e: nix::errno::Errno| SetupError::at(Step::Init, format!("pipe: {e}"));
+    let (setup_read, setup_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(pipe_failed)?;
+    let (report_read, report_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(pipe_failed)?;
     let tool_status = super::wrapped::status_pipe(spec)?;
     let start = Instant::now();
     let child = fork_child(
@@ -226,12 +228,18 @@ impl<'a> Watch<'a> {
                 Ok(SetupMessage::Warning(warning)) => self.warnings.push(warning),
                 Ok(SetupMessage::Error(error)) => self.setup_error = Some(error),
                 Err(_) => {
-                    self.setup_error = Some("the sandbox setup sent a malformed message".into())
+                    self.setup_error = Some(SetupError::at(
+                        Step::Watch,
+                        "the sandbox setup sent a malformed message",
+                    ))
                 }
             }
         }
         if self.layers.is_empty() && self.setup_error.is_none() {
-            self.setup_error = Some("the sandbox setup ended without starting the program".into());
+            self.setup_error = Some(SetupError::at(
+                Step::Watch,
+                "the sandbox setup ended without starting the program",
+            ));
         }
     }
 

@@ -16,7 +16,9 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::child::{finish_and_exec_with, send_setup, SetupMessage};
+use super::{Kind, Setup, Step};
 use crate::confine::seccomp;
+use crate::error::SetupError;
 use crate::layer::Layer;
 use crate::linux::sys::{self, Forked};
 use crate::linux::tree;
@@ -28,9 +30,11 @@ pub(super) fn exec(
     wrap: &WrapSpec,
     mut layers: Vec<Layer>,
     tool_status: Option<RawFd>,
-) -> Result<Infallible, String> {
+) -> Setup<Infallible> {
     if wrap.no_new_privs {
-        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+        nix::sys::prctl::set_no_new_privs().map_err(|e| {
+            SetupError::at(Step::Privileges, format!("cannot set no_new_privs: {e}"))
+        })?;
         layers.push(Layer::NoNewPrivs);
     }
     let filters = seccomp_descriptors(wrap)?;
@@ -42,10 +46,10 @@ pub(super) fn exec(
     if !wrap.argv_in_files {
         argv.extend(spec.argv.iter().cloned());
     }
-    let tool = wrap
-        .tool_argv
-        .first()
-        .ok_or("the wrapper has an empty command line")?;
+    let tool = wrap.tool_argv.first().ok_or_else(|| {
+        SetupError::at(Step::Wrapper, "the wrapper has an empty command line")
+            .of_kind(Kind::SpecInvalid)
+    })?;
     let mut placed: Vec<(i32, i32)> = filters
         .iter()
         .map(|fd| fd.as_raw_fd())
@@ -53,8 +57,13 @@ pub(super) fn exec(
         .collect();
     placed.extend(tool_status.zip(wrap.status_fd));
     finish_and_exec_with(spec, layers, || {
-        sys::place_fds_inheritable(&placed)
-            .map_err(|e| format!("cannot pass the seccomp filters to {tool}: {e}"))?;
+        sys::place_fds_inheritable(&placed).map_err(|e| {
+            SetupError::at(
+                Step::Wrapper,
+                format!("cannot pass the seccomp filters to {tool}: {e}"),
+            )
+            .of_kind(Kind::InitFailed)
+        })?;
         if wrap.presize_fd_table {
             // Only speed depends on it: a tool started without it runs the same.
             let _ = hold_presized_fd_table();
@@ -100,7 +109,8 @@ const KILL_DEADLINE: Duration = Duration::from_secs(5);
 /// namespaces: the program can neither see nor signal it. While the init lives, the guard
 /// only mirrors the tool's exit (128+N for a signal, as the tools themselves report it), so
 /// the init sees the same child, status and output pipes as without it.
-fn split_off_guard(spec: &InitSpec) -> Result<(), String> {
+fn split_off_guard(spec: &InitSpec) -> Setup<()> {
+    let failed = |message: String| SetupError::at(Step::Wrapper, message).of_kind(Kind::InitFailed);
     let init = nix::unistd::getppid();
     // The init's SIGTERM on a stop is meant for the tool, which gets it too.
     let mut blocked = super::stop_signals();
@@ -108,17 +118,17 @@ fn split_off_guard(spec: &InitSpec) -> Result<(), String> {
     blocked.add(INIT_GONE);
     blocked
         .thread_block()
-        .map_err(|e| format!("cannot block the guard's signals: {e}"))?;
+        .map_err(|e| failed(format!("cannot block the guard's signals: {e}")))?;
     nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
+        .map_err(|e| failed(format!("prctl(PR_SET_CHILD_SUBREAPER): {e}")))?;
     // Replaces the SIGKILL set for the init's death, with no moment when neither is set.
     nix::sys::prctl::set_pdeathsig(INIT_GONE)
-        .map_err(|e| format!("cannot set the guard's parent-death signal: {e}"))?;
-    match sys::fork_single_threaded().map_err(|e| format!("cannot fork the tool: {e}"))? {
+        .map_err(|e| failed(format!("cannot set the guard's parent-death signal: {e}")))?;
+    match sys::fork_single_threaded().map_err(|e| failed(format!("cannot fork the tool: {e}")))? {
         Forked::Parent(tool) => guard(spec, init, tool),
         // The signal mask is reset right before the exec.
         Forked::Child => nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-            .map_err(|e| format!("cannot set the tool's parent-death signal: {e}")),
+            .map_err(|e| failed(format!("cannot set the tool's parent-death signal: {e}"))),
     }
 }
 
@@ -175,13 +185,13 @@ fn no_child_left() -> bool {
 }
 
 /// The pipe a wrapped tool reports its status on, when it has one: (read end, write end).
-pub(super) fn status_pipe(spec: &InitSpec) -> Result<Option<(OwnedFd, OwnedFd)>, String> {
+pub(super) fn status_pipe(spec: &InitSpec) -> Setup<Option<(OwnedFd, OwnedFd)>> {
     match &spec.confinement {
         Confinement::Wrapped(WrapSpec {
             status_fd: Some(_), ..
         }) => nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
             .map(Some)
-            .map_err(|e| format!("pipe: {e}")),
+            .map_err(|e| SetupError::at(Step::Init, format!("pipe: {e}"))),
         _ => Ok(None),
     }
 }
@@ -194,7 +204,7 @@ pub(super) fn check_tool_ran_program(
     spec: &InitSpec,
     status: Option<OwnedFd>,
     outcome: &Outcome,
-) -> Result<(), String> {
+) -> Setup<()> {
     let Confinement::Wrapped(wrap) = &spec.confinement else {
         return Ok(());
     };
@@ -215,9 +225,12 @@ pub(super) fn check_tool_ran_program(
     if started {
         return Ok(());
     }
-    Err(format!(
-        "{tool} failed before the program started (exit code {}); its message is in the run's stderr",
-        outcome.exit_code.unwrap_or(-1)
+    Err(SetupError::at(
+        Step::Wrapper,
+        format!(
+            "{tool} failed before the program started (exit code {}); its message is in the run's stderr",
+            outcome.exit_code.unwrap_or(-1)
+        ),
     ))
 }
 
@@ -238,11 +251,12 @@ pub(crate) fn tool_reported_exit(status: &str) -> bool {
 }
 
 /// Our seccomp filters as raw `struct sock_filter` arrays in memfds, for `--add-seccomp-fd`.
-fn seccomp_descriptors(wrap: &WrapSpec) -> Result<Vec<OwnedFd>, String> {
+fn seccomp_descriptors(wrap: &WrapSpec) -> Setup<Vec<OwnedFd>> {
     let Some(config) = &wrap.seccomp else {
         return Ok(Vec::new());
     };
-    let programs = seccomp::build_filters(config).map_err(|e| e.to_string())?;
+    let programs =
+        seccomp::build_filters(config).map_err(|e| SetupError::at(Step::Seccomp, e.to_string()))?;
     programs
         .iter()
         .take(wrap.seccomp_fds.len())
@@ -250,17 +264,18 @@ fn seccomp_descriptors(wrap: &WrapSpec) -> Result<Vec<OwnedFd>, String> {
         .collect()
 }
 
-fn filter_memfd(program: &seccompiler::BpfProgram) -> Result<OwnedFd, String> {
+fn filter_memfd(program: &seccompiler::BpfProgram) -> Setup<OwnedFd> {
+    let failed = |message: String| SetupError::at(Step::Seccomp, message);
     let fd = nix::sys::memfd::memfd_create(
         c"airlock-seccomp",
         nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC,
     )
-    .map_err(|e| format!("memfd_create: {e}"))?;
+    .map_err(|e| failed(format!("memfd_create: {e}")))?;
     let mut file = std::fs::File::from(fd);
     file.write_all(&seccomp::filter_bytes(program))
-        .map_err(|e| format!("cannot write the seccomp filter: {e}"))?;
+        .map_err(|e| failed(format!("cannot write the seccomp filter: {e}")))?;
     nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekSet)
-        .map_err(|e| format!("lseek: {e}"))?;
+        .map_err(|e| failed(format!("lseek: {e}")))?;
     Ok(OwnedFd::from(file))
 }
 

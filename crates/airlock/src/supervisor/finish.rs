@@ -9,7 +9,7 @@ use super::handle::send_stop;
 use super::launch::{InitProcess, Started};
 use super::output::{Collector, Drained, StreamKind};
 use super::serve;
-use crate::error::Error;
+use crate::error::{Error, SetupErrorKind};
 use crate::policy::OutputLimitAction;
 use crate::result::{RunResult, RunStatus};
 use crate::spec::{InitEvent, Outcome, StopReason};
@@ -103,6 +103,7 @@ fn assemble(
         backend: backend.to_string(),
         isolation: Vec::new(),
         error: None,
+        error_kind: None,
         warnings: Vec::new(),
         details: Vec::new(),
         workdir: None,
@@ -119,7 +120,10 @@ fn assemble(
                 result.workdir = Some(workdir.clone());
             }
             InitEvent::SetupFailed { error } => {
-                result.error.get_or_insert_with(|| error.clone());
+                if result.error.is_none() {
+                    result.error = Some(error.message.clone());
+                    result.error_kind = Some(error.kind);
+                }
             }
             InitEvent::Finished(outcome) => apply_outcome(&mut result, outcome),
         }
@@ -128,6 +132,7 @@ fn assemble(
         result.error = Some(format!(
             "the airlock init ended without a report ({init_status})"
         ));
+        result.error_kind = Some(SetupErrorKind::InitFailed);
     }
     result
 }
