@@ -193,7 +193,7 @@ impl Backend for BwrapBackend {
         });
         steps.push(WrapStep::StatusFd(STATUS_FD));
         Ok(Confinement::Wrapped(WrapSpec {
-            tool_argv: bwrap_args(ctx, install, &layout),
+            wrapper_argv: bwrap_args(ctx, install, &layout),
             layers,
             steps,
             ..WrapSpec::default()
@@ -386,7 +386,7 @@ fn probe_host() -> BwrapStatus {
 /// The installed bwrap, its version (remembered in `cache_dir`) and whether it is setuid.
 fn inspect_install(cache_dir: Option<&Path>) -> Result<BwrapInstall, String> {
     let path = find_bwrap().ok_or_else(|| NOT_INSTALLED.to_string())?;
-    let version = super::tool_version::version_line(&path, cache_dir)
+    let version = super::wrapper_version::version_line(&path, cache_dir)
         .and_then(|line| parse_version(&line))
         .ok_or_else(|| {
             format!(

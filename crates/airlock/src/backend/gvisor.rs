@@ -80,7 +80,7 @@ impl Backend for GvisorBackend {
         });
         let mut files = bundle.skeleton_files(&input);
         files.push(bundle.config_file(&input));
-        let tool_argv = runsc_argv(&runsc, ctx, &bundle, &platform, rootless);
+        let wrapper_argv = runsc_argv(&runsc, ctx, &bundle, &platform, rootless);
         let details = vec![format!(
             "gvisor: runsc platform {} ({})",
             platform.platform, platform.reason
@@ -110,7 +110,7 @@ impl Backend for GvisorBackend {
             );
         }
         Ok(Confinement::Wrapped(WrapSpec {
-            tool_argv,
+            wrapper_argv,
             argv_in_files: true,
             layers: gvisor_layers(
                 ctx.policy.has_network(),
@@ -270,7 +270,7 @@ fn kvm_facts() -> KvmFacts {
 
 /// The release date in `runsc --version` ("runsc version 0.0~20221219.0" or "release-20231009.0").
 fn runsc_release_date(runsc: &Path, cache_dir: Option<&Path>) -> Option<u32> {
-    parse_release_date(&super::tool_version::version_line(runsc, cache_dir)?)
+    parse_release_date(&super::wrapper_version::version_line(runsc, cache_dir)?)
 }
 
 fn parse_release_date(version: &str) -> Option<u32> {

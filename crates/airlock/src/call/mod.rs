@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::policy::units::{ByteSize, Seconds};
 use crate::policy::{load_profile, Policy};
 use crate::result::{RunResult, RunStatus};
-use crate::supervisor::{Sandbox, SandboxOptions};
+use crate::{Sandbox, SandboxOptions};
 
 /// The shim that runs inside the sandbox.
 pub const SHIM: &str = include_str!("shim.py");

@@ -256,9 +256,9 @@ fn enter_workdir(spec: &InitSpec) -> Setup<()> {
 }
 
 /// The layers really in force, judged by the same rule as the plan (see
-/// [`crate::layer::judge`]): the host may have changed since it was probed.
+/// [`crate::plan::judge`]): the host may have changed since it was probed.
 fn check_required(spec: &InitSpec, layers: &[Layer]) -> Setup<()> {
-    let (missing, verdict) = crate::layer::judge(&spec.require, layers, spec.allow_degraded);
+    let (missing, verdict) = crate::plan::judge(&spec.require, layers, spec.allow_degraded);
     match verdict {
         Verdict::Runs => Ok(()),
         Verdict::Refused => Err(SetupError::at(

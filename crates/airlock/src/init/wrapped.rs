@@ -101,11 +101,11 @@ pub(super) fn exec(
     for note in &wrap.notes {
         send_setup(&SetupMessage::Warning(note.clone()));
     }
-    let mut argv = wrap.tool_argv.clone();
+    let mut argv = wrap.wrapper_argv.clone();
     if !wrap.argv_in_files {
         argv.extend(spec.argv.iter().cloned());
     }
-    let tool = wrap.tool_argv.first().ok_or_else(|| {
+    let tool = wrap.wrapper_argv.first().ok_or_else(|| {
         SetupError::at(Step::Wrapper, "the wrapper has an empty command line")
             .of_kind(Kind::SpecInvalid)
     })?;
@@ -270,7 +270,7 @@ pub(super) fn check_tool_ran_program(
             let mut text = String::new();
             // Every writer is dead by now, so this reads to the end without blocking.
             let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status), &mut text);
-            let tool = wrap.tool_argv.first().cloned().unwrap_or_default();
+            let tool = wrap.wrapper_argv.first().cloned().unwrap_or_default();
             (tool, tool_reported_exit(&text))
         }
         (None, Some(evidence)) => (evidence.tool.clone(), program_started(evidence)),

@@ -12,13 +12,13 @@ use crate::confine::seccomp::SeccompConfig;
 use crate::layer::Layer;
 use crate::rundir::RunFile;
 
-/// A wrapped run: after Tier 0 the init takes the steps, then execs `tool_argv` followed by
+/// A wrapped run: after Tier 0 the init takes the steps, then execs `wrapper_argv` followed by
 /// the program's argv (unless the argv is in the tool's files).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct WrapSpec {
     /// The tool's full argv up to (not including) the program's argv; argv[0] is absolute.
-    pub tool_argv: Vec<String>,
-    /// The program's argv is already in the tool's files (an OCI config): exec `tool_argv`
+    pub wrapper_argv: Vec<String>,
+    /// The program's argv is already in the tool's files (an OCI config): exec `wrapper_argv`
     /// alone.
     #[serde(default)]
     pub argv_in_files: bool,

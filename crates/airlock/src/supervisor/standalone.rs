@@ -81,7 +81,7 @@ impl StandaloneWrapper {
 }
 
 fn standalone_argv(wrap: &WrapSpec, program: &[String]) -> Result<Vec<String>, Error> {
-    let mut argv = without_status_fd(wrap.tool_argv.clone(), wrap.status_fd());
+    let mut argv = without_status_fd(wrap.wrapper_argv.clone(), wrap.status_fd());
     let hidden: Vec<HiddenFile> = wrap.hidden_files().cloned().collect();
     if !hidden.is_empty() {
         argv = crate::backend::hide_files_with_unshare(argv, &hidden, false).ok_or_else(|| {

@@ -208,7 +208,7 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
     );
     assert!(wrap.files().all(|f| f.path.starts_with(RUN_DIR)));
     assert!(wrap.files().any(|f| f.path.ends_with("passwd")));
-    assert_eq!(wrap.tool_argv.last().map(String::as_str), Some("--"));
+    assert_eq!(wrap.wrapper_argv.last().map(String::as_str), Some("--"));
 }
 
 #[test]

@@ -40,7 +40,7 @@ pub(super) fn plan(ctx: &PlanContext, docker: &Path) -> WrapSpec {
     // Docker maps users only daemon-wide (userns-remap), never per container.
     layers.retain(|l| *l != Layer::UserNs);
     WrapSpec {
-        tool_argv: vec!["/bin/sh".into(), "-c".into(), script],
+        wrapper_argv: vec!["/bin/sh".into(), "-c".into(), script],
         argv_in_files: true,
         layers,
         notes: vec!["container: docker runs the container outside airlock's cgroup: memory, CPU and OOM are enforced by the engine but not accounted in the result".into()],

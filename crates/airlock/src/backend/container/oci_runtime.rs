@@ -28,10 +28,10 @@ pub(super) fn plan(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> Wra
     files.push(bundle.config_file(&input));
     // crun manages no cgroup when the run's own (or none at all) must hold the container.
     let cgroup_manager = runtime == OciRuntime::Runc || (ctx.cgroup.is_none() && !run.rootless);
-    let tool_argv = run.argv(binary, &bundle, ctx.run_id, cgroup_manager);
+    let wrapper_argv = run.argv(binary, &bundle, ctx.run_id, cgroup_manager);
     let hybrid = match run.crun_workaround {
-        true => crun_hybrid_workaround(tool_argv, &bundle, &mut files, ctx, run.rootless),
-        false => HybridWorkaround::none(tool_argv),
+        true => crun_hybrid_workaround(wrapper_argv, &bundle, &mut files, ctx, run.rootless),
+        false => HybridWorkaround::none(wrapper_argv),
     };
     let notes = match run.rootless {
         true => vec![rootless::ROOTLESS_NOTE.into()],
@@ -46,7 +46,7 @@ pub(super) fn plan(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> Wra
     }));
     steps.extend(cgroup_dirs.into_iter().map(WrapStep::RemoveDir));
     WrapSpec {
-        tool_argv: hybrid.tool_argv,
+        wrapper_argv: hybrid.wrapper_argv,
         argv_in_files: true,
         layers: container_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir()),
         notes,

@@ -95,7 +95,7 @@ pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         steps.extend(dirs.into_iter().map(WrapStep::RemoveDir));
     }
     WrapSpec {
-        tool_argv: hybrid.tool_argv,
+        wrapper_argv: hybrid.wrapper_argv,
         argv_in_files: true,
         layers: container_layers(ctx.policy.has_network(), capped),
         notes: Vec::new(),
