@@ -11,7 +11,6 @@ use airlock::{Input, RunEvent, RunStatus, Sandbox, SandboxOptions};
 fn sandbox(profile: &str) -> Sandbox {
     let options = SandboxOptions {
         init_program: Some(env!("CARGO_BIN_EXE_airlock").into()),
-        trusted_profile: profile == "trusted",
         ..SandboxOptions::default()
     };
     Sandbox::with_options(load_profile(profile).unwrap(), options).unwrap()
@@ -60,7 +59,6 @@ fn run_feeds_large_stdin_while_draining_both_streams() {
         policy.limits.on_output_limit = OutputLimitAction::Truncate;
         let options = SandboxOptions {
             init_program: Some(env!("CARGO_BIN_EXE_airlock").into()),
-            trusted_profile: profile == "trusted",
             ..SandboxOptions::default()
         };
         let result = Sandbox::with_options(policy, options)
