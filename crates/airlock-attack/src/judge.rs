@@ -102,7 +102,7 @@ pub fn grade(plan: &Plan, outcome: &Outcome) -> (Grade, String) {
         let said = outcome
             .text
             .lines()
-            .filter(|l| l.starts_with("BLOCKED") || l.starts_with("ESCAPED"))
+            .filter(|l| l.starts_with("BLOCKED") || l.starts_with("ESCAPED") || *l == "READY")
             .collect::<Vec<_>>()
             .join("; ");
         return (
@@ -147,4 +147,70 @@ pub fn excerpt(outcome: &Outcome) -> String {
         all.push('…');
     }
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::escaped_line;
+
+    fn outcome(text: &str) -> Outcome {
+        Outcome {
+            text: text.into(),
+            cli_stderr: "bwrap: boom".into(),
+            ..Outcome::default()
+        }
+    }
+
+    /// A plan judged by a host-side check that finds (or does not find) its evidence.
+    fn host_checked(found: bool) -> Plan {
+        Plan::new(Vec::new(), move |_: &Outcome| {
+            found.then(|| "a file appeared".to_string())
+        })
+    }
+
+    #[test]
+    fn host_evidence_overrides_the_attacks_claim() {
+        let graded = |found, text| grade(&host_checked(found), &outcome(text)).0;
+        assert_eq!(graded(true, "BLOCKED no\n"), Grade::Escaped);
+        assert_eq!(graded(false, "ESCAPED wrote\n"), Grade::Blocked);
+        let (not_run, evidence) = grade(&host_checked(false), &outcome(""));
+        assert_eq!(not_run, Grade::NotRun);
+        assert!(evidence.contains("bwrap: boom"));
+    }
+
+    #[test]
+    fn any_escape_line_fails_a_self_reported_attack() {
+        let plan = Plan::new(Vec::new(), escaped_line);
+        let graded = |text| grade(&plan, &outcome(text)).0;
+        assert_eq!(graded("ESCAPED keyctl\nBLOCKED x\n"), Grade::Escaped);
+        assert_eq!(graded("BLOCKED all\n"), Grade::Blocked);
+        assert_eq!(graded("Traceback\n"), Grade::NotRun);
+    }
+
+    #[test]
+    fn a_contained_run_must_have_a_sane_result() {
+        let plan = host_checked(false);
+        let mut run = outcome("BLOCKED refused\n");
+        assert_eq!(judge(false, &plan, &run).0, Verdict::Fail, "no result");
+        run.status = Some("sandbox_error".into());
+        assert_eq!(judge(false, &plan, &run).0, Verdict::Fail);
+        run.status = Some("exited".into());
+        assert_eq!(judge(false, &plan, &run).0, Verdict::Pass);
+        assert_eq!(judge(true, &plan, &run).0, Verdict::Fail, "must escape");
+        run.text = "Traceback\n".into();
+        assert_eq!(judge(false, &plan, &run).0, Verdict::Fail, "never tried");
+    }
+
+    #[test]
+    fn an_escape_past_a_layer_the_result_does_not_claim_is_reported_not_failed() {
+        let plan = host_checked(true).stopped_by("inode_quota");
+        let mut run = outcome("ESCAPED created 3000 files\n");
+        run.status = Some("exited".into());
+        let (verdict, detail) = judge(false, &plan, &run);
+        assert_eq!(verdict, Verdict::Pass);
+        assert!(detail.contains("not enforced, and reported so"), "{detail}");
+        run.layers = vec!["inode_quota".into()];
+        assert_eq!(judge(false, &plan, &run).0, Verdict::Fail);
+    }
 }

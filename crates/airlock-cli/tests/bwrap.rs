@@ -497,6 +497,29 @@ fn conformance_grades_bare_and_airlock_by_host_evidence() {
     for (class, verdict) in verdicts(1) {
         assert_eq!(verdict, "blocked", "airlock {class}: {}", rows[1]);
     }
+    // The real attacks of the suite, one result each; only limit-bound ones are skipped.
+    let results = |row: usize| rows[row]["results"].as_array().unwrap().clone();
+    let catalogue = airlock_attack::catalogue();
+    assert_eq!(results(0).len(), catalogue.len(), "{}", rows[0]);
+    for (result, attack) in results(1).iter().zip(&catalogue) {
+        assert_eq!(result["attack"], attack.name);
+        assert_ne!(result["verdict"], "escaped", "airlock: {result}");
+    }
+    let escaped_bare = results(0)
+        .iter()
+        .filter(|r| r["verdict"] == "escaped")
+        .count();
+    assert!(
+        escaped_bare >= 40,
+        "bare must fail most attacks: {escaped_bare}"
+    );
+    for skipped in results(0).iter().filter(|r| r["verdict"] == "skipped") {
+        let evidence = skipped["evidence"].as_str().unwrap();
+        assert!(
+            evidence.contains("limits only airlock") || evidence.contains("needs root"),
+            "{skipped}"
+        );
+    }
 }
 
 #[test]
