@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use airlock_attack::host::{host_mountinfo, kill, processes_with};
 
-use crate::UNPRIVILEGED_UID;
+use crate::support::UNPRIVILEGED_UID;
 
 /// Everything the suite `id` (whose airlock CLIs had `cli_pids`) left behind; stray processes
 /// are killed as they are found.

@@ -17,6 +17,8 @@
 
 mod leftovers;
 mod suite;
+#[path = "../support/mod.rs"]
+mod support;
 mod variants;
 
 use std::path::Path;
@@ -27,12 +29,7 @@ use airlock_attack::program::program;
 use serde_json::Value;
 
 use suite::{run_suite, run_suite_on, run_suite_on_with, Mode, User, SERIAL};
-
-/// The uid the "unprivileged user" suite runs the CLI as when the tests run as root: a uid of
-/// its own, because without cgroups the process cap is RLIMIT_NPROC, which counts every
-/// process of the uid on the host (other test suites run things as 65534 too).
-const UNPRIVILEGED_UID: u32 = 64123;
-const PYTHON: &str = "/usr/bin/python3";
+use support::{PYTHON, UNPRIVILEGED_UID};
 
 #[test]
 fn attacks_escape_without_sandbox_as_root() {

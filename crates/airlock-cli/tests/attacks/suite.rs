@@ -10,8 +10,8 @@ use airlock_attack::judge::{blocked_reason, excerpt, judge, Verdict};
 use airlock_attack::{catalogue, Attack, Baseline, Lifecycle, Outcome, Plan, Scene, Stage};
 
 use crate::leftovers::{leftovers, remove_run_leftovers};
+use crate::support::{PYTHON, UNPRIVILEGED_UID};
 use crate::variants::{known_gaps, WEAKENINGS};
-use crate::{PYTHON, UNPRIVILEGED_UID};
 
 /// The uid root runs drop to (the untrusted profile's default).
 const NOBODY: u32 = 65534;
