@@ -160,8 +160,19 @@ pub fn survivors(marker: &str) -> impl Fn(&Outcome) -> Option<String> + Send + '
     let marker = marker.to_string();
     move |_: &Outcome| {
         std::thread::sleep(Duration::from_millis(300));
-        let alive = processes_with(&marker);
+        let alive: Vec<String> = processes_with(&marker)
+            .into_iter()
+            .map(|(pid, cmdline)| format!("{pid} {}", short(&cmdline)))
+            .collect();
         (!alive.is_empty()).then(|| format!("still running on the host after the run: {alive:?}"))
+    }
+}
+
+/// A command line cut to a readable length (an inlined program's is kilobytes long).
+fn short(cmdline: &str) -> String {
+    match cmdline.char_indices().nth(100) {
+        Some((cut, _)) => format!("{}…", &cmdline[..cut]),
+        None => cmdline.to_string(),
     }
 }
 

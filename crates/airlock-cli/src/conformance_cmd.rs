@@ -162,7 +162,7 @@ fn run_in_scene(
     let mut line = vec![
         "/bin/sh".to_string(),
         "-c".into(),
-        format!("{prefix} \"$@\""),
+        format!("{} \"$@\"", absolute_command(prefix)),
         "airlock-conformance".into(),
     ];
     line.extend(plan.argv.iter().cloned());
@@ -178,6 +178,20 @@ fn run_in_scene(
     match execute(&mut plan, launch) {
         Ok(outcome) => grade(&plan, &outcome),
         Err(e) => (Grade::NotRun, format!("the attack did not run: {e}")),
+    }
+}
+
+/// `prefix` with a relative command path (`target/debug/airlock run --`) made absolute: each
+/// attack runs in its own scene directory, not in the caller's.
+fn absolute_command(prefix: &str) -> String {
+    let trimmed = prefix.trim_start();
+    let word = trimmed.split_whitespace().next().unwrap_or_default();
+    let relative_path = word.contains('/') && !word.starts_with('/') && !word.contains('=');
+    match std::fs::canonicalize(word) {
+        Ok(path) if relative_path => {
+            format!("{}{}", path.display(), &trimmed[word.len()..])
+        }
+        _ => prefix.to_string(),
     }
 }
 
@@ -334,6 +348,18 @@ mod tests {
             grade,
             evidence: format!("{attack} evidence"),
             layers: "",
+        }
+    }
+
+    #[test]
+    fn a_relative_command_path_is_made_absolute() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            absolute_command("src/main.rs --flag x"),
+            format!("{}/src/main.rs --flag x", cwd.display())
+        );
+        for unchanged in ["env", "/usr/bin/env -i", "FOO=a/b env", "no/such/tool --x"] {
+            assert_eq!(absolute_command(unchanged), unchanged);
         }
     }
 
