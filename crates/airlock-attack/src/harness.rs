@@ -6,7 +6,8 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -76,14 +77,14 @@ pub fn execute(plan: &mut Plan, launch: Launch) -> Result<Outcome, String> {
     if let Some(pids) = launch.pids {
         pids.lock().unwrap().push(child.id());
     }
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let stdout = collect(child.stdout.take().expect("piped stdout"), Some(ready_tx));
+    let ready = Arc::new(AtomicBool::new(false));
+    let stdout = collect(child.stdout.take().expect("piped stdout"), Some(&ready));
     let stderr = collect(child.stderr.take().expect("piped stderr"), None);
     let finished = Arc::new(AtomicBool::new(false));
     let watcher = spawn_watch(plan, &finished);
     match plan.lifecycle {
         Lifecycle::KillWhenReady { whole_group } => {
-            let ready = ready_rx.recv_timeout(Duration::from_secs(30)).is_ok();
+            let ready = wait_for(Duration::from_secs(30), || ready.load(Ordering::SeqCst));
             kill_supervisor(&mut child, whole_group, launch.supervisor);
             if !ready {
                 return Err("the program never said READY".into());
@@ -208,78 +209,86 @@ fn spawn_watch(
 }
 
 fn wait_with_deadline(child: &mut Child, limit: Duration) {
+    if !wait_for(limit, || matches!(child.try_wait(), Ok(Some(_)))) {
+        kill(-(child.id() as i32));
+        let _ = child.wait();
+    }
+}
+
+/// Polls `done` every few milliseconds for up to `limit`; whether it came true.
+fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
+        if done() {
+            return true;
         }
         if Instant::now() >= deadline {
-            kill(-(child.id() as i32));
-            let _ = child.wait();
-            return;
+            return false;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
 }
 
-/// Reads a pipe to the end in a thread; tells `ready` when a line says READY.
+/// Reads a pipe to the end in a thread; sets `ready` when a line says READY.
 struct Collector {
     buffer: Arc<Mutex<Vec<u8>>>,
-    done: mpsc::Receiver<()>,
+    reader: JoinHandle<()>,
 }
 
-fn collect(pipe: impl Read + Send + 'static, ready: Option<mpsc::Sender<()>>) -> Collector {
+fn collect(pipe: impl Read + Send + 'static, ready: Option<&Arc<AtomicBool>>) -> Collector {
     let buffer = Arc::new(Mutex::new(Vec::new()));
-    let (done_tx, done) = mpsc::channel();
     let sink = Arc::clone(&buffer);
-    std::thread::spawn(move || {
+    let ready = ready.cloned();
+    let reader = std::thread::spawn(move || {
         let mut reader = BufReader::new(pipe);
         let mut line = Vec::new();
         while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
             if line.trim_ascii() == b"READY" {
                 if let Some(ready) = &ready {
-                    let _ = ready.send(());
+                    ready.store(true, Ordering::SeqCst);
                 }
             }
             sink.lock().unwrap().extend_from_slice(&line);
             line.clear();
         }
-        let _ = done_tx.send(());
     });
-    Collector { buffer, done }
+    Collector { buffer, reader }
 }
 
 impl Collector {
     /// The text so far once the pipe closes, or after a few seconds if something still holds
     /// it open (then that something is itself evidence the survivor checks find).
     fn finish(self) -> String {
-        let _ = self.done.recv_timeout(Duration::from_secs(5));
+        wait_for(Duration::from_secs(5), || self.reader.is_finished());
         String::from_utf8_lossy(&self.buffer.lock().unwrap()).into_owned()
     }
 }
 
-/// Runs `run` over `attacks` (each with its catalogue index) on `workers` threads; the
-/// results come back in index order.
-pub fn run_parallel<T: Send>(
-    attacks: &[(usize, &Attack)],
-    workers: usize,
+/// Runs `run` over `attacks` (with each one's index), `parallel` at a time, then the
+/// exclusive ones alone; the results come back in the order of `attacks`.
+pub fn run_all<T: Send>(
+    attacks: &[Attack],
+    parallel: usize,
     run: impl Fn(usize, &Attack) -> T + Sync,
 ) -> Vec<T> {
-    let next = AtomicUsize::new(0);
-    let results = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(&(index, attack)) = attacks.get(i) else {
-                    break;
-                };
-                let result = run(index, attack);
-                results.lock().unwrap().push((index, result));
-            });
-        }
-    });
-    let mut results = results.into_inner().unwrap();
-    results.sort_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, r)| r).collect()
+    let slots: Vec<Mutex<Option<T>>> = attacks.iter().map(|_| Mutex::new(None)).collect();
+    for (exclusive, workers) in [(false, parallel), (true, 1)] {
+        let batch: Vec<usize> = (0..attacks.len())
+            .filter(|&i| attacks[i].exclusive == exclusive)
+            .collect();
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| {
+                    while let Some(&i) = batch.get(next.fetch_add(1, Ordering::SeqCst)) {
+                        *slots[i].lock().unwrap() = Some(run(i, &attacks[i]));
+                    }
+                });
+            }
+        });
+    }
+    slots
+        .into_iter()
+        .map(|slot| slot.into_inner().unwrap().expect("every attack ran"))
+        .collect()
 }

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use airlock_attack::harness::{execute, run_parallel, Launch, Supervisor};
+use airlock_attack::harness::{execute, run_all, Launch, Supervisor};
 use airlock_attack::host::is_root;
 use airlock_attack::judge::{grade, Grade};
 use airlock_attack::{catalogue, Attack, Group, Scene, Stage};
@@ -100,16 +100,11 @@ fn grade_sandbox(prefix: &str, args: &ConformanceArgs) -> Result<Vec<Graded>> {
         sandbox_uid,
     )
     .map_err(|e| anyhow!("{e} (choose another --bait-dir)"))?;
-    let attacks = catalogue();
-    let (shared, exclusive): (Vec<_>, Vec<_>) =
-        attacks.iter().enumerate().partition(|(_, a)| !a.exclusive);
-    let run =
-        |index: usize, attack: &Attack| (index, grade_attack(&stage, index, attack, prefix, args));
-    let mut results = run_parallel(&shared, PARALLEL, run);
-    results.extend(run_parallel(&exclusive, 1, run));
+    let results = run_all(&catalogue(), PARALLEL, |index, attack| {
+        grade_attack(&stage, index, attack, prefix, args)
+    });
     stage.remove();
-    results.sort_by_key(|(index, _)| *index);
-    Ok(results.into_iter().map(|(_, graded)| graded).collect())
+    Ok(results)
 }
 
 fn grade_attack(

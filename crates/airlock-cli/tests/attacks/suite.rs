@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use airlock_attack::harness::{execute, run_parallel, Launch, Supervisor};
+use airlock_attack::harness::{execute, run_all, Launch, Supervisor};
 use airlock_attack::host::{host_mountinfo, is_root};
 use airlock_attack::judge::{blocked_reason, excerpt, judge, Verdict};
 use airlock_attack::{catalogue, Attack, Baseline, Lifecycle, Outcome, Plan, Scene, Stage};
@@ -112,11 +112,9 @@ pub fn run_suite_on_with(
             "every weakening names an attack"
         );
     }
-    let (shared, exclusive): (Vec<_>, Vec<_>) =
-        table.iter().enumerate().partition(|(_, a)| !a.exclusive);
-    let run = |index: usize, attack: &Attack| suite.run_attack(index, attack);
-    let mut reports = run_parallel(&shared, PARALLEL, run);
-    reports.extend(run_parallel(&exclusive, 1, run));
+    let reports = run_all(&table, PARALLEL, |index, attack| {
+        suite.run_attack(index, attack)
+    });
     let problems = leftovers(&suite.stage.id, &mounts_before, &suite.cli_pids());
     print_reports(&suite, &reports, started.elapsed());
     suite.stage.remove();
