@@ -45,6 +45,40 @@ pub enum Supervisor {
 
 /// Runs `plan` as `launch` says; `Err` when it could not be run as planned.
 pub fn execute(plan: &mut Plan, launch: Launch) -> Result<Outcome, String> {
+    let (mut command, terminal) = command_for(plan, &launch)?;
+    let started = Instant::now();
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
+    if let Some(pids) = launch.pids {
+        pids.lock().unwrap().push(child.id());
+    }
+    let ready = Arc::new(AtomicBool::new(false));
+    let stdout = collect(child.stdout.take().expect("piped stdout"), Some(&ready));
+    let stderr = collect(child.stderr.take().expect("piped stderr"), None);
+    let finished = Arc::new(AtomicBool::new(false));
+    let watcher = spawn_watch(plan, &finished);
+    let waited = wait(&mut child, plan.lifecycle, &launch, &ready);
+    let mut outcome = Outcome {
+        elapsed: started.elapsed(),
+        cli_pid: Some(child.id()),
+        ..Outcome::default()
+    };
+    finished.store(true, Ordering::SeqCst);
+    waited?;
+    outcome.watched = watcher.and_then(|w| w.join().ok()).flatten();
+    outcome.pty_input = terminal.map(|t| t.pending_input());
+    let (stdout, stderr) = (stdout.finish(), stderr.finish());
+    outcome.cli_stderr = stderr.clone();
+    if !(launch.airlock_result && read_airlock_result(&stdout, &mut outcome)) {
+        outcome.text = format!("{stdout}\n{stderr}");
+    }
+    Ok(outcome)
+}
+
+/// The command of one run (in its own process group: a group kill reaches the supervisor and
+/// its init, never the harness), and the terminal on its stdin if the plan wants one.
+fn command_for(plan: &Plan, launch: &Launch) -> Result<(Command, Option<Terminal>), String> {
     let line = with_inherited_fd7(plan, launch.line.clone());
     let mut command = Command::new(&line[0]);
     command.args(&line[1..]);
@@ -56,13 +90,11 @@ pub fn execute(plan: &mut Plan, launch: Launch) -> Result<Outcome, String> {
     }
     command
         .envs(plan.env.iter().cloned())
-        .current_dir(plan.cwd.as_ref().unwrap_or(&launch.cwd));
-    command
+        .current_dir(plan.cwd.as_ref().unwrap_or(&launch.cwd))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .stdin(Stdio::null());
-    // Its own process group: a group kill reaches the supervisor and its init, never us.
-    command.process_group(0);
+        .stdin(Stdio::null())
+        .process_group(0);
     let terminal = match plan.lifecycle {
         Lifecycle::Terminal => Some(Terminal::open()?),
         _ => None,
@@ -70,45 +102,29 @@ pub fn execute(plan: &mut Plan, launch: Launch) -> Result<Outcome, String> {
     if let Some(terminal) = &terminal {
         command.stdin(Stdio::from(terminal.slave()?));
     }
-    let started = Instant::now();
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", line[0]))?;
-    if let Some(pids) = launch.pids {
-        pids.lock().unwrap().push(child.id());
-    }
-    let ready = Arc::new(AtomicBool::new(false));
-    let stdout = collect(child.stdout.take().expect("piped stdout"), Some(&ready));
-    let stderr = collect(child.stderr.take().expect("piped stderr"), None);
-    let finished = Arc::new(AtomicBool::new(false));
-    let watcher = spawn_watch(plan, &finished);
-    match plan.lifecycle {
-        Lifecycle::KillWhenReady { whole_group } => {
-            let ready = wait_for(Duration::from_secs(30), || ready.load(Ordering::SeqCst));
-            kill_supervisor(&mut child, whole_group, launch.supervisor);
-            if !ready {
-                return Err("the program never said READY".into());
-            }
-            // Give whatever should notice the death (the init, PID 1's parent-death signal)
-            // time to act before looking for survivors.
-            std::thread::sleep(Duration::from_millis(1000));
-        }
-        _ => wait_with_deadline(&mut child, launch.deadline),
-    }
-    let mut outcome = Outcome {
-        elapsed: started.elapsed(),
-        cli_pid: Some(child.id()),
-        ..Outcome::default()
+    Ok((command, terminal))
+}
+
+/// Waits for the run to end, or to say READY and then kills its supervisor.
+fn wait(
+    child: &mut Child,
+    lifecycle: Lifecycle,
+    launch: &Launch,
+    ready: &AtomicBool,
+) -> Result<(), String> {
+    let Lifecycle::KillWhenReady { whole_group } = lifecycle else {
+        wait_with_deadline(child, launch.deadline);
+        return Ok(());
     };
-    finished.store(true, Ordering::SeqCst);
-    outcome.watched = watcher.and_then(|w| w.join().ok()).flatten();
-    outcome.pty_input = terminal.map(|t| t.pending_input());
-    let (stdout, stderr) = (stdout.finish(), stderr.finish());
-    outcome.cli_stderr = stderr.clone();
-    if !(launch.airlock_result && read_airlock_result(&stdout, &mut outcome)) {
-        outcome.text = format!("{stdout}\n{stderr}");
+    let ready = wait_for(Duration::from_secs(30), || ready.load(Ordering::SeqCst));
+    kill_supervisor(child, whole_group, launch.supervisor);
+    if !ready {
+        return Err("the program never said READY".into());
     }
-    Ok(outcome)
+    // Give whatever should notice the death (the init, PID 1's parent-death signal) time to
+    // act before looking for survivors.
+    std::thread::sleep(Duration::from_millis(1000));
+    Ok(())
 }
 
 /// `bash -c 'exec 7<FILE; exec "$@"' FILE LINE...`: the caller leaks a descriptor.

@@ -28,7 +28,8 @@ pub struct Stage {
 }
 
 impl Stage {
-    /// A fresh directory `<parent>/<prefix>-<id>`, traversable by the sandbox's user.
+    /// A fresh directory `<parent>/<prefix>-<id>` (`parent` must exist), traversable by the
+    /// sandbox's user.
     pub fn create(
         parent: &Path,
         prefix: &str,
@@ -37,8 +38,7 @@ impl Stage {
     ) -> Result<Stage, String> {
         let id = format!("atk{}", &random_hex()[..10]);
         let dir = parent.join(format!("{prefix}-{id}"));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         set_mode(&dir, 0o755)?;
         Ok(Stage {
             id,
