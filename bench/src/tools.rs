@@ -2,6 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use airlock::policy::{BackendChoice, ContainerRuntime};
+use airlock::{CgroupConfig, Sandbox, SandboxOptions, StandaloneWrapper};
+
 /// A way of starting a program: the argv placed before the workload's own argv.
 #[derive(Debug, Clone)]
 pub struct Tool {
@@ -13,6 +16,8 @@ pub struct Tool {
     pub per_workload: Vec<(&'static str, Vec<String>)>,
     /// Files each run gets open at these descriptor numbers (e.g. bwrap's seccomp filters).
     pub descriptors: Vec<(i32, PathBuf)>,
+    /// The run directory of each workload's planned run, for tools that set it up.
+    pub run_dirs: Vec<(&'static str, PathBuf)>,
 }
 
 impl Tool {
@@ -22,6 +27,7 @@ impl Tool {
             prefix,
             per_workload: Vec::new(),
             descriptors: Vec::new(),
+            run_dirs: Vec::new(),
         }
     }
 
@@ -87,79 +93,79 @@ pub const BWRAP_SAME_ARGS: &str = "bwrap-airlock-argv";
 /// bubblewrap with exactly the argv airlock's `bwrap` backend builds for the untrusted profile,
 /// including the seccomp filters it loads (`--add-seccomp-fd`, from files opened at the same
 /// descriptors for every run), minus only the status pipe that airlock's init reads:
-/// `airlock-bwrap` against this is the cost of airlock's wrapper alone. Runs as the caller
-/// (airlock runs bwrap as uid 65534 when root; measured here, that makes no difference).
+/// `airlock-bwrap` against this is the cost of airlock's wrapper alone. Planned by the library
+/// (`Command::standalone_wrapper`) for each workload. Runs as the caller (airlock runs bwrap
+/// as uid 65534 when root; measured here, that makes no difference).
 fn bwrap_as_airlock_drives_it() -> Result<Tool, String> {
-    use airlock::backend::{
-        bwrap_args, parse_version, resolve_system_entries, BwrapInstall, HostLayout,
-    };
-    let policy = airlock::policy::builtin("untrusted").ok_or("no untrusted profile")?;
-    let path = find_program("bwrap").ok_or("bwrap not found")?;
-    let run_dir = scratch_dir().join("bwrap-run");
-    let etc = run_dir.join("bwrap-etc");
-    std::fs::create_dir_all(&etc).map_err(|e| format!("cannot create {}: {e}", etc.display()))?;
-    let mut identity = Vec::new();
-    for name in ["passwd", "group", "hosts", "hostname"] {
-        let file = etc.join(name);
-        std::fs::write(&file, "airlock-bench\n")
-            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-        identity.push((file, Path::new("/etc").join(name)));
+    let mut tool = Tool::prefixed(BWRAP_SAME_ARGS, Vec::new());
+    for workload in all_workloads() {
+        let wrapper = planned(
+            BackendChoice::Bwrap,
+            ContainerRuntime::Auto,
+            false,
+            &workload,
+        )?;
+        wrapper.create_run_dir().map_err(|e| e.to_string())?;
+        // This bwrap runs as root (airlock's as uid 65534), which owns nothing in its user
+        // namespace: it may use the program's directories all the same.
+        let run_dir = &wrapper.run_dir;
+        for dir in [
+            wrapper.workdir.clone(),
+            run_dir.join("tmp"),
+            run_dir.join("shm"),
+        ] {
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
+        }
+        tool.descriptors = descriptor_files(&wrapper)?;
+        tool.per_workload
+            .push((workload.name, wrapper.argv.clone()));
+        tool.run_dirs.push((workload.name, wrapper.run_dir.clone()));
     }
-    let workdir = run_dir.join("work");
-    make_run_dirs(&run_dir)?;
-    // This bwrap runs as root (airlock's as uid 65534), which owns nothing in its user
-    // namespace: it may use the program's directories all the same.
-    for name in ["work", "tmp", "shm"] {
-        let dir = run_dir.join(name);
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-            .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
-    }
-    let mut ctx = fresh_run_context(&policy, &workdir, &run_dir, "bench", &[], &[]);
-    // As airlock runs it as root: the workdir, /tmp and /dev/shm are binds of the run
-    // directory's capped tmpfs mounts (plain directories here; the floor wrapper mounts them).
-    let scratch = run_dir_scratch(&policy, &run_dir);
-    ctx.scratch = Some(&scratch);
-    let layout = HostLayout {
-        system: resolve_system_entries(&airlock::sandbox::rootfs::default_system_ro()),
-        etc: airlock::sandbox::rootfs::default_etc_files(),
-        identity,
-    };
-    let version = std::process::Command::new(&path)
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|out| parse_version(&String::from_utf8_lossy(&out.stdout)))
-        .ok_or("cannot read bwrap's version")?;
-    let install = BwrapInstall {
-        path,
-        version,
-        setuid: false,
-    };
-    let argv = bwrap_args(&ctx, &install, &layout);
-    let mut tool = Tool::prefixed(BWRAP_SAME_ARGS, without_status_fd(argv));
-    tool.descriptors = seccomp_filter_files(&run_dir)?;
     Ok(tool)
 }
 
-/// airlock's two seccomp filters written to files, at the descriptors the bwrap backend
-/// hands them over on.
-fn seccomp_filter_files(dir: &Path) -> Result<Vec<(i32, PathBuf)>, String> {
-    use airlock::sandbox::seccomp::{build_filters, filter_bytes, SeccompConfig};
-    let config = SeccompConfig {
-        allow_network: false,
-    };
-    let programs = build_filters(&config).map_err(|e| e.to_string())?;
-    let fds = airlock::backend::BWRAP_SECCOMP_FDS;
-    programs
+/// A wrapper's descriptors written to files, to be opened at their numbers for every run.
+fn descriptor_files(wrapper: &StandaloneWrapper) -> Result<Vec<(i32, PathBuf)>, String> {
+    wrapper
+        .descriptors
         .iter()
-        .zip(fds)
-        .map(|(program, fd)| {
-            let path = dir.join(format!("seccomp-{fd}.bpf"));
-            std::fs::write(&path, filter_bytes(program))
+        .map(|(fd, bytes)| {
+            let path = wrapper.run_dir.join(format!("fd-{fd}"));
+            std::fs::write(&path, bytes)
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            Ok((fd, path))
+            Ok((*fd, path))
         })
         .collect()
+}
+
+/// The library's plan of `workload` under the untrusted profile with `backend`, as a
+/// standalone command; `cgroup` gives it a run cgroup under [`BENCH_CGROUP_PARENT`] (which
+/// only runsc needs to apply the bundle's limits).
+fn planned(
+    backend: BackendChoice,
+    runtime: ContainerRuntime,
+    cgroup: bool,
+    workload: &Workload,
+) -> Result<StandaloneWrapper, String> {
+    std::fs::create_dir_all(scratch_dir())
+        .map_err(|e| format!("cannot create the scratch directory: {e}"))?;
+    let mut policy = airlock::policy::builtin("untrusted").ok_or("no untrusted profile")?;
+    policy.backend = backend;
+    policy.container.runtime = runtime;
+    let options = SandboxOptions {
+        runtime_dir: Some(scratch_dir()),
+        no_cgroup: !cgroup,
+        cgroup: cgroup.then(|| CgroupConfig {
+            parent: BENCH_CGROUP_PARENT.into(),
+            ..Default::default()
+        }),
+        ..SandboxOptions::default()
+    };
+    let sandbox = Sandbox::with_options(policy, options).map_err(|e| e.to_string())?;
+    let (program, args) = workload.argv.split_first().ok_or("empty workload")?;
+    let command = sandbox.command(program.clone()).args(args.iter().cloned());
+    command.standalone_wrapper().map_err(|e| e.to_string())
 }
 
 /// The same-argv bwrap under `bench/floor/limited_exec.c`: the least any wrapper must do to
@@ -183,29 +189,23 @@ fn bwrap_under_floor_wrapper(same_argv: &Tool) -> Result<Tool, String> {
     if !compiled.success() {
         return Err(format!("cc could not compile {}", source.display()));
     }
-    let run_dir = scratch_dir().join("bwrap-run");
-    let mut prefix = vec![binary.display().to_string(), run_dir.display().to_string()];
-    let bwrap = find_program(&same_argv.prefix[0]).ok_or("bwrap not found")?;
-    prefix.push(bwrap.display().to_string());
-    prefix.extend(same_argv.prefix[1..].iter().cloned());
-    let mut tool = Tool::prefixed(BWRAP_FLOOR, prefix);
+    let mut tool = Tool::prefixed(BWRAP_FLOOR, Vec::new());
+    for (workload, argv) in &same_argv.per_workload {
+        let (_, run_dir) = same_argv
+            .run_dirs
+            .iter()
+            .find(|(w, _)| w == workload)
+            .ok_or("no run directory")?;
+        let mut line = vec![binary.display().to_string(), run_dir.display().to_string()];
+        line.extend(argv.iter().cloned());
+        tool.per_workload.push((workload, line));
+    }
     tool.descriptors = same_argv.descriptors.clone();
     Ok(tool)
 }
 
 /// The parent cgroup of the OCI peers' containers.
 const BENCH_CGROUP_PARENT: &str = "airlock-bench";
-
-fn bench_cgroup(run_id: &str) -> airlock::spec::CgroupRequest {
-    airlock::spec::CgroupRequest {
-        config: airlock::sandbox::cgroup::CgroupConfig {
-            parent: BENCH_CGROUP_PARENT.into(),
-            ..Default::default()
-        },
-        run_id: run_id.into(),
-        limits: Default::default(),
-    }
-}
 
 /// podman's parent cgroup, which a bare podman run leaves behind (with `conmon` in it).
 const PODMAN_CGROUP_PARENT: &str = "libpod_parent";
@@ -254,13 +254,14 @@ pub const RUNSC_SAME_BUNDLE_PRESIZED: &str = "runsc-airlock-bundle-presized";
 
 /// The peers that run airlock's generated OCI bundle (or podman argv) directly: the same tool
 /// with the same config, minus airlock's supervisor, init, cgroup and Tier 0.
-const SAME_CONFIG_PEERS: &[(&str, &str, airlock::policy::ContainerRuntime)] = {
-    use airlock::policy::ContainerRuntime::{Crun, Podman, Runc};
+const SAME_CONFIG_PEERS: &[(&str, BackendChoice, ContainerRuntime)] = {
+    use BackendChoice::{Container, Gvisor};
+    use ContainerRuntime::{Auto, Crun, Podman, Runc};
     &[
-        (RUNC_SAME_BUNDLE, "container", Runc),
-        (CRUN_SAME_BUNDLE, "container", Crun),
-        (PODMAN_SAME_ARGV, "container", Podman),
-        (RUNSC_SAME_BUNDLE, "gvisor", Runc),
+        (RUNC_SAME_BUNDLE, Container, Runc),
+        (CRUN_SAME_BUNDLE, Container, Crun),
+        (PODMAN_SAME_ARGV, Container, Podman),
+        (RUNSC_SAME_BUNDLE, Gvisor, Auto),
     ]
 };
 
@@ -270,12 +271,10 @@ const SAME_CONFIG_PEERS: &[(&str, &str, airlock::policy::ContainerRuntime)] = {
 /// tool needs from a run's cgroup it creates itself (no run cgroup is passed).
 fn same_config_peers(notes: &mut Vec<String>) -> Vec<Tool> {
     let mut peers = Vec::new();
-    for (index, (name, backend, runtime)) in SAME_CONFIG_PEERS.iter().enumerate() {
+    for (name, backend, runtime) in SAME_CONFIG_PEERS {
         let mut tool = Tool::prefixed(name, Vec::new());
         for workload in all_workloads() {
-            // Short: podman refuses a runroot path over 50 characters.
-            let run_id = format!("p{index}-{}", workload.argv.len());
-            match planned_command(&run_id, backend, *runtime, &workload) {
+            match planned_command(*backend, *runtime, &workload) {
                 Ok(argv) => tool.per_workload.push((workload.name, argv)),
                 Err(why) => notes.push(format!("{name} / {}: {why}, skipped", workload.name)),
             }
@@ -300,150 +299,46 @@ fn presized(peer: &Tool) -> Tool {
     tool
 }
 
+/// runsc applies the bundle's memory and CPU limits only to a container with a `cgroupsPath`,
+/// which airlock's run gives it; runc and crun make a cgroup with those limits without one
+/// (under airlock, crun skips that: the init's run cgroup holds it). The writable areas are as
+/// airlock's root run plans them: gVisor and podman bind the run directory's workdir, /tmp and
+/// /dev/shm (capped tmpfs mounts under airlock, plain directories here) instead of making
+/// their own; runc and crun cap their own tmpfs.
 fn planned_command(
-    run_id: &str,
-    backend: &str,
-    runtime: airlock::policy::ContainerRuntime,
+    backend: BackendChoice,
+    runtime: ContainerRuntime,
     workload: &Workload,
 ) -> Result<Vec<String>, String> {
-    use airlock::spec::Confinement;
-    let mut policy = airlock::policy::builtin("untrusted").ok_or("no untrusted profile")?;
-    policy.container.runtime = runtime;
-    let backend = airlock::backend::all_backends()
-        .into_iter()
-        .find(|b| b.name() == backend)
-        .ok_or_else(|| format!("no backend {backend}"))?;
-    let run_dir = scratch_dir().join(run_id);
-    let workdir = run_dir.join("work");
-    let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
-    let mut ctx = fresh_run_context(&policy, &workdir, &run_dir, run_id, &workload.argv, &env);
-    // runsc applies the bundle's memory and CPU limits only to a container with a
-    // `cgroupsPath`, which airlock's run gives it. runc and crun make a cgroup with those
-    // limits without one (under airlock, crun skips that: the init's run cgroup holds it).
-    let cgroup = bench_cgroup(run_id);
-    if backend.name() == "gvisor" {
-        ctx.cgroup = Some(&cgroup);
-    }
-    // The writable areas as airlock's root run plans them: gVisor and podman bind the run
-    // directory's workdir, /tmp and /dev/shm (capped tmpfs mounts under airlock, plain
-    // directories here) instead of making their own; runc and crun cap their own tmpfs.
-    let scratch = run_dir_scratch(&policy, &run_dir);
-    ctx.scratch = Some(&scratch);
-    let Confinement::Wrapped(wrap) = backend.plan(&ctx).map_err(|e| e.to_string())? else {
-        return Err("the backend does not wrap a tool".into());
-    };
-    make_run_dirs(&run_dir)?;
-    for file in &wrap.files {
-        airlock::init::write_wrap_file(file)?;
-    }
+    let wrapper = planned(backend, runtime, backend == BackendChoice::Gvisor, workload)?;
+    wrapper.create_run_dir().map_err(|e| e.to_string())?;
     // runc's `--keep` leaves the stopped container for airlock's init to inspect; a bare
     // runc must delete it, or the next run with the same id is refused.
-    let mut argv: Vec<String> = wrap
-        .tool_argv
+    Ok(wrapper
+        .argv
         .into_iter()
         .filter(|arg| arg != "--keep")
-        .collect();
-    // What airlock's init hides in its own mount namespace, a bare tool needs hidden by the
-    // command line (crun on this host's hybrid cgroups: `unshare`, `sh` and `mount`).
-    if !wrap.hidden_files.is_empty() {
-        argv = airlock::backend::hide_files_with_unshare(argv, &wrap.hidden_files, false)
-            .ok_or("hiding files needs unshare (util-linux)")?;
-    }
-    if !wrap.argv_in_files {
-        argv.extend(workload.argv.iter().cloned());
-    }
-    Ok(argv)
+        .collect())
 }
 
-/// The in-memory run directory's capped mounts as the supervisor plans them for a root run
-/// that owns its workdir.
-fn run_dir_scratch(
-    policy: &airlock::policy::Policy,
-    run_dir: &Path,
-) -> airlock::spec::MemoryScratch {
-    let workdir = run_dir.join("work");
-    airlock::supervisor::memory_scratch(policy, &scratch_dir(), run_dir, Some(&workdir))
-}
-
-/// The run directory as the init makes it: the program's directories belong to uid 65534.
-fn make_run_dirs(run_dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    for dir in [
-        run_dir.to_path_buf(),
-        run_dir.join("work"),
-        run_dir.join("tmp"),
-        run_dir.join("shm"),
-    ] {
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        if dir != run_dir {
-            std::os::unix::fs::chown(&dir, Some(65534), Some(65534))
-                .map_err(|e| format!("cannot chown {}: {e}", dir.display()))?;
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
-        }
-    }
-    std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o711))
-        .map_err(|e| format!("chmod {}: {e}", run_dir.display()))
-}
-
-/// What a backend plans from for a run with a workdir of its own and no run cgroup.
-fn fresh_run_context<'a>(
-    policy: &'a airlock::policy::Policy,
-    workdir: &'a Path,
-    run_dir: &'a Path,
-    run_id: &'a str,
-    argv: &'a [String],
-    env: &'a [(String, String)],
-) -> airlock::backend::PlanContext<'a> {
-    airlock::backend::PlanContext {
-        policy,
-        workdir,
-        run_dir,
-        fresh_workdir: true,
-        keep: false,
-        tty: false,
-        run_id,
-        argv,
-        env,
-        cgroup: None,
-        // The peer tool makes its own tmpfs mounts; there is no init to premount them.
-        scratch: None,
-    }
-}
-
-/// Files the tools need while they are measured (this process's own directory). Not under
-/// `/tmp`: bwrap binds a directory of it over `/tmp` and must still find the workdir beside it
-/// (airlock's own run directories live in `/run/airlock` for the same reason).
+/// Files the tools need while they are measured (this process's own directory, the runtime
+/// directory of the peers' planned runs). Not under `/tmp`: bwrap binds a directory of it
+/// over `/tmp` and must still find the workdir beside it (airlock's own run directories live
+/// in `/run/airlock` for the same reason). Short: podman refuses a runroot path (inside a run
+/// directory) over 50 characters.
 fn scratch_dir() -> PathBuf {
     let base = if nix::unistd::geteuid().is_root() {
         PathBuf::from("/run")
     } else {
         std::env::temp_dir()
     };
-    base.join(format!("airlock-bench-{}", std::process::id()))
+    base.join(format!("alb-{}", std::process::id()))
 }
 
 /// Removes [`scratch_dir`] and the peers' cgroups; call once measuring is over.
 pub fn remove_scratch() {
     let _ = std::fs::remove_dir_all(scratch_dir());
     remove_peer_cgroups();
-}
-
-/// Drops `--json-status-fd N`: that pipe exists only in airlock's init.
-fn without_status_fd(argv: Vec<String>) -> Vec<String> {
-    let mut kept = Vec::with_capacity(argv.len());
-    let mut skip_value = false;
-    for arg in argv {
-        if skip_value {
-            skip_value = false;
-        } else if arg == "--json-status-fd" {
-            skip_value = true;
-        } else {
-            kept.push(arg);
-        }
-    }
-    kept
 }
 
 fn strings(items: &[&str]) -> Vec<String> {

@@ -50,7 +50,6 @@ fn main() {
     ] {
         let options = SandboxOptions {
             init_program: Some(init.clone()),
-            trusted_profile: profile == "trusted",
             no_cgroup,
             ..SandboxOptions::default()
         };

@@ -7,8 +7,8 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
+use airlock::call::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
 use airlock::policy::units::ByteSize;
-use airlock::tool::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
 
 use crate::sandbox_flags::{LimitFlags, SetupFlags};
 

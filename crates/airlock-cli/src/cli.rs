@@ -121,6 +121,10 @@ pub struct RunArgs {
     /// Give the program this terminal (interactive use; output caps do not apply).
     #[arg(long)]
     pub tty: bool,
+    /// Print the plan of the run as JSON (backend and why, layers, mounts, limits) and run
+    /// nothing: no run directory, cgroup or process is created.
+    #[arg(long)]
+    pub dry_run: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -199,11 +203,10 @@ fn doctor(json: bool) -> Result<u8> {
             names(&b.layers)
         );
         for problem in &b.problems {
-            // A fact about how the backend will run here, not something to fix.
-            match problem.strip_prefix("note: ") {
-                Some(note) => println!("    note: {note}"),
-                None => println!("    problem: {problem}"),
-            }
+            println!("    problem: {problem}");
+        }
+        for note in &b.notes {
+            println!("    note: {note}");
         }
     }
     println!("\ncontainer runtimes (--container-runtime, `auto` takes the first usable):");

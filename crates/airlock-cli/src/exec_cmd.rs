@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use airlock::interp::InterpreterRegistry;
@@ -40,17 +40,12 @@ pub struct ExecArgs {
 pub fn exec(args: ExecArgs) -> Result<u8> {
     let registry = registry(&args)?;
     let invocation = registry.invocation(&args.interpreter, &args.code, &args.args)?;
+    invocation.check_installed()?;
     let sandbox = Sandbox::with_options(args.sandbox.policy()?, args.sandbox.options())?;
     let (program, rest) = invocation
         .argv
         .split_first()
         .context("interpreter argv is empty")?;
-    if program.starts_with('/') && !std::path::Path::new(program).exists() {
-        bail!(
-            "interpreter {:?}: {program} is not installed on this host",
-            invocation.interpreter
-        );
-    }
     let mut command = sandbox.command(program.clone()).args(rest.iter().cloned());
     command = match invocation.stdin {
         Some(code) => command.stdin(code),

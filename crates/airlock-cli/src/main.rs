@@ -47,8 +47,27 @@ fn main() -> ExitCode {
     match cli::dispatch(args) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("airlock: error: {error:#}");
+            match error_kind(&error) {
+                Some(kind) => eprintln!("airlock: error [{}]: {error:#}", kind.name()),
+                None => eprintln!("airlock: error: {error:#}"),
+            }
             ExitCode::from(SETUP_FAILURE)
         }
     }
+}
+
+/// The library's kind of a refusal (policy, degraded, not allowed, bad path, ...), for the
+/// error line; the CLI's own errors (bad flags, files it writes) have none.
+fn error_kind(error: &anyhow::Error) -> Option<airlock::ErrorKind> {
+    error.chain().find_map(|cause| {
+        if let Some(e) = cause.downcast_ref::<airlock::Error>() {
+            return Some(e.kind());
+        }
+        if let Some(e) = cause.downcast_ref::<airlock::PolicyError>() {
+            return Some(e.kind());
+        }
+        cause
+            .downcast_ref::<airlock::interp::InterpError>()
+            .map(|e| e.kind())
+    })
 }

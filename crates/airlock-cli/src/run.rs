@@ -24,12 +24,26 @@ pub fn run(args: RunArgs) -> Result<u8> {
     for (key, value) in &args.profile.env {
         command = command.env(key.clone(), value.clone());
     }
+    if args.dry_run {
+        return dry_run(&command);
+    }
     if !args.json {
         command = command.forward_output();
     }
     let result = command.run()?;
     report(&args, &result)?;
     Ok(exit_code(&result))
+}
+
+/// Prints the plan as JSON without running anything; a plan the run would refuse exits as
+/// the refused run would, with its error.
+fn dry_run(command: &airlock::Command) -> Result<u8> {
+    let plan = command.plan()?;
+    println!("{}", serde_json::to_string_pretty(&plan)?);
+    match plan.refusal() {
+        Some(refused) => Err(refused.into()),
+        None => Ok(0),
+    }
 }
 
 fn exit_code(result: &RunResult) -> u8 {

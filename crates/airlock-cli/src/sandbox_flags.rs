@@ -84,7 +84,7 @@ pub struct ProfileFlags {
     /// Set an environment variable for the program (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
-    /// Allow backend "none" (Tier 0 only) outside the trusted profile.
+    /// Allow backend "none" (Tier 0 only) with any profile, not only the built-in trusted one.
     #[arg(long)]
     pub dev: bool,
     /// What starts containers for `--backend container`: auto, runc, crun, podman or docker.
@@ -120,7 +120,6 @@ impl ProfileFlags {
     pub fn options(&self) -> SandboxOptions {
         SandboxOptions {
             dev: self.dev,
-            trusted_profile: self.profile == "trusted",
             ..self.setup.options()
         }
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use airlock::tool::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
+use support::api::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
 use support::*;
 
 const TOOLS: &str = r#"

@@ -11,9 +11,7 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use airlock::policy::load_profile;
-use airlock::worker::run::{run_worker, WorkerJob, WorkerUpdate};
-use airlock::worker::{InputFile, WorkerEvent};
+use support::api::{load_profile, run_worker, InputFile, WorkerEvent, WorkerJob, WorkerUpdate};
 use support::*;
 
 const CANARY: &str = "host secret: must never change or leave the host";
@@ -343,10 +341,7 @@ fn library_run_worker_reports_events_in_order() {
     let input = write_file(host.path(), "data.txt", "abc");
     let mut policy = load_profile("trusted").unwrap();
     policy.filesystem.read_only.push(host.path().to_owned());
-    let options = airlock::SandboxOptions {
-        trusted_profile: true,
-        ..sandbox_options()
-    };
+    let options = sandbox_options();
     let mut job = WorkerJob::new(host.worker_cmd(), host.dest());
     job.inputs.push(InputFile::new("data", &input));
     job.options = json!({"k": 1});

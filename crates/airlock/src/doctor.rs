@@ -3,11 +3,12 @@
 
 use serde::Serialize;
 
-use crate::backend::{all_backends, container_runtimes, select, RuntimeReport};
+pub use crate::backend::RuntimeReport;
+use crate::backend::{all_backends, container_runtimes, select};
+use crate::confine::cgroup::{probe as probe_cgroups, CgroupConfig};
+use crate::confine::landlock::probe_abi;
 use crate::layer::{IsolationLevel, Layer};
 use crate::policy::builtin;
-use crate::sandbox::cgroup::{probe as probe_cgroups, CgroupConfig};
-use crate::sandbox::landlock::probe_abi;
 
 /// The whole diagnosis.
 #[derive(Serialize, Debug, Clone)]
@@ -50,6 +51,8 @@ pub struct BackendReport {
     pub available: bool,
     pub layers: Vec<Layer>,
     pub problems: Vec<String>,
+    /// Facts about how the backend runs here, nothing to fix.
+    pub notes: Vec<String>,
 }
 
 /// What a built-in profile would get here.
@@ -82,6 +85,7 @@ pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
                 available: probe.available,
                 layers,
                 problems: probe.problems,
+                notes: probe.notes,
             }
         })
         .collect();
@@ -115,14 +119,14 @@ pub fn diagnose(cgroup: &CgroupConfig) -> DoctorReport {
 /// avoids.
 fn runtime_dir_report() -> RuntimeDirReport {
     // The doctor creates nothing: a directory not made yet will land on its parent's filesystem.
-    let path = crate::supervisor::default_runtime_dir();
+    let path = crate::rundir::default_runtime_dir();
     let on_tmpfs = path.ancestors().find(|dir| dir.exists()).map(|dir| {
         nix::sys::statfs::statfs(dir)
             .map(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
     });
     let (filesystem, note) = match on_tmpfs {
         Some(Ok(true)) => ("tmpfs", None),
-        Some(Ok(false)) if crate::sandbox::caps::can_mount() => ("disk", Some(
+        Some(Ok(false)) if crate::confine::caps::can_mount() => ("disk", Some(
             "runs keep their directories in memory (a tmpfs in the init's own mount namespace); only --keep and --disk-run-dir runs, and the tool-version cache, use this directory".to_string(),
         )),
         Some(Ok(false)) => ("disk", Some(format!(
@@ -149,7 +153,7 @@ fn profile_report(name: &str, backends: &[BackendReport]) -> ProfileReport {
             note: Some("unknown".into()),
         };
     };
-    let chosen = select(&policy).ok().map(|b| b.name().to_string());
+    let chosen = select(&policy).ok().map(|s| s.backend.name().to_string());
     let report = chosen
         .as_ref()
         .and_then(|n| backends.iter().find(|b| &b.name == n));

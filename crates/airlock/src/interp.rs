@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ErrorKind;
+
 /// Stands for the code in an argv template.
 pub const CODE_PLACEHOLDER: &str = "{code}";
 
@@ -70,6 +72,21 @@ pub struct Invocation {
     pub stdin: Option<Vec<u8>>,
 }
 
+impl Invocation {
+    /// Refuses an interpreter named by absolute path that is not on this host, before a run
+    /// would fail inside the sandbox. (A bare name is looked up on the sandbox's `PATH`.)
+    pub fn check_installed(&self) -> Result<(), InterpError> {
+        let program = self.argv.first().map(String::as_str).unwrap_or_default();
+        if program.starts_with('/') && !Path::new(program).exists() {
+            return Err(InterpError::NotInstalled {
+                name: self.interpreter.clone(),
+                program: program.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Errors of the interpreter registry.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -104,6 +121,26 @@ pub enum InterpError {
 
     #[error("code for {name:?} contains a NUL byte, which cannot be passed as an argument")]
     CodeHasNul { name: String },
+
+    #[error("interpreter {name:?}: {program} is not installed on this host")]
+    NotInstalled { name: String, program: String },
+}
+
+impl InterpError {
+    /// What kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            InterpError::Unknown { .. } => ErrorKind::InterpreterUnknown,
+            InterpError::NotAllowed { .. } => ErrorKind::InterpreterNotAllowed,
+            InterpError::NotInstalled { .. } => ErrorKind::InterpreterNotInstalled,
+            InterpError::Read { .. } | InterpError::Parse { .. } | InterpError::Invalid { .. } => {
+                ErrorKind::InterpreterRegistryInvalid
+            }
+            InterpError::CodeTooLong { .. } | InterpError::CodeHasNul { .. } => {
+                ErrorKind::CommandInvalid
+            }
+        }
+    }
 }
 
 fn list_or_none(names: &[String]) -> String {

@@ -86,3 +86,17 @@ pub enum IsolationLevel {
     /// A virtual machine.
     Vm,
 }
+
+/// The snake_case names of layers, comma-separated, as in JSON.
+pub(crate) fn names(layers: &[Layer]) -> String {
+    let names: Vec<String> = layers.iter().map(|l| layer_name(*l)).collect();
+    names.join(", ")
+}
+
+/// The snake_case name of a layer, as in JSON.
+pub fn layer_name(layer: Layer) -> String {
+    serde_json::to_value(layer)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{layer:?}"))
+}

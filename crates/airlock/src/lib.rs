@@ -17,44 +17,87 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Each run re-executes an init program (`airlock __init`): by default the current
-//! executable, so a program embedding this crate must call [`init::init_main`] first thing in
-//! `main` when its first argument is [`init::INIT_ARG`] — or point
-//! [`SandboxOptions::init_program`] (or `AIRLOCK_INIT`) at the `airlock` binary.
+//! Each run has an init process that sets up the boundary and watches the program. A
+//! single-threaded caller forks it; a caller with threads executes an init program instead
+//! (`airlock __init`): by default the current executable, so a program embedding this crate
+//! must call [`init::init_main`] first thing in `main` when its first argument is
+//! [`init::INIT_ARG`] — or point [`SandboxOptions::init_program`] (or `AIRLOCK_INIT`) at the
+//! `airlock` binary.
 
+//! # The crate's rooms
+//!
+//! The API is the root and five modules: [`policy`] (what a run may do), [`plan`] (what a run
+//! will be), [`result`] (what it was), [`error`] and [`layer`]. Features built on that API each
+//! have a module: [`call`] (Python function calls), [`worker`] (jobs with staged inputs and
+//! outputs), [`pool`] (admission and scheduling), [`interp`] (code strings by interpreter),
+//! [`doctor`] (what this host supports), [`init`] (the entry point of the init process) and
+//! [`macos`] (Seatbelt). Everything else is the machinery of a run (see
+//! `docs/architecture.md`), private; [`internals`] lends a few of its pieces to airlock's own
+//! tests, examples and tools, without any compatibility promise.
+
+// The API.
 pub mod error;
-#[cfg(test)]
-mod golden;
-pub mod interp;
 pub mod layer;
+pub mod plan;
 pub mod policy;
-pub mod pool;
 pub mod result;
-/// macOS's Seatbelt backend: a pure SBPL generator everywhere, the runner on macOS only.
-#[path = "backend/seatbelt.rs"]
-pub mod seatbelt;
-pub mod worker;
 
+// Features built on the API.
 #[cfg(target_os = "linux")]
-pub mod backend;
+pub mod call;
 #[cfg(target_os = "linux")]
 pub mod doctor;
 #[cfg(target_os = "linux")]
 pub mod init;
+pub mod interp;
+pub mod macos;
+pub mod pool;
+pub mod worker;
+
+// The import rules of docs/architecture.md, checked.
+#[cfg(test)]
+mod architecture;
+
+// The machinery of a run: policy → prepare (supervisor) → launch → init → result.
+#[cfg(target_os = "linux")]
+mod backend;
+#[cfg(target_os = "linux")]
+mod confine;
+#[cfg(test)]
+mod golden;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
-pub mod sandbox;
+mod rundir;
 #[cfg(target_os = "linux")]
-pub mod spec;
+mod spec;
 #[cfg(target_os = "linux")]
-pub mod supervisor;
-#[cfg(target_os = "linux")]
-pub mod tool;
+mod supervisor;
 
-pub use error::{Error, PolicyError};
+#[cfg(target_os = "linux")]
+pub use confine::cgroup::CgroupConfig;
+pub use error::{Error, ErrorKind, PolicyError, SetupError, SetupErrorKind, SetupStep};
 pub use layer::{IsolationLevel, Layer};
+pub use macos::seatbelt;
+pub use plan::Plan;
 pub use policy::Policy;
 pub use result::{RunResult, RunStatus};
 #[cfg(target_os = "linux")]
-pub use supervisor::{Canceller, Command, Input, RunEvent, RunHandle, Sandbox, SandboxOptions};
+pub use supervisor::{
+    Canceller, Command, Input, RunEvent, RunHandle, Sandbox, SandboxOptions, StandaloneWrapper,
+};
+
+/// The old name of [`call`], kept for callers written before the rename.
+#[cfg(target_os = "linux")]
+#[doc(hidden)]
+pub use call as tool;
+
+/// Unstable: pieces of the machinery that airlock's own tests, examples and benchmark reach
+/// (the root filesystem builder, the run directory's names, the types in a standalone
+/// wrapper's description). Not part of the API: anything here may change in any release.
+#[cfg(target_os = "linux")]
+pub mod internals {
+    pub use crate::confine::rootfs;
+    pub use crate::confine::Credentials;
+    pub use crate::rundir::{RunFile, KEPT_MARKER, SWEEP_STAMP};
+}

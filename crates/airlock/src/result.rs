@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::SetupErrorKind;
+pub use crate::layer::layer_name;
 use crate::layer::Layer;
 
 /// How a run ended.
@@ -60,6 +62,9 @@ pub struct RunResult {
     /// Why the sandbox failed (status `sandbox_error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What kind of failure that was, for callers that branch on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<SetupErrorKind>,
     /// Notes for the caller: degradations, skipped optional paths, Tier-0-only warnings.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -91,12 +96,4 @@ impl RunResult {
     pub fn success(&self) -> bool {
         self.status == RunStatus::Exited && self.exit_code == Some(0)
     }
-}
-
-/// The snake_case name of a layer, as in JSON.
-pub fn layer_name(layer: Layer) -> String {
-    serde_json::to_value(layer)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| format!("{layer:?}"))
 }

@@ -210,7 +210,7 @@ impl Daemon {
 }
 
 fn sandbox_options(config: &Config, paths: &DaemonPaths) -> SandboxOptions {
-    let cgroup = airlock::sandbox::cgroup::CgroupConfig {
+    let cgroup = airlock::CgroupConfig {
         parent: config.sandbox.cgroup_parent.clone(),
         ..Default::default()
     };
@@ -239,7 +239,7 @@ fn spawn_background(daemon: &Arc<Daemon>) {
     spawn_loop(daemon, prune, |d| async move { d.prune_tick().await });
     spawn_loop(daemon, Duration::from_secs(10), |d| async move {
         let options = d.sandbox_options.clone();
-        let _ = tokio::task::spawn_blocking(move || recovery::sweep_runtime(&options)).await;
+        let _ = tokio::task::spawn_blocking(move || options.sweep_abandoned_runs()).await;
     });
 }
 

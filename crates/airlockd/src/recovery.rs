@@ -8,8 +8,7 @@
 //! pid is in the store and gone), so they are swept without that wait, after giving their
 //! inits a few seconds to clean up themselves.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock::SandboxOptions;
 use serde_json::json;
@@ -57,13 +56,13 @@ pub async fn recover(
         );
     }
     let options = options.clone();
-    let runs = paths.runs.clone();
     let swept = tokio::task::spawn_blocking(move || {
         let mut swept = 0;
-        if let Some(pid) = previous_pid.filter(|p| *p != std::process::id() as i64) {
-            swept += sweep_dead_supervisor(&runs, &options, pid as i32);
+        let previous = previous_pid.and_then(|p| u32::try_from(p).ok());
+        if let Some(pid) = previous.filter(|p| *p != std::process::id()) {
+            swept += options.sweep_runs_of_dead_supervisor(pid, INIT_CLEANUP_WAIT);
         }
-        swept + sweep_runtime(&options)
+        swept + options.sweep_abandoned_runs()
     })
     .await
     .unwrap_or(0);
@@ -73,95 +72,4 @@ pub async fn recover(
     remove_strays(&paths.work, &[]);
     remove_strays(&paths.uploads, &[]);
     Ok(())
-}
-
-/// The library's sweep of abandoned runs in this daemon's runtime directory and cgroups.
-pub fn sweep_runtime(options: &SandboxOptions) -> usize {
-    let Some(runs) = &options.runtime_dir else {
-        return 0;
-    };
-    let cgroup = (!options.no_cgroup).then(|| options.cgroup.clone().unwrap_or_default());
-    airlock::supervisor::sweep_abandoned_runs(runs, cgroup.as_ref())
-}
-
-/// Removes the runs of a supervisor known to be dead: waits for their inits to finish, then
-/// kills what is left in their cgroups and removes their cgroups and run directories.
-fn sweep_dead_supervisor(runs: &Path, options: &SandboxOptions, pid: i32) -> usize {
-    let alive = rustix::process::Pid::from_raw(pid)
-        .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
-    if alive {
-        return 0;
-    }
-    let prefix = format!("run-{pid}-");
-    let cgroup_parents = if options.no_cgroup {
-        Vec::new()
-    } else {
-        cgroup_parents(&options.cgroup.clone().unwrap_or_default())
-    };
-    let leftovers = || {
-        let mut found = entries_with_prefix(runs, &prefix);
-        for parent in &cgroup_parents {
-            found.extend(entries_with_prefix(parent, &prefix));
-        }
-        found
-    };
-    let deadline = Instant::now() + INIT_CLEANUP_WAIT;
-    while !leftovers().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut swept = 0;
-    for parent in &cgroup_parents {
-        for cgroup in entries_with_prefix(parent, &prefix) {
-            swept += usize::from(kill_and_remove_cgroup(&cgroup));
-        }
-    }
-    for dir in entries_with_prefix(runs, &prefix) {
-        swept += usize::from(crate::workspace::remove_workspace_dir(&dir).is_ok());
-    }
-    swept
-}
-
-fn entries_with_prefix(dir: &Path, prefix: &str) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-        .map(|e| e.path())
-        .collect()
-}
-
-/// `<root>/<parent>` (cgroup v2) and `<root>/<controller>/<parent>` (each v1 hierarchy).
-fn cgroup_parents(config: &airlock::sandbox::cgroup::CgroupConfig) -> Vec<PathBuf> {
-    let mut parents = vec![config.root.join(&config.parent)];
-    for hierarchy in std::fs::read_dir(&config.root)
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        parents.push(hierarchy.path().join(&config.parent));
-    }
-    parents.into_iter().filter(|p| p.is_dir()).collect()
-}
-
-fn kill_and_remove_cgroup(cgroup: &Path) -> bool {
-    for _ in 0..100 {
-        let procs = std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-        }
-        // Nested cgroups (a backend's own) go first.
-        for child in std::fs::read_dir(cgroup).into_iter().flatten().flatten() {
-            if child.path().is_dir() {
-                kill_and_remove_cgroup(&child.path());
-            }
-        }
-        if std::fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
 }

@@ -12,11 +12,12 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use super::{tier0_layers, Backend, PlanContext, Probe};
+use crate::confine::rootfs::{default_etc_files, default_system_ro};
+use crate::confine::seccomp::SeccompConfig;
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
-use crate::sandbox::rootfs::{default_etc_files, default_system_ro};
-use crate::sandbox::seccomp::SeccompConfig;
-use crate::spec::{Confinement, WrapFile, WrapSpec};
+use crate::rundir::{self, RunFile};
+use crate::spec::{Confinement, WrapSpec, WrapStep};
 
 /// The hostname inside every bwrap sandbox (the same as the native one).
 pub const BWRAP_HOSTNAME: &str = super::native::SANDBOX_HOSTNAME;
@@ -59,7 +60,7 @@ fn probe_layers(available: bool) -> Vec<Layer> {
             Layer::NoNewPrivs,
             Layer::DiskQuota,
         ]);
-        if crate::sandbox::caps::can_mount() {
+        if crate::confine::caps::can_mount() {
             layers.push(Layer::InodeQuota);
         }
         layers.sort();
@@ -71,7 +72,7 @@ fn probe_layers(available: bool) -> Vec<Layer> {
 /// What bwrap leaves unenforced on this host.
 fn notes() -> Vec<String> {
     let mut notes = vec![UNENFORCED_NOTE.to_string()];
-    if !crate::sandbox::caps::can_mount() {
+    if !crate::confine::caps::can_mount() {
         notes.push(UNCAPPED_NOTE.into());
     }
     notes
@@ -127,6 +128,7 @@ impl Backend for BwrapBackend {
             available,
             layers: probe_layers(available),
             problems,
+            notes: Vec::new(),
         }
     }
 
@@ -141,12 +143,13 @@ impl Backend for BwrapBackend {
             available: installed,
             layers: probe_layers(installed),
             problems,
+            notes: Vec::new(),
         }
     }
 
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
         let install =
-            &inspect_install(ctx.runtime_dir()).map_err(|reason| Error::BackendUnavailable {
+            &inspect_install(ctx.tool_cache).map_err(|reason| Error::BackendUnavailable {
                 backend: "bwrap".into(),
                 reason,
             })?;
@@ -174,17 +177,25 @@ impl Backend for BwrapBackend {
             // bwrap itself sets no_new_privs before it execs the program.
             layers.push(Layer::NoNewPrivs);
         }
-        Ok(Confinement::Wrapped(WrapSpec {
-            tool_argv: bwrap_args(ctx, install, &layout),
-            files: identity.into_iter().map(|(file, _)| file).collect(),
-            seccomp_fds: SECCOMP_FDS.to_vec(),
-            status_fd: Some(STATUS_FD),
-            seccomp: Some(SeccompConfig {
+        let mut steps: Vec<WrapStep> = identity
+            .into_iter()
+            .map(|(file, _)| WrapStep::WriteFile(file))
+            .collect();
+        // A setuid bwrap must not run under no_new_privs (it sets it itself, see above).
+        if !install.setuid {
+            steps.push(WrapStep::NoNewPrivs);
+        }
+        steps.push(WrapStep::SeccompFds {
+            config: SeccompConfig {
                 allow_network: ctx.policy.has_network(),
-            }),
-            keep_root: false,
-            no_new_privs: !install.setuid,
+            },
+            fds: SECCOMP_FDS.to_vec(),
+        });
+        steps.push(WrapStep::StatusFd(STATUS_FD));
+        Ok(Confinement::Wrapped(WrapSpec {
+            wrapper_argv: bwrap_args(ctx, install, &layout),
             layers,
+            steps,
             ..WrapSpec::default()
         }))
     }
@@ -223,9 +234,14 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
     }
     args.flags(["--proc", "/proc", "--dev", "/dev"]);
     let disk = policy.limits.disk.0;
-    args.writable_area(ctx, &ctx.run_dir.join("tmp"), Path::new("/tmp"), disk);
-    let (shm, _) = super::shm_caps(&policy.limits);
-    args.writable_area(ctx, &ctx.run_dir.join("shm"), Path::new("/dev/shm"), shm);
+    args.writable_area(ctx, &rundir::tmp_dir(ctx.run_dir), Path::new("/tmp"), disk);
+    let (shm, _) = policy.limits.shm_caps();
+    args.writable_area(
+        ctx,
+        &rundir::shm_dir(ctx.run_dir),
+        Path::new("/dev/shm"),
+        shm,
+    );
     for path in &policy.filesystem.read_only {
         args.paths("--ro-bind", path, path);
     }
@@ -305,7 +321,7 @@ pub fn resolve_system_entries(paths: &[PathBuf]) -> Vec<SystemEntry> {
 
 /// passwd, group, hosts and hostname naming only the sandbox user and host, written by the
 /// init into the run directory and bound over the sandbox's `/etc`.
-fn identity_files(ctx: &PlanContext) -> Vec<(WrapFile, PathBuf)> {
+fn identity_files(ctx: &PlanContext) -> Vec<(RunFile, PathBuf)> {
     let (uid, gid) = super::native::sandbox_ids(ctx.policy);
     let home = ctx.workdir.display();
     let mut files = vec![
@@ -329,7 +345,7 @@ fn identity_files(ctx: &PlanContext) -> Vec<(WrapFile, PathBuf)> {
     files
         .into_iter()
         .map(|(name, contents)| {
-            let file = WrapFile {
+            let file = RunFile {
                 path: dir.join(name),
                 contents: contents.into_bytes(),
                 mode: 0o644,
@@ -370,7 +386,7 @@ fn probe_host() -> BwrapStatus {
 /// The installed bwrap, its version (remembered in `cache_dir`) and whether it is setuid.
 fn inspect_install(cache_dir: Option<&Path>) -> Result<BwrapInstall, String> {
     let path = find_bwrap().ok_or_else(|| NOT_INSTALLED.to_string())?;
-    let version = super::tool_version::version_line(&path, cache_dir)
+    let version = super::wrapper_version::version_line(&path, cache_dir)
         .and_then(|line| parse_version(&line))
         .ok_or_else(|| {
             format!(

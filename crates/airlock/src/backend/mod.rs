@@ -7,7 +7,7 @@ mod gvisor;
 mod native;
 mod none;
 pub mod oci;
-mod tool_version;
+mod wrapper_version;
 
 use std::path::{Path, PathBuf};
 
@@ -16,12 +16,9 @@ use crate::layer::{IsolationLevel, Layer};
 use crate::policy::{BackendChoice, ContainerRuntime, Policy};
 use crate::spec::Confinement;
 
-pub use bwrap::{
-    bwrap_args, parse_version, resolve_system_entries, BwrapBackend, BwrapInstall, HostLayout,
-    SystemEntry, SECCOMP_FDS as BWRAP_SECCOMP_FDS,
-};
+pub use bwrap::BwrapBackend;
 pub use container::{container_runtimes, hide_files_with_unshare, ContainerBackend, RuntimeReport};
-pub use gvisor::{decide_platform, GvisorBackend, KvmFacts, PlatformChoice};
+pub use gvisor::GvisorBackend;
 pub use native::NativeBackend;
 pub use none::NoneBackend;
 
@@ -34,6 +31,8 @@ pub struct Probe {
     pub layers: Vec<Layer>,
     /// Why a layer or the backend is missing, each with the fix.
     pub problems: Vec<String>,
+    /// Facts about how the backend will run here (gVisor's platform), nothing to fix.
+    pub notes: Vec<String>,
 }
 
 /// Facts about one run that a backend plans around.
@@ -45,6 +44,9 @@ pub struct PlanContext<'a> {
     /// The per-run directory the init creates and removes; files a tool reads (bwrap's /etc
     /// files, an OCI bundle) go here.
     pub run_dir: &'a Path,
+    /// Where facts about the host's tools are remembered between runs (the runtime
+    /// directory); `None` to ask the tools every time.
+    pub tool_cache: Option<&'a Path>,
     /// The workdir is created for this run (not the caller's).
     pub fresh_workdir: bool,
     /// The workdir must survive the run, so it cannot live only in the sandbox.
@@ -61,16 +63,10 @@ pub struct PlanContext<'a> {
     /// The run directory will be in memory with these capped tmpfs mounts, for a tool that
     /// runs in the init's mount namespace; a backend may bind them instead of asking its tool
     /// for a tmpfs it cannot cap.
-    pub scratch: Option<&'a crate::spec::MemoryScratch>,
+    pub scratch: Option<&'a crate::rundir::MemoryScratch>,
 }
 
 impl PlanContext<'_> {
-    /// The directory holding every run's directory, where facts about the host's tools are
-    /// remembered between runs.
-    pub fn runtime_dir(&self) -> Option<&Path> {
-        self.run_dir.parent()
-    }
-
     /// The workdir exists only for this run and only inside the sandbox, so it can be a
     /// capped tmpfs like every other writable area.
     pub fn sandbox_owns_workdir(&self) -> bool {
@@ -94,8 +90,20 @@ pub trait Backend: Send + Sync {
     fn quick_probe(&self) -> Probe {
         self.probe()
     }
+    /// Whether the boundary is built in the init's mount namespace, where the run directory
+    /// can be in memory. Not for a daemon that builds it from host paths in its own (Docker).
+    fn builds_in_init_mount_namespace(&self, _policy: &Policy) -> bool {
+        true
+    }
     /// The confinement the init applies for this run.
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error>;
+}
+
+/// The backend chosen for a policy, and why.
+pub struct Selected {
+    pub backend: Box<dyn Backend>,
+    /// Named by the policy, or what `auto` picked and passed over.
+    pub reason: String,
 }
 
 /// Every backend: by level, then fastest first within a level, so `auto` can take the first
@@ -117,15 +125,20 @@ fn backends_with(runtime: ContainerRuntime) -> Vec<Box<dyn Backend>> {
 
 /// Picks the backend for a policy: `auto` means the fastest available one at or above
 /// `min_isolation` (default `kernel`), never silently a weaker one.
-pub fn select(policy: &Policy) -> Result<Box<dyn Backend>, Error> {
+pub fn select(policy: &Policy) -> Result<Selected, Error> {
+    let named = |backend: Box<dyn Backend>| Selected {
+        reason: format!("the policy names backend {}", backend.name()),
+        backend,
+    };
     match policy.backend {
-        BackendChoice::Native => Ok(Box::new(NativeBackend)),
-        BackendChoice::Bwrap => require_installed(Box::new(BwrapBackend)),
-        BackendChoice::None => Ok(Box::new(NoneBackend)),
-        BackendChoice::Gvisor => require_installed(Box::new(GvisorBackend)),
+        BackendChoice::Native => Ok(named(Box::new(NativeBackend))),
+        BackendChoice::Bwrap => require_installed(Box::new(BwrapBackend)).map(named),
+        BackendChoice::None => Ok(named(Box::new(NoneBackend))),
+        BackendChoice::Gvisor => require_installed(Box::new(GvisorBackend)).map(named),
         BackendChoice::Container => require_installed(Box::new(ContainerBackend::with_runtime(
             policy.container.runtime,
-        ))),
+        )))
+        .map(named),
         BackendChoice::Auto => select_auto(
             policy.min_isolation.unwrap_or(IsolationLevel::Kernel),
             backends_with(policy.container.runtime),
@@ -149,10 +162,7 @@ fn require_installed(backend: Box<dyn Backend>) -> Result<Box<dyn Backend>, Erro
 
 /// The weakest level at or above `min` is the fastest; `none` is never picked implicitly
 /// (it needs an explicit opt-in).
-fn select_auto(
-    min: IsolationLevel,
-    backends: Vec<Box<dyn Backend>>,
-) -> Result<Box<dyn Backend>, Error> {
+fn select_auto(min: IsolationLevel, backends: Vec<Box<dyn Backend>>) -> Result<Selected, Error> {
     let mut candidates: Vec<Box<dyn Backend>> = backends
         .into_iter()
         .filter(|b| b.level() >= min && b.level() > IsolationLevel::Process)
@@ -162,7 +172,14 @@ fn select_auto(
     for backend in candidates {
         let probe = backend.probe();
         if probe.available {
-            return Ok(backend);
+            let mut reason = format!(
+                "auto: the fastest backend at level \"{}\" or above that can run here",
+                level_name(min)
+            );
+            if !reasons.is_empty() {
+                reason.push_str(&format!(" (passed over: {})", reasons.join(" | ")));
+            }
+            return Ok(Selected { backend, reason });
         }
         reasons.push(format!("{}: {}", backend.name(), probe.problems.join("; ")));
     }
@@ -186,12 +203,6 @@ pub fn level_name(level: IsolationLevel) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_else(|| format!("{level:?}"))
-}
-
-/// The size and file caps of `/dev/shm`: a smaller share of the disk and file limits, since
-/// shared memory is for buffers, not files.
-pub(crate) fn shm_caps(limits: &crate::policy::Limits) -> (u64, u64) {
-    (limits.disk.0.min(64 << 20), limits.files.min(1024))
 }
 
 /// The Tier-0 layers every backend gets from the init.
@@ -257,6 +268,7 @@ mod selection_tests {
                 } else {
                     vec![format!("{} missing: install it", self.0)]
                 },
+                notes: vec![],
             }
         }
         fn plan(&self, _ctx: &PlanContext) -> Result<Confinement, Error> {
@@ -270,7 +282,7 @@ mod selection_tests {
             .map(|b| Box::new(b) as Box<dyn Backend>)
             .collect();
         select_auto(min, boxed)
-            .map(|b| b.name())
+            .map(|s| s.backend.name())
             .map_err(|e| e.to_string())
     }
 

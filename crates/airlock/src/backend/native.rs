@@ -4,14 +4,14 @@
 use std::path::{Path, PathBuf};
 
 use super::{tier0_layers, Backend, PlanContext, Probe};
+use crate::confine::landlock::{probe_abi, LandlockRules};
+use crate::confine::rootfs::{
+    default_etc_files, default_system_ro, GeneratedFile, RootfsPlan, TmpfsSpec, Workdir,
+};
+use crate::confine::seccomp::SeccompConfig;
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::policy::Policy;
-use crate::sandbox::landlock::{probe_abi, LandlockRules};
-use crate::sandbox::rootfs::{
-    default_etc_files, default_system_ro, GeneratedFile, RootfsPlan, TmpfsSpec, Workdir,
-};
-use crate::sandbox::seccomp::SeccompConfig;
 use crate::spec::{Confinement, NativeSpec};
 
 /// The hostname inside every native sandbox.
@@ -58,6 +58,7 @@ impl Backend for NativeBackend {
             available: userns,
             layers,
             problems,
+            notes: Vec::new(),
         }
     }
 
@@ -149,7 +150,7 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
         workdir,
         tmp: tmpfs,
         dev_shm: {
-            let (size_bytes, max_files) = super::shm_caps(limits);
+            let (size_bytes, max_files) = limits.shm_caps();
             TmpfsSpec {
                 size_bytes,
                 max_files,

@@ -23,6 +23,7 @@ impl Backend for NoneBackend {
             available: true,
             layers: tier0_layers(),
             problems: Vec::new(),
+            notes: Vec::new(),
         }
     }
 

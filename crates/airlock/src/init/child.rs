@@ -14,10 +14,14 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::unistd::{Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
+use super::{Kind, Setup, Step};
+use crate::confine::cgroup::{CgroupVersion, RunCgroup};
+use crate::confine::Credentials;
+use crate::error::SetupError;
 use crate::layer::Layer;
 use crate::linux::sys;
-use crate::sandbox::cgroup::{CgroupVersion, RunCgroup};
-use crate::spec::{Confinement, Credentials, InitSpec};
+use crate::plan::Verdict;
+use crate::spec::{Confinement, InitSpec, WrapStep};
 
 /// Descriptor of the setup pipe in the child (close-on-exec: EOF at exec means success).
 pub(super) const SETUP_FD: RawFd = 3;
@@ -33,7 +37,7 @@ pub(super) const TOOL_STATUS_FD: RawFd = 5;
 pub(super) enum SetupMessage {
     Layers(Vec<Layer>),
     Warning(String),
-    Error(String),
+    Error(SetupError),
 }
 
 /// What the child needs from the init besides the spec.
@@ -62,10 +66,10 @@ pub(super) fn send_setup(message: &SetupMessage) {
     }
 }
 
-fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, String> {
+fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
     SigSet::all()
         .thread_unblock()
-        .map_err(|e| format!("cannot reset the signal mask: {e}"))?;
+        .map_err(|e| SetupError::at(Step::Init, format!("cannot reset the signal mask: {e}")))?;
     let mut layers = vec![Layer::EnvScrub, Layer::FdClose, Layer::TreeKill];
     if let Some(cgroup) = ctx.cgroup {
         join_cgroup(cgroup)?;
@@ -75,10 +79,12 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
     if !spec.tty {
         layers.push(Layer::NewSession);
     }
-    let rlimits_by_tool = matches!(&spec.confinement, Confinement::Wrapped(w) if w.rlimits_by_tool);
+    let rlimits_by_tool =
+        matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::RlimitsByTool));
     apply_rlimits(spec, ctx.cgroup.is_some(), rlimits_by_tool)?;
     layers.push(Layer::Rlimits);
-    let keep_root = matches!(&spec.confinement, Confinement::Wrapped(w) if w.keep_root);
+    let keep_root =
+        matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::KeepRoot));
     if let (Some(credentials), false) = (spec.credentials, keep_root) {
         drop_root(credentials)?;
         layers.push(Layer::UidDrop);
@@ -87,8 +93,9 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
     die_with_init(ctx.init_pid)?;
     match &spec.confinement {
         Confinement::Tier0 => {
-            nix::sys::prctl::set_no_new_privs()
-                .map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+            nix::sys::prctl::set_no_new_privs().map_err(|e| {
+                SetupError::at(Step::Privileges, format!("cannot set no_new_privs: {e}"))
+            })?;
             layers.extend([Layer::NoNewPrivs, Layer::Workdir]);
             let capped_workdir = spec
                 .scratch
@@ -110,13 +117,13 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Result<Infallible, S
 /// calling thread and takes no such lock (0.7 ms). This process was forked from the single-threaded init, so its one
 /// thread is the whole process and every later thread or child inherits the membership.
 /// Anything else (cgroup v2, a fixture tree without `tasks`) joins through `cgroup.procs`.
-fn join_cgroup(cgroup: &RunCgroup) -> Result<(), String> {
+fn join_cgroup(cgroup: &RunCgroup) -> Setup<()> {
     if cgroup.version() == CgroupVersion::V1 && join_v1_as_thread(cgroup).is_ok() {
         return Ok(());
     }
     cgroup
         .join_self()
-        .map_err(|e| format!("cannot join the run's cgroup: {e}"))
+        .map_err(|e| SetupError::at(Step::Cgroup, format!("cannot join the run's cgroup: {e}")))
 }
 
 fn join_v1_as_thread(cgroup: &RunCgroup) -> std::io::Result<()> {
@@ -130,16 +137,17 @@ fn join_v1_as_thread(cgroup: &RunCgroup) -> std::io::Result<()> {
     Ok(())
 }
 
-fn new_session(tty: bool) -> Result<(), String> {
-    nix::unistd::setsid().map_err(|e| format!("setsid failed: {e}"))?;
+fn new_session(tty: bool) -> Setup<()> {
+    let failed = |message: String| SetupError::at(Step::Session, message);
+    nix::unistd::setsid().map_err(|e| failed(format!("setsid failed: {e}")))?;
     if tty {
         sys::set_controlling_tty(0)
-            .map_err(|e| format!("cannot attach the terminal on stdin: {e}"))?;
+            .map_err(|e| failed(format!("cannot attach the terminal on stdin: {e}")))?;
     }
     Ok(())
 }
 
-fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Result<(), String> {
+fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Setup<()> {
     let l = &spec.limits;
     let cpu = l.cpu_time.as_secs().max(1);
     let mut limits = vec![
@@ -169,36 +177,46 @@ fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Re
 }
 
 /// Sets a limit, never above the current hard limit (raising needs CAP_SYS_RESOURCE).
-fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Result<(), String> {
+fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Setup<()> {
+    let failed = |message: String| SetupError::at(Step::Rlimits, message);
     let (_, current_hard) = nix::sys::resource::getrlimit(resource)
-        .map_err(|e| format!("getrlimit {resource:?}: {e}"))?;
+        .map_err(|e| failed(format!("getrlimit {resource:?}: {e}")))?;
     let hard = hard.min(current_hard);
     setrlimit(resource, soft.min(hard), hard)
-        .map_err(|e| format!("cannot set {resource:?} to {soft}: {e}"))
+        .map_err(|e| failed(format!("cannot set {resource:?} to {soft}: {e}")))
 }
 
-fn drop_root(credentials: Credentials) -> Result<(), String> {
+fn drop_root(credentials: Credentials) -> Setup<()> {
+    let failed = |message: String| SetupError::at(Step::Credentials, message);
     let gid = Gid::from_raw(credentials.gid);
     let uid = Uid::from_raw(credentials.uid);
-    nix::unistd::setgroups(&[gid]).map_err(|e| format!("setgroups failed: {e}"))?;
+    nix::unistd::setgroups(&[gid]).map_err(|e| failed(format!("setgroups failed: {e}")))?;
     nix::unistd::setresgid(gid, gid, gid)
-        .map_err(|e| format!("cannot switch to gid {gid}: {e}"))?;
-    nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("cannot switch to uid {uid}: {e}"))
+        .map_err(|e| failed(format!("cannot switch to gid {gid}: {e}")))?;
+    nix::unistd::setresuid(uid, uid, uid)
+        .map_err(|e| failed(format!("cannot switch to uid {uid}: {e}")))
 }
 
-fn die_with_init(init_pid: Pid) -> Result<(), String> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-        .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+fn die_with_init(init_pid: Pid) -> Setup<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| {
+        SetupError::at(
+            Step::Init,
+            format!("cannot set the parent-death signal: {e}"),
+        )
+    })?;
     if nix::unistd::getppid() != init_pid {
-        return Err("the airlock init exited during setup".to_string());
+        return Err(SetupError::at(
+            Step::Init,
+            "the airlock init exited during setup",
+        ));
     }
     Ok(())
 }
 
 /// Checks the required layers, reports the layers in force and execs the program.
-pub(super) fn finish_and_exec(spec: &InitSpec, layers: Vec<Layer>) -> Result<Infallible, String> {
+pub(super) fn finish_and_exec(spec: &InitSpec, layers: Vec<Layer>) -> Setup<Infallible> {
     check_required(spec, &layers)?;
-    sys::cloexec_from(SETUP_FD).map_err(|e| format!("cannot close inherited descriptors: {e}"))?;
+    close_inherited()?;
     send_setup(&SetupMessage::Layers(layers));
     exec_program(spec)
 }
@@ -208,56 +226,72 @@ pub(super) fn finish_and_exec(spec: &InitSpec, layers: Vec<Layer>) -> Result<Inf
 pub(super) fn finish_and_exec_with(
     spec: &InitSpec,
     layers: Vec<Layer>,
-    prepare: impl FnOnce() -> Result<(PathBuf, Vec<String>), String>,
-) -> Result<Infallible, String> {
+    prepare: impl FnOnce() -> Setup<(PathBuf, Vec<String>)>,
+) -> Setup<Infallible> {
     check_required(spec, &layers)?;
-    sys::cloexec_from(SETUP_FD).map_err(|e| format!("cannot close inherited descriptors: {e}"))?;
+    close_inherited()?;
     let (program, argv) = prepare()?;
     send_setup(&SetupMessage::Layers(layers));
-    nix::unistd::chdir(&spec.workdir)
-        .map_err(|e| format!("cannot enter the workdir {}: {e}", spec.workdir.display()))?;
+    enter_workdir(spec)?;
     exec_argv(&program, &argv, &spec.env)
 }
 
-fn check_required(spec: &InitSpec, layers: &[Layer]) -> Result<(), String> {
-    let missing: Vec<Layer> = spec
-        .require
-        .iter()
-        .copied()
-        .filter(|l| !layers.contains(l))
-        .collect();
-    let names = |list: &[Layer]| {
-        let names: Vec<String> = list.iter().map(|l| crate::result::layer_name(*l)).collect();
-        names.join(", ")
-    };
-    if missing.is_empty() {
-        return Ok(());
+fn close_inherited() -> Setup<()> {
+    sys::cloexec_from(SETUP_FD).map_err(|e| {
+        SetupError::at(
+            Step::Exec,
+            format!("cannot close inherited descriptors: {e}"),
+        )
+        .of_kind(Kind::InitFailed)
+    })
+}
+
+fn enter_workdir(spec: &InitSpec) -> Setup<()> {
+    nix::unistd::chdir(&spec.workdir).map_err(|e| {
+        SetupError::at(
+            Step::Exec,
+            format!("cannot enter the workdir {}: {e}", spec.workdir.display()),
+        )
+    })
+}
+
+/// The layers really in force, judged by the same rule as the plan (see
+/// [`crate::plan::judge`]): the host may have changed since it was probed.
+fn check_required(spec: &InitSpec, layers: &[Layer]) -> Setup<()> {
+    let (missing, verdict) = crate::plan::judge(&spec.require, layers, spec.allow_degraded);
+    match verdict {
+        Verdict::Runs => Ok(()),
+        Verdict::Refused => Err(SetupError::at(
+            Step::Exec,
+            format!(
+                "required layers are not in force: {}; fix the host (see `airlock doctor`) or pass --allow-degraded",
+                crate::layer::names(&missing)
+            ),
+        )
+        .of_kind(Kind::LayersMissing)
+        .with_fix("fix the host (see `airlock doctor`) or pass --allow-degraded")),
+        Verdict::RunsDegraded => {
+            // The supervisor already reported, with the reason, what it knew would be missing.
+            let unreported: Vec<Layer> = missing
+                .into_iter()
+                .filter(|l| !spec.accepted_missing.contains(l))
+                .collect();
+            if !unreported.is_empty() {
+                send_setup(&SetupMessage::Warning(format!(
+                    "degraded: required layers not in force: {}",
+                    crate::layer::names(&unreported)
+                )));
+            }
+            Ok(())
+        }
     }
-    if !spec.allow_degraded {
-        return Err(format!(
-            "required layers are not in force: {}; fix the host (see `airlock doctor`) or pass --allow-degraded",
-            names(&missing)
-        ));
-    }
-    // The supervisor already reported, with the reason, what it knew would be missing.
-    let unreported: Vec<Layer> = missing
-        .into_iter()
-        .filter(|l| !spec.accepted_missing.contains(l))
-        .collect();
-    if !unreported.is_empty() {
-        send_setup(&SetupMessage::Warning(format!(
-            "degraded: required layers not in force: {}",
-            names(&unreported)
-        )));
-    }
-    Ok(())
 }
 
 /// Resolves argv[0] against the program's own PATH and execs it with the scrubbed environment.
-pub(super) fn exec_program(spec: &InitSpec) -> Result<Infallible, String> {
-    nix::unistd::chdir(&spec.workdir)
-        .map_err(|e| format!("cannot enter the workdir {}: {e}", spec.workdir.display()))?;
-    let program = resolve_program(&spec.argv[0], path_of(&spec.env))?;
+pub(super) fn exec_program(spec: &InitSpec) -> Setup<Infallible> {
+    enter_workdir(spec)?;
+    let program = resolve_program(&spec.argv[0], path_of(&spec.env))
+        .map_err(|message| SetupError::at(Step::Exec, message).of_kind(Kind::ProgramNotFound))?;
     exec_argv(&program, &spec.argv, &spec.env)
 }
 
@@ -266,18 +300,28 @@ pub(super) fn exec_argv(
     program: &Path,
     argv: &[String],
     env: &[(String, String)],
-) -> Result<Infallible, String> {
-    let argv = sys::c_strings(argv).map_err(|e| e.to_string())?;
+) -> Setup<Infallible> {
+    let invalid = |e: &dyn std::fmt::Display| SetupError::at(Step::Exec, e.to_string());
+    let argv = sys::c_strings(argv).map_err(|e| invalid(&e))?;
     let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let env = sys::c_strings(&env).map_err(|e| e.to_string())?;
-    let path = CString::new(program.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    let env = sys::c_strings(&env).map_err(|e| invalid(&e))?;
+    let path = CString::new(program.as_os_str().as_encoded_bytes()).map_err(|e| invalid(&e))?;
     SigSet::all()
         .thread_unblock()
-        .map_err(|e| format!("cannot reset the signal mask: {e}"))?;
+        .map_err(|e| SetupError::at(Step::Init, format!("cannot reset the signal mask: {e}")))?;
     sys::default_all_signal_actions();
     presize_fd_table();
     let error = nix::unistd::execve(&path, &argv, &env).unwrap_err();
-    Err(format!("cannot execute {}: {error}", program.display()))
+    let kind = match error {
+        nix::errno::Errno::ENOENT => Kind::ProgramNotFound,
+        nix::errno::Errno::EACCES | nix::errno::Errno::EPERM => Kind::PermissionDeniedExec,
+        _ => Kind::ExecFailed,
+    };
+    Err(SetupError::at(
+        Step::Exec,
+        format!("cannot execute {}: {error}", program.display()),
+    )
+    .of_kind(kind))
 }
 
 /// The highest descriptor a presized table holds: 1024 slots (8 KiB), or as many as the

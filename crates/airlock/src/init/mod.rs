@@ -1,5 +1,7 @@
-//! The init: `airlock __init`, re-executed by the supervisor for every run. It is
-//! single-threaded, so it can fork freely. It creates the run's directory and cgroup, forks the
+//! The init: one per run, single-threaded, so it can fork freely. A single-threaded supervisor
+//! (the CLI) forks it with the run's spec in memory; a threaded one (a library caller, the
+//! pool) executes the airlock binary as `airlock __init` and sends the spec on the control
+//! pipe (see `supervisor::launch`). It creates the run's directory and cgroup, forks the
 //! child that hardens itself and execs the program, then watches: wall clock, CPU time,
 //! cancellation, the supervisor's death. At the end it kills every process the run left,
 //! removes what it created and reports one [`Outcome`].
@@ -10,29 +12,28 @@
 
 mod child;
 mod native;
+mod run;
 mod watch;
 mod wrapped;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::WaitStatus;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{SetupError, SetupErrorKind as Kind, SetupStep as Step};
 use crate::linux::sys::{self, Forked};
-use crate::sandbox::cgroup::RunCgroup;
-use crate::spec::{InitEvent, InitSpec};
+use crate::spec::{InitEvent, InitSpec, CONTROL_FD, EVENTS_FD};
+use run::PreparedRun;
+
+/// A setup step's outcome.
+type Setup<T> = Result<T, SetupError>;
 
 pub use child::resolve_program;
 
-/// The control pipe's descriptor in the init.
-pub const CONTROL_FD: RawFd = 3;
-/// The event pipe's descriptor in the init.
-pub const EVENTS_FD: RawFd = 4;
 /// The argument that makes the airlock binary act as the init.
 pub const INIT_ARG: &str = "__init";
 
@@ -45,7 +46,17 @@ pub fn init_main() -> ! {
 /// Runs the init with `spec` when the supervisor forked it (the spec is already in memory),
 /// or with the spec read from the control pipe, and exits.
 pub(crate) fn init_main_with(spec: Option<&InitSpec>) -> ! {
-    let code = match run_init(spec) {
+    // Owned here until the process exits: closed any earlier, the supervisor's stop requests
+    // would fail.
+    let mut control = sys::claim_inherited_fd(CONTROL_FD).map(std::fs::File::from);
+    let result = match &mut control {
+        Ok(control) => run_init(spec, control),
+        Err(e) => Err(SetupError::at(
+            Step::Init,
+            format!("cannot take the control pipe: {e}"),
+        )),
+    };
+    let code = match result {
         Ok(()) => 0,
         Err(error) => {
             send_event(&InitEvent::SetupFailed { error });
@@ -55,22 +66,24 @@ pub(crate) fn init_main_with(spec: Option<&InitSpec>) -> ! {
     sys::exit_now(code)
 }
 
-fn run_init(given: Option<&InitSpec>) -> Result<(), String> {
+fn run_init(given: Option<&InitSpec>, control: &mut std::fs::File) -> Setup<()> {
+    let failed = |message: String| SetupError::at(Step::Init, message);
     // The program may run as our own uid (Tier 0 without root): make our /proc entries
     // root-owned so it cannot open our descriptors and forge events.
-    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
+    nix::sys::prctl::set_dumpable(false)
+        .map_err(|e| failed(format!("prctl(PR_SET_DUMPABLE): {e}")))?;
     nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
+        .map_err(|e| failed(format!("prctl(PR_SET_CHILD_SUBREAPER): {e}")))?;
     let read;
     let spec = match given {
         Some(spec) => spec,
         None => {
-            read = read_spec()?;
+            read = read_spec(control)?;
             &read
         }
     };
     let mut run = PreparedRun::create(spec)?;
-    let result = watch::supervise(spec, &mut run);
+    let result = watch::supervise(spec, &mut run, control);
     let cleanup_warnings = run.cleanup(spec);
     let mut outcome = result?;
     outcome.warnings.extend(cleanup_warnings);
@@ -78,27 +91,21 @@ fn run_init(given: Option<&InitSpec>) -> Result<(), String> {
     Ok(())
 }
 
-fn read_spec() -> Result<InitSpec, String> {
-    // SAFETY of ownership: descriptor 3 was placed by the supervisor for us alone; it is read
-    // here and by the watch loop, and closed only when the process exits.
-    let mut control = std::mem::ManuallyDrop::new(borrow_file(CONTROL_FD));
+fn read_spec(control: &mut std::fs::File) -> Setup<InitSpec> {
+    let invalid = |message: String| SetupError::at(Step::Spec, message);
     let mut header = [0u8; 8];
     control
         .read_exact(&mut header)
-        .map_err(|e| format!("cannot read the run spec: {e}"))?;
+        .map_err(|e| invalid(format!("cannot read the run spec: {e}")))?;
     let len = u64::from_le_bytes(header);
     if len > 64 << 20 {
-        return Err(format!("run spec of {len} bytes is too large"));
+        return Err(invalid(format!("run spec of {len} bytes is too large")));
     }
     let mut body = vec![0u8; len as usize];
     control
         .read_exact(&mut body)
-        .map_err(|e| format!("cannot read the run spec: {e}"))?;
-    serde_json::from_slice(&body).map_err(|e| format!("malformed run spec: {e}"))
-}
-
-fn borrow_file(fd: RawFd) -> std::fs::File {
-    std::fs::File::from(sys::adopt_fd(fd))
+        .map_err(|e| invalid(format!("cannot read the run spec: {e}")))?;
+    serde_json::from_slice(&body).map_err(|e| invalid(format!("malformed run spec: {e}")))
 }
 
 /// The signals that ask a process to stop gracefully (the init's SIGTERM to the whole tree,
@@ -132,245 +139,6 @@ pub(crate) fn send_event(event: &InitEvent) {
     if let Ok(mut line) = serde_json::to_vec(event) {
         line.push(b'\n');
         let _ = sys::write_all_to_fd(EVENTS_FD, &line);
-    }
-}
-
-/// What the init created for a run and must remove.
-pub(crate) struct PreparedRun {
-    pub cgroup: Option<RunCgroup>,
-    pub cgroup_warning: Option<String>,
-    pub signals: SignalFd,
-}
-
-impl PreparedRun {
-    fn create(spec: &InitSpec) -> Result<PreparedRun, String> {
-        let mut mask = SigSet::empty();
-        mask.add(Signal::SIGCHLD);
-        mask.thread_block()
-            .map_err(|e| format!("cannot block SIGCHLD: {e}"))?;
-        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-            .map_err(|e| format!("signalfd: {e}"))?;
-        if let Some(scratch) = &spec.scratch {
-            crate::sandbox::rootfs::enter_private_runtime(&scratch.runtime_dir)
-                .map_err(|e| e.to_string())?;
-        }
-        make_run_dirs(spec)?;
-        let (cgroup, cgroup_warning) = match &spec.cgroup {
-            None => (None, None),
-            Some(request) => match RunCgroup::create(
-                &request.config,
-                &request.run_id,
-                &cgroup_limits(spec, request),
-            ) {
-                Ok(cgroup) => (Some(cgroup), None),
-                Err(e) => (
-                    None,
-                    Some(format!(
-                        "no cgroup for this run ({e}); limits fall back to rlimits"
-                    )),
-                ),
-            },
-        };
-        // After the cgroup: the init's own cgroup layout is read from the uncovered files.
-        if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
-            hide_files(spec, wrap)?;
-        }
-        Ok(PreparedRun {
-            cgroup,
-            cgroup_warning,
-            signals,
-        })
-    }
-
-    fn cleanup(&mut self, spec: &InitSpec) -> Vec<String> {
-        let mut warnings = Vec::new();
-        if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
-            warnings.extend(wrapped::clean_up_after_tool(wrap));
-        }
-        if let Some(cgroup) = self.cgroup.take() {
-            if let Err(e) = cgroup.remove() {
-                warnings.push(format!("cannot remove the run's cgroup: {e}"));
-            }
-        }
-        // A run directory in memory goes with the init's mount namespace.
-        if spec.scratch.is_none() {
-            warnings.extend(remove_run_dir(spec));
-        }
-        warnings
-    }
-}
-
-/// Removes the run directory, or when the caller keeps a workdir of the run's own, everything
-/// in it but that workdir and its marker.
-fn remove_run_dir(spec: &InitSpec) -> Option<String> {
-    if !keeps_own_workdir(spec) {
-        remove_tree(&spec.run_dir);
-        return spec
-            .run_dir
-            .exists()
-            .then(|| format!("cannot remove the run directory {}", spec.run_dir.display()));
-    }
-    let marker = spec.run_dir.join(crate::supervisor::KEPT_MARKER);
-    let entries = std::fs::read_dir(&spec.run_dir)
-        .into_iter()
-        .flatten()
-        .flatten();
-    for entry in entries.map(|e| e.path()) {
-        if entry != spec.workdir && entry != marker {
-            remove_tree(&entry);
-        }
-    }
-    None
-}
-
-fn keeps_own_workdir(spec: &InitSpec) -> bool {
-    spec.keep && !spec.workdir_is_callers
-}
-
-/// The run's cgroup limits, minus the pids limit when the wrapper tool's helpers would hit it.
-fn cgroup_limits(
-    spec: &InitSpec,
-    request: &crate::spec::CgroupRequest,
-) -> crate::sandbox::cgroup::CgroupLimits {
-    let mut limits = request.limits.clone();
-    if matches!(&spec.confinement, crate::spec::Confinement::Wrapped(w) if w.no_cgroup_pids_limit) {
-        limits.pids = None;
-    }
-    limits
-}
-
-fn make_run_dirs(spec: &InitSpec) -> Result<(), String> {
-    // 0711: the sandbox user may traverse to its own directories but not list the run dir.
-    make_dir(&spec.run_dir, 0o711, None)?;
-    if !spec.workdir_is_callers {
-        make_dir(&spec.workdir, 0o700, spec.credentials)?;
-    }
-    if keeps_own_workdir(spec) {
-        let marker = spec.run_dir.join(crate::supervisor::KEPT_MARKER);
-        std::fs::write(&marker, "")
-            .map_err(|e| format!("cannot create {}: {e}", marker.display()))?;
-    }
-    let tmp = spec.run_dir.join("tmp");
-    make_dir(&tmp, 0o700, spec.credentials)?;
-    if let Some(scratch) = &spec.scratch {
-        mount_scratch(spec, scratch)?;
-    }
-    if let crate::spec::Confinement::Wrapped(wrap) = &spec.confinement {
-        write_wrap_files(spec, wrap)?;
-    }
-    Ok(())
-}
-
-/// The capped tmpfs mounts of an in-memory run directory, only ever inside it.
-fn mount_scratch(spec: &InitSpec, scratch: &crate::spec::MemoryScratch) -> Result<(), String> {
-    for mount in &scratch.mounts {
-        check_inside_run_dir(spec, &mount.path, "scratch mount")?;
-        crate::sandbox::rootfs::mount_scratch(mount).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-/// Refuses a path the init would create outside the run directory.
-fn check_inside_run_dir(spec: &InitSpec, path: &Path, what: &str) -> Result<(), String> {
-    let inside = path.starts_with(&spec.run_dir)
-        && !path
-            .components()
-            .any(|c| c == std::path::Component::ParentDir);
-    if inside {
-        return Ok(());
-    }
-    Err(format!(
-        "{what} {} is outside the run directory",
-        path.display()
-    ))
-}
-
-/// Covers the host files the tool must see empty, in the init's own mount namespace (which
-/// only an in-memory run directory gives it; the plan asks for this only then).
-fn hide_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
-    if wrap.hidden_files.is_empty() {
-        return Ok(());
-    }
-    if spec.scratch.is_none() {
-        return Err(
-            "the plan hides host files, but the init has no mount namespace of its own \
-                    (the run directory is not in memory)"
-                .into(),
-        );
-    }
-    for hidden in &wrap.hidden_files {
-        check_inside_run_dir(spec, &hidden.empty, "hiding file")?;
-        crate::sandbox::rootfs::cover_with_empty_file(&hidden.empty, &hidden.target)
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-/// Files a wrapper tool reads (e.g. an OCI bundle), only ever inside the run directory.
-fn write_wrap_files(spec: &InitSpec, wrap: &crate::spec::WrapSpec) -> Result<(), String> {
-    for file in &wrap.files {
-        check_inside_run_dir(spec, &file.path, "wrapper file")?;
-        write_wrap_file(file)?;
-    }
-    Ok(())
-}
-
-/// Writes one file (or, for a path ending in `/`, makes one directory) of a wrapper tool's
-/// plan with its mode; the caller checks where it goes.
-pub fn write_wrap_file(file: &crate::spec::WrapFile) -> Result<(), String> {
-    let path = &file.path;
-    // A path ending in `/` is a directory (e.g. a mountpoint in an OCI root).
-    let is_dir = path.as_os_str().as_encoded_bytes().ends_with(b"/");
-    let dir = if is_dir {
-        Some(path.as_path())
-    } else {
-        path.parent()
-    };
-    if let Some(dir) = dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    if !is_dir {
-        std::fs::write(path, &file.contents)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(file.mode))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))
-}
-
-fn make_dir(path: &Path, mode: u32, owner: Option<crate::spec::Credentials>) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(mode)
-        .create(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
-    if let Some(owner) = owner {
-        nix::unistd::chown(path, Some(owner.uid.into()), Some(owner.gid.into()))
-            .map_err(|e| format!("cannot hand {} to uid {}: {e}", path.display(), owner.uid))?;
-    }
-    Ok(())
-}
-
-/// Removes a directory tree the sandbox wrote into, even where it removed its own permissions.
-pub(crate) fn remove_tree(path: &Path) {
-    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
-        return;
-    }
-    grant_owner_access(path, 0);
-    let _ = std::fs::remove_dir_all(path);
-}
-
-fn grant_owner_access(path: &Path, depth: u32) {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return;
-    };
-    if !meta.is_dir() || depth > 64 {
-        return;
-    }
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700));
-    for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
-        grant_owner_access(&entry.path(), depth + 1);
     }
 }
 
@@ -439,9 +207,11 @@ pub(crate) fn fork_child(
     setup: &OwnedFd,
     report: &OwnedFd,
     tool_status: Option<RawFd>,
-) -> Result<nix::unistd::Pid, String> {
+) -> Setup<nix::unistd::Pid> {
     let init_pid = nix::unistd::getpid();
-    match sys::fork_single_threaded().map_err(|e| format!("cannot fork: {e}"))? {
+    let forked = sys::fork_single_threaded()
+        .map_err(|e| SetupError::at(Step::Init, format!("cannot fork: {e}")))?;
+    match forked {
         Forked::Parent(pid) => Ok(pid),
         Forked::Child => {
             let mut keep = vec![

@@ -18,18 +18,20 @@ use nix::unistd::{getgid, getuid, Pid};
 
 use super::child::{finish_and_exec, send_setup, SetupMessage, REPORT_FD, SETUP_FD};
 use super::ExitReport;
+use super::{Setup, Step};
+use crate::confine::landlock::Enforcement;
+use crate::confine::rootfs::Workdir;
+use crate::confine::{caps, landlock, rootfs, seccomp};
+use crate::error::SetupError;
 use crate::layer::Layer;
 use crate::linux::sys::{self, Forked};
-use crate::sandbox::landlock::Enforcement;
-use crate::sandbox::rootfs::Workdir;
-use crate::sandbox::{caps, landlock, rootfs, seccomp};
 use crate::spec::{InitSpec, NativeSpec};
 
 pub(super) fn enter(
     spec: &InitSpec,
     native: &NativeSpec,
     mut layers: Vec<Layer>,
-) -> Result<Infallible, String> {
+) -> Setup<Infallible> {
     enter_namespaces(native.new_net)?;
     layers.extend(Layer::NAMESPACES_BUT_NET);
     if native.new_net {
@@ -39,16 +41,16 @@ pub(super) fn enter(
     // sends to the whole tree, or PID 1's parent-death signal would skip the grace period.
     super::stop_signals()
         .thread_block()
-        .map_err(|e| format!("cannot block signals: {e}"))?;
+        .map_err(|e| SetupError::at(Step::Init, format!("cannot block signals: {e}")))?;
     match sys::fork_single_threaded()
-        .map_err(|e| format!("cannot fork the sandbox's PID 1: {e}"))?
+        .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the sandbox's PID 1: {e}")))?
     {
         Forked::Parent(pid1) => mirror_exit(pid1),
         Forked::Child => pid1(spec, native, layers),
     }
 }
 
-fn enter_namespaces(new_net: bool) -> Result<(), String> {
+fn enter_namespaces(new_net: bool) -> Setup<()> {
     let (uid, gid) = (getuid(), getgid());
     let mut flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
@@ -59,19 +61,33 @@ fn enter_namespaces(new_net: bool) -> Result<(), String> {
     if new_net {
         flags |= CloneFlags::CLONE_NEWNET;
     }
-    unshare(flags).map_err(|e| format!("cannot create namespaces ({flags:?}): {e}; check `airlock doctor` for user namespace support"))?;
+    unshare(flags).map_err(|e| {
+        SetupError::at(
+            Step::Namespaces,
+            format!("cannot create namespaces ({flags:?}): {e}; check `airlock doctor` for user namespace support"),
+        )
+        .with_fix("check `airlock doctor` for user namespace support")
+    })?;
     // A uid change made us non-dumpable, which makes /proc/self/* root-owned; we need to write
     // our own id maps, then go back to non-dumpable so the sandbox cannot open our descriptors.
-    nix::sys::prctl::set_dumpable(true).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
+    let dumpable = |e: nix::errno::Errno| {
+        SetupError::at(Step::Namespaces, format!("prctl(PR_SET_DUMPABLE): {e}"))
+            .of_kind(crate::error::SetupErrorKind::InitFailed)
+    };
+    nix::sys::prctl::set_dumpable(true).map_err(dumpable)?;
     write_proc_self("setgroups", "deny")?;
     write_proc_self("uid_map", &format!("{uid} {uid} 1"))?;
     write_proc_self("gid_map", &format!("{gid} {gid} 1"))?;
-    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))
+    nix::sys::prctl::set_dumpable(false).map_err(dumpable)
 }
 
-fn write_proc_self(file: &str, contents: &str) -> Result<(), String> {
-    std::fs::write(format!("/proc/self/{file}"), contents)
-        .map_err(|e| format!("cannot write {contents:?} to /proc/self/{file}: {e}"))
+fn write_proc_self(file: &str, contents: &str) -> Setup<()> {
+    std::fs::write(format!("/proc/self/{file}"), contents).map_err(|e| {
+        SetupError::at(
+            Step::Namespaces,
+            format!("cannot write {contents:?} to /proc/self/{file}: {e}"),
+        )
+    })
 }
 
 /// Waits for PID 1 and exits with its status; PID 1 reports the program's own status itself.
@@ -90,7 +106,9 @@ fn mirror_exit(pid1: Pid) -> ! {
 
 fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
     let result = confine(native, &mut layers).and_then(|()| {
-        match sys::fork_single_threaded().map_err(|e| format!("cannot fork the program: {e}"))? {
+        let forked = sys::fork_single_threaded()
+            .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the program: {e}")))?;
+        match forked {
             Forked::Child => program(spec, layers),
             Forked::Parent(program) => reap_until(program, spec, native),
         }
@@ -102,10 +120,15 @@ fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
 
 /// Every confinement step of PID 1, in the only order that works: mounts need capabilities,
 /// Landlock and seccomp need no_new_privs, and seccomp would forbid the earlier steps.
-fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Result<(), String> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-        .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
-    let report = rootfs::enter(&native.rootfs).map_err(|e| e.to_string())?;
+fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Setup<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| {
+        SetupError::at(
+            Step::Init,
+            format!("cannot set the parent-death signal: {e}"),
+        )
+    })?;
+    let report =
+        rootfs::enter(&native.rootfs).map_err(|e| SetupError::at(Step::Rootfs, e.to_string()))?;
     // Absent optional host paths (e.g. /lib32) are normal; a /proc file that exists but could
     // not be masked is a weaker sandbox and must be said.
     for path in report.unprotected {
@@ -119,13 +142,14 @@ fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Result<(), String> {
         layers.extend([Layer::DiskQuota, Layer::InodeQuota]);
     }
     nix::unistd::sethostname(&native.hostname)
-        .map_err(|e| format!("cannot set the hostname: {e}"))?;
+        .map_err(|e| SetupError::at(Step::Hostname, format!("cannot set the hostname: {e}")))?;
     apply_landlock(native, layers);
-    caps::set_no_new_privs().map_err(|e| e.to_string())?;
+    let privileges = |e: caps::CapsError| SetupError::at(Step::Privileges, e.to_string());
+    caps::set_no_new_privs().map_err(privileges)?;
     layers.push(Layer::NoNewPrivs);
-    caps::drop_all_capabilities().map_err(|e| e.to_string())?;
+    caps::drop_all_capabilities().map_err(privileges)?;
     layers.push(Layer::CapsDropped);
-    seccomp::install(&native.seccomp).map_err(|e| e.to_string())?;
+    seccomp::install(&native.seccomp).map_err(|e| SetupError::at(Step::Seccomp, e.to_string()))?;
     layers.push(Layer::Seccomp);
     Ok(())
 }
@@ -157,13 +181,13 @@ fn apply_landlock(native: &NativeSpec, layers: &mut Vec<Layer>) {
     }
 }
 
-fn program(spec: &InitSpec, layers: Vec<Layer>) -> Result<Infallible, String> {
+fn program(spec: &InitSpec, layers: Vec<Layer>) -> Setup<Infallible> {
     let _ = nix::unistd::close(REPORT_FD);
     finish_and_exec(spec, layers)
 }
 
 /// PID 1's duty: reap every process of the namespace until the program itself exits.
-fn reap_until(program: Pid, spec: &InitSpec, native: &NativeSpec) -> Result<Infallible, String> {
+fn reap_until(program: Pid, spec: &InitSpec, native: &NativeSpec) -> Setup<Infallible> {
     let _ = nix::unistd::close(SETUP_FD);
     for fd in 0..=2 {
         let _ = nix::unistd::close(fd);

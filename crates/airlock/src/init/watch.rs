@@ -13,9 +13,11 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::child::SetupMessage;
-use super::{any_file_at_least, fork_child, send_event, ExitReport, PreparedRun, CONTROL_FD};
+use super::{any_file_at_least, fork_child, send_event, ExitReport, PreparedRun};
+use super::{Setup, Step};
+use crate::error::SetupError;
 use crate::layer::Layer;
-use crate::linux::{sys, tree};
+use crate::linux::tree;
 use crate::result::RunStatus;
 use crate::spec::{Confinement, InitEvent, InitSpec, Outcome, StopReason};
 
@@ -35,24 +37,30 @@ const EXIT_PATIENCE: Duration = Duration::from_millis(50);
 struct Watch<'a> {
     spec: &'a InitSpec,
     run: &'a PreparedRun,
+    /// The control pipe from the supervisor: stop requests, and EOF when it died.
+    control: &'a mut std::fs::File,
     child: Pid,
     start: Instant,
     main: Option<WaitStatus>,
     stop: Option<(StopCause, Instant)>,
     setup_pipe: Option<std::fs::File>,
     setup_buffer: Vec<u8>,
-    setup_error: Option<String>,
+    setup_error: Option<SetupError>,
     layers: Vec<Layer>,
     warnings: Vec<String>,
     control_open: bool,
     next_cpu_check: Instant,
 }
 
-pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcome, String> {
-    let (setup_read, setup_write) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
-        .map_err(|e| format!("pipe: {e}"))?;
+pub(super) fn supervise(
+    spec: &InitSpec,
+    run: &mut PreparedRun,
+    control: &mut std::fs::File,
+) -> Setup<Outcome> {
+    let pipe_failed = |e: nix::errno::Errno| SetupError::at(Step::Init, format!("pipe: {e}"));
+    let (setup_read, setup_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(pipe_failed)?;
+    let (report_read, report_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(pipe_failed)?;
     let tool_status = super::wrapped::status_pipe(spec)?;
     let start = Instant::now();
     let child = fork_child(
@@ -65,7 +73,7 @@ pub(super) fn supervise(spec: &InitSpec, run: &mut PreparedRun) -> Result<Outcom
     drop((setup_write, report_write));
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
-    let mut watch = Watch::new(spec, run, child, start, setup_read);
+    let mut watch = Watch::new(spec, run, control, child, start, setup_read);
     watch.run_until_exit();
     watch.kill_everything();
     if let Some(error) = watch.setup_error.take() {
@@ -95,17 +103,19 @@ impl<'a> Watch<'a> {
     fn new(
         spec: &'a InitSpec,
         run: &'a PreparedRun,
+        control: &'a mut std::fs::File,
         child: Pid,
         start: Instant,
         setup: OwnedFd,
     ) -> Watch<'a> {
         let mut warnings: Vec<String> = run.cgroup_warning.iter().cloned().collect();
         if matches!(spec.confinement, Confinement::Tier0) {
-            warnings.push("backend none: Tier 0 only, the program can read the host filesystem and use the network".into());
+            warnings.push(crate::spec::TIER0_WARNING.into());
         }
         Watch {
             spec,
             run,
+            control,
             child,
             start,
             main: None,
@@ -128,10 +138,9 @@ impl<'a> Watch<'a> {
     }
 
     fn poll_once(&mut self) {
-        let control = sys::adopt_fd_borrowed(CONTROL_FD);
         let mut fds = vec![PollFd::new(self.run.signals.as_fd(), PollFlags::POLLIN)];
         if self.control_open {
-            fds.push(PollFd::new(control, PollFlags::POLLIN));
+            fds.push(PollFd::new(self.control.as_fd(), PollFlags::POLLIN));
         }
         let setup_index = fds.len();
         if let Some(pipe) = &self.setup_pipe {
@@ -178,10 +187,8 @@ impl<'a> Watch<'a> {
     }
 
     fn read_control(&mut self) {
-        let mut control =
-            std::mem::ManuallyDrop::new(std::fs::File::from(sys::adopt_fd(CONTROL_FD)));
         let mut buffer = [0u8; 256];
-        match control.read(&mut buffer) {
+        match self.control.read(&mut buffer) {
             Ok(0) | Err(_) => {
                 self.control_open = false;
                 self.begin_stop(StopCause::SupervisorGone);
@@ -221,12 +228,18 @@ impl<'a> Watch<'a> {
                 Ok(SetupMessage::Warning(warning)) => self.warnings.push(warning),
                 Ok(SetupMessage::Error(error)) => self.setup_error = Some(error),
                 Err(_) => {
-                    self.setup_error = Some("the sandbox setup sent a malformed message".into())
+                    self.setup_error = Some(SetupError::at(
+                        Step::Watch,
+                        "the sandbox setup sent a malformed message",
+                    ))
                 }
             }
         }
         if self.layers.is_empty() && self.setup_error.is_none() {
-            self.setup_error = Some("the sandbox setup ended without starting the program".into());
+            self.setup_error = Some(SetupError::at(
+                Step::Watch,
+                "the sandbox setup ended without starting the program",
+            ));
         }
     }
 
@@ -403,7 +416,10 @@ impl<'a> Watch<'a> {
         let hit = match self.spec.confinement {
             Confinement::Native(_) => false,
             Confinement::Tier0 | Confinement::Wrapped(_) => any_file_at_least(
-                &[self.spec.workdir.clone(), self.spec.run_dir.join("tmp")],
+                &[
+                    self.spec.workdir.clone(),
+                    crate::rundir::tmp_dir(&self.spec.run_dir),
+                ],
                 self.spec.limits.file_size_bytes,
             ),
         };

@@ -16,51 +16,114 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::child::{finish_and_exec_with, send_setup, SetupMessage};
+use super::run::{new_run_dir, run_dir_failed};
+use super::{Kind, Setup, Step};
+use crate::confine::seccomp;
+use crate::confine::seccomp::SeccompConfig;
+use crate::error::SetupError;
 use crate::layer::Layer;
 use crate::linux::sys::{self, Forked};
 use crate::linux::tree;
 use crate::result::RunStatus;
-use crate::sandbox::seccomp;
-use crate::spec::{Confinement, InitSpec, Outcome, StartEvidence, WrapSpec};
+use crate::rundir;
+use crate::spec::{Confinement, HiddenFile, InitSpec, Outcome, StartEvidence, WrapSpec, WrapStep};
 
+/// Before the program's process is forked, after the run's cgroup exists: the files the tool
+/// reads and the host files it must see empty, in the plan's order (a file is written before
+/// it covers another).
+pub(super) fn prepare_for_tool(spec: &InitSpec, wrap: &WrapSpec) -> Setup<()> {
+    let run_dir = new_run_dir(spec);
+    for step in &wrap.steps {
+        match step {
+            WrapStep::WriteFile(file) => {
+                run_dir
+                    .check_inside(&file.path, "wrapper file")
+                    .map_err(run_dir_failed)?;
+                rundir::write_file(file).map_err(run_dir_failed)?;
+            }
+            WrapStep::HideFile(hidden) => hide_file(spec, hidden)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Covers a host file the tool must see empty, in the init's own mount namespace (which only
+/// an in-memory run directory gives it; the plan asks for this only then).
+fn hide_file(spec: &InitSpec, hidden: &HiddenFile) -> Setup<()> {
+    if spec.scratch.is_none() {
+        return Err(SetupError::at(
+            Step::Spec,
+            "the plan hides host files, but the init has no mount namespace of its own \
+                    (the run directory is not in memory)",
+        ));
+    }
+    new_run_dir(spec)
+        .check_inside(&hidden.empty, "hiding file")
+        .map_err(run_dir_failed)?;
+    crate::confine::rootfs::cover_with_empty_file(&hidden.empty, &hidden.target)
+        .map_err(|e| SetupError::at(Step::Wrapper, e.to_string()).of_kind(Kind::MountFailed))
+}
+
+/// In the program's process after Tier 0: the steps that prepare the tool's process, then the
+/// tool's exec.
 pub(super) fn exec(
     spec: &InitSpec,
     wrap: &WrapSpec,
     mut layers: Vec<Layer>,
     tool_status: Option<RawFd>,
-) -> Result<Infallible, String> {
-    if wrap.no_new_privs {
-        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
-        layers.push(Layer::NoNewPrivs);
+) -> Setup<Infallible> {
+    // Descriptors to place at the numbers the tool expects, and the filters' owners.
+    let mut placed: Vec<(RawFd, RawFd)> = Vec::new();
+    let mut filters: Vec<OwnedFd> = Vec::new();
+    for step in &wrap.steps {
+        match step {
+            WrapStep::NoNewPrivs => {
+                nix::sys::prctl::set_no_new_privs().map_err(|e| {
+                    SetupError::at(Step::Privileges, format!("cannot set no_new_privs: {e}"))
+                })?;
+                layers.push(Layer::NoNewPrivs);
+            }
+            WrapStep::SeccompFds { config, fds } => {
+                let made = seccomp_descriptors(config, fds.len())?;
+                placed.extend(
+                    made.iter()
+                        .map(|fd| fd.as_raw_fd())
+                        .zip(fds.iter().copied()),
+                );
+                filters.extend(made);
+            }
+            WrapStep::StatusFd(target) => placed.extend(tool_status.map(|fd| (fd, *target))),
+            _ => {}
+        }
     }
-    let filters = seccomp_descriptors(wrap)?;
     layers.extend(wrap.layers.iter().copied());
     for note in &wrap.notes {
         send_setup(&SetupMessage::Warning(note.clone()));
     }
-    let mut argv = wrap.tool_argv.clone();
+    let mut argv = wrap.wrapper_argv.clone();
     if !wrap.argv_in_files {
         argv.extend(spec.argv.iter().cloned());
     }
-    let tool = wrap
-        .tool_argv
-        .first()
-        .ok_or("the wrapper has an empty command line")?;
-    let mut placed: Vec<(i32, i32)> = filters
-        .iter()
-        .map(|fd| fd.as_raw_fd())
-        .zip(wrap.seccomp_fds.iter().copied())
-        .collect();
-    placed.extend(tool_status.zip(wrap.status_fd));
+    let tool = wrap.wrapper_argv.first().ok_or_else(|| {
+        SetupError::at(Step::Wrapper, "the wrapper has an empty command line")
+            .of_kind(Kind::SpecInvalid)
+    })?;
     finish_and_exec_with(spec, layers, || {
-        sys::place_fds_inheritable(&placed)
-            .map_err(|e| format!("cannot pass the seccomp filters to {tool}: {e}"))?;
-        if wrap.presize_fd_table {
-            // Only speed depends on it: a tool started without it runs the same.
-            let _ = hold_presized_fd_table();
-        }
-        if wrap.guard_tool_tree {
-            split_off_guard(spec)?;
+        sys::place_fds_inheritable(&placed).map_err(|e| {
+            SetupError::at(
+                Step::Wrapper,
+                format!("cannot pass the seccomp filters to {tool}: {e}"),
+            )
+            .of_kind(Kind::InitFailed)
+        })?;
+        for step in &wrap.steps {
+            match step {
+                // Only speed depends on it: a tool started without it runs the same.
+                WrapStep::PresizeFdTable => drop(hold_presized_fd_table()),
+                WrapStep::GuardToolTree => split_off_guard(spec)?,
+                _ => {}
+            }
         }
         Ok((Path::new(tool).to_path_buf(), argv.clone()))
     })
@@ -100,7 +163,8 @@ const KILL_DEADLINE: Duration = Duration::from_secs(5);
 /// namespaces: the program can neither see nor signal it. While the init lives, the guard
 /// only mirrors the tool's exit (128+N for a signal, as the tools themselves report it), so
 /// the init sees the same child, status and output pipes as without it.
-fn split_off_guard(spec: &InitSpec) -> Result<(), String> {
+fn split_off_guard(spec: &InitSpec) -> Setup<()> {
+    let failed = |message: String| SetupError::at(Step::Wrapper, message).of_kind(Kind::InitFailed);
     let init = nix::unistd::getppid();
     // The init's SIGTERM on a stop is meant for the tool, which gets it too.
     let mut blocked = super::stop_signals();
@@ -108,17 +172,17 @@ fn split_off_guard(spec: &InitSpec) -> Result<(), String> {
     blocked.add(INIT_GONE);
     blocked
         .thread_block()
-        .map_err(|e| format!("cannot block the guard's signals: {e}"))?;
+        .map_err(|e| failed(format!("cannot block the guard's signals: {e}")))?;
     nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
+        .map_err(|e| failed(format!("prctl(PR_SET_CHILD_SUBREAPER): {e}")))?;
     // Replaces the SIGKILL set for the init's death, with no moment when neither is set.
     nix::sys::prctl::set_pdeathsig(INIT_GONE)
-        .map_err(|e| format!("cannot set the guard's parent-death signal: {e}"))?;
-    match sys::fork_single_threaded().map_err(|e| format!("cannot fork the tool: {e}"))? {
+        .map_err(|e| failed(format!("cannot set the guard's parent-death signal: {e}")))?;
+    match sys::fork_single_threaded().map_err(|e| failed(format!("cannot fork the tool: {e}")))? {
         Forked::Parent(tool) => guard(spec, init, tool),
         // The signal mask is reset right before the exec.
         Forked::Child => nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-            .map_err(|e| format!("cannot set the tool's parent-death signal: {e}")),
+            .map_err(|e| failed(format!("cannot set the tool's parent-death signal: {e}"))),
     }
 }
 
@@ -136,7 +200,7 @@ fn guard(spec: &InitSpec, init: Pid, tool: Pid) -> ! {
             Ok(_) if nix::unistd::getppid() != init => {
                 kill_descendants();
                 if !spec.keep {
-                    super::remove_tree(&spec.run_dir);
+                    crate::rundir::remove_tree(&spec.run_dir);
                 }
                 sys::exit_now(1)
             }
@@ -175,13 +239,13 @@ fn no_child_left() -> bool {
 }
 
 /// The pipe a wrapped tool reports its status on, when it has one: (read end, write end).
-pub(super) fn status_pipe(spec: &InitSpec) -> Result<Option<(OwnedFd, OwnedFd)>, String> {
+pub(super) fn status_pipe(spec: &InitSpec) -> Setup<Option<(OwnedFd, OwnedFd)>> {
     match &spec.confinement {
-        Confinement::Wrapped(WrapSpec {
-            status_fd: Some(_), ..
-        }) => nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map(Some)
-            .map_err(|e| format!("pipe: {e}")),
+        Confinement::Wrapped(wrap) if wrap.status_fd().is_some() => {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map(Some)
+                .map_err(|e| SetupError::at(Step::Init, format!("pipe: {e}")))
+        }
         _ => Ok(None),
     }
 }
@@ -194,19 +258,19 @@ pub(super) fn check_tool_ran_program(
     spec: &InitSpec,
     status: Option<OwnedFd>,
     outcome: &Outcome,
-) -> Result<(), String> {
+) -> Setup<()> {
     let Confinement::Wrapped(wrap) = &spec.confinement else {
         return Ok(());
     };
     if outcome.status != RunStatus::Exited {
         return Ok(());
     }
-    let (tool, started) = match (status, &wrap.start_evidence) {
+    let (tool, started) = match (status, wrap.start_evidence()) {
         (Some(status), _) => {
             let mut text = String::new();
             // Every writer is dead by now, so this reads to the end without blocking.
             let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status), &mut text);
-            let tool = wrap.tool_argv.first().cloned().unwrap_or_default();
+            let tool = wrap.wrapper_argv.first().cloned().unwrap_or_default();
             (tool, tool_reported_exit(&text))
         }
         (None, Some(evidence)) => (evidence.tool.clone(), program_started(evidence)),
@@ -215,9 +279,12 @@ pub(super) fn check_tool_ran_program(
     if started {
         return Ok(());
     }
-    Err(format!(
-        "{tool} failed before the program started (exit code {}); its message is in the run's stderr",
-        outcome.exit_code.unwrap_or(-1)
+    Err(SetupError::at(
+        Step::Wrapper,
+        format!(
+            "{tool} failed before the program started (exit code {}); its message is in the run's stderr",
+            outcome.exit_code.unwrap_or(-1)
+        ),
     ))
 }
 
@@ -237,30 +304,26 @@ pub(crate) fn tool_reported_exit(status: &str) -> bool {
         .any(|doc| doc.get("exit-code").is_some())
 }
 
-/// Our seccomp filters as raw `struct sock_filter` arrays in memfds, for `--add-seccomp-fd`.
-fn seccomp_descriptors(wrap: &WrapSpec) -> Result<Vec<OwnedFd>, String> {
-    let Some(config) = &wrap.seccomp else {
-        return Ok(Vec::new());
-    };
-    let programs = seccomp::build_filters(config).map_err(|e| e.to_string())?;
-    programs
-        .iter()
-        .take(wrap.seccomp_fds.len())
-        .map(filter_memfd)
-        .collect()
+/// Our seccomp filters (the first `count`) as raw `struct sock_filter` arrays in memfds, for
+/// `--add-seccomp-fd`.
+fn seccomp_descriptors(config: &SeccompConfig, count: usize) -> Setup<Vec<OwnedFd>> {
+    let programs =
+        seccomp::build_filters(config).map_err(|e| SetupError::at(Step::Seccomp, e.to_string()))?;
+    programs.iter().take(count).map(filter_memfd).collect()
 }
 
-fn filter_memfd(program: &seccompiler::BpfProgram) -> Result<OwnedFd, String> {
+fn filter_memfd(program: &seccompiler::BpfProgram) -> Setup<OwnedFd> {
+    let failed = |message: String| SetupError::at(Step::Seccomp, message);
     let fd = nix::sys::memfd::memfd_create(
         c"airlock-seccomp",
         nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC,
     )
-    .map_err(|e| format!("memfd_create: {e}"))?;
+    .map_err(|e| failed(format!("memfd_create: {e}")))?;
     let mut file = std::fs::File::from(fd);
     file.write_all(&seccomp::filter_bytes(program))
-        .map_err(|e| format!("cannot write the seccomp filter: {e}"))?;
+        .map_err(|e| failed(format!("cannot write the seccomp filter: {e}")))?;
     nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekSet)
-        .map_err(|e| format!("lseek: {e}"))?;
+        .map_err(|e| failed(format!("lseek: {e}")))?;
     Ok(OwnedFd::from(file))
 }
 
@@ -268,7 +331,11 @@ fn filter_memfd(program: &seccompiler::BpfProgram) -> Result<OwnedFd, String> {
 /// removed.
 pub(super) fn clean_up_after_tool(wrap: &WrapSpec) -> Vec<String> {
     let mut warnings = Vec::new();
-    for dir in &wrap.cleanup_dirs {
+    let dirs = wrap.steps.iter().filter_map(|step| match step {
+        WrapStep::RemoveDir(dir) => Some(dir),
+        _ => None,
+    });
+    for dir in dirs {
         match std::fs::remove_dir(dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

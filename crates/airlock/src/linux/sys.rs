@@ -202,13 +202,36 @@ pub fn write_all_to_fd(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Takes ownership of a descriptor that was placed at a fixed number for this process alone
-/// (the init's pipes from the supervisor).
-pub fn adopt_fd(fd: RawFd) -> std::os::fd::OwnedFd {
+/// Takes ownership of a descriptor this process inherited at a fixed number for itself alone
+/// (the init's control pipe from the supervisor). Each number can be claimed once per process
+/// and the claim checks that the descriptor is open, so the returned owner is the only one:
+/// no second `OwnedFd` can close it under the first. (Writes to the event pipe go through
+/// [`write_all_to_fd`], which never owns a descriptor.)
+pub fn claim_inherited_fd(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
-    // SAFETY: callers pass only the fixed descriptors the supervisor dup2'd into place for this
-    // process; nothing else in the process owns or closes them.
-    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CLAIMED: AtomicU64 = AtomicU64::new(0);
+    let bit = u32::try_from(fd)
+        .ok()
+        .filter(|n| *n < u64::BITS)
+        .map(|n| 1u64 << n)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "only descriptors 0-63 can be claimed",
+            )
+        })?;
+    if CLAIMED.fetch_or(bit, Ordering::SeqCst) & bit != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("descriptor {fd} was already claimed"),
+        ));
+    }
+    // SAFETY: F_GETFD only reads the descriptor's flags.
+    check(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    // SAFETY: the descriptor is open (checked just now) and this is the only claim on it in
+    // this process (the bit above): nothing else owns or closes it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// In a freshly forked child: puts each `(source, target)` at `target`, close-on-exec (these
@@ -217,12 +240,6 @@ pub fn place_fds(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
     move_fds(pairs, libc::O_CLOEXEC)?;
     let highest = pairs.iter().map(|(_, target)| *target).max().unwrap_or(2);
     close_from(highest + 1)
-}
-
-/// Borrows one of the init's fixed descriptors for the duration of a poll.
-pub fn adopt_fd_borrowed(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
-    // SAFETY: the fixed descriptors stay open for the whole life of the init process.
-    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
 }
 
 /// Like [`place_fds`] but leaves the targets inheritable across exec (for descriptors a

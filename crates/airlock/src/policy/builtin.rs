@@ -2,7 +2,7 @@
 //! print exactly what the code uses.
 
 use super::profile::{apply, apply_limits, parse_profile, LimitsSection};
-use super::Policy;
+use super::{Policy, PolicyOrigin};
 
 const UNTRUSTED: &str = include_str!("../../profiles/untrusted.toml");
 const TRUSTED: &str = include_str!("../../profiles/trusted.toml");
@@ -20,11 +20,12 @@ pub fn tier_names() -> &'static [&'static str] {
 /// A built-in profile by name.
 pub fn builtin(name: &str) -> Option<Policy> {
     let untrusted = untrusted();
-    match name {
-        "untrusted" => Some(untrusted),
-        "trusted" => Some(apply(untrusted, parse_profile(TRUSTED, "trusted").ok()?)),
-        _ => None,
-    }
+    let policy = match name {
+        "untrusted" => untrusted,
+        "trusted" => apply(untrusted, parse_profile(TRUSTED, "trusted").ok()?),
+        _ => return None,
+    };
+    Some(policy.with_origin(PolicyOrigin::Builtin(name.to_string())))
 }
 
 fn untrusted() -> Policy {

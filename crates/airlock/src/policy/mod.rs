@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 pub use builtin::{builtin, builtin_names, tier, tier_names};
 pub use profile::{load_profile, parse_profile, ContainerSection, ProfileFile};
 
+pub use crate::error::InvalidValue;
 use crate::layer::{IsolationLevel, Layer};
 use units::{ByteSize, Seconds};
 
@@ -116,8 +117,29 @@ pub enum OutputLimitAction {
     Truncate,
 }
 
+/// Where a policy came from. It decides what the policy may ask for without the caller's
+/// explicit opt-in: only the built-in `trusted` profile may use backend `none`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PolicyOrigin {
+    /// A built-in profile, by name (`untrusted`, `trusted`).
+    Builtin(String),
+    /// A profile file, by the path it was read from.
+    File(PathBuf),
+    /// Built or deserialized by the caller.
+    #[default]
+    Custom,
+}
+
+impl PolicyOrigin {
+    /// Whether a policy of this origin may run without a boundary (backend `none`) without
+    /// `SandboxOptions::dev`: only the built-in `trusted` profile, which exists for that.
+    pub fn allows_no_boundary(&self) -> bool {
+        matches!(self, PolicyOrigin::Builtin(name) if name == "trusted")
+    }
+}
+
 /// A fully resolved policy.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// The backend to use.
@@ -144,6 +166,38 @@ pub struct Policy {
     /// Settings of the `container` backend (absent from older profiles: all defaults).
     #[serde(default)]
     pub container: ContainerPolicy,
+    /// Where the policy came from; not part of a profile.
+    #[serde(skip)]
+    origin: PolicyOrigin,
+}
+
+/// Two policies are equal when they allow the same things, wherever they came from.
+impl PartialEq for Policy {
+    fn eq(&self, other: &Policy) -> bool {
+        let Policy {
+            backend,
+            require,
+            min_isolation,
+            filesystem,
+            network,
+            env,
+            limits,
+            user,
+            allowed_programs,
+            container,
+            origin: _,
+        } = self;
+        *backend == other.backend
+            && *require == other.require
+            && *min_isolation == other.min_isolation
+            && *filesystem == other.filesystem
+            && *network == other.network
+            && *env == other.env
+            && *limits == other.limits
+            && *user == other.user
+            && *allowed_programs == other.allowed_programs
+            && *container == other.container
+    }
 }
 
 /// Filesystem rules.
@@ -223,18 +277,6 @@ pub struct UserPolicy {
     pub gid: u32,
 }
 
-/// A policy value that cannot be used, with the key, the value and what is allowed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid value {value} for `{key}`: {allowed}")]
-pub struct InvalidValue {
-    /// The dotted key, e.g. `limits.processes`.
-    pub key: &'static str,
-    /// The offending value as written.
-    pub value: String,
-    /// What would be accepted.
-    pub allowed: String,
-}
-
 impl Policy {
     /// Checks every value for sanity; the error names the key, the value and the fix.
     pub fn validate(&self) -> Result<(), InvalidValue> {
@@ -301,6 +343,17 @@ impl Policy {
         Ok(())
     }
 
+    /// Where the policy came from.
+    pub fn origin(&self) -> &PolicyOrigin {
+        &self.origin
+    }
+
+    /// The same policy, marked as coming from `origin`.
+    pub(crate) fn with_origin(mut self, origin: PolicyOrigin) -> Policy {
+        self.origin = origin;
+        self
+    }
+
     /// True when the program may reach the network.
     pub fn has_network(&self) -> bool {
         self.network.mode == NetworkMode::Host
@@ -323,6 +376,14 @@ impl Policy {
     /// Serialises the policy as a complete TOML profile.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot render policy: {e}\n"))
+    }
+}
+
+impl Limits {
+    /// The size and file caps of `/dev/shm`: a smaller share of the disk and file limits,
+    /// since shared memory is for buffers, not files.
+    pub fn shm_caps(&self) -> (u64, u64) {
+        (self.disk.0.min(64 << 20), self.files.min(1024))
     }
 }
 

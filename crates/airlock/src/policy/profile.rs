@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::units::{ByteSize, Seconds};
-use super::{builtin, BackendChoice, ContainerRuntime, NetworkMode, OutputLimitAction, Policy};
+use super::{
+    builtin, BackendChoice, ContainerRuntime, NetworkMode, OutputLimitAction, Policy, PolicyOrigin,
+};
 use crate::error::PolicyError;
 use crate::layer::{IsolationLevel, Layer};
 
@@ -146,7 +148,7 @@ fn resolve(
         .clone()
         .unwrap_or_else(|| "untrusted".to_string());
     let base = resolve(&base_name, path.parent(), chain)?;
-    Ok(apply(base, file))
+    Ok(apply(base, file).with_origin(PolicyOrigin::File(path)))
 }
 
 fn looks_like_path(reference: &str) -> bool {

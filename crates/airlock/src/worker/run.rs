@@ -16,7 +16,8 @@ use super::{StagedJob, WorkerEvent};
 use crate::error::Error;
 use crate::policy::Policy;
 use crate::result::{RunResult, RunStatus};
-use crate::supervisor::{new_run_id, RunEvent, Sandbox, SandboxOptions};
+use crate::rundir::new_run_id;
+use crate::{RunEvent, Sandbox, SandboxOptions};
 
 /// Environment variable that tells the worker where its job directory is.
 pub const JOB_DIR_ENV: &str = "AIRLOCK_JOB_DIR";

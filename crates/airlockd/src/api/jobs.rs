@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use airlock::tool::{CallOptions, ToolPolicy, ToolSpec};
+use airlock::call::{CallOptions, ToolPolicy, ToolSpec};
 use airlock::worker::{IngestLimits, InputFile};
 use axum::extract::{Multipart, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -254,7 +254,7 @@ pub async fn call(
     options.memory_bytes = limits.memory.map(|b| b.0);
     options.processes = limits.processes;
     options.stderr_bytes = limits.stderr.map(|b| b.0);
-    let tool_policy = airlock::tool::tool_policy(&toolset, policy, &options)
+    let tool_policy = airlock::call::tool_policy(&toolset, policy, &options)
         .map_err(|e| ApiError::invalid("invalid_policy", e.to_string(), "check the limits"))?;
     if let Err(v) = resolve::within_ceiling(
         &tool_policy,

@@ -202,7 +202,7 @@ fn library_run(init: &Path, runtime: &Path, streamed: bool) -> anyhow::Result<Du
     let options = airlock::SandboxOptions {
         init_program: Some(init.to_path_buf()),
         runtime_dir: Some(runtime.to_path_buf()),
-        cgroup: Some(airlock::sandbox::cgroup::CgroupConfig {
+        cgroup: Some(airlock::CgroupConfig {
             parent: "airlockd-bench".into(),
             ..Default::default()
         }),

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use airlock::call::{CallOptions, ToolPolicy, ToolSpec};
 use airlock::pool::PoolError;
-use airlock::tool::{CallOptions, ToolPolicy, ToolSpec};
 use airlock::worker::{EventDecoder, IngestLimits, InputFile, WorkerEvent};
 use airlock::{RunEvent, RunResult, Sandbox};
 use serde_json::json;
@@ -222,7 +222,7 @@ fn stream_run(
                     live.log.push(EventBody::Started {
                         layers: layers
                             .iter()
-                            .map(|l| airlock::result::layer_name(*l))
+                            .map(|l| airlock::layer::layer_name(*l))
                             .collect(),
                     });
                     for body in held.take().unwrap_or_default() {
@@ -419,7 +419,7 @@ fn worker_event(event: WorkerEvent) -> Option<EventBody> {
 
 fn run_call(live: &LiveRun, work: CallWork) -> Ending {
     let started = Instant::now();
-    let outcome = airlock::tool::call(&work.tool, &work.args, work.policy, &work.options);
+    let outcome = airlock::call::call(&work.tool, &work.args, work.policy, &work.options);
     let wall_ms = started.elapsed().as_millis() as i64;
     let (status, result) = match &outcome {
         Ok(value) => ("exited".to_string(), json!({"ok": true, "value": value})),
@@ -441,7 +441,7 @@ fn run_call(live: &LiveRun, work: CallWork) -> Ending {
 }
 
 /// The run status that matches a tool call's typed error.
-fn call_status(error: &airlock::tool::ToolError) -> String {
+fn call_status(error: &airlock::call::ToolError) -> String {
     let kind = error.kind();
     match kind.as_str() {
         "timeout" | "cpu_limit" | "memory_limit" | "output_limit" | "file_size_limit"

@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::policy::{builtin, NetworkMode, Policy};
+use crate::spec::WrapStep;
 
 const RUN_DIR: &str = "/run/airlock/r1";
 const WORKDIR: &str = "/run/airlock/r1/work";
@@ -36,6 +37,7 @@ fn ctx<'a>(policy: &'a Policy, fresh: bool, keep: bool) -> PlanContext<'a> {
         policy,
         workdir: Path::new(WORKDIR),
         run_dir: Path::new(RUN_DIR),
+        tool_cache: None,
         fresh_workdir: fresh,
         keep,
         tty: false,
@@ -171,14 +173,14 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
     let Confinement::Wrapped(wrap) = backend.plan(&ctx(&policy, true, false)).unwrap() else {
         panic!("bwrap must wrap")
     };
-    assert_eq!(wrap.seccomp_fds, vec![10, 11]);
+    assert_eq!(wrap.seccomp_fds().map(|(_, fds)| fds), Some(&[10, 11][..]));
     assert_eq!(
-        wrap.seccomp,
-        Some(SeccompConfig {
+        wrap.seccomp_fds().map(|(config, _)| config),
+        Some(&SeccompConfig {
             allow_network: false
         })
     );
-    assert!(!wrap.keep_root);
+    assert!(!wrap.has(&WrapStep::KeepRoot));
     assert!(wrap.layers.contains(&Layer::NetNs) && wrap.layers.contains(&Layer::Seccomp));
     for absent in [Layer::LandlockFs, Layer::LandlockNet, Layer::LandlockScope] {
         for probe in [backend.probe(), backend.quick_probe()] {
@@ -191,7 +193,7 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
     // Without the init's capped mounts (no scratch), bwrap's tmpfs has no inode cap; the
     // probe claims one only where airlock can make those mounts.
     assert!(!wrap.layers.contains(&Layer::InodeQuota));
-    let can_mount = crate::sandbox::caps::can_mount();
+    let can_mount = crate::confine::caps::can_mount();
     for probe in [backend.probe(), backend.quick_probe()] {
         assert_eq!(probe.layers.contains(&Layer::InodeQuota), can_mount);
     }
@@ -204,9 +206,9 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
         !kept.layers.contains(&Layer::DiskQuota),
         "a kept workdir is a bind without a size cap"
     );
-    assert!(wrap.files.iter().all(|f| f.path.starts_with(RUN_DIR)));
-    assert!(wrap.files.iter().any(|f| f.path.ends_with("passwd")));
-    assert_eq!(wrap.tool_argv.last().map(String::as_str), Some("--"));
+    assert!(wrap.files().all(|f| f.path.starts_with(RUN_DIR)));
+    assert!(wrap.files().any(|f| f.path.ends_with("passwd")));
+    assert_eq!(wrap.wrapper_argv.last().map(String::as_str), Some("--"));
 }
 
 #[test]
@@ -222,8 +224,8 @@ fn host_network_plan_claims_no_network_namespace() {
     };
     assert!(!wrap.layers.contains(&Layer::NetNs));
     assert_eq!(
-        wrap.seccomp,
-        Some(SeccompConfig {
+        wrap.seccomp_fds().map(|(config, _)| config),
+        Some(&SeccompConfig {
             allow_network: true
         })
     );
@@ -234,7 +236,7 @@ fn host_network_plan_claims_no_network_namespace() {
 #[test]
 fn capped_scratch_mounts_are_bound_instead_of_bwraps_tmpfs() {
     let policy = untrusted();
-    let mount = |path: String| crate::spec::ScratchMount {
+    let mount = |path: String| crate::confine::rootfs::ScratchMount {
         path: path.into(),
         size_bytes: 1,
         max_files: 1,
@@ -242,7 +244,7 @@ fn capped_scratch_mounts_are_bound_instead_of_bwraps_tmpfs() {
         exec: false,
         owner: None,
     };
-    let scratch = crate::spec::MemoryScratch {
+    let scratch = crate::rundir::MemoryScratch {
         runtime_dir: "/run/airlock".into(),
         mounts: vec![
             mount(WORKDIR.to_string()),

@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::super::oci::{OciInput, OciMounts};
+use crate::backend::oci::{OciInput, OciMounts};
 
 /// Which engine's command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -322,12 +322,26 @@ fn pair(flag: &str, path: &Path) -> [String; 2] {
 /// The shell command that makes sure [`DOCKER_EMPTY_IMAGE`] exists (imported once from an
 /// empty tar) and then execs `docker run`.
 pub fn docker_script(docker: &Path, run_argv: &[String]) -> String {
-    let docker = super::shell_quote(&docker.display().to_string());
-    let quoted: Vec<String> = run_argv.iter().map(|a| super::shell_quote(a)).collect();
+    let docker = super::crun_hybrid::shell_quote(&docker.display().to_string());
+    let quoted: Vec<String> = run_argv
+        .iter()
+        .map(|a| super::crun_hybrid::shell_quote(a))
+        .collect();
     format!(
         "{docker} image inspect {DOCKER_EMPTY_IMAGE} >/dev/null 2>&1 || tar -cf - --files-from /dev/null | {docker} import - {DOCKER_EMPTY_IMAGE} >/dev/null || exit 125; exec {}",
         quoted.join(" ")
     )
+}
+
+/// The container's RLIMIT_NPROC: our own hard limit, capped where podman caps its own before
+/// it starts the runtime (raising needs CAP_SYS_RESOURCE; the pids limit is the cgroup's job).
+pub(super) fn nproc_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, Resource};
+    const PODMAN_NPROC_CAP: u64 = 32_768;
+    getrlimit(Resource::RLIMIT_NPROC)
+        .map(|(_, hard)| hard)
+        .unwrap_or(PODMAN_NPROC_CAP)
+        .min(PODMAN_NPROC_CAP)
 }
 
 #[cfg(test)]

@@ -76,8 +76,8 @@ pub(crate) fn fallback_rlimits(policy: &Policy) -> Vec<OciRlimit> {
     use nix::sys::resource::Resource;
     let limits = &policy.limits;
     vec![
-        super::clamped_rlimit("RLIMIT_AS", Resource::RLIMIT_AS, limits.memory.0),
-        super::clamped_rlimit("RLIMIT_NPROC", Resource::RLIMIT_NPROC, limits.processes),
+        super::bundle::clamped_rlimit("RLIMIT_AS", Resource::RLIMIT_AS, limits.memory.0),
+        super::bundle::clamped_rlimit("RLIMIT_NPROC", Resource::RLIMIT_NPROC, limits.processes),
     ]
 }
 

@@ -123,8 +123,8 @@ fn check(kind: RuntimeKind) -> Result<FoundRuntime, String> {
     }
     let problem = match kind {
         RuntimeKind::Docker => docker_engine_problem(),
-        RuntimeKind::Crun => match super::crun_host() {
-            super::CrunHost::Unusable(reason) => Some(reason),
+        RuntimeKind::Crun => match super::crun_hybrid::crun_host() {
+            super::crun_hybrid::CrunHost::Unusable(reason) => Some(reason),
             _ => None,
         },
         _ => None,

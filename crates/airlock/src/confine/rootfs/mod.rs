@@ -1,0 +1,343 @@
+//! The native backend's filesystem view, built from scratch like bubblewrap's: an empty tmpfs
+//! becomes `/`, and only what the [`RootfsPlan`] names is bound into it. Nothing of the host is
+//! visible unless listed, so a forgotten path is absent rather than exposed.
+//!
+//! [`enter`] runs inside the sandbox's init: single-threaded, PID 1 of a fresh PID namespace, in
+//! fresh user and mount namespaces where it holds every capability. It is implemented as
+//! [`plan_operations`] (a pure, ordered list of [`MountOp`]s, unit-tested) followed by executing
+//! each operation in turn, like bubblewrap's `SetupOp` list.
+
+mod execute;
+mod mountinfo;
+mod plan;
+mod scratch;
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use plan::{plan_operations, MountOp, ProcProtection};
+pub use scratch::{cover_with_empty_file, enter_private_runtime, mount_scratch, ScratchMount};
+
+/// Everything needed to build the sandbox's root filesystem. Crosses the process boundary
+/// (supervisor to init) as JSON.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RootfsPlan {
+    /// Host directories bound read-only at the same path; a host symlink (merged-usr `/bin ->
+    /// usr/bin`) is recreated as the same symlink instead. Absent ones are skipped.
+    pub system_ro: Vec<PathBuf>,
+    /// Host `/etc` entries bound read-only (symlinks recreated) when present on the host.
+    pub etc_files: Vec<PathBuf>,
+    /// Files written into the new root before it becomes read-only (`/etc/passwd`, ...). A
+    /// generated file wins over an `etc_files` entry at the same path.
+    pub generated_files: Vec<GeneratedFile>,
+    /// Extra host paths (files or directories), read-only at the same path. Must exist.
+    pub read_only: Vec<PathBuf>,
+    /// Extra host paths, read-write at the same path. Must exist.
+    pub read_write: Vec<PathBuf>,
+    /// The program's working directory; the process ends up `chdir`ed into it.
+    pub workdir: Workdir,
+    /// The sandbox's `/tmp`.
+    pub tmp: TmpfsSpec,
+    /// The sandbox's `/dev/shm`.
+    pub dev_shm: TmpfsSpec,
+    /// When false, every writable mount is `noexec` (write-xor-execute).
+    pub exec_writable: bool,
+    /// Bind the host's `/dev/tty` so a program attached to a terminal can reach it.
+    pub tty: bool,
+    /// Only used by callers to fill `/etc/hosts` and `/etc/hostname`; `sethostname` is theirs.
+    pub hostname: String,
+    /// Mount `/proc` with `hidepid=invisible` when the kernel allows it (best effort).
+    pub proc_hidepid: bool,
+}
+
+/// A file created inside the sandbox with fixed contents.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct GeneratedFile {
+    pub path: PathBuf,
+    pub contents: String,
+    /// Permission bits, e.g. `0o644`.
+    pub mode: u32,
+}
+
+/// Where the program works.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum Workdir {
+    /// A host directory bound read-write at the same path.
+    Bind { host: PathBuf },
+    /// A fresh, size- and inode-capped tmpfs at `path`.
+    Tmpfs {
+        path: PathBuf,
+        size_bytes: u64,
+        max_files: u64,
+    },
+}
+
+impl Workdir {
+    /// The path the program sees as its working directory.
+    pub fn path(&self) -> &Path {
+        match self {
+            Workdir::Bind { host } => host,
+            Workdir::Tmpfs { path, .. } => path,
+        }
+    }
+}
+
+/// Caps for a tmpfs: `size=` and `nr_inodes=`. Both must be non-zero (zero means unlimited).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct TmpfsSpec {
+    pub size_bytes: u64,
+    pub max_files: u64,
+}
+
+/// What [`enter`] could not do without failing.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct RootfsReport {
+    /// Optional system, `/etc` or `/proc` paths that do not exist on this host.
+    pub skipped: Vec<PathBuf>,
+    /// `/proc` paths that exist but could not be made read-only or masked (a weaker sandbox).
+    pub unprotected: Vec<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RootfsError {
+    #[error("invalid {role} path {path}: {reason}")]
+    InvalidPath {
+        role: &'static str,
+        path: PathBuf,
+        reason: &'static str,
+    },
+    #[error(
+        "{role} path {path} does not exist on the host; create it or remove it from the policy"
+    )]
+    MissingPath { role: &'static str, path: PathBuf },
+    #[error("tmpfs for {path} needs a non-zero size and file count (zero would mean unlimited)")]
+    UnboundedTmpfs { path: PathBuf },
+    #[error(
+        "generated file {path} lies under the mount at {mount} and would be hidden; \
+         move it or drop that mount"
+    )]
+    HiddenGeneratedFile { path: PathBuf, mount: PathBuf },
+    #[error("refusing to build the root filesystem outside a fresh pid namespace (pid is {pid}, expected 1)")]
+    NotSandboxInit { pid: i32 },
+    #[error("cannot create a mount namespace for the run directory: {source}")]
+    Unshare { source: nix::Error },
+    #[error("failed to make the mount tree private: {source}")]
+    MakePrivate { source: nix::Error },
+    #[error("failed to mount {fstype} at {path}: {source}")]
+    MountFs {
+        fstype: &'static str,
+        path: PathBuf,
+        source: nix::Error,
+    },
+    #[error("failed to bind {src} onto {dst}: {source}")]
+    Bind {
+        src: PathBuf,
+        dst: PathBuf,
+        source: nix::Error,
+    },
+    #[error("failed to remount {path} with restricted flags: {source}")]
+    Remount { path: PathBuf, source: nix::Error },
+    #[error("failed to pivot the root into {path}: {source}")]
+    Pivot { path: PathBuf, source: nix::Error },
+    #[error("failed to unmount {path}: {source}")]
+    Unmount { path: PathBuf, source: nix::Error },
+    #[error("failed to change directory to {path}: {source}")]
+    Chdir { path: PathBuf, source: nix::Error },
+    #[error("failed to {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Host directories that make up a usable userland. Merged-usr symlinks are recreated.
+pub fn default_system_ro() -> Vec<PathBuf> {
+    ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"]
+        .iter()
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// `/etc` entries programs need to link, resolve names, verify TLS and find their config.
+/// Deliberately absent: passwd/group/shadow/hosts/hostname/resolv.conf (generated by the caller)
+/// and anything host-identifying. `python3*` is expanded against this host's `/etc`.
+pub fn default_etc_files() -> Vec<PathBuf> {
+    const FIXED: &[&str] = &[
+        "ld.so.cache",
+        "ld.so.conf",
+        "ld.so.conf.d",
+        "alternatives",
+        "ssl",
+        "ca-certificates",
+        "ca-certificates.conf",
+        "pki",
+        "localtime",
+        "timezone",
+        "nsswitch.conf",
+        "host.conf",
+        "gai.conf",
+        "protocols",
+        "services",
+        "mime.types",
+        "terminfo",
+        "perl",
+    ];
+    let etc = Path::new("/etc");
+    let mut entries: Vec<PathBuf> = FIXED.iter().map(|name| etc.join(name)).collect();
+    entries.extend(python_etc_entries(etc));
+    entries
+}
+
+fn python_etc_entries(etc: &Path) -> Vec<PathBuf> {
+    let Ok(dir) = std::fs::read_dir(etc) else {
+        return Vec::new();
+    };
+    let names: BTreeSet<String> = dir
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("python3"))
+        .collect();
+    names.into_iter().map(|name| etc.join(name)).collect()
+}
+
+/// Host-side pre-check of a plan, so mistakes surface as clear errors before any namespace
+/// exists: every path is absolute without `..`, user bind paths exist, tmpfs caps are bounded,
+/// and no generated file would be hidden under a mount.
+pub fn validate(plan: &RootfsPlan) -> Result<(), RootfsError> {
+    for path in &plan.system_ro {
+        check_mount_path("system", path)?;
+    }
+    for path in &plan.etc_files {
+        check_mount_path("etc", path)?;
+    }
+    for (role, paths) in [
+        ("read-only", &plan.read_only),
+        ("read-write", &plan.read_write),
+    ] {
+        for path in paths {
+            check_user_bind(role, path)?;
+        }
+    }
+    match &plan.workdir {
+        Workdir::Bind { host } => check_user_bind("workdir", host)?,
+        Workdir::Tmpfs {
+            path,
+            size_bytes,
+            max_files,
+        } => {
+            check_mount_path("workdir", path)?;
+            check_tmpfs_caps(path, *size_bytes, *max_files)?;
+        }
+    }
+    check_tmpfs_caps(Path::new("/tmp"), plan.tmp.size_bytes, plan.tmp.max_files)?;
+    check_tmpfs_caps(
+        Path::new("/dev/shm"),
+        plan.dev_shm.size_bytes,
+        plan.dev_shm.max_files,
+    )?;
+    check_generated_files(plan)
+}
+
+/// Destinations the rootfs itself owns: binding a host path there would either be hidden or
+/// expose host kernel state (`/proc`, `/sys` of the host).
+const RESERVED: &[&str] = &["/proc", "/sys", "/dev"];
+
+fn check_mount_path(role: &'static str, path: &Path) -> Result<(), RootfsError> {
+    let invalid = |reason| RootfsError::InvalidPath {
+        role,
+        path: path.to_path_buf(),
+        reason,
+    };
+    if !path.is_absolute() {
+        return Err(invalid("it must be absolute"));
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(invalid("it must not contain `..`"));
+    }
+    if path.parent().is_none() {
+        return Err(invalid(
+            "`/` itself cannot be mounted; list its subdirectories",
+        ));
+    }
+    if RESERVED.iter().any(|reserved| path.starts_with(reserved)) {
+        return Err(invalid(
+            "/proc, /sys and /dev are built by the sandbox and cannot take host paths",
+        ));
+    }
+    Ok(())
+}
+
+fn check_user_bind(role: &'static str, path: &Path) -> Result<(), RootfsError> {
+    check_mount_path(role, path)?;
+    if !path.exists() {
+        return Err(RootfsError::MissingPath {
+            role,
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+fn check_tmpfs_caps(path: &Path, size_bytes: u64, max_files: u64) -> Result<(), RootfsError> {
+    if size_bytes == 0 || max_files == 0 {
+        return Err(RootfsError::UnboundedTmpfs {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+fn check_generated_files(plan: &RootfsPlan) -> Result<(), RootfsError> {
+    let mounts = covering_mounts(plan);
+    for file in &plan.generated_files {
+        check_mount_path("generated file", &file.path)?;
+        if let Some(mount) = mounts.iter().find(|mount| file.path.starts_with(mount)) {
+            return Err(RootfsError::HiddenGeneratedFile {
+                path: file.path.clone(),
+                mount: mount.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Every destination that gets a mount on top of the root tmpfs (an `etc_files` entry equal to a
+/// generated file is dropped by the planner, so it does not count).
+fn covering_mounts(plan: &RootfsPlan) -> Vec<PathBuf> {
+    let generated: BTreeSet<&Path> = plan
+        .generated_files
+        .iter()
+        .map(|f| f.path.as_path())
+        .collect();
+    let mut mounts: Vec<PathBuf> = ["/proc", "/dev", "/tmp"].map(PathBuf::from).into();
+    mounts.extend(plan.system_ro.iter().cloned());
+    mounts.extend(
+        plan.etc_files
+            .iter()
+            .filter(|p| !generated.contains(p.as_path()))
+            .cloned(),
+    );
+    mounts.extend(plan.read_only.iter().cloned());
+    mounts.extend(plan.read_write.iter().cloned());
+    mounts.push(plan.workdir.path().to_path_buf());
+    mounts
+}
+
+/// Builds the plan's root filesystem and makes it this process's `/`, then `chdir`s into the
+/// workdir. Must run as PID 1 of fresh user, mount and pid namespaces (see module docs); refuses
+/// otherwise, because on the host it would re-root the caller's mount namespace.
+pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
+    validate(plan)?;
+    let pid = nix::unistd::getpid().as_raw();
+    if pid != 1 {
+        return Err(RootfsError::NotSandboxInit { pid });
+    }
+    execute::run(&plan_operations(plan))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,267 @@
+//! The seccomp policy: an allowlist of what interpreters (python3, node, bash, perl, ruby, the
+//! gcc toolchain, coreutils) need, plus explicit refusals for the dangerous calls.
+//!
+//! Two stacked filters:
+//!
+//! 1. the *syscall table* (installed first): listed syscalls -> `ALLOW`, refused syscalls ->
+//!    `EPERM`, anything else -> `ENOSYS`, found by binary search over ranges of numbers
+//!    ([`table`]);
+//! 2. the *argument checks* (installed second, compiled by seccompiler): refused argument
+//!    patterns of allowed syscalls (`clone(CLONE_NEWUSER)`, `ioctl(TIOCSTI)`, ...) -> `EPERM`,
+//!    anything else -> `ALLOW`.
+//!
+//! The kernel runs every installed filter and keeps the result with the highest precedence
+//! (`KILL` > `TRAP` > `ERRNO` > `USER_NOTIF` > `TRACE` > `LOG` > `ALLOW`); among results with
+//! the same action it keeps the one from the most recently installed filter, because it walks
+//! the filters newest first and only replaces its pick with a strictly higher precedence one
+//! (`seccomp_run_filters` in `kernel/seccomp.c`). So:
+//! * a refused argument pattern of an allowed syscall gets `ALLOW` and `ERRNO(EPERM)`: `ERRNO`
+//!   outranks `ALLOW`, the caller sees `EPERM`;
+//! * a refused syscall gets `ERRNO(EPERM)` from the table and `ALLOW` from the argument checks;
+//! * a syscall neither filter knows gets `ENOSYS` and `ALLOW`: the caller sees `ENOSYS`, just as
+//!   on a kernel that lacks it, which well-written programs handle by falling back.
+//!
+//! `later_filter_errno_wins_for_equal_actions` checks the precedence rule on the running kernel.
+//! Nothing here ever kills: a syscall under a foreign architecture token gets ENOSYS from the
+//! table, and seccompiler's arch check (which kills) is rewritten to ALLOW in the argument
+//! checks, see [`soften_arch_check`]. The policy and its reasons are documented in
+//! `docs/seccomp.md`.
+
+mod lists;
+mod table;
+
+use lists::*;
+
+use seccompiler::{
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The knobs of the policy that differ between sandboxes.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SeccompConfig {
+    /// Allow sockets of every address family; when false only `AF_UNIX` sockets may be made.
+    pub allow_network: bool,
+}
+
+/// Why the seccomp filters could not be built or installed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SeccompError {
+    #[error("failed to build the seccomp {filter} filter: {source}")]
+    Build {
+        filter: &'static str,
+        #[source]
+        source: seccompiler::BackendError,
+    },
+    #[error("seccompiler emitted an unexpected architecture check in the {filter} filter")]
+    UnexpectedArchCheck { filter: &'static str },
+    #[error("failed to install the seccomp {filter} filter: {source}")]
+    Install {
+        filter: &'static str,
+        #[source]
+        source: seccompiler::Error,
+    },
+}
+
+#[cfg(target_arch = "x86_64")]
+const TARGET_ARCH: TargetArch = TargetArch::x86_64;
+#[cfg(target_arch = "aarch64")]
+const TARGET_ARCH: TargetArch = TargetArch::aarch64;
+/// The same architecture's `AUDIT_ARCH_*` token (linux/audit.h: the ELF machine number, 64-bit,
+/// little-endian), which seccompiler keeps private.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
+
+/// The two filters in installation order: the syscall table, then the argument checks.
+pub fn build_filters(cfg: &SeccompConfig) -> Result<Vec<BpfProgram>, SeccompError> {
+    let arguments = compile(
+        "argument checks",
+        argument_rules(cfg)?,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+    )?;
+    Ok(vec![syscall_table().compile(), arguments])
+}
+
+/// Allowed syscalls, refused ones (EPERM) and ENOSYS for every other number and for foreign
+/// architectures.
+fn syscall_table() -> table::SyscallTable {
+    let action = |action: SeccompAction| u32::from(action);
+    let eperm = action(SeccompAction::Errno(libc::EPERM as u32));
+    let enosys = action(SeccompAction::Errno(libc::ENOSYS as u32));
+    let listed =
+        |groups, verdict: u32| every(groups).map(move |&(_, number)| (number as u32, verdict));
+    table::SyscallTable {
+        arch: AUDIT_ARCH,
+        actions: listed(ALLOWED, action(SeccompAction::Allow))
+            .chain(listed(REFUSED, eperm))
+            .collect(),
+        default: enosys,
+        foreign_arch: enosys,
+    }
+}
+
+/// The names (without `SYS_`) of this architecture's allowed and refused syscalls, for
+/// policies written with names (OCI and Docker seccomp profiles).
+pub fn syscall_names() -> (Vec<&'static str>, Vec<&'static str>) {
+    let names = |groups| -> Vec<&'static str> {
+        every(groups)
+            .map(|&(name, _)| name.strip_prefix("SYS_").unwrap_or(name))
+            .collect()
+    };
+    (names(ALLOWED), names(REFUSED))
+}
+
+/// Every syscall of a list of groups (`ALLOWED`, `REFUSED`).
+fn every(groups: &'static [&'static [Syscall]]) -> impl Iterator<Item = &'static Syscall> {
+    groups.iter().flat_map(|group| group.iter())
+}
+
+/// A program as the raw `struct sock_filter` array a tool reads from a descriptor (bwrap's
+/// `--add-seccomp-fd`).
+pub fn filter_bytes(program: &[sock_filter]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(program.len() * 8);
+    for insn in program {
+        bytes.extend_from_slice(&insn.code.to_ne_bytes());
+        bytes.push(insn.jt);
+        bytes.push(insn.jf);
+        bytes.extend_from_slice(&insn.k.to_ne_bytes());
+    }
+    bytes
+}
+
+/// Installs the filters on the calling thread; they are inherited by every process it forks
+/// and kept across `execve`. Requires `no_new_privs` (or `CAP_SYS_ADMIN`), which the caller sets.
+pub fn install(cfg: &SeccompConfig) -> Result<(), SeccompError> {
+    let filters = build_filters(cfg)?;
+    for (filter, program) in ["syscall table", "argument checks"]
+        .into_iter()
+        .zip(&filters)
+    {
+        seccompiler::apply_filter(program)
+            .map_err(|source| SeccompError::Install { filter, source })?;
+    }
+    Ok(())
+}
+
+fn compile(
+    filter: &'static str,
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    mismatch: SeccompAction,
+    matched: SeccompAction,
+) -> Result<BpfProgram, SeccompError> {
+    let build = |source| SeccompError::Build { filter, source };
+    let seccomp_filter =
+        SeccompFilter::new(rules, mismatch.clone(), matched, TARGET_ARCH).map_err(build)?;
+    let mut program = BpfProgram::try_from(seccomp_filter).map_err(build)?;
+    soften_arch_check(&mut program, mismatch)
+        .ok_or(SeccompError::UnexpectedArchCheck { filter })?;
+    Ok(program)
+}
+
+/// seccompiler starts every program with "load arch; if arch == target skip 1; return
+/// KILL_PROCESS". A foreign-arch syscall (e.g. `int 0x80` i386 calls on x86_64, whose numbers
+/// mean different syscalls) must not be checked against our rules, but killing would break the
+/// never-kill rule, so the kill becomes the filter's mismatch action: ALLOW in the argument
+/// checks, which leaves the syscall table's ENOSYS standing. Returns `None` if the prologue is
+/// not the one expected, so a seccompiler upgrade cannot silently change the meaning of the
+/// patch.
+fn soften_arch_check(program: &mut BpfProgram, mismatch: SeccompAction) -> Option<()> {
+    const BPF_RET_K: u16 = 0x06;
+    let kill = sock_filter {
+        code: BPF_RET_K,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_KILL_PROCESS,
+    };
+    let instruction = program
+        .get_mut(2)
+        .filter(|instruction| **instruction == kill)?;
+    instruction.k = u32::from(mismatch);
+    Some(())
+}
+
+/// The refused argument patterns, per syscall; every syscall here is on the allowlist.
+fn argument_rules(cfg: &SeccompConfig) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+    let mut rules = BTreeMap::new();
+    rules.insert(libc::SYS_clone, clone_namespace_rules()?);
+    rules.insert(libc::SYS_personality, personality_rules()?);
+    rules.insert(libc::SYS_ioctl, ioctl_rules()?);
+    rules.insert(libc::SYS_mknod, device_node_rules(1)?);
+    rules.insert(libc::SYS_mknodat, device_node_rules(2)?);
+    if !cfg.allow_network {
+        rules.insert(libc::SYS_socket, non_unix_socket_rules()?);
+        rules.insert(libc::SYS_socketpair, non_unix_socket_rules()?);
+    }
+    Ok(rules)
+}
+
+// The argument checks below compare 32-bit words (`Dword`): the kernel reads clone's flags,
+// personality, the ioctl request and the socket family as 32-bit values, so garbage in the
+// upper half cannot smuggle a refused value past the filter.
+
+fn arg_condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(argument_rule_error)
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompError> {
+    SeccompRule::new(conditions).map_err(argument_rule_error)
+}
+
+fn argument_rule_error(source: seccompiler::BackendError) -> SeccompError {
+    SeccompError::Build {
+        filter: "argument checks",
+        source,
+    }
+}
+
+/// One rule per flag: rules of a syscall are alternatives, so any one flag set matches.
+fn clone_namespace_rules() -> Result<Vec<SeccompRule>, SeccompError> {
+    CLONE_NAMESPACE_FLAGS
+        .iter()
+        .map(|&flag| rule(vec![arg_condition(0, SeccompCmpOp::MaskedEq(flag), flag)?]))
+        .collect()
+}
+
+/// Conditions of one rule must all hold: "neither the query nor PER_LINUX".
+fn personality_rules() -> Result<Vec<SeccompRule>, SeccompError> {
+    Ok(vec![rule(vec![
+        arg_condition(0, SeccompCmpOp::Ne, PERSONALITY_QUERY)?,
+        arg_condition(0, SeccompCmpOp::Ne, PER_LINUX)?,
+    ])?])
+}
+
+fn ioctl_rules() -> Result<Vec<SeccompRule>, SeccompError> {
+    REFUSED_IOCTLS
+        .iter()
+        .map(|&request| rule(vec![arg_condition(1, SeccompCmpOp::Eq, request)?]))
+        .collect()
+}
+
+/// Device nodes, whatever the mount flags and capabilities say: a user-space kernel (gVisor)
+/// lets an unprivileged program make them in its own tmpfs. FIFOs and sockets stay allowed.
+/// `mode_arg` is the index of the mode argument (1 for mknod, 2 for mknodat).
+fn device_node_rules(mode_arg: u8) -> Result<Vec<SeccompRule>, SeccompError> {
+    let file_type = u64::from(libc::S_IFMT);
+    [libc::S_IFCHR, libc::S_IFBLK]
+        .iter()
+        .map(|&kind| {
+            let condition =
+                arg_condition(mode_arg, SeccompCmpOp::MaskedEq(file_type), u64::from(kind))?;
+            rule(vec![condition])
+        })
+        .collect()
+}
+
+fn non_unix_socket_rules() -> Result<Vec<SeccompRule>, SeccompError> {
+    let unix = libc::AF_UNIX as u64;
+    Ok(vec![rule(vec![arg_condition(0, SeccompCmpOp::Ne, unix)?])?])
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,133 @@
+//! What the init creates for a run before the program starts, and removes after: the signal
+//! descriptor, the run directory (in memory when planned so, with the files a wrapping tool
+//! reads), the run's cgroup and the host files hidden from a tool.
+
+use std::path::Path;
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use super::{Kind, Setup, Step};
+use crate::confine::cgroup::RunCgroup;
+use crate::error::SetupError;
+use crate::rundir::{self, MemoryScratch, NewRunDir, RunDirError};
+use crate::spec::{CgroupRequest, Confinement, InitSpec, WrapStep};
+
+/// What the init created for a run and must remove.
+pub(crate) struct PreparedRun {
+    pub cgroup: Option<RunCgroup>,
+    pub cgroup_warning: Option<String>,
+    pub signals: SignalFd,
+}
+
+impl PreparedRun {
+    pub(super) fn create(spec: &InitSpec) -> Setup<PreparedRun> {
+        let mut mask = SigSet::empty();
+        mask.add(Signal::SIGCHLD);
+        mask.thread_block()
+            .map_err(|e| SetupError::at(Step::Init, format!("cannot block SIGCHLD: {e}")))?;
+        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map_err(|e| SetupError::at(Step::Init, format!("signalfd: {e}")))?;
+        if let Some(scratch) = &spec.scratch {
+            crate::confine::rootfs::enter_private_runtime(&scratch.runtime_dir).map_err(|e| {
+                SetupError::at(Step::RunDir, e.to_string()).of_kind(Kind::MountFailed)
+            })?;
+        }
+        make_run_dirs(spec)?;
+        let (cgroup, cgroup_warning) = match &spec.cgroup {
+            None => (None, None),
+            Some(request) => match RunCgroup::create(
+                &request.config,
+                &request.run_id,
+                &cgroup_limits(spec, request),
+            ) {
+                Ok(cgroup) => (Some(cgroup), None),
+                Err(e) => (
+                    None,
+                    Some(format!(
+                        "no cgroup for this run ({e}); limits fall back to rlimits"
+                    )),
+                ),
+            },
+        };
+        // After the cgroup: the init's own cgroup layout is read from the uncovered files.
+        if let Confinement::Wrapped(wrap) = &spec.confinement {
+            super::wrapped::prepare_for_tool(spec, wrap)?;
+        }
+        Ok(PreparedRun {
+            cgroup,
+            cgroup_warning,
+            signals,
+        })
+    }
+
+    pub(super) fn cleanup(&mut self, spec: &InitSpec) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Confinement::Wrapped(wrap) = &spec.confinement {
+            warnings.extend(super::wrapped::clean_up_after_tool(wrap));
+        }
+        if let Some(cgroup) = self.cgroup.take() {
+            if let Err(e) = cgroup.remove() {
+                warnings.push(format!("cannot remove the run's cgroup: {e}"));
+            }
+        }
+        // A run directory in memory goes with the init's mount namespace.
+        if spec.scratch.is_none() {
+            warnings.extend(rundir::remove(&spec.run_dir, kept_workdir(spec)));
+        }
+        warnings
+    }
+}
+
+/// The run's own workdir, when the caller keeps it.
+fn kept_workdir(spec: &InitSpec) -> Option<&Path> {
+    (spec.keep && !spec.workdir_is_callers).then_some(spec.workdir.as_path())
+}
+
+/// The run's cgroup limits, minus the pids limit when the wrapper tool's helpers would hit it.
+fn cgroup_limits(spec: &InitSpec, request: &CgroupRequest) -> crate::confine::cgroup::CgroupLimits {
+    let mut limits = request.limits.clone();
+    if matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::NoCgroupPidsLimit)) {
+        limits.pids = None;
+    }
+    limits
+}
+
+pub(super) fn new_run_dir(spec: &InitSpec) -> NewRunDir<'_> {
+    NewRunDir {
+        run_dir: &spec.run_dir,
+        fresh_workdir: (!spec.workdir_is_callers).then_some(spec.workdir.as_path()),
+        owner: spec.credentials,
+        keep_workdir: spec.keep,
+    }
+}
+
+fn make_run_dirs(spec: &InitSpec) -> Setup<()> {
+    let run_dir = new_run_dir(spec);
+    run_dir.create().map_err(run_dir_failed)?;
+    if let Some(scratch) = &spec.scratch {
+        mount_scratch(&run_dir, scratch)?;
+    }
+    Ok(())
+}
+
+/// The capped tmpfs mounts of an in-memory run directory, only ever inside it.
+fn mount_scratch(run_dir: &NewRunDir, scratch: &MemoryScratch) -> Setup<()> {
+    for mount in &scratch.mounts {
+        run_dir
+            .check_inside(&mount.path, "scratch mount")
+            .map_err(run_dir_failed)?;
+        crate::confine::rootfs::mount_scratch(mount)
+            .map_err(|e| SetupError::at(Step::RunDir, e.to_string()).of_kind(Kind::MountFailed))?;
+    }
+    Ok(())
+}
+
+/// A run directory failure; a path outside it is a spec the init refuses.
+pub(super) fn run_dir_failed(error: RunDirError) -> SetupError {
+    let kind = match error {
+        RunDirError::Outside { .. } => Kind::SpecInvalid,
+        _ => Kind::RunDirFailed,
+    };
+    SetupError::at(Step::RunDir, error.to_string()).of_kind(kind)
+}

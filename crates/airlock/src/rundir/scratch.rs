@@ -1,0 +1,62 @@
+//! The run directory in memory: planned by the supervisor, mounted by the init.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::confine::rootfs::ScratchMount;
+use crate::confine::Credentials;
+use crate::policy::Policy;
+
+/// The run's scratch space in memory. The init enters a mount namespace of its own, covers the
+/// runtime directory with a small tmpfs and builds the run directory in it, then mounts a capped
+/// tmpfs at each of `mounts` (the fresh workdir, tmp, shm). Nothing of the run reaches the
+/// host's disk, every writable area has a size and an inode cap whatever tool wraps the
+/// program, and the kernel frees it all when the run's last process is gone, even after a
+/// SIGKILL. Only for tools that run in the init's mount namespace (not Docker's daemon).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct MemoryScratch {
+    /// The directory the tmpfs covers (the parent of the run directory).
+    pub runtime_dir: PathBuf,
+    /// Capped tmpfs mounts inside the run directory.
+    pub mounts: Vec<ScratchMount>,
+}
+
+impl MemoryScratch {
+    /// The capped tmpfs mounted at `path`, if the scratch has one.
+    pub fn mount_at(&self, path: &Path) -> Option<&ScratchMount> {
+        self.mounts.iter().find(|m| m.path == path)
+    }
+}
+
+/// The in-memory run directory: the fresh workdir (`owned_workdir`, when the run owns it) and
+/// `tmp` each capped by the policy's disk and file limits (as the native sandbox caps its own),
+/// `shm` by a smaller share; every mount owned by `owner`, the sandbox user.
+pub fn memory_scratch(
+    policy: &Policy,
+    runtime: &Path,
+    run_dir: &Path,
+    owned_workdir: Option<&Path>,
+    owner: Option<Credentials>,
+) -> MemoryScratch {
+    let limits = &policy.limits;
+    let capped = |path: PathBuf, size_bytes: u64, max_files: u64| ScratchMount {
+        path,
+        size_bytes,
+        max_files,
+        mode: 0o700,
+        exec: policy.filesystem.exec_writable,
+        owner,
+    };
+    let mut mounts: Vec<ScratchMount> = owned_workdir
+        .map(|dir| capped(dir.to_path_buf(), limits.disk.0, limits.files))
+        .into_iter()
+        .collect();
+    mounts.push(capped(super::tmp_dir(run_dir), limits.disk.0, limits.files));
+    let (shm_bytes, shm_files) = limits.shm_caps();
+    mounts.push(capped(super::shm_dir(run_dir), shm_bytes, shm_files));
+    MemoryScratch {
+        runtime_dir: runtime.to_path_buf(),
+        mounts,
+    }
+}

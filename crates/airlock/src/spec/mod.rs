@@ -1,0 +1,174 @@
+//! What the supervisor hands the init (`airlock __init`) over a pipe, and what the init
+//! reports back. Plain data: the policy has been resolved and checked on the host side.
+
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::confine::Credentials;
+use crate::error::{SetupError, SetupStep};
+use crate::layer::Layer;
+use crate::result::RunStatus;
+use crate::rundir::MemoryScratch;
+
+mod wrap;
+
+pub use wrap::{HiddenFile, StartEvidence, WrapSpec, WrapStep};
+
+/// The control pipe's descriptor in the init: the spec (when the init was executed rather than
+/// forked with it in memory), then one [`StopReason`] per line; EOF means the supervisor died.
+pub const CONTROL_FD: RawFd = 3;
+/// The event pipe's descriptor in the init: one [`InitEvent`] per line.
+pub const EVENTS_FD: RawFd = 4;
+
+/// What every run without a boundary (backend `none`) warns about.
+pub const TIER0_WARNING: &str =
+    "backend none: Tier 0 only, the program can read the host filesystem and use the network";
+
+/// Everything the init needs to start and watch one run.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct InitSpec {
+    /// argv of the program; argv[0] is resolved against the `PATH` in `env` inside the sandbox.
+    pub argv: Vec<String>,
+    /// The complete environment of the program.
+    pub env: Vec<(String, String)>,
+    /// The per-run directory the init creates and removes (unless `keep`).
+    pub run_dir: PathBuf,
+    /// The program's working directory (the same path inside and outside the sandbox).
+    pub workdir: PathBuf,
+    /// The workdir is the caller's own directory: never create or remove it.
+    pub workdir_is_callers: bool,
+    /// Keep the run directory after the run.
+    pub keep: bool,
+    /// Limits enforced by rlimits and the init's clocks.
+    pub limits: SpecLimits,
+    /// Drop root to this uid/gid.
+    pub credentials: Option<Credentials>,
+    /// The per-run cgroup to create, if any.
+    #[cfg(target_os = "linux")]
+    pub cgroup: Option<CgroupRequest>,
+    /// The boundary the backend asks for.
+    pub confinement: Confinement,
+    /// Layers that must be in force before exec; the init refuses to exec otherwise.
+    pub require: Vec<Layer>,
+    /// Run anyway when a required layer is missing.
+    pub allow_degraded: bool,
+    /// Required layers the supervisor already found missing and reported with the reason
+    /// (the degradation the caller accepted); the init warns only about others.
+    #[serde(default)]
+    pub accepted_missing: Vec<Layer>,
+    /// Give the program the caller's terminal as its controlling terminal.
+    pub tty: bool,
+    /// Keep the run directory in memory, in the init's own mount namespace (see
+    /// [`MemoryScratch`]); `None` puts it on the host's runtime directory.
+    #[serde(default)]
+    pub scratch: Option<MemoryScratch>,
+}
+
+/// Limits the init enforces itself.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct SpecLimits {
+    pub memory_bytes: u64,
+    pub cpu_time: Duration,
+    pub wall_time: Duration,
+    pub grace: Duration,
+    pub processes: u64,
+    pub open_files: u64,
+    pub file_size_bytes: u64,
+    pub disk_bytes: u64,
+    pub files: u64,
+    pub cpus: f64,
+}
+
+/// Where and with which limits to create the run's cgroup.
+#[cfg(target_os = "linux")]
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct CgroupRequest {
+    pub config: crate::confine::cgroup::CgroupConfig,
+    pub run_id: String,
+    pub limits: crate::confine::cgroup::CgroupLimits,
+}
+
+/// The boundary around the program, chosen by the backend.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum Confinement {
+    /// Tier 0 only.
+    Tier0,
+    /// The native Linux sandbox.
+    #[cfg(target_os = "linux")]
+    Native(NativeSpec),
+    /// An external sandbox tool (bwrap, runsc, runc, ...) wraps the program.
+    Wrapped(WrapSpec),
+}
+
+/// The native backend's plan: namespaces, root filesystem, Landlock and seccomp.
+#[cfg(target_os = "linux")]
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct NativeSpec {
+    pub new_net: bool,
+    pub hostname: String,
+    pub rootfs: crate::confine::rootfs::RootfsPlan,
+    pub landlock: crate::confine::landlock::LandlockRules,
+    pub seccomp: crate::confine::seccomp::SeccompConfig,
+}
+
+/// A message from the init to the supervisor, one JSON object per line.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum InitEvent {
+    /// The program was exec'd with these layers in force.
+    Started {
+        layers: Vec<Layer>,
+        warnings: Vec<String>,
+        workdir: PathBuf,
+    },
+    /// Setup failed before the program ran.
+    SetupFailed {
+        #[serde(deserialize_with = "setup_error_or_text")]
+        error: SetupError,
+    },
+    /// The run is over and everything it left behind is gone.
+    Finished(Outcome),
+}
+
+/// How the run ended, as the init saw it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Outcome {
+    pub status: RunStatus,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cpu_user_ms: u64,
+    pub cpu_sys_ms: u64,
+    pub peak_memory_bytes: Option<u64>,
+    pub warnings: Vec<String>,
+}
+
+/// A command from the supervisor to the init, one per line on the control pipe.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The caller cancelled the run.
+    Cancelled,
+    /// Output passed its cap.
+    OutputLimit,
+}
+
+/// A setup error, or the plain text an init from before typed errors sends (an `AIRLOCK_INIT`
+/// binary of another version), read as a failure of the init's own.
+fn setup_error_or_text<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<SetupError, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Wire {
+        Typed(SetupError),
+        Text(String),
+    }
+    Ok(match Wire::deserialize(deserializer)? {
+        Wire::Typed(error) => error,
+        Wire::Text(message) => SetupError::at(SetupStep::Init, message),
+    })
+}

@@ -1,0 +1,221 @@
+//! The public way in: a [`Sandbox`] (a policy plus set-up options) makes [`Command`]s, which
+//! plan, run or spawn.
+
+use std::path::PathBuf;
+
+use super::output::OutputSink;
+use super::{finish, handle, launch, prepare};
+use crate::confine::cgroup::CgroupConfig;
+use crate::error::Error;
+use crate::layer::Layer;
+use crate::plan::Plan;
+use crate::policy::Policy;
+use crate::result::RunResult;
+
+/// How the sandbox itself is set up, as opposed to what the program may do (the policy).
+#[derive(Debug, Clone, Default)]
+pub struct SandboxOptions {
+    /// Allow `backend = "none"` (Tier 0 only) with any policy; without it only a policy from
+    /// the built-in `trusted` profile may use it (see [`crate::policy::PolicyOrigin`]).
+    pub dev: bool,
+    /// Run even when a layer the policy requires is missing; the result lists what was in force.
+    pub allow_degraded: bool,
+    /// The binary to execute as the init when the supervisor has threads (default:
+    /// `AIRLOCK_INIT`, else the current executable); when set, it is always executed.
+    pub init_program: Option<PathBuf>,
+    /// Where per-run directories are made (default: see [`crate::rundir::runtime_dir`]).
+    pub runtime_dir: Option<PathBuf>,
+    /// Where per-run cgroups are made; `None` uses the default parent `airlock`.
+    pub cgroup: Option<CgroupConfig>,
+    /// Do not use cgroups even when available.
+    pub no_cgroup: bool,
+    /// Keep the run directory on the runtime directory's filesystem even when the init could
+    /// keep it in memory (see [`crate::rundir::MemoryScratch`]).
+    pub disk_run_dir: bool,
+    /// Also allow backend `none`, as a policy from the built-in `trusted` profile does. The
+    /// policy's own origin decides that now; this stays for callers that set it.
+    pub trusted_profile: bool,
+}
+
+/// A policy plus sandbox options: the factory for commands.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    pub(super) policy: Policy,
+    pub(super) options: SandboxOptions,
+}
+
+/// The program's stdin.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// The supervisor's own stdin.
+    Inherit,
+    /// Empty.
+    Null,
+    /// These bytes, then EOF.
+    Bytes(Vec<u8>),
+}
+
+/// Something that happens during a run, for callers that stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEvent {
+    /// The program was exec'd with these layers in force.
+    Started { layers: Vec<Layer> },
+    /// A chunk of stdout (within the cap).
+    Stdout(Vec<u8>),
+    /// A chunk of stderr (within the cap).
+    Stderr(Vec<u8>),
+}
+
+/// One program to run in the sandbox.
+#[derive(Debug, Clone)]
+pub struct Command {
+    pub(super) sandbox: Sandbox,
+    pub(super) argv: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) stdin: Input,
+    pub(super) stdout: Sink,
+    pub(super) stderr: Sink,
+    pub(super) keep: bool,
+    pub(super) tty: bool,
+}
+
+/// Where one output stream goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sink {
+    Capture,
+    Forward,
+    Stream,
+    Discard,
+}
+
+impl Sink {
+    /// Where a blocking run sends a stream: streamed output has no reader there, so it is
+    /// only counted.
+    pub(super) fn blocking_sink(self) -> OutputSink {
+        match self {
+            Sink::Capture => OutputSink::Capture,
+            Sink::Forward => OutputSink::Forward,
+            Sink::Stream | Sink::Discard => OutputSink::Discard,
+        }
+    }
+}
+
+impl Sandbox {
+    /// A sandbox for `policy` with default options.
+    pub fn new(policy: Policy) -> Result<Sandbox, Error> {
+        Sandbox::with_options(policy, SandboxOptions::default())
+    }
+
+    /// A sandbox with explicit options.
+    pub fn with_options(policy: Policy, options: SandboxOptions) -> Result<Sandbox, Error> {
+        policy.validate()?;
+        Ok(Sandbox { policy, options })
+    }
+
+    /// The policy runs will follow.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Starts building a command; stdout and stderr are captured by default.
+    pub fn command(&self, program: impl Into<String>) -> Command {
+        Command {
+            sandbox: self.clone(),
+            argv: vec![program.into()],
+            env: Vec::new(),
+            stdin: Input::Null,
+            stdout: Sink::Capture,
+            stderr: Sink::Capture,
+            keep: false,
+            tty: false,
+        }
+    }
+}
+
+impl Command {
+    /// Adds one argument.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.argv.push(arg.into());
+        self
+    }
+
+    /// Adds arguments.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.argv.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable for the program (wins over the policy).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Feeds these bytes on stdin.
+    pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Input::Bytes(bytes.into());
+        self
+    }
+
+    /// Chooses stdin.
+    pub fn stdin_from(mut self, input: Input) -> Self {
+        self.stdin = input;
+        self
+    }
+
+    /// Copies output to the supervisor's own stdout/stderr as it arrives (still capped).
+    pub fn forward_output(mut self) -> Self {
+        self.stdout = Sink::Forward;
+        self.stderr = Sink::Forward;
+        self
+    }
+
+    /// Sends output as [`RunEvent`]s on the handle's event channel.
+    pub fn stream_output(mut self) -> Self {
+        self.stdout = Sink::Stream;
+        self.stderr = Sink::Stream;
+        self
+    }
+
+    /// Counts output but keeps none.
+    pub fn discard_output(mut self) -> Self {
+        self.stdout = Sink::Discard;
+        self.stderr = Sink::Discard;
+        self
+    }
+
+    /// Keeps the run's working directory after the run.
+    pub fn keep_workdir(mut self, keep: bool) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// Gives the program the caller's terminal (stdio inherited, no caps on output).
+    pub fn tty(mut self, tty: bool) -> Self {
+        self.tty = tty;
+        self
+    }
+
+    /// What a run of this command would be, without running anything: the backend and why,
+    /// the layers that will be in force and why any required one is missing, the mounts, the
+    /// limits. Creates nothing (no run directory, no cgroup, no process). A plan whose
+    /// verdict is [`Refused`](crate::plan::Verdict::Refused) is returned as a plan; `run`
+    /// refuses it with [`Error::Degraded`].
+    pub fn plan(&self) -> Result<Plan, Error> {
+        prepare::prepare(self, prepare::Effects::None).map(|prepared| prepared.plan)
+    }
+
+    /// Runs to completion, serving the run's pipes from the calling thread.
+    pub fn run(self) -> Result<RunResult, Error> {
+        let prepared = prepare::prepare_to_run(&self)?;
+        let (started, ending) = launch::start(&self, prepared)?;
+        finish::serve_in_this_thread(&self, started, ending)
+    }
+
+    /// Starts the run and returns a handle to stream, cancel and wait for it.
+    pub fn spawn(self) -> Result<handle::RunHandle, Error> {
+        let prepared = prepare::prepare_to_run(&self)?;
+        let (started, ending) = launch::start(&self, prepared)?;
+        Ok(handle::serve_from_threads(&self, started, ending))
+    }
+}

@@ -1,0 +1,165 @@
+//! A spawned run: a thread per pipe, so the caller of `Command::spawn` stays free to stream
+//! and cancel, and a [`RunHandle`] to wait on.
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::builder::{Command, RunEvent, Sink};
+use super::finish::Ending;
+use super::launch::Started;
+use super::output::{self, Drained, OutputSink, StreamKind};
+use super::serve;
+use crate::error::Error;
+use crate::policy::OutputLimitAction;
+use crate::result::RunResult;
+use crate::spec::{InitEvent, StopReason};
+
+/// A running program.
+#[derive(Debug)]
+pub struct RunHandle {
+    ending: Ending,
+    control: Arc<Mutex<std::fs::File>>,
+    events_reader: JoinHandle<Vec<InitEvent>>,
+    stdout_reader: Option<JoinHandle<Drained>>,
+    stderr_reader: Option<JoinHandle<Drained>>,
+    stdin_writer: Option<JoinHandle<()>>,
+    events: Option<Receiver<RunEvent>>,
+}
+
+/// A cloneable way to cancel a run from another thread.
+#[derive(Debug, Clone)]
+pub struct Canceller {
+    control: Arc<Mutex<std::fs::File>>,
+}
+
+impl Canceller {
+    /// Asks the init to stop the run (SIGTERM, then SIGKILL after the grace period).
+    pub fn cancel(&self) {
+        send_stop(&self.control, StopReason::Cancelled);
+    }
+}
+
+/// Asks the init, on its control pipe, to stop the run for `reason`.
+pub(super) fn send_stop(control: &Mutex<std::fs::File>, reason: StopReason) {
+    if let (Ok(mut pipe), Ok(mut line)) = (control.lock(), serde_json::to_vec(&reason)) {
+        line.push(b'\n');
+        let _ = pipe.write_all(&line);
+    }
+}
+
+/// Starts a thread for each pipe of a started run.
+pub(super) fn serve_from_threads(command: &Command, started: Started, ending: Ending) -> RunHandle {
+    let policy = &command.sandbox.policy;
+    let control = Arc::new(Mutex::new(started.control));
+    let pipes = started.pipes;
+    let stdin_writer = pipes.stdin.map(|(pipe, bytes)| {
+        std::thread::spawn(move || {
+            let _ = std::fs::File::from(pipe).write_all(&bytes);
+        })
+    });
+    let (event_tx, event_rx) = channel();
+    let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
+    let reader = |pipe: Option<OwnedFd>, sink: Sink, kind: StreamKind, cap: u64| {
+        pipe.map(|fd| {
+            let sink = match sink {
+                Sink::Stream => OutputSink::Stream(event_tx.clone()),
+                other => other.blocking_sink(),
+            };
+            let control = Arc::clone(&control);
+            std::thread::spawn(move || {
+                output::drain(std::fs::File::from(fd), kind, &sink, cap, || {
+                    if kill_on_overflow {
+                        send_stop(&control, StopReason::OutputLimit);
+                    }
+                })
+            })
+        })
+    };
+    let stdout_reader = reader(
+        pipes.stdout,
+        command.stdout,
+        StreamKind::Stdout,
+        policy.limits.stdout.0,
+    );
+    let stderr_reader = reader(
+        pipes.stderr,
+        command.stderr,
+        StreamKind::Stderr,
+        policy.limits.stderr.0,
+    );
+    let events_reader = spawn_event_reader(pipes.events, event_tx);
+    RunHandle {
+        ending,
+        control,
+        events_reader,
+        stdout_reader,
+        stderr_reader,
+        stdin_writer,
+        events: Some(event_rx),
+    }
+}
+
+fn spawn_event_reader(
+    events: OwnedFd,
+    tx: std::sync::mpsc::Sender<RunEvent>,
+) -> JoinHandle<Vec<InitEvent>> {
+    std::thread::spawn(move || {
+        let mut log = serve::EventLog::default();
+        let mut pipe = std::fs::File::from(events);
+        let mut buffer = vec![0u8; 4096];
+        while let Some(chunk) = output::read_chunk(&mut pipe, &mut buffer) {
+            for event in log.feed(chunk) {
+                if let InitEvent::Started { layers, .. } = event {
+                    let _ = tx.send(RunEvent::Started {
+                        layers: layers.clone(),
+                    });
+                }
+            }
+        }
+        log.finish()
+    })
+}
+
+impl RunHandle {
+    /// The stream of [`RunEvent`]s (once; later calls return `None`).
+    pub fn events(&mut self) -> Option<Receiver<RunEvent>> {
+        self.events.take()
+    }
+
+    /// Asks the init to stop the run; `wait` then returns status `cancelled`.
+    pub fn cancel(&self) {
+        send_stop(&self.control, StopReason::Cancelled);
+    }
+
+    /// A cancel handle that can move to another thread.
+    pub fn canceller(&self) -> Canceller {
+        Canceller {
+            control: Arc::clone(&self.control),
+        }
+    }
+
+    /// The pid of the init process watching this run.
+    pub fn init_pid(&self) -> u32 {
+        self.ending.init.id()
+    }
+
+    /// Waits for the run to end and everything it started to be gone.
+    pub fn wait(mut self) -> Result<RunResult, Error> {
+        let join =
+            |h: Option<JoinHandle<Drained>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
+        let stdout = join(self.stdout_reader.take());
+        let stderr = join(self.stderr_reader.take());
+        let events = self.events_reader.join().unwrap_or_default();
+        if let Some(writer) = self.stdin_writer.take() {
+            let _ = writer.join();
+        }
+        self.ending.conclude(serve::Served {
+            stdout,
+            stderr,
+            events,
+        })
+    }
+}

@@ -1,0 +1,276 @@
+//! Starting the init with its pipes and stdio, and handing it the spec. A supervisor with one
+//! thread (the CLI) forks it and the child becomes
+//! the init at once, with the run's spec already in its memory: no exec, no dynamic load of
+//! the airlock binary and no spec on the control pipe, about 1 ms per run (more for a
+//! container bundle, whose files are part of the spec). A supervisor with threads (a library
+//! caller, the pool, a test harness) re-executes the binary as `airlock __init` instead,
+//! because a forked child could inherit a lock another thread holds, and sends the spec on the
+//! control pipe. Both run the same init with the same descriptors.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus, Stdio};
+use std::time::Instant;
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+
+use super::builder::{Command, Input, SandboxOptions, Sink};
+use super::finish::Ending;
+use super::prepare::Prepared;
+use super::serve;
+use crate::error::Error;
+use crate::init::INIT_ARG;
+use crate::linux::sys::{self, Forked};
+use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD};
+
+/// A run whose init has its spec: the control pipe and the pipes the supervisor serves.
+pub(super) struct Started {
+    pub control: std::fs::File,
+    pub pipes: serve::Pipes,
+}
+
+/// Starts the init and sends it the spec.
+pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, Ending), Error> {
+    let Prepared {
+        plan,
+        spec,
+        warnings,
+    } = prepared;
+    let (control_read, control_write) = pipe()?;
+    let (events_read, events_write) = pipe()?;
+    let (stdio, stdin_pipe, out_pipes) = stdio_for(command)?;
+    let launch = init_launch(&command.sandbox.options);
+    let pipes = InitPipes {
+        control: control_read,
+        events: events_write,
+    };
+    let mut init = start_init(&launch, stdio, pipes, &spec)?;
+    let mut control = std::fs::File::from(control_write);
+    if init.reads_spec() {
+        if let Err(e) = write_spec(&mut control, &spec) {
+            init.kill();
+            let _ = init.wait();
+            return Err(Error::io("cannot send the run spec to the init", e));
+        }
+    }
+    let stdin = match (&command.stdin, stdin_pipe) {
+        (Input::Bytes(bytes), Some(pipe)) => Some((pipe, bytes.clone())),
+        _ => None,
+    };
+    let started = Started {
+        control,
+        pipes: serve::Pipes {
+            stdin,
+            stdout: out_pipes.0,
+            stderr: out_pipes.1,
+            events: events_read,
+        },
+    };
+    let ending = Ending {
+        init,
+        backend: plan.backend,
+        warnings,
+        details: plan.details,
+        start: Instant::now(),
+        capture: (
+            command.stdout == Sink::Capture,
+            command.stderr == Sink::Capture,
+        ),
+        keep: command.keep,
+    };
+    Ok((started, ending))
+}
+
+pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| Error::io("cannot create a pipe", e.into()))
+}
+
+/// The read ends of the program's stdout and stderr pipes (none on a terminal).
+type OutputPipes = (Option<OwnedFd>, Option<OwnedFd>);
+
+/// The init's stdio, the write end of a stdin pipe to fill, and the output pipes to drain.
+fn stdio_for(command: &Command) -> Result<(InitStdio, Option<OwnedFd>, OutputPipes), Error> {
+    let mut stdio = InitStdio::default();
+    let mut stdin_bytes = None;
+    match command.stdin {
+        Input::Inherit => {}
+        Input::Null => {
+            let null = std::fs::File::open("/dev/null")
+                .map_err(|e| Error::io("cannot open /dev/null", e))?;
+            stdio.stdin = Some(null.into());
+        }
+        Input::Bytes(_) => {
+            let (read, write) = pipe()?;
+            stdio.stdin = Some(read);
+            stdin_bytes = Some(write);
+        }
+    }
+    if command.tty {
+        return Ok((stdio, stdin_bytes, (None, None)));
+    }
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    stdio.stdout = Some(stdout_write);
+    stdio.stderr = Some(stderr_write);
+    Ok((stdio, stdin_bytes, (Some(stdout_read), Some(stderr_read))))
+}
+
+/// An explicit init program (option or `AIRLOCK_INIT`) is always executed; otherwise the
+/// supervisor may fork the init from itself.
+fn init_launch(options: &SandboxOptions) -> InitLaunch {
+    let explicit = options
+        .init_program
+        .clone()
+        .or_else(|| std::env::var_os("AIRLOCK_INIT").map(PathBuf::from));
+    InitLaunch {
+        may_fork: explicit.is_none(),
+        program: explicit
+            .or_else(|| std::env::current_exe().ok())
+            .unwrap_or_else(|| PathBuf::from("airlock")),
+    }
+}
+
+fn write_spec(control: &mut std::fs::File, spec: &InitSpec) -> std::io::Result<()> {
+    let body = serde_json::to_vec(spec)?;
+    control.write_all(&(body.len() as u64).to_le_bytes())?;
+    control.write_all(&body)
+}
+
+/// The init's standard descriptors; `None` inherits the supervisor's own.
+#[derive(Debug, Default)]
+struct InitStdio {
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+}
+
+/// The pipe ends the init keeps at [`CONTROL_FD`] and [`EVENTS_FD`].
+#[derive(Debug)]
+struct InitPipes {
+    control: OwnedFd,
+    events: OwnedFd,
+}
+
+/// How to start the init: re-execute this binary, or fork when the supervisor allows it.
+#[derive(Debug)]
+struct InitLaunch {
+    program: PathBuf,
+    may_fork: bool,
+}
+
+/// The init process of one run.
+#[derive(Debug)]
+pub(super) enum InitProcess {
+    Spawned(Child),
+    Forked(Pid),
+}
+
+impl InitProcess {
+    /// Whether the init still needs the spec on its control pipe (it was executed, not forked
+    /// with the spec in memory).
+    pub fn reads_spec(&self) -> bool {
+        matches!(self, InitProcess::Spawned(_))
+    }
+
+    pub fn id(&self) -> u32 {
+        match self {
+            InitProcess::Spawned(child) => child.id(),
+            InitProcess::Forked(pid) => pid.as_raw() as u32,
+        }
+    }
+
+    pub fn kill(&mut self) {
+        match self {
+            InitProcess::Spawned(child) => drop(child.kill()),
+            InitProcess::Forked(pid) => drop(kill(*pid, Signal::SIGKILL)),
+        }
+    }
+
+    pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match self {
+            InitProcess::Spawned(child) => child.wait(),
+            InitProcess::Forked(pid) => loop {
+                match waitpid(*pid, None) {
+                    Ok(WaitStatus::Exited(_, code)) => return Ok(ExitStatus::from_raw(code << 8)),
+                    Ok(WaitStatus::Signaled(_, signal, _)) => {
+                        return Ok(ExitStatus::from_raw(signal as i32))
+                    }
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            },
+        }
+    }
+}
+
+/// Starts the init with `stdio` and `pipes` in place. The caller's copies may be dropped once
+/// this returns.
+fn start_init(
+    launch: &InitLaunch,
+    stdio: InitStdio,
+    pipes: InitPipes,
+    spec: &InitSpec,
+) -> Result<InitProcess, Error> {
+    if launch.may_fork {
+        match sys::fork_if_single_threaded() {
+            Ok(Some(Forked::Child)) => become_init(&stdio, &pipes, spec),
+            Ok(Some(Forked::Parent(pid))) => return Ok(InitProcess::Forked(pid)),
+            Ok(None) => {}
+            Err(cause) => {
+                return Err(Error::Spawn {
+                    program: launch.program.clone(),
+                    cause,
+                })
+            }
+        }
+    }
+    spawn(launch, stdio, pipes)
+}
+
+/// In the forked child: the descriptors go where an exec'd init finds them, signal handlers
+/// are reset as exec would, and the child never returns into the supervisor's code.
+fn become_init(stdio: &InitStdio, pipes: &InitPipes, spec: &InitSpec) -> ! {
+    let mut placed: Vec<(RawFd, RawFd)> = vec![
+        (pipes.control.as_raw_fd(), CONTROL_FD),
+        (pipes.events.as_raw_fd(), EVENTS_FD),
+    ];
+    let standard = [&stdio.stdin, &stdio.stdout, &stdio.stderr];
+    for (target, fd) in standard.into_iter().enumerate() {
+        if let Some(fd) = fd {
+            placed.push((fd.as_raw_fd(), target as RawFd));
+        }
+    }
+    if sys::place_fds_inheritable(&placed).is_err() || sys::close_from(EVENTS_FD + 1).is_err() {
+        sys::exit_now(127);
+    }
+    sys::reset_caught_signals();
+    let _ = std::panic::catch_unwind(|| crate::init::init_main_with(Some(spec)));
+    sys::exit_now(101)
+}
+
+fn spawn(launch: &InitLaunch, stdio: InitStdio, pipes: InitPipes) -> Result<InitProcess, Error> {
+    let mut init = std::process::Command::new(&launch.program);
+    init.arg(INIT_ARG).env_clear();
+    let or_inherit = |fd: Option<OwnedFd>| fd.map_or_else(Stdio::inherit, Stdio::from);
+    init.stdin(or_inherit(stdio.stdin));
+    init.stdout(or_inherit(stdio.stdout));
+    init.stderr(or_inherit(stdio.stderr));
+    sys::map_fds_on_spawn(
+        &mut init,
+        [
+            (pipes.control.as_raw_fd(), CONTROL_FD),
+            (pipes.events.as_raw_fd(), EVENTS_FD),
+        ],
+    );
+    init.spawn()
+        .map(InitProcess::Spawned)
+        .map_err(|cause| Error::Spawn {
+            program: launch.program.clone(),
+            cause,
+        })
+}

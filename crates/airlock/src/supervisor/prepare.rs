@@ -1,0 +1,390 @@
+//! Preparing a run: policy + command → the [`Plan`] the caller can read and the [`InitSpec`]
+//! the init executes. The one place where the backend is chosen, the run directory planned and
+//! missing layers judged.
+
+use std::path::{Path, PathBuf};
+
+use super::builder::Command;
+use super::describe;
+use crate::backend::{self, Backend, PlanContext, Selected};
+use crate::confine::cgroup::CgroupLimits;
+use crate::confine::Credentials;
+use crate::error::Error;
+use crate::layer::{self, Layer};
+use crate::plan::{Plan, Verdict};
+use crate::policy::{BackendChoice, Policy};
+use crate::rundir::{self, MemoryScratch};
+use crate::spec::{CgroupRequest, Confinement, InitSpec, SpecLimits};
+
+/// What preparing may change on the host besides computing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Effects {
+    /// Nothing: a plan for the caller to read. The runtime directory is not created (a tool's
+    /// version is remembered there only when it already exists).
+    None,
+    /// A run: the runtime directory is created and abandoned runs are swept first.
+    Run,
+}
+
+/// A run ready to start: the plan, the init's spec and what the supervisor itself warns about.
+pub(super) struct Prepared {
+    pub plan: Plan,
+    pub spec: InitSpec,
+    /// Warnings the supervisor adds to the result (the init reports the others).
+    pub warnings: Vec<String>,
+}
+
+/// Prepares a run, refusing a plan whose required layers are missing unless the caller
+/// accepted degradation.
+pub(super) fn prepare_to_run(command: &Command) -> Result<Prepared, Error> {
+    let prepared = prepare(command, Effects::Run)?;
+    match prepared.plan.refusal() {
+        Some(refused) => Err(refused),
+        None => Ok(prepared),
+    }
+}
+
+/// Every decision about a run, in order; only `effects` decides what is touched on the host.
+pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, Error> {
+    check_command(command)?;
+    let sandbox = &command.sandbox;
+    let (policy, options) = (&sandbox.policy, &sandbox.options);
+    let selected = backend::select(policy)?;
+    let run_id = rundir::new_run_id();
+    let runtime = runtime_dir(command, effects)?;
+    let run_dir = runtime.join(&run_id);
+    let workdir = Workdir::of(command, &run_dir)?;
+    let cgroup = cgroup_request(command, &run_id);
+    let scratch = plan_scratch(
+        command,
+        selected.backend.as_ref(),
+        &runtime,
+        &run_dir,
+        &workdir,
+    );
+    let plan_env = program_env(policy, &command.env, &workdir.path, None);
+    let tool_cache = runtime.exists().then_some(runtime.as_path());
+    let ctx = PlanContext {
+        policy,
+        workdir: &workdir.path,
+        fresh_workdir: workdir.fresh,
+        keep: command.keep,
+        tty: command.tty,
+        run_dir: &run_dir,
+        tool_cache,
+        run_id: &run_id,
+        argv: &command.argv,
+        env: &plan_env,
+        cgroup: cgroup.as_ref(),
+        scratch: scratch.as_ref(),
+    };
+    // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
+    backend::check_policy_paths(policy)?;
+    let confinement = selected.backend.plan(&ctx)?;
+    let judged = judge(command, &selected, &confinement, scratch.as_ref(), &workdir);
+    let tier0 = matches!(confinement, Confinement::Tier0);
+    let spec = InitSpec {
+        argv: command.argv.clone(),
+        env: program_env(
+            policy,
+            &command.env,
+            &workdir.path,
+            tier0.then(|| rundir::tmp_dir(&run_dir)),
+        ),
+        run_dir,
+        workdir: workdir.path.clone(),
+        workdir_is_callers: !workdir.fresh,
+        keep: command.keep,
+        limits: spec_limits(policy),
+        credentials: credentials(policy),
+        cgroup,
+        confinement,
+        require: judged.require.clone(),
+        allow_degraded: options.allow_degraded,
+        accepted_missing: judged.accepted(),
+        tty: command.tty,
+        scratch,
+    };
+    let plan = describe::plan(&selected, &spec, &judged, &workdir.kind(command), policy);
+    Ok(Prepared {
+        plan,
+        spec,
+        warnings: judged.warnings,
+    })
+}
+
+/// Refusals that need no plan: a command that cannot be represented, a program the policy
+/// does not allow, and backend `none` without its opt-in.
+fn check_command(command: &Command) -> Result<(), Error> {
+    if command.argv.iter().any(|a| a.contains('\0')) {
+        return Err(Error::Command(
+            "arguments must not contain NUL bytes".into(),
+        ));
+    }
+    let sandbox = &command.sandbox;
+    let policy = &sandbox.policy;
+    if !policy.allows_program(&command.argv[0]) {
+        let allowed = policy.allowed_programs.clone().unwrap_or_default();
+        return Err(Error::ProgramNotAllowed {
+            program: command.argv[0].clone(),
+            allowed,
+        });
+    }
+    let options = &sandbox.options;
+    let opted_in = options.dev || options.trusted_profile || policy.origin().allows_no_boundary();
+    if policy.backend == BackendChoice::None && !opted_in {
+        return Err(Error::UnisolatedRefused);
+    }
+    Ok(())
+}
+
+/// The runtime directory: created for a run (after which abandoned runs are swept), only
+/// resolved for a plan.
+fn runtime_dir(command: &Command, effects: Effects) -> Result<PathBuf, Error> {
+    let options = &command.sandbox.options;
+    let configured = options.runtime_dir.as_deref();
+    if effects == Effects::None {
+        return rundir::existing_runtime_dir(configured);
+    }
+    let runtime = rundir::runtime_dir(configured)?;
+    rundir::sweep_if_due(&runtime, options.cgroup_config().as_ref());
+    Ok(runtime)
+}
+
+/// The program's working directory.
+pub(super) struct Workdir {
+    pub path: PathBuf,
+    /// Made for this run (not the caller's own directory).
+    pub fresh: bool,
+    /// Made for this run and gone with it: the sandbox owns it.
+    pub owned: bool,
+}
+
+impl Workdir {
+    fn of(command: &Command, run_dir: &Path) -> Result<Workdir, Error> {
+        let (path, fresh) = match &command.sandbox.policy.filesystem.workdir {
+            Some(dir) => (callers_workdir(dir)?, false),
+            None => (rundir::fresh_workdir(run_dir), true),
+        };
+        Ok(Workdir {
+            path,
+            fresh,
+            owned: fresh && !command.keep,
+        })
+    }
+
+    fn kind(&self, command: &Command) -> crate::plan::WorkdirKind {
+        use crate::plan::WorkdirKind;
+        match (self.fresh, command.keep) {
+            (false, _) => WorkdirKind::Callers,
+            (true, true) => WorkdirKind::Kept,
+            (true, false) => WorkdirKind::Fresh,
+        }
+    }
+}
+
+fn callers_workdir(dir: &Path) -> Result<PathBuf, Error> {
+    let absolute = std::path::absolute(dir)
+        .map_err(|e| Error::io(format!("cannot resolve workdir {}", dir.display()), e))?;
+    if !absolute.is_dir() {
+        return Err(Error::BadPath {
+            what: "workdir",
+            path: absolute,
+            reason: "is not an existing directory; create it first".into(),
+        });
+    }
+    Ok(absolute)
+}
+
+/// The run directory in memory, decided once: when nothing of it must outlive the run, the
+/// caller did not ask for disk, airlock can mount, and the backend's boundary is built in the
+/// init's mount namespace (Docker's daemon builds it in its own, from host paths).
+fn plan_scratch(
+    command: &Command,
+    backend: &dyn Backend,
+    runtime: &Path,
+    run_dir: &Path,
+    workdir: &Workdir,
+) -> Option<MemoryScratch> {
+    let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
+    let wanted = !command.keep && !options.disk_run_dir && crate::confine::caps::can_mount();
+    (wanted && backend.builds_in_init_mount_namespace(policy)).then(|| {
+        rundir::memory_scratch(
+            policy,
+            runtime,
+            run_dir,
+            workdir.owned.then_some(workdir.path.as_path()),
+            credentials(policy),
+        )
+    })
+}
+
+/// The layers a run must have. The profile's list grows by what its limits promise: when the
+/// sandbox creates the workdir, `limits.disk` and `limits.files` cap every writable area, so a
+/// backend that cannot cap them is refused unless the caller accepts the degradation.
+/// Explicit choices narrow the list: the host network means no network namespace, and backend
+/// `none` (which needs its own opt-in) means Tier 0.
+fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
+    let mut require = policy.require.clone();
+    // A profile that requires nothing asks for no refusals.
+    if owns_workdir && !require.is_empty() {
+        require.extend([Layer::DiskQuota, Layer::InodeQuota]);
+        require.sort();
+        require.dedup();
+    }
+    // Asking for the host network is asking for no network namespace.
+    if policy.has_network() {
+        require.retain(|l| *l != Layer::NetNs && *l != Layer::LandlockNet);
+    }
+    if policy.backend == BackendChoice::None {
+        let tier0 = backend::NoneBackend.probe().layers;
+        require.retain(|l| tier0.contains(l) || *l == Layer::Cgroup);
+    }
+    require
+}
+
+/// The required layers held against the plan, judged once (see [`crate::plan::judge`]).
+pub(super) struct Judged {
+    pub require: Vec<Layer>,
+    /// The layers the plan puts in force.
+    pub layers: Vec<Layer>,
+    pub missing: Vec<Layer>,
+    pub reason: Option<String>,
+    pub verdict: Verdict,
+    pub warnings: Vec<String>,
+}
+
+impl Judged {
+    /// The missing layers the caller accepted and was told about, which the init, checking
+    /// the layers really in force, does not warn about again.
+    fn accepted(&self) -> Vec<Layer> {
+        match self.verdict {
+            Verdict::RunsDegraded => self.missing.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn judge(
+    command: &Command,
+    selected: &Selected,
+    confinement: &Confinement,
+    scratch: Option<&MemoryScratch>,
+    workdir: &Workdir,
+) -> Judged {
+    let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
+    let backend = selected.backend.as_ref();
+    let probe = backend.quick_probe();
+    let layers = describe::planned_layers(confinement, &probe, scratch, workdir);
+    let require = required_layers(policy, workdir.owned);
+    // The cgroup is left to the init, which knows whether one could be created (rlimits
+    // stand in for it otherwise).
+    let judged_require: Vec<Layer> = require
+        .iter()
+        .copied()
+        .filter(|l| *l != Layer::Cgroup)
+        .collect();
+    let (missing, verdict) = crate::plan::judge(&judged_require, &layers, options.allow_degraded);
+    let reason = (!missing.is_empty()).then(|| missing_reason(&missing, &probe, confinement));
+    let warnings = match (&reason, verdict) {
+        (Some(reason), Verdict::RunsDegraded) => vec![format!(
+            "degraded: running without {} ({reason})",
+            layer::names(&missing)
+        )],
+        _ => Vec::new(),
+    };
+    Judged {
+        require,
+        layers,
+        missing,
+        reason,
+        verdict,
+        warnings,
+    }
+}
+
+/// Why required layers are missing: the backend's own problems on this host when it cannot
+/// give them here at all, else what this run's plan leaves out (a wrapping tool's writable
+/// areas are capped only by the init's tmpfs mounts).
+fn missing_reason(missing: &[Layer], probe: &backend::Probe, confinement: &Confinement) -> String {
+    let host_gap = missing.iter().any(|l| !probe.layers.contains(l));
+    if host_gap || !matches!(confinement, Confinement::Wrapped(_)) {
+        return match probe.problems.is_empty() {
+            true => "it does not provide them".to_string(),
+            false => probe.problems.join("; "),
+        };
+    }
+    let caps = missing
+        .iter()
+        .any(|l| matches!(l, Layer::DiskQuota | Layer::InodeQuota));
+    let hint = if caps {
+        ": a wrapping tool's writable areas are capped by the init's tmpfs mounts, which need CAP_SYS_ADMIN (run as root) and an in-memory run directory (no --disk-run-dir)"
+    } else {
+        ""
+    };
+    format!(
+        "this run's plan does not provide them{hint} (see the backend's row in docs/isolation.md)"
+    )
+}
+
+/// The program's complete environment: HOME, the policy's passed and fixed variables, then
+/// the command's own.
+pub(super) fn program_env(
+    policy: &Policy,
+    extra: &[(String, String)],
+    workdir: &Path,
+    tmpdir: Option<PathBuf>,
+) -> Vec<(String, String)> {
+    let mut env = std::collections::BTreeMap::new();
+    env.insert("HOME".to_string(), workdir.display().to_string());
+    if let Some(tmp) = tmpdir {
+        env.insert("TMPDIR".to_string(), tmp.display().to_string());
+    }
+    for name in &policy.env.pass {
+        if let Ok(value) = std::env::var(name) {
+            env.insert(name.clone(), value);
+        }
+    }
+    env.extend(policy.env.set.clone());
+    env.extend(extra.iter().cloned());
+    env.into_iter().collect()
+}
+
+fn spec_limits(policy: &Policy) -> SpecLimits {
+    let l = &policy.limits;
+    SpecLimits {
+        memory_bytes: l.memory.0,
+        cpu_time: l.cpu_time.0,
+        wall_time: l.wall_time.0,
+        grace: l.grace.0,
+        processes: l.processes,
+        open_files: l.open_files,
+        file_size_bytes: l.file_size.0,
+        disk_bytes: l.disk.0,
+        files: l.files,
+        cpus: l.cpus,
+    }
+}
+
+/// The unprivileged identity the program runs as, when airlock is root and drops it.
+pub(super) fn credentials(policy: &Policy) -> Option<Credentials> {
+    (nix::unistd::geteuid().is_root() && policy.user.drop_root).then_some(Credentials {
+        uid: policy.user.uid,
+        gid: policy.user.gid,
+    })
+}
+
+fn cgroup_request(command: &Command, run_id: &str) -> Option<CgroupRequest> {
+    let config = command.sandbox.options.cgroup_config()?;
+    let l = &command.sandbox.policy.limits;
+    let limits = CgroupLimits {
+        memory_bytes: Some(l.memory.0),
+        pids: Some(l.processes),
+        cpu_millicores: (l.cpus > 0.0).then(|| (l.cpus * 1000.0).round() as u64),
+    };
+    Some(CgroupRequest {
+        config,
+        run_id: run_id.to_string(),
+        limits,
+    })
+}
