@@ -20,5 +20,4 @@ pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod tenant;
-pub mod units;
 pub mod workspace;

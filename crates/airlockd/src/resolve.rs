@@ -94,10 +94,8 @@ pub struct NetworkRequest {
 pub struct LimitsRequest {
     #[schema(value_type = Option<String>, example = "512MiB")]
     pub memory: Option<ByteSize>,
-    #[serde(default, deserialize_with = "crate::units::opt_seconds")]
     #[schema(value_type = Option<String>, example = "10s")]
     pub cpu_time: Option<Seconds>,
-    #[serde(default, deserialize_with = "crate::units::opt_seconds")]
     #[schema(value_type = Option<String>, example = "30s")]
     pub wall_time: Option<Seconds>,
     pub processes: Option<u64>,

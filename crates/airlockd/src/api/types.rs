@@ -154,11 +154,9 @@ pub struct SessionRequest {
     #[serde(default)]
     pub policy: PolicyRequest,
     /// Idle time after which the session ends (default and maximum set by the daemon).
-    #[serde(default, deserialize_with = "crate::units::opt_seconds")]
     #[schema(value_type = Option<String>, example = "15m")]
     pub idle_timeout: Option<Seconds>,
     /// Time after which the session ends whatever happens.
-    #[serde(default, deserialize_with = "crate::units::opt_seconds")]
     #[schema(value_type = Option<String>, example = "1h")]
     pub max_lifetime: Option<Seconds>,
     /// Bytes of the workspace.
