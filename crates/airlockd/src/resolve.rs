@@ -40,18 +40,6 @@ impl BackendName {
     }
 }
 
-/// The strength of a backend named explicitly (`auto` honours `min_isolation` by itself).
-/// Mirrors each backend's `level()`; a unit test holds the two together through `doctor`.
-pub fn backend_level(choice: BackendChoice) -> Option<IsolationLevel> {
-    match choice {
-        BackendChoice::Auto => None,
-        BackendChoice::Native | BackendChoice::Bwrap => Some(IsolationLevel::Kernel),
-        BackendChoice::Container => Some(IsolationLevel::Container),
-        BackendChoice::Gvisor => Some(IsolationLevel::UserKernel),
-        BackendChoice::None => Some(IsolationLevel::Process),
-    }
-}
-
 /// Isolation levels, weakest first.
 #[derive(Serialize, Deserialize, ToSchema, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -299,7 +287,7 @@ pub fn within_ceiling(
         }
     }
     let floor = ceiling.min_isolation;
-    let level = backend_level(policy.backend).or(policy.min_isolation);
+    let level = policy.backend.level().or(policy.min_isolation);
     if level.is_some_and(|l| l < floor) {
         return Err(violation(
             "backend",
@@ -450,21 +438,6 @@ mod tests {
         assert!(pattern_covers("github.com:443", "github.com:443"));
         assert!(!pattern_covers("github.com:443", "github.com:22"));
         assert!(!pattern_covers("github.com", "*"));
-    }
-
-    #[test]
-    fn backend_levels_match_the_library() {
-        let report = airlock::doctor::diagnose(&Default::default());
-        for backend in report.backends {
-            let choice: BackendChoice =
-                serde_json::from_value(serde_json::Value::String(backend.name.clone())).unwrap();
-            assert_eq!(
-                backend_level(choice),
-                Some(backend.level),
-                "{}",
-                backend.name
-            );
-        }
     }
 
     #[test]

@@ -130,7 +130,7 @@ fn command_line(
                 .invocation(language, code, &req.args)
                 .map_err(|e| {
                     ApiError::invalid(
-                        "interpreter",
+                        e.kind().name(),
                         e.to_string(),
                         "use a language listed by GET /v1/capabilities",
                     )

@@ -265,21 +265,16 @@ fn ending_of(
                 result.stdout = Some(String::from_utf8_lossy(&streamed.stdout).into_owned());
                 result.stderr = Some(String::from_utf8_lossy(&streamed.stderr).into_owned());
             }
-            if result.status == airlock::RunStatus::SandboxError {
-                engine
-                    .metrics
-                    .setup_failures
-                    .get_or_create(&crate::metrics::ReasonLabels {
-                        reason: "init".into(),
-                    })
-                    .inc();
+            let error = init_setup_error(&result);
+            if let Some(error) = &error {
+                count_setup_failure(engine, error["kind"].as_str().unwrap_or("init_failed"));
             }
             Ending {
                 status: status_name(&result),
                 backend: Some(result.backend.clone()),
                 wall_ms: Some(result.wall_ms as i64),
                 result: serde_json::to_value(&result).ok(),
-                error: None,
+                error,
                 outputs,
             }
         }
@@ -296,14 +291,8 @@ fn status_name(result: &RunResult) -> String {
 
 /// A sandbox the library refused or failed to set up.
 fn setup_error(engine: &Engine, error: &airlock::Error) -> Ending {
-    let kind = error_kind(error);
-    engine
-        .metrics
-        .setup_failures
-        .get_or_create(&crate::metrics::ReasonLabels {
-            reason: kind.into(),
-        })
-        .inc();
+    let kind = error.kind().name();
+    count_setup_failure(engine, kind);
     Ending {
         status: "sandbox_error".into(),
         error: Some(json!({
@@ -315,22 +304,28 @@ fn setup_error(engine: &Engine, error: &airlock::Error) -> Ending {
     }
 }
 
-/// A stable name for each library error.
-pub fn error_kind(error: &airlock::Error) -> &'static str {
-    use airlock::Error;
-    match error {
-        Error::Policy(_) => "policy",
-        Error::Invalid(_) => "invalid_value",
-        Error::UnisolatedRefused => "unisolated_refused",
-        Error::BackendUnavailable { .. } => "backend_unavailable",
-        Error::Degraded { .. } => "degraded",
-        Error::BadPath { .. } => "bad_path",
-        Error::ProgramNotAllowed { .. } => "program_not_allowed",
-        Error::Command(_) => "invalid_command",
-        Error::Spawn { .. } => "init_spawn_failed",
-        Error::Io { .. } => "host_io",
-        _ => "setup",
+/// The record's `error` for a sandbox the init could not set up, from the result's typed
+/// setup error (`program_not_found`, `mount_failed`, ...).
+fn init_setup_error(result: &RunResult) -> Option<serde_json::Value> {
+    if result.status != airlock::RunStatus::SandboxError {
+        return None;
     }
+    let kind = result.error_kind.map_or(json!("init_failed"), |k| json!(k));
+    Some(json!({
+        "kind": kind,
+        "message": result.error.clone().unwrap_or_default(),
+        "fix": "read the message; GET /v1/capabilities shows what this host supports",
+    }))
+}
+
+fn count_setup_failure(engine: &Engine, reason: &str) {
+    engine
+        .metrics
+        .setup_failures
+        .get_or_create(&crate::metrics::ReasonLabels {
+            reason: reason.into(),
+        })
+        .inc();
 }
 
 fn run_worker(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: WorkerWork) -> Ending {

@@ -37,6 +37,21 @@ async fn a_run_returns_its_result_and_is_recorded_with_its_isolation() {
     assert_eq!(again.json()["result"], run["result"]);
 }
 
+/// A run the init cannot set up carries the library's typed kind in the record's
+/// `error.kind`, as a refusal carries its `ErrorKind`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_error_names_the_librarys_kind() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client(&daemon.keys.beta);
+    let missing = client
+        .run(json!({"command": ["/no/such/program"]}))
+        .await
+        .json();
+    assert_eq!(missing["status"], "sandbox_error", "{missing}");
+    assert_eq!(missing["error"]["kind"], "program_not_found", "{missing}");
+    assert_eq!(missing["result"]["error_kind"], "program_not_found");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn code_runs_through_the_interpreter_registry() {
     let daemon = TestDaemon::start(Options::default());
@@ -48,7 +63,7 @@ async fn code_runs_through_the_interpreter_registry() {
     assert_eq!(run["result"]["stdout"], "42\n", "{run}");
     let bad = client.run(json!({"code": "x", "language": "cobol"})).await;
     assert_eq!(bad.status, 422);
-    assert_eq!(bad.kind(), "interpreter");
+    assert_eq!(bad.kind(), "interpreter_unknown");
     let both = client
         .run(json!({"code": "x", "command": ["/bin/true"]}))
         .await;
