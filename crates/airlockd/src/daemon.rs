@@ -147,7 +147,7 @@ impl Daemon {
         let engine = Arc::new(Engine::new(
             store.clone(),
             node.clone(),
-            Admission::new(config.max_concurrent(), config.pool.max_queued),
+            Admission::new(config.max_concurrent(), config.pool.max_queued, &tenants),
             Arc::clone(&metrics),
             Arc::clone(&audit),
             EnginePaths {

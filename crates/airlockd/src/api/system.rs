@@ -133,25 +133,19 @@ pub async fn capabilities(
     )
 )]
 pub async fn queue(State(daemon): State<Arc<Daemon>>, Caller(caller): Caller) -> Json<QueueView> {
-    let stats = daemon.engine.admission.global_stats();
+    let stats = daemon.engine.admission.stats();
     let visible = |map: BTreeMap<String, usize>| -> BTreeMap<String, usize> {
         map.into_iter()
             .filter(|(t, _)| caller.may_access(t))
             .collect()
     };
-    let waiting: BTreeMap<String, usize> = daemon
-        .engine
-        .admission
-        .waiting_per_tenant()
-        .into_iter()
-        .collect();
     Json(QueueView {
         node: daemon.node.clone(),
         max_concurrent: stats.max_concurrent,
         running: stats.running,
-        queued: daemon.engine.admission.waiting(),
+        queued: stats.queued,
         running_per_tenant: visible(stats.running_per_tenant),
-        queued_per_tenant: visible(waiting),
+        queued_per_tenant: visible(stats.queued_per_tenant),
         draining: daemon.engine.is_draining(),
     })
 }

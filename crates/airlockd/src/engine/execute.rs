@@ -6,12 +6,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use airlock::call::{CallOptions, ToolPolicy, ToolSpec};
-use airlock::pool::PoolError;
+use airlock::pool::{PoolError, Ticket};
 use airlock::worker::{EventDecoder, IngestLimits, InputFile, WorkerEvent};
 use airlock::{RunEvent, RunResult, Sandbox};
 use serde_json::json;
 
-use super::admission::QueueTicket;
 use super::events::EventBody;
 use super::{Engine, Job, LiveRun, OwnedWorkspace, Work};
 use crate::resolve::Resolved;
@@ -52,15 +51,9 @@ pub struct CallWork {
     pub options: CallOptions,
 }
 
-pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticket: QueueTicket) {
+pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticket: Ticket) {
     let waited = Instant::now();
-    let slots = engine.admission.acquire(
-        ticket,
-        &job.tenant,
-        job.priority,
-        &live.cancel,
-        job.queue_timeout,
-    );
+    let slots = ticket.wait(&live.cancel);
     let queue = waited.elapsed();
     engine
         .metrics

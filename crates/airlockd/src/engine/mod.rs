@@ -173,9 +173,10 @@ impl Engine {
         if self.is_draining() {
             return Err(ApiError::shutting_down());
         }
-        let ticket = self.admission.reserve(&job.tenant).inspect_err(|_| {
-            self.metrics.deny("queue_full");
-        })?;
+        let ticket = self
+            .admission
+            .enqueue(&job.tenant, job.priority, job.queue_timeout)
+            .inspect_err(|_| self.metrics.deny("queue_full"))?;
         match self
             .store
             .insert_run(&job.record)
@@ -326,9 +327,9 @@ impl Engine {
 
     /// Refreshes the queue gauges (called when metrics are scraped).
     pub fn refresh_gauges(&self) {
-        let stats = self.admission.global_stats();
+        let stats = self.admission.stats();
         self.metrics.queue_depth.clear();
-        for (tenant, count) in self.admission.waiting_per_tenant() {
+        for (tenant, count) in stats.queued_per_tenant {
             self.metrics
                 .queue_depth
                 .get_or_create(&TenantLabels { tenant })

@@ -431,6 +431,49 @@ async fn a_full_queue_answers_429_and_a_queue_timeout_503_with_retry_after() {
     client.delete(&format!("/v1/runs/{holder}")).await;
 }
 
+/// One pool holds every tenant's share and queue bound: gamma (share 1, at most 1 queued)
+/// waits and then is refused 429 naming its own queue, while beta's run starts at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_at_its_share_queues_alone_and_its_own_queue_bound_holds() {
+    let daemon = TestDaemon::start(Options {
+        gamma: "max_queued = 1".into(),
+        ..Options::default()
+    });
+    let gamma = daemon.client(&daemon.keys.gamma);
+    let beta = daemon.client(&daemon.keys.beta);
+    let long = json!({"command": ["/bin/sleep", "8"]});
+    let holder = gamma.post("/v1/runs", long.clone()).await.json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_status(&gamma, &holder, "running").await;
+    let queued = gamma.post("/v1/runs", long.clone()).await;
+    assert_eq!(queued.status, 202, "{}", queued.text());
+    let refused = gamma.post("/v1/runs", long.clone()).await;
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert!(
+        refused.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("for this tenant"),
+        "{}",
+        refused.text()
+    );
+    let other = beta
+        .post("/v1/runs", json!({"command": ["/bin/true"], "wait": 20}))
+        .await;
+    assert_eq!(other.json()["status"], "exited", "{}", other.text());
+    let queue = daemon
+        .client(&daemon.keys.alpha)
+        .get("/v1/queue")
+        .await
+        .json();
+    assert_eq!(queue["queued_per_tenant"]["gamma"], 1, "{queue}");
+    for id in [holder, queued.json()["id"].as_str().unwrap().to_string()] {
+        gamma.delete(&format!("/v1/runs/{id}")).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn health_metrics_capabilities_queue_and_audit_answer() {
     let daemon = TestDaemon::start(Options::default());
