@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::cancel::CancelToken;
 use crate::policy::units::{ByteSize, Seconds};
 use crate::policy::{load_profile, Policy};
 use crate::result::{RunResult, RunStatus};
@@ -78,6 +79,9 @@ pub struct CallOptions {
     pub stderr_bytes: Option<u64>,
     /// Largest serialised result accepted (default 16 MiB).
     pub max_result_bytes: u64,
+    /// Stops the call when cancelled: [`ToolError::Cancelled`] (also when the token fires
+    /// before the tool started).
+    pub cancel: Option<CancelToken>,
 }
 
 impl Default for CallOptions {
@@ -91,6 +95,7 @@ impl Default for CallOptions {
             processes: None,
             stderr_bytes: None,
             max_result_bytes: 16 << 20,
+            cancel: None,
         }
     }
 }
@@ -195,12 +200,14 @@ pub fn call(
 ) -> Result<Value, ToolError> {
     let request = Request::new(tool, args)?;
     let sandbox = tool_sandbox(request.module_dir.as_ref(), policy, options)?;
-    let result = sandbox
+    let mut command = sandbox
         .command(options.python.clone())
         .args(["-I", "-c", SHIM])
-        .stdin(request.to_bytes())
-        .run()
-        .map_err(ToolError::sandbox)?;
+        .stdin(request.to_bytes());
+    if let Some(token) = &options.cancel {
+        command = command.cancel_on(token);
+    }
+    let result = command.run().map_err(ToolError::sandbox)?;
     interpret(&result, &request.nonce, options.max_result_bytes)
 }
 

@@ -46,6 +46,8 @@ struct Watch<'a> {
     setup_pipe: Option<std::fs::File>,
     setup_buffer: Vec<u8>,
     setup_error: Option<SetupError>,
+    /// The setup reported its own failure (rather than ending without a word).
+    setup_failed_itself: bool,
     layers: Vec<Layer>,
     warnings: Vec<String>,
     control_open: bool,
@@ -77,7 +79,9 @@ pub(super) fn supervise(
     watch.run_until_exit();
     watch.kill_everything();
     if let Some(error) = watch.setup_error.take() {
-        return Err(error);
+        if !watch.stopped_during_setup() {
+            return Err(error);
+        }
     }
     let outcome = watch.outcome(report_read);
     super::wrapped::check_tool_ran_program(spec, tool_status, &outcome)?;
@@ -123,6 +127,7 @@ impl<'a> Watch<'a> {
             setup_pipe: Some(std::fs::File::from(setup)),
             setup_buffer: Vec::new(),
             setup_error: None,
+            setup_failed_itself: false,
             layers: Vec::new(),
             warnings,
             control_open: true,
@@ -226,7 +231,10 @@ impl<'a> Watch<'a> {
             match serde_json::from_slice::<SetupMessage>(line) {
                 Ok(SetupMessage::Layers(layers)) => self.layers.extend(layers),
                 Ok(SetupMessage::Warning(warning)) => self.warnings.push(warning),
-                Ok(SetupMessage::Error(error)) => self.setup_error = Some(error),
+                Ok(SetupMessage::Error(error)) => {
+                    self.setup_failed_itself = true;
+                    self.setup_error = Some(error);
+                }
                 Err(_) => {
                     self.setup_error = Some(SetupError::at(
                         Step::Watch,
@@ -241,6 +249,14 @@ impl<'a> Watch<'a> {
                 "the sandbox setup ended without starting the program",
             ));
         }
+    }
+
+    /// A stop (cancel, timeout) that came while the sandbox was being set up killed the
+    /// setup, which then ended without starting the program: that is the stop's outcome
+    /// (`cancelled`, `timeout`), not a setup failure. A failure the setup reported itself
+    /// stays one.
+    fn stopped_during_setup(&self) -> bool {
+        self.stop.is_some() && !self.setup_failed_itself
     }
 
     fn announce_start(&mut self) {

@@ -25,7 +25,6 @@
 //! ```
 
 mod admission;
-mod cancel;
 #[cfg(test)]
 mod tests;
 mod ticket;
@@ -36,8 +35,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::cancel::{CancelRegistration, CancelToken};
 use admission::Admission;
-pub use cancel::{CancelRegistration, CancelToken};
 pub use ticket::Ticket;
 
 /// Errors of the job pool.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::output::OutputSink;
 use super::{finish, handle, launch, prepare};
+use crate::cancel::CancelToken;
 use crate::confine::cgroup::CgroupConfig;
 use crate::error::Error;
 use crate::layer::Layer;
@@ -58,7 +59,8 @@ pub enum Input {
 /// Something that happens during a run, for callers that stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEvent {
-    /// The program was exec'd with these layers in force.
+    /// The program was exec'd with these layers in force; always the first event (output
+    /// the program wrote at once is held until this is sent).
     Started { layers: Vec<Layer> },
     /// A chunk of stdout (within the cap).
     Stdout(Vec<u8>),
@@ -77,6 +79,7 @@ pub struct Command {
     pub(super) stderr: Sink,
     pub(super) keep: bool,
     pub(super) tty: bool,
+    pub(super) cancel: Option<CancelToken>,
 }
 
 /// Where one output stream goes.
@@ -128,6 +131,7 @@ impl Sandbox {
             stderr: Sink::Capture,
             keep: false,
             tty: false,
+            cancel: None,
         }
     }
 }
@@ -193,6 +197,15 @@ impl Command {
     /// Gives the program the caller's terminal (stdio inherited, no caps on output).
     pub fn tty(mut self, tty: bool) -> Self {
         self.tty = tty;
+        self
+    }
+
+    /// Stops the run when `token` is cancelled (as [`RunHandle::cancel`](super::RunHandle::cancel)
+    /// does: SIGTERM, then SIGKILL after the grace period; status `cancelled`), for `run` as
+    /// for `spawn`. A token cancelled before the program starts, even before `run` is called,
+    /// stops the sandbox's set-up: status `cancelled`, no layers, nothing left behind.
+    pub fn cancel_on(mut self, token: &CancelToken) -> Self {
+        self.cancel = Some(token.clone());
         self
     }
 

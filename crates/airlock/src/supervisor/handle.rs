@@ -10,8 +10,9 @@ use std::thread::JoinHandle;
 use super::builder::{Command, RunEvent, Sink};
 use super::finish::Ending;
 use super::launch::Started;
-use super::output::{self, Drained, OutputSink, StreamKind};
+use super::output::{self, Drained, OutputSink, StartGate, StreamKind};
 use super::serve;
+use crate::cancel::CancelRegistration;
 use crate::error::Error;
 use crate::policy::OutputLimitAction;
 use crate::result::RunResult;
@@ -27,6 +28,8 @@ pub struct RunHandle {
     stderr_reader: Option<JoinHandle<Drained>>,
     stdin_writer: Option<JoinHandle<()>>,
     events: Option<Receiver<RunEvent>>,
+    /// The command's cancel token stops the run until it ended.
+    cancel: Option<CancelRegistration>,
 }
 
 /// A cloneable way to cancel a run from another thread.
@@ -61,11 +64,12 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
         })
     });
     let (event_tx, event_rx) = channel();
+    let start = Arc::new(StartGate::default());
     let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
     let reader = |pipe: Option<OwnedFd>, sink: Sink, kind: StreamKind, cap: u64| {
         pipe.map(|fd| {
             let sink = match sink {
-                Sink::Stream => OutputSink::Stream(event_tx.clone()),
+                Sink::Stream => OutputSink::Stream(event_tx.clone(), Arc::clone(&start)),
                 other => other.blocking_sink(),
             };
             let control = Arc::clone(&control);
@@ -90,9 +94,10 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
         StreamKind::Stderr,
         policy.limits.stderr.0,
     );
-    let events_reader = spawn_event_reader(pipes.events, event_tx);
+    let events_reader = spawn_event_reader(pipes.events, event_tx, start);
     RunHandle {
         ending,
+        cancel: super::finish::stop_when_cancelled(command, &control),
         control,
         events_reader,
         stdout_reader,
@@ -102,9 +107,12 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
     }
 }
 
+/// Reads the init's events; the first one (the start, or a setup failure) opens the gate of
+/// the output streams, as does the end of the events.
 fn spawn_event_reader(
     events: OwnedFd,
     tx: std::sync::mpsc::Sender<RunEvent>,
+    start: Arc<StartGate>,
 ) -> JoinHandle<Vec<InitEvent>> {
     std::thread::spawn(move || {
         let mut log = serve::EventLog::default();
@@ -117,8 +125,10 @@ fn spawn_event_reader(
                         layers: layers.clone(),
                     });
                 }
+                start.open();
             }
         }
+        start.open();
         log.finish()
     })
 }
@@ -156,10 +166,66 @@ impl RunHandle {
         if let Some(writer) = self.stdin_writer.take() {
             let _ = writer.join();
         }
-        self.ending.conclude(serve::Served {
+        let result = self.ending.conclude(serve::Served {
             stdout,
             stderr,
             events,
-        })
+        });
+        drop(self.cancel.take());
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::layer::Layer;
+
+    /// The program's output arrives before the init's start report (it writes at once, the
+    /// init is slow to report): the stream still begins with `Started`.
+    #[test]
+    fn started_leads_the_stream_even_when_output_comes_first() {
+        let (out_read, out_write) = super::super::launch::pipe().unwrap();
+        let (events_read, events_write) = super::super::launch::pipe().unwrap();
+        let (tx, rx) = channel();
+        let start = Arc::new(StartGate::default());
+        let sink = OutputSink::Stream(tx.clone(), Arc::clone(&start));
+        let stdout = std::thread::spawn(move || {
+            output::drain(
+                std::fs::File::from(out_read),
+                StreamKind::Stdout,
+                &sink,
+                1 << 20,
+                || {},
+            )
+        });
+        let events = spawn_event_reader(events_read, tx, start);
+        let mut out = std::fs::File::from(out_write);
+        out.write_all(b"early output").unwrap();
+        drop(out);
+        std::thread::sleep(Duration::from_millis(100));
+        let started = InitEvent::Started {
+            layers: vec![Layer::Seccomp],
+            warnings: Vec::new(),
+            workdir: "/work".into(),
+        };
+        let mut line = serde_json::to_vec(&started).unwrap();
+        line.push(b'\n');
+        std::fs::File::from(events_write).write_all(&line).unwrap();
+        stdout.join().unwrap();
+        events.join().unwrap();
+        let received: Vec<RunEvent> = rx.try_iter().collect();
+        assert_eq!(
+            received,
+            vec![
+                RunEvent::Started {
+                    layers: vec![Layer::Seccomp]
+                },
+                RunEvent::Stdout(b"early output".to_vec()),
+            ]
+        );
     }
 }

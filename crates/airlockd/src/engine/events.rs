@@ -68,6 +68,16 @@ impl EventBody {
     }
 
     /// An output chunk as an event.
+    /// The start of a run, with the layers in force by their JSON names.
+    pub fn started(layers: &[airlock::Layer]) -> EventBody {
+        EventBody::Started {
+            layers: layers
+                .iter()
+                .map(|l| airlock::layer::layer_name(*l))
+                .collect(),
+        }
+    }
+
     pub fn output(stderr: bool, bytes: &[u8]) -> EventBody {
         let text = String::from_utf8_lossy(bytes).into_owned();
         let base64 = std::str::from_utf8(bytes)

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use airlock::call::{CallOptions, ToolPolicy, ToolSpec};
 use airlock::pool::{PoolError, Ticket};
-use airlock::worker::{EventDecoder, IngestLimits, InputFile, WorkerEvent};
+use airlock::worker::run::{self, WorkerJob, WorkerRunError, WorkerUpdate};
+use airlock::worker::{IngestLimits, InputFile, WorkerEvent};
 use airlock::{RunEvent, RunResult, Sandbox};
 use serde_json::json;
 
@@ -128,18 +129,14 @@ fn rejected(message: &str, retry_after: u64) -> Ending {
     }
 }
 
+/// Runs the work with the run's cancel token: the library stops it whenever the token fires,
+/// also during the sandbox's set-up (status `cancelled`).
 fn execute(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Work) -> Ending {
-    let mut ending = match work {
+    match work {
         Work::Command(work) => run_command(engine, live, resolved, work),
         Work::Worker(work) => run_worker(engine, live, resolved, work),
         Work::Call(work) => run_call(live, work),
-    };
-    // A stop that arrives while the sandbox is being set up ends the setup, which the library
-    // reports as a sandbox error; the caller asked for a cancellation, and that is what it was.
-    if live.cancel.is_cancelled() && ending.status == "sandbox_error" {
-        ending.status = "cancelled".into();
     }
-    ending
 }
 
 fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: CommandWork) -> Ending {
@@ -152,15 +149,7 @@ fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Comma
     if let Some(dir) = workdir {
         policy.filesystem.workdir = Some(dir);
     }
-    let outcome = stream_run(
-        live,
-        &policy,
-        resolved,
-        &work.argv,
-        &work.env,
-        work.stdin,
-        |_| {},
-    );
+    let outcome = stream_run(live, &policy, resolved, &work.argv, &work.env, work.stdin);
     drop(work.workspace);
     ending_of(engine, outcome, None)
 }
@@ -172,8 +161,8 @@ struct Streamed {
     stderr: Vec<u8>,
 }
 
-/// Starts the program with streamed output, relays every event into the run's log (and
-/// stdout chunks to `on_stdout`), and waits for the result.
+/// Starts the program with streamed output, relays every event into the run's log, and
+/// waits for the result.
 fn stream_run(
     live: &LiveRun,
     policy: &airlock::Policy,
@@ -181,7 +170,6 @@ fn stream_run(
     argv: &[String],
     env: &[(String, String)],
     stdin: Option<Vec<u8>>,
-    mut on_stdout: impl FnMut(&[u8]),
 ) -> Result<Streamed, airlock::Error> {
     let sandbox = Sandbox::with_options(policy.clone(), resolved.options.clone())?;
     let (program, args) = argv
@@ -190,7 +178,8 @@ fn stream_run(
     let mut command = sandbox
         .command(program.clone())
         .args(args.iter().cloned())
-        .stream_output();
+        .stream_output()
+        .cancel_on(&live.cancel);
     for (key, value) in env {
         command = command.env(key.clone(), value.clone());
     }
@@ -198,44 +187,20 @@ fn stream_run(
         command = command.stdin(bytes);
     }
     let mut handle = command.spawn()?;
-    let canceller = handle.canceller();
-    let _cancel = live.cancel.on_cancel(move || canceller.cancel());
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    // Output and the start report come from different pipes (and library threads), so a
-    // chunk can arrive first; it is held until `started`, which always leads the stream.
-    let mut held: Option<Vec<EventBody>> = Some(Vec::new());
-    let emit = |body: EventBody, held: &mut Option<Vec<EventBody>>| match held {
-        Some(waiting) => waiting.push(body),
-        None => live.log.push(body),
-    };
-    if let Some(events) = handle.events() {
-        for event in events {
-            match event {
-                RunEvent::Started { layers } => {
-                    live.log.push(EventBody::Started {
-                        layers: layers
-                            .iter()
-                            .map(|l| airlock::layer::layer_name(*l))
-                            .collect(),
-                    });
-                    for body in held.take().unwrap_or_default() {
-                        live.log.push(body);
-                    }
-                }
-                RunEvent::Stdout(chunk) => {
-                    on_stdout(&chunk);
-                    emit(EventBody::output(false, &chunk), &mut held);
-                    stdout.extend_from_slice(&chunk);
-                }
-                RunEvent::Stderr(chunk) => {
-                    emit(EventBody::output(true, &chunk), &mut held);
-                    stderr.extend_from_slice(&chunk);
-                }
+    // The library always sends `started` first.
+    for event in handle.events().into_iter().flatten() {
+        match event {
+            RunEvent::Started { layers } => live.log.push(EventBody::started(&layers)),
+            RunEvent::Stdout(chunk) => {
+                live.log.push(EventBody::output(false, &chunk));
+                stdout.extend_from_slice(&chunk);
+            }
+            RunEvent::Stderr(chunk) => {
+                live.log.push(EventBody::output(true, &chunk));
+                stderr.extend_from_slice(&chunk);
             }
         }
-    }
-    for body in held.take().unwrap_or_default() {
-        live.log.push(body);
     }
     let result = handle.wait()?;
     Ok(Streamed {
@@ -321,83 +286,92 @@ fn count_setup_failure(engine: &Engine, reason: &str) {
         .inc();
 }
 
+/// A worker job through the library's `run_worker`, its job directory in a workspace of its
+/// own (capped like the policy's disk), its progress and log events relayed into the log.
 fn run_worker(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: WorkerWork) -> Ending {
     let dir = engine.paths.work.join(format!("job-{}", live.id));
-    let outcome = Workspace::create(&dir, work.job)
-        .map_err(|e| format!("cannot create the job workspace: {e}"))
-        .and_then(|ws| {
-            let ws = OwnedWorkspace(ws);
-            let staged =
-                airlock::worker::stage(&ws.0.dir, &work.inputs, &work.options, work.job.owner)
-                    .map_err(|e| e.to_string())?;
-            Ok(stage_and_run(engine, live, resolved, &work, &staged))
-        });
+    let workspace = Workspace::create(&dir, work.job).map(OwnedWorkspace);
+    let ending = match workspace {
+        Ok(workspace) => {
+            let mut job = WorkerJob::new(work.program, engine.paths.outputs.join(&live.id));
+            job.inputs = work.inputs;
+            job.options = work.options;
+            job.env = work.env;
+            job.ingest_limits = work.ingest;
+            job.jobs_root = Some(workspace.0.dir.clone());
+            job.cancel = Some(live.cancel.clone());
+            worker_ending(engine, live, resolved, &job)
+        }
+        Err(e) => worker_failure(
+            "worker_stage",
+            format!("cannot create the job workspace: {e}"),
+        ),
+    };
     let _ = std::fs::remove_dir_all(&work.uploads);
-    outcome.unwrap_or_else(|message| Ending {
-        status: "sandbox_error".into(),
-        error: Some(json!({"kind": "worker_stage", "message": message, "fix": "check the inputs' names and sizes"})),
-        ..Ending::default()
-    })
+    ending
 }
 
-fn stage_and_run(
-    engine: &Engine,
-    live: &LiveRun,
-    resolved: &Resolved,
-    work: &WorkerWork,
-    staged: &airlock::worker::StagedJob,
-) -> Ending {
-    let mut policy = resolved.policy.clone();
-    policy.filesystem.workdir = Some(staged.job_dir.clone());
-    policy.filesystem.read_only.push(staged.in_dir.clone());
-    let mut env = work.env.clone();
-    env.push((
-        "AIRLOCK_JOB_DIR".into(),
-        staged.job_dir.display().to_string(),
-    ));
-    let mut decoder = EventDecoder::new();
-    let mut done_seen = false;
-    let relay = |events: Vec<WorkerEvent>, done_seen: &mut bool| {
-        for event in events {
-            *done_seen |= event.is_done();
-            if let Some(body) = worker_event(event) {
-                live.log.push(body);
+fn worker_ending(engine: &Engine, live: &LiveRun, resolved: &Resolved, job: &WorkerJob) -> Ending {
+    let mut stderr = Vec::new();
+    let outcome = run::run_worker(
+        &resolved.policy,
+        &resolved.options,
+        job,
+        |update| match update {
+            WorkerUpdate::Started(layers) => live.log.push(EventBody::started(layers)),
+            WorkerUpdate::Stderr(chunk) => {
+                live.log.push(EventBody::output(true, chunk));
+                stderr.extend_from_slice(chunk);
             }
-        }
-    };
-    let outcome = stream_run(
-        live,
-        &policy,
-        resolved,
-        &work.program,
-        &env,
-        None,
-        |chunk| {
-            relay(decoder.feed(chunk), &mut done_seen);
+            WorkerUpdate::Event(event) => {
+                if let Some(body) = worker_event(event) {
+                    live.log.push(body);
+                }
+            }
+            _ => {}
         },
     );
-    relay(std::mem::take(&mut decoder).finish(), &mut done_seen);
-    let ran = matches!(&outcome, Ok(s) if s.result.status != airlock::RunStatus::SandboxError);
-    let ingest = ran.then(|| {
-        let dest = engine.paths.outputs.join(&live.id);
-        airlock::worker::ingest(&staged.out_dir, &dest, &work.ingest).map_err(|e| e.to_string())
-    });
-    let success = matches!(&outcome, Ok(s) if s.result.success()) && done_seen;
-    let outputs = json!({
-        "success": success,
-        "done_seen": done_seen,
-        "ingest": ingest.as_ref().and_then(|r| r.as_ref().ok()),
-        "ingest_error": ingest.as_ref().and_then(|r| r.as_ref().err()),
-    });
-    ending_of(engine, outcome, Some(outputs))
+    match outcome {
+        Ok(outcome) => {
+            let outputs = json!({
+                "success": outcome.success,
+                "done_seen": outcome.done_seen,
+                "events": outcome.events,
+                "ingest": outcome.ingest,
+                "warnings": outcome.warnings,
+            });
+            let streamed = Streamed {
+                result: outcome.result,
+                stdout: Vec::new(),
+                stderr,
+            };
+            ending_of(engine, Ok(streamed), Some(outputs))
+        }
+        Err(WorkerRunError::Sandbox(e)) => setup_error(engine, &e),
+        Err(e @ WorkerRunError::Ingest(_)) => worker_failure("worker_ingest", e.to_string()),
+        Err(e) => worker_failure("worker_stage", e.to_string()),
+    }
 }
 
-fn worker_event(event: WorkerEvent) -> Option<EventBody> {
+fn worker_failure(kind: &str, message: String) -> Ending {
+    Ending {
+        status: "sandbox_error".into(),
+        error: Some(
+            json!({"kind": kind, "message": message, "fix": "check the inputs' names and sizes, and the daemon's disk"}),
+        ),
+        ..Ending::default()
+    }
+}
+
+fn worker_event(event: &WorkerEvent) -> Option<EventBody> {
     match event {
-        WorkerEvent::Progress { fraction, message } => {
-            Some(EventBody::Progress { fraction, message })
-        }
-        WorkerEvent::Log { message } => Some(EventBody::Log { message }),
+        WorkerEvent::Progress { fraction, message } => Some(EventBody::Progress {
+            fraction: *fraction,
+            message: message.clone(),
+        }),
+        WorkerEvent::Log { message } => Some(EventBody::Log {
+            message: message.clone(),
+        }),
         WorkerEvent::Error { line, reason } => Some(EventBody::Log {
             message: format!("not a worker event ({reason}): {line}"),
         }),
@@ -405,17 +379,15 @@ fn worker_event(event: WorkerEvent) -> Option<EventBody> {
     }
 }
 
-fn run_call(live: &LiveRun, work: CallWork) -> Ending {
+fn run_call(live: &LiveRun, mut work: CallWork) -> Ending {
     let started = Instant::now();
+    work.options.cancel = Some(live.cancel.clone());
     let outcome = airlock::call::call(&work.tool, &work.args, work.policy, &work.options);
     let wall_ms = started.elapsed().as_millis() as i64;
     let (status, result) = match &outcome {
         Ok(value) => ("exited".to_string(), json!({"ok": true, "value": value})),
         Err(error) => (call_status(error), json!({"ok": false, "error": error})),
     };
-    if live.cancel.is_cancelled() {
-        tracing::info!(run = %live.id, "a tool call cannot be stopped once started; it ran to its end");
-    }
     Ending {
         status,
         backend: Some(match work.policy {

@@ -212,3 +212,42 @@ async fn tool_calls_return_values_and_typed_errors() {
     let subprocess = client.post("/v1/calls", json!({"toolset": "text", "target": "text:word_count", "policy": "subprocess", "args": ["x"]})).await;
     assert_eq!(subprocess.status, 403, "{}", subprocess.text());
 }
+
+/// DELETE stops a running tool call (the library's call takes the run's cancel token): the
+/// caller gets `cancelled` at once instead of after the call's 60 s.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_tool_call_is_cancelled() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client(&daemon.keys.beta);
+    let caller = client.clone();
+    let started = std::time::Instant::now();
+    let call = tokio::spawn(async move {
+        caller
+            .post(
+                "/v1/calls",
+                json!({"toolset": "text", "target": "text:spin", "limits": {"wall_time": "60s"}}),
+            )
+            .await
+            .json()
+    });
+    let mut running = None;
+    for _ in 0..400 {
+        let list = client.get("/v1/runs?status=running").await.json();
+        running = list["runs"]
+            .as_array()
+            .and_then(|runs| runs.iter().find(|r| r["kind"] == "call"))
+            .map(|r| r["id"].as_str().unwrap().to_string());
+        if running.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let id = running.expect("the call is running");
+    let cancelled = client.delete(&format!("/v1/runs/{id}")).await;
+    assert!(cancelled.status < 300, "{}", cancelled.text());
+    let answer = call.await.unwrap();
+    assert_eq!(answer["error"]["error"], "cancelled", "{answer}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let run = client.get(&format!("/v1/runs/{id}")).await.json();
+    assert_eq!(run["status"], "cancelled", "{run}");
+}
