@@ -426,16 +426,23 @@ pub async fn submit(
             if waited {
                 live.wait_done(prepared.wait).await;
             }
-            let row = daemon
-                .store
-                .run(&live.id)
-                .await
-                .map_err(ApiError::store)?
-                .ok_or_else(|| ApiError::internal("the run's record vanished", &live.id))?;
+            let row = match live.recorded() {
+                Some(row) => row.clone(),
+                None => daemon
+                    .store
+                    .run(&live.id)
+                    .await
+                    .map_err(ApiError::store)?
+                    .ok_or_else(|| ApiError::internal("the run's record vanished", &live.id))?,
+            };
             if waited && row.status == "rejected" {
                 return Err(busy(daemon, &row));
             }
-            Ok(run_response(&row, false))
+            let mut response = run_response(&row, false);
+            if let Some(time) = live.sandbox_time().filter(|_| row.is_terminal()) {
+                add_server_timing(&mut response, time);
+            }
+            Ok(response)
         }
     }
 }
@@ -454,6 +461,15 @@ pub fn busy(daemon: &Daemon, row: &RunRow) -> ApiError {
         "retry after the time in Retry-After",
     )
     .with_retry_after(daemon.engine.admission.retry_after())
+}
+
+/// `Server-Timing: sandbox;dur=<ms>`: how much of the answer's time the library's run took,
+/// so a client can tell the daemon's own cost from the sandbox's.
+fn add_server_timing(response: &mut axum::response::Response, sandbox: Duration) {
+    let value = format!("sandbox;dur={:.3}", sandbox.as_secs_f64() * 1000.0);
+    if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+        response.headers_mut().insert("server-timing", value);
+    }
 }
 
 /// 200 for a finished run (201 when `created`), 202 with `Location` while it is in flight.

@@ -163,6 +163,17 @@ impl Connection {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<(u16, Value)> {
+        let (status, value, _) = self.call_timed(method, path, body).await?;
+        Ok((status, value))
+    }
+
+    /// Also returns the library's share of the answer's time (`Server-Timing: sandbox`), ms.
+    async fn call_timed(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value, Option<f64>)> {
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
@@ -178,9 +189,15 @@ impl Connection {
             .send_request(request.body(Full::new(body))?)
             .await?;
         let status = response.status().as_u16();
+        let sandbox_ms = response
+            .headers()
+            .get("server-timing")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("sandbox;dur="))
+            .and_then(|ms| ms.parse().ok());
         let bytes = response.into_body().collect().await?.to_bytes();
         let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok((status, value))
+        Ok((status, value, sandbox_ms))
     }
 }
 
@@ -231,6 +248,7 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
     let mut connection = Connection::open(daemon).await?;
     let runtime = daemon.dir.path().join("run/library");
     let (mut library, mut streamed, mut api) = (Vec::new(), Vec::new(), Vec::new());
+    let mut own = Vec::new();
     let run_library = |streamed: bool| {
         let (init, dir) = (daemon.init.clone(), runtime.clone());
         tokio::task::spawn_blocking(move || library_run(&init, &dir, streamed))
@@ -240,15 +258,18 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
         let spawned = run_library(true).await??;
         let started = Instant::now();
         let body = json!({"command": ["/bin/true"], "wait": 60});
-        let (status, run) = connection.call("POST", "/v1/runs", Some(body)).await?;
-        let through_api = started.elapsed();
+        let (status, run, sandbox_ms) = connection
+            .call_timed("POST", "/v1/runs", Some(body))
+            .await?;
+        let through_api = started.elapsed().as_secs_f64() * 1000.0;
         if status != 200 || run["status"] != "exited" {
             bail!("the API run failed: {status} {run}");
         }
         if i >= 10 {
             library.push(lib.as_secs_f64() * 1000.0);
             streamed.push(spawned.as_secs_f64() * 1000.0);
-            api.push(through_api.as_secs_f64() * 1000.0);
+            api.push(through_api);
+            own.extend(sandbox_ms.map(|sandbox| through_api - sandbox));
         }
     }
     let (lib50, lib90) = (percentile(&mut library, 0.5), percentile(&mut library, 0.9));
@@ -270,6 +291,13 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
         "  API p50 - library spawn() p50 (the daemon's own cost): {:.2} ms",
         api50 - spawn50
     );
+    if !own.is_empty() {
+        let (own50, own90) = (percentile(&mut own, 0.5), percentile(&mut own, 0.9));
+        println!(
+            "  paired, per request: API time - the library's time in the daemon (Server-Timing): p50 {own50:.2} ms, p90 {own90:.2} ms -> {}",
+            verdict(own50 <= 1.0)
+        );
+    }
     Ok(())
 }
 

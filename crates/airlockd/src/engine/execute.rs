@@ -63,24 +63,19 @@ pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticke
     let tenant = job.tenant.name.clone();
     let (ending, wall) = match slots {
         Ok(slots) => {
-            {
-                let mut state = live
-                    .state
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                state.running = true;
-            }
+            let (started_ms, queue_ms) = (now_ms(), queue.as_millis() as i64);
+            live.mark_started(started_ms, queue_ms);
             let started = Instant::now();
             // Recorded without waiting: the run's start is not delayed by a store write, and
             // the terminal write that follows only applies to a `queued` or `running` row.
             let (store, id) = (engine.store.clone(), live.id.clone());
-            let queue_ms = queue.as_millis() as i64;
             engine.runtime.spawn(async move {
-                if let Err(e) = store.mark_running(&id, now_ms(), queue_ms).await {
+                if let Err(e) = store.mark_running(&id, started_ms, queue_ms).await {
                     tracing::error!(run = %id, "cannot mark the run running: {e}");
                 }
             });
             let ending = execute(engine, live, &job.resolved, job.work);
+            live.set_sandbox_time(started.elapsed());
             drop(slots);
             (ending, Some(started.elapsed()))
         }
@@ -100,7 +95,7 @@ pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticke
     };
     audit_ending(engine, live, &job.key_name, &tenant, &ending);
     let recording = Instant::now();
-    engine.block_on(engine.finish(live, ending, &tenant, wall));
+    engine.block_on(engine.finish(live, ending, &tenant, wall, Some(&job.record)));
     tracing::debug!(
         run = %live.id,
         queue_us = queue.as_micros() as u64,
@@ -234,6 +229,7 @@ fn ending_of(
                 result: serde_json::to_value(&result).ok(),
                 error,
                 outputs,
+                ..Ending::default()
             }
         }
         Err(e) => setup_error(engine, &e),

@@ -12,7 +12,7 @@ mod execute;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use airlock::pool::CancelToken;
@@ -60,11 +60,18 @@ pub struct LiveRun {
     pub cancel: CancelToken,
     state: Mutex<LiveState>,
     done: watch::Sender<bool>,
+    /// The run's record as stored at its end, so a caller that waited for it gets it without
+    /// reading it back (unset when the store did not take it).
+    recorded: OnceLock<RunRow>,
 }
 
 #[derive(Debug, Default)]
 struct LiveState {
     running: bool,
+    /// When it got its slot, and how long it had waited for it.
+    started: Option<(i64, i64)>,
+    /// How long the library took to run it (set up, run, tear down).
+    sandbox_time: Option<Duration>,
     /// Why the run is being stopped, when the daemon (not the caller) stops it.
     stop_reason: Option<ErrorDetail>,
 }
@@ -84,6 +91,33 @@ impl LiveRun {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .running
+    }
+
+    /// The terminal record, once stored.
+    pub fn recorded(&self) -> Option<&RunRow> {
+        self.recorded.get()
+    }
+
+    /// How long the library took to run it, once it ran.
+    pub fn sandbox_time(&self) -> Option<Duration> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sandbox_time
+    }
+
+    fn set_sandbox_time(&self, time: Duration) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sandbox_time = Some(time);
+    }
+
+    /// Marks the run started now, after waiting `queue_ms` for its slot.
+    fn mark_started(&self, started_ms: i64, queue_ms: i64) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.running = true;
+        state.started = Some((started_ms, queue_ms));
     }
 
     /// Cancels the run, recording why when the daemon decided it.
@@ -194,6 +228,7 @@ impl Engine {
             cancel: CancelToken::new(),
             state: Mutex::default(),
             done: watch::channel(false).0,
+            recorded: OnceLock::new(),
         });
         self.live
             .lock()
@@ -206,7 +241,7 @@ impl Engine {
             .spawn(move || execute::run_job(&engine, &thread_live, job, ticket));
         if let Err(e) = spawned {
             let ending = internal_ending(&format!("cannot start a thread for the run: {e}"));
-            self.finish(&live, ending, "none", None).await;
+            self.finish(&live, ending, "none", None, None).await;
         }
         Ok(Submitted::New(live))
     }
@@ -271,12 +306,20 @@ impl Engine {
         mut ending: Ending,
         tenant: &str,
         wall: Option<Duration>,
+        record: Option<&NewRun>,
     ) {
         if ending.status == "cancelled" && ending.error.is_none() {
             ending.error = live
                 .stop_reason()
                 .map(|r| serde_json::to_value(r).unwrap_or_default());
         }
+        let started = live
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .started;
+        (ending.started_ms, ending.queue_ms) = started.unzip();
+        ending.ended_ms = crate::store::now_ms();
         let events = live.log.snapshot();
         let mut stored = false;
         for attempt in 0..5u64 {
@@ -291,8 +334,12 @@ impl Engine {
                 }
             }
         }
-        if !stored {
-            tracing::error!(run = %live.id, "the run's end is not recorded; a restart marks it lost");
+        match record {
+            Some(record) if stored => drop(live.recorded.set(ending.row(record))),
+            _ if !stored => {
+                tracing::error!(run = %live.id, "the run's end is not recorded; a restart marks it lost");
+            }
+            _ => {}
         }
         self.count(&ending, tenant, wall);
         self.live

@@ -51,6 +51,33 @@ pub struct RunRow {
     pub wall_ms: Option<i64>,
 }
 
+/// Events per INSERT statement: 5 parameters each, well within SQLite's 32,766 and
+/// PostgreSQL's 65,535.
+const EVENTS_PER_INSERT: usize = 1000;
+
+/// One INSERT of `rows` events, numbered `$n` parameters (both databases read them). An event
+/// already stored (a retry after the status update failed) is skipped.
+fn events_insert(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            let n = row * 5;
+            format!(
+                "(${}, ${}, ${}, ${}, ${})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5
+            )
+        })
+        .collect();
+    format!(
+        "INSERT INTO run_events (run_id, seq, at_ms, kind, data) VALUES {} \
+         ON CONFLICT DO NOTHING",
+        values.join(", ")
+    )
+}
+
 /// Statuses after which nothing about a run changes.
 pub const ACTIVE_STATUSES: [&str; 2] = ["queued", "running"];
 
@@ -78,6 +105,41 @@ pub struct Ending {
     pub error: Option<serde_json::Value>,
     pub outputs: Option<serde_json::Value>,
     pub wall_ms: Option<i64>,
+    /// When the run got its slot, and how long it waited (none if it never started).
+    pub started_ms: Option<i64>,
+    pub queue_ms: Option<i64>,
+    pub ended_ms: i64,
+}
+
+impl Ending {
+    /// The stored row of `run` once this ending is recorded.
+    pub fn row(&self, run: &NewRun) -> RunRow {
+        RunRow {
+            id: run.id.clone(),
+            tenant: run.tenant.clone(),
+            key_name: run.key_name.clone(),
+            kind: run.kind.clone(),
+            session_id: run.session_id.clone(),
+            node: run.node.clone(),
+            status: self.status.clone(),
+            priority: run.priority,
+            idempotency_key: run.idempotency_key.clone(),
+            request_hash: run.request_hash.clone(),
+            request: run.request.clone(),
+            profile: run.profile.clone(),
+            policy: run.policy.clone(),
+            backend: self.backend.clone(),
+            result: self.result.clone(),
+            error: self.error.clone(),
+            outputs: self.outputs.clone(),
+            network: None,
+            created_ms: run.created_ms,
+            started_ms: self.started_ms,
+            ended_ms: Some(self.ended_ms),
+            queue_ms: self.queue_ms,
+            wall_ms: self.wall_ms,
+        }
+    }
 }
 
 /// Which runs to list.
@@ -213,7 +275,10 @@ impl Store {
         Ok(())
     }
 
-    /// Records how a run ended, with its events, in one transaction. A run already marked
+    /// Records how a run ended, with its events. The events go first and the terminal status
+    /// last, each statement its own commit (two round trips to the database, not a
+    /// transaction's four or more): a crash between them leaves a `running` record, which
+    /// recovery marks lost, never a terminal record without its events. A run already marked
     /// terminal (lost by another node's verdict) is left as it is.
     pub async fn finish_run(
         &self,
@@ -221,20 +286,23 @@ impl Store {
         ending: &Ending,
         events: &[StoredEvent],
     ) -> StoreResult<()> {
-        let mut tx = self.pool().begin().await?;
-        for event in events {
-            sqlx::query("INSERT INTO run_events (run_id, seq, at_ms, kind, data) VALUES ($1, $2, $3, $4, $5)")
-                .bind(id)
-                .bind(event.seq)
-                .bind(event.at_ms)
-                .bind(&event.kind)
-                .bind(event.data.to_string())
-                .execute(&mut *tx)
-                .await?;
+        for chunk in events.chunks(EVENTS_PER_INSERT) {
+            let sql = events_insert(chunk.len());
+            let mut insert = sqlx::query(&sql);
+            for event in chunk {
+                insert = insert
+                    .bind(id)
+                    .bind(event.seq)
+                    .bind(event.at_ms)
+                    .bind(event.kind.as_str())
+                    .bind(event.data.to_string());
+            }
+            insert.execute(self.pool()).await?;
         }
         sqlx::query(
             "UPDATE runs SET status = $2, backend = $3, result = $4, error = $5, outputs = $6, \
-             wall_ms = $7, ended_ms = $8 WHERE id = $1 AND status IN ('queued', 'running')",
+             wall_ms = $7, ended_ms = $8, started_ms = COALESCE(started_ms, $9), \
+             queue_ms = COALESCE(queue_ms, $10) WHERE id = $1 AND status IN ('queued', 'running')",
         )
         .bind(id)
         .bind(&ending.status)
@@ -243,10 +311,11 @@ impl Store {
         .bind(text(&ending.error))
         .bind(text(&ending.outputs))
         .bind(ending.wall_ms)
-        .bind(now_ms())
-        .execute(&mut *tx)
+        .bind(ending.ended_ms)
+        .bind(ending.started_ms)
+        .bind(ending.queue_ms)
+        .execute(self.pool())
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 

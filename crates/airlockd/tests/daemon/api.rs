@@ -35,6 +35,11 @@ async fn a_run_returns_its_result_and_is_recorded_with_its_isolation() {
         .await;
     assert_eq!(again.status, 200);
     assert_eq!(again.json()["result"], run["result"]);
+    assert_eq!(
+        again.json(),
+        run,
+        "the answer (from memory) is the stored record"
+    );
 }
 
 /// A run the init cannot set up carries the library's typed kind in the record's

@@ -47,6 +47,37 @@ async fn both_stores_migrate_to_the_same_schema_and_record_runs() {
             store.insert_run(&dup).await.unwrap(),
             airlockd::store::Inserted::Existing(_)
         ));
+        // A run's end: its events in one statement, then its status; a retry stores nothing
+        // twice, and the stored row is the one the engine answers from memory.
+        let mut finished = run.clone();
+        (finished.id, finished.idempotency_key, finished.created_ms) = ("run_3".into(), None, 100);
+        store.insert_run(&finished).await.unwrap();
+        let events: Vec<airlockd::store::StoredEvent> = (0..3)
+            .map(|seq| airlockd::store::StoredEvent {
+                seq,
+                at_ms: 101,
+                kind: "stdout".into(),
+                data: json!({"text": seq.to_string()}),
+            })
+            .collect();
+        let ending = airlockd::store::Ending {
+            status: "exited".into(),
+            backend: Some("native".into()),
+            result: Some(json!({"exit_code": 0})),
+            wall_ms: Some(3),
+            started_ms: Some(102),
+            queue_ms: Some(1),
+            ended_ms: 105,
+            ..Default::default()
+        };
+        for _ in 0..2 {
+            store.finish_run("run_3", &ending, &events).await.unwrap();
+        }
+        assert_eq!(
+            store.run("run_3").await.unwrap(),
+            Some(ending.row(&finished))
+        );
+        assert_eq!(store.events("run_3").await.unwrap(), events);
         store.mark_running("run_1", 2, 1).await.unwrap();
         assert_eq!(
             store
