@@ -211,6 +211,7 @@ impl Engine {
             .admission
             .enqueue(&job.tenant, job.priority, job.queue_timeout)
             .inspect_err(|_| self.metrics.deny("queue_full"))?;
+        let granted = ticket.is_granted();
         match self
             .store
             .insert_run(&job.record)
@@ -236,9 +237,19 @@ impl Engine {
             .insert(live.id.clone(), Arc::clone(&live));
         let engine = Arc::clone(self);
         let thread_live = Arc::clone(&live);
-        let spawned = std::thread::Builder::new()
-            .name(format!("run {}", live.id))
-            .spawn(move || execute::run_job(&engine, &thread_live, job, ticket));
+        let run = move || execute::run_job(&engine, &thread_live, job, ticket);
+        // A run with its slot already goes to the runtime's pool of blocking threads (no thread
+        // to create); a queued one waits on a thread of its own, so waiting runs never take
+        // all of the pool's threads from the runs that hold slots.
+        let spawned = if granted {
+            self.runtime.spawn_blocking(run);
+            Ok(())
+        } else {
+            std::thread::Builder::new()
+                .name(format!("run {}", live.id))
+                .spawn(run)
+                .map(drop)
+        };
         if let Err(e) = spawned {
             let ending = internal_ending(&format!("cannot start a thread for the run: {e}"));
             self.finish(&live, ending, "none", None, None).await;

@@ -73,6 +73,10 @@ impl Store {
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(std::time::Duration::from_secs(10))
+            // Pinging each connection before use finds a PostgreSQL server that hung up; a
+            // SQLite connection is a file in this process and cannot, and there the ping is
+            // a round trip to sqlx's worker thread that doubled the cost of every statement.
+            .test_before_acquire(dialect == Dialect::Postgres)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if dialect == Dialect::Sqlite {
