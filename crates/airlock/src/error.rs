@@ -51,8 +51,9 @@ pub enum Error {
     /// The requested backend cannot run on this host.
     #[error("backend {backend} is not available here: {reason}")]
     BackendUnavailable { backend: String, reason: String },
-    /// Layers the policy requires are missing on this host.
-    #[error("backend {backend} cannot enforce {} here: {reason}; fix the host (see `airlock doctor`), choose another backend, or pass --allow-degraded to run with what is available", crate::layer::names(.missing))]
+    /// Layers the policy requires are missing: on this host, or because of what the run asks
+    /// for (the host network). `reason` says why and how to fix it.
+    #[error("backend {backend} cannot enforce {} here: {reason}; or pass --allow-degraded to run with what is available", crate::layer::names(.missing))]
     Degraded {
         backend: String,
         missing: Vec<Layer>,
@@ -128,6 +129,10 @@ pub enum ErrorKind {
     InterpreterNotInstalled,
     /// An interpreter registry file that cannot be read or is invalid.
     InterpreterRegistryInvalid,
+    /// The command line (or a request) is invalid: an unknown flag, a missing or bad value.
+    UsageInvalid,
+    /// The file the result was asked to be written to cannot be written; nothing ran.
+    ResultUnwritable,
 }
 
 impl ErrorKind {
@@ -151,6 +156,8 @@ impl ErrorKind {
             ErrorKind::InterpreterNotAllowed => "interpreter_not_allowed",
             ErrorKind::InterpreterNotInstalled => "interpreter_not_installed",
             ErrorKind::InterpreterRegistryInvalid => "interpreter_registry_invalid",
+            ErrorKind::UsageInvalid => "usage_invalid",
+            ErrorKind::ResultUnwritable => "result_unwritable",
         }
     }
 }
@@ -192,6 +199,31 @@ impl Error {
             context: context.into(),
             cause: source,
         }
+    }
+}
+
+/// The kind of a failed run's error, as the result's `error_kind`: a refusal before the run
+/// started ([`ErrorKind`]) or a set-up failure reported by the init ([`SetupErrorKind`]). Either
+/// serialises as its snake_case name; the two sets of names are disjoint, so a caller can
+/// branch on the name alone.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[serde(untagged)]
+pub enum FailureKind {
+    /// The run was refused or failed before its init started.
+    Refused(ErrorKind),
+    /// The init could not set the sandbox up.
+    Setup(SetupErrorKind),
+}
+
+impl From<ErrorKind> for FailureKind {
+    fn from(kind: ErrorKind) -> Self {
+        FailureKind::Refused(kind)
+    }
+}
+
+impl From<SetupErrorKind> for FailureKind {
+    fn from(kind: SetupErrorKind) -> Self {
+        FailureKind::Setup(kind)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::{Kind, Setup, Step};
@@ -22,10 +22,13 @@ pub(crate) struct PreparedRun {
 
 impl PreparedRun {
     pub(super) fn create(spec: &InitSpec) -> Setup<PreparedRun> {
-        let mut mask = SigSet::empty();
+        // SIGCHLD for the watch loop; the stop signals so that a Ctrl-C to the terminal's
+        // process group, which includes the init, cannot kill it before it has cleaned up
+        // (see `watch::Watch::drain_signals`).
+        let mut mask = super::stop_signals();
         mask.add(Signal::SIGCHLD);
         mask.thread_block()
-            .map_err(|e| SetupError::at(Step::Init, format!("cannot block SIGCHLD: {e}")))?;
+            .map_err(|e| SetupError::at(Step::Init, format!("cannot block signals: {e}")))?;
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .map_err(|e| SetupError::at(Step::Init, format!("signalfd: {e}")))?;
         if let Some(scratch) = &spec.scratch {

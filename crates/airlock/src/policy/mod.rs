@@ -2,6 +2,7 @@
 //! (every value concrete); profiles on disk are partial and layer on top of a base policy.
 
 mod builtin;
+mod overrides;
 mod profile;
 pub mod units;
 
@@ -11,7 +12,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use builtin::{builtin, builtin_names, tier, tier_names};
-pub use profile::{load_profile, parse_profile, ContainerSection, ProfileFile};
+pub use overrides::Overrides;
+pub use profile::{load_profile, parse_profile, ContainerSection, LimitsSection, ProfileFile};
 
 use crate::layer::{IsolationLevel, Layer};
 use units::{ByteSize, Seconds};
@@ -311,16 +313,41 @@ impl Policy {
             "a duration above zero, e.g. 10s",
         )?;
         check(
-            l.processes >= 1,
+            l.processes >= MIN_PROCESSES,
             "limits.processes",
             &l.processes,
-            "at least 1",
+            "at least 3: the sandbox itself needs processes under this limit (the native \
+             sandbox's namespace holder and its PID 1 besides the program)",
         )?;
         check(
             l.open_files >= 16,
             "limits.open_files",
             &l.open_files,
             "at least 16: stdio and an interpreter need that many",
+        )?;
+        check(
+            l.file_size.0 >= MIN_FILE_SIZE,
+            "limits.file_size",
+            &l.file_size,
+            "at least 64KiB: the sandbox writes its own set-up files under this limit \
+             (/etc/passwd, /etc/hosts, a wrapping tool's bundle and status)",
+        )?;
+        for (key, value) in [
+            ("limits.wall_time", l.wall_time),
+            ("limits.cpu_time", l.cpu_time),
+        ] {
+            check(
+                value.0 <= MAX_DURATION,
+                key,
+                &value,
+                "at most 365d: longer is a mistake of units (ms for s?), not a limit",
+            )?;
+        }
+        check(
+            l.grace.0 <= MAX_GRACE,
+            "limits.grace",
+            &l.grace,
+            "at most 1h between SIGTERM and SIGKILL",
         )?;
         check(l.files >= 16, "limits.files", &l.files, "at least 16")?;
         check(l.disk.0 >= 1 << 20, "limits.disk", &l.disk, "at least 1MiB")?;
@@ -397,6 +424,16 @@ impl Limits {
         (self.disk.0.min(64 << 20), self.files.min(1024))
     }
 }
+
+/// The fewest processes a run can work with: the native sandbox's namespace holder, its PID 1
+/// and the program (a wrapping tool may need more, see its backend).
+pub const MIN_PROCESSES: u64 = 3;
+/// The smallest file-size limit the sandbox's own set-up files fit under.
+pub const MIN_FILE_SIZE: u64 = 64 << 10;
+/// The longest wall-clock or CPU-time limit.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+/// The longest grace period.
+pub const MAX_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 fn valid_env_name(name: &str) -> bool {
     !name.is_empty() && !name.contains('=') && !name.contains('\0')

@@ -158,6 +158,7 @@ fn looks_like_path(reference: &str) -> bool {
 /// Layers a profile file over a base policy.
 pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
     set(&mut policy.backend, file.backend);
+    let own_require = file.require.is_some();
     set(&mut policy.require, file.require);
     if file.min_isolation.is_some() {
         policy.min_isolation = file.min_isolation;
@@ -177,6 +178,14 @@ pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
         set(&mut policy.filesystem.exec_writable, fs.exec_writable);
     }
     if let Some(net) = file.network {
+        // A profile that chooses the host network for itself drops the network layers it
+        // inherited as required; naming them in its own `require` is a contradiction the
+        // run then refuses (see `supervisor::prepare::required_layers`).
+        if net.mode == Some(NetworkMode::Host) && !own_require {
+            policy
+                .require
+                .retain(|l| *l != Layer::NetNs && *l != Layer::LandlockNet);
+        }
         set(&mut policy.network.mode, net.mode);
     }
     if let Some(env) = file.env {

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::output::OutputSink;
+use super::signals::CancelSignals;
 use super::{finish, handle, launch, prepare};
 use crate::confine::cgroup::CgroupConfig;
 use crate::error::Error;
@@ -77,6 +78,7 @@ pub struct Command {
     pub(super) stderr: Sink,
     pub(super) keep: bool,
     pub(super) tty: bool,
+    pub(super) cancel_on_signals: bool,
 }
 
 /// Where one output stream goes.
@@ -128,6 +130,7 @@ impl Sandbox {
             stderr: Sink::Capture,
             keep: false,
             tty: false,
+            cancel_on_signals: false,
         }
     }
 }
@@ -196,6 +199,17 @@ impl Command {
         self
     }
 
+    /// Makes [`run`](Command::run) end the run as `cancelled` (the process tree stopped,
+    /// everything removed, the result returned with `cancel_signal`) when the calling process
+    /// receives SIGINT, SIGTERM or SIGHUP, instead of dying of the signal with the run's
+    /// result lost. For a caller that owns its process, like a CLI: the signals are blocked in
+    /// the calling thread while the run lasts. `spawn` ignores it (cancel with a
+    /// [`super::Canceller`]).
+    pub fn cancel_on_signals(mut self, cancel: bool) -> Self {
+        self.cancel_on_signals = cancel;
+        self
+    }
+
     /// What a run of this command would be, without running anything: the backend and why,
     /// the layers that will be in force and why any required one is missing, the mounts, the
     /// limits. Creates nothing (no run directory, no cgroup, no process). A plan whose
@@ -207,9 +221,14 @@ impl Command {
 
     /// Runs to completion, serving the run's pipes from the calling thread.
     pub fn run(self) -> Result<RunResult, Error> {
+        // Blocked before the init starts, so that it inherits the mask (see `signals`).
+        let signals = match self.cancel_on_signals {
+            true => Some(CancelSignals::block()?),
+            false => None,
+        };
         let prepared = prepare::prepare_to_run(&self)?;
         let (started, ending) = launch::start(&self, prepared)?;
-        finish::serve_in_this_thread(&self, started, ending)
+        finish::serve_in_this_thread(&self, started, ending, signals.as_ref())
     }
 
     /// Starts the run and returns a handle to stream, cancel and wait for it.

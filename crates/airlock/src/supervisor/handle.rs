@@ -160,6 +160,7 @@ impl RunHandle {
             stdout,
             stderr,
             events,
+            cancel_signal: None,
         })
     }
 }

@@ -20,6 +20,7 @@ use nix::unistd::Pid;
 
 use super::builder::{Command, Input, SandboxOptions, Sink};
 use super::finish::Ending;
+use super::hints::HintFacts;
 use super::prepare::Prepared;
 use super::serve;
 use crate::error::Error;
@@ -72,6 +73,7 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
     };
     let ending = Ending {
         init,
+        hints: HintFacts::of(&plan),
         backend: plan.backend,
         warnings,
         details: plan.details,

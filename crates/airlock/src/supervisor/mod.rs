@@ -17,10 +17,12 @@ mod builder;
 mod describe;
 mod finish;
 mod handle;
+mod hints;
 mod launch;
 mod output;
 mod prepare;
 mod serve;
+mod signals;
 mod standalone;
 
 use std::path::Path;
@@ -32,6 +34,7 @@ pub use crate::rundir::{
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
 pub use output::{Drained, OutputSink, StreamKind};
+pub use signals::CANCEL_SIGNALS;
 pub use standalone::StandaloneWrapper;
 
 use crate::policy::Policy;

@@ -81,7 +81,8 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
     backend::check_policy_paths(policy)?;
     let confinement = selected.backend.plan(&ctx)?;
-    let judged = judge(command, &selected, &confinement, scratch.as_ref(), &workdir);
+    let mut judged = judge(command, &selected, &confinement, scratch.as_ref(), &workdir);
+    judged.warnings.extend(host_limit_warnings(policy));
     let tier0 = matches!(confinement, Confinement::Tier0);
     let spec = InitSpec {
         argv: command.argv.clone(),
@@ -223,8 +224,11 @@ fn plan_scratch(
 /// The layers a run must have. The profile's list grows by what its limits promise: when the
 /// sandbox creates the workdir, `limits.disk` and `limits.files` cap every writable area, so a
 /// backend that cannot cap them is refused unless the caller accepts the degradation.
-/// Explicit choices narrow the list: the host network means no network namespace, and backend
-/// `none` (which needs its own opt-in) means Tier 0.
+/// Backend `none` (which needs its own opt-in) narrows the list to Tier 0. The host network
+/// does not: a policy that requires `net_ns` but asks for the host network (`--network host`
+/// over `untrusted`) is refused unless the caller accepts running without it, since a flag
+/// must not silently remove what the profile requires. (A profile that picks the host network
+/// itself drops those layers from what it inherited, see `policy::profile::apply`.)
 fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
     let mut require = policy.require.clone();
     // A profile that requires nothing asks for no refusals.
@@ -232,10 +236,6 @@ fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
         require.extend([Layer::DiskQuota, Layer::InodeQuota]);
         require.sort();
         require.dedup();
-    }
-    // Asking for the host network is asking for no network namespace.
-    if policy.has_network() {
-        require.retain(|l| *l != Layer::NetNs && *l != Layer::LandlockNet);
     }
     if policy.backend == BackendChoice::None {
         let tier0 = backend::NoneBackend.probe().layers;
@@ -286,7 +286,8 @@ fn judge(
         .filter(|l| *l != Layer::Cgroup)
         .collect();
     let (missing, verdict) = layer::judge(&judged_require, &layers, options.allow_degraded);
-    let reason = (!missing.is_empty()).then(|| missing_reason(&missing, &probe, confinement));
+    let reason =
+        (!missing.is_empty()).then(|| missing_reason(policy, &missing, &probe, confinement));
     let warnings = match (&reason, verdict) {
         (Some(reason), Verdict::RunsDegraded) => vec![format!(
             "degraded: running without {} ({reason})",
@@ -307,13 +308,26 @@ fn judge(
 /// Why required layers are missing: the backend's own problems on this host when it cannot
 /// give them here at all, else what this run's plan leaves out (a wrapping tool's writable
 /// areas are capped only by the init's tmpfs mounts).
-fn missing_reason(missing: &[Layer], probe: &backend::Probe, confinement: &Confinement) -> String {
+fn missing_reason(
+    policy: &Policy,
+    missing: &[Layer],
+    probe: &backend::Probe,
+    confinement: &Confinement,
+) -> String {
+    let network_layer = |l: &Layer| matches!(l, Layer::NetNs | Layer::LandlockNet);
+    if policy.has_network() && missing.iter().all(network_layer) {
+        return "the network mode is host (--network host), which has no network namespace or \
+                Landlock TCP rules; use a profile that does not require them (e.g. --profile \
+                trusted, or one of your own)"
+            .to_string();
+    }
     let host_gap = missing.iter().any(|l| !probe.layers.contains(l));
     if host_gap || !matches!(confinement, Confinement::Wrapped(_)) {
-        return match probe.problems.is_empty() {
+        let why = match probe.problems.is_empty() {
             true => "it does not provide them".to_string(),
             false => probe.problems.join("; "),
         };
+        return format!("{why}; fix the host (see `airlock doctor`) or choose another backend");
     }
     let caps = missing
         .iter()
@@ -326,6 +340,24 @@ fn missing_reason(missing: &[Layer], probe: &backend::Probe, confinement: &Confi
     format!(
         "this run's plan does not provide them{hint} (see the backend's row in docs/isolation.md)"
     )
+}
+
+/// Limits that this host cannot honour although they are valid: a memory limit above the
+/// host's memory is no limit at all (the host runs out first).
+fn host_limit_warnings(policy: &Policy) -> Vec<String> {
+    let Ok(info) = nix::sys::sysinfo::sysinfo() else {
+        return Vec::new();
+    };
+    let host = info.ram_total().saturating_add(info.swap_total());
+    let memory = policy.limits.memory;
+    match memory.0 > host {
+        true => vec![format!(
+            "limits.memory {memory} is more than this host has ({:.1}GiB of memory and swap): \
+             the host runs out before the limit applies",
+            host as f64 / (1u64 << 30) as f64
+        )],
+        false => Vec::new(),
+    }
 }
 
 /// The program's complete environment: HOME, the policy's passed and fixed variables, then

@@ -11,6 +11,7 @@ use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::output::{read_chunk, Collector, Drained, CHUNK};
+use super::signals::CancelSignals;
 use crate::spec::InitEvent;
 
 /// The supervisor's ends of a run's pipes.
@@ -33,11 +34,27 @@ pub(super) struct Served {
     pub stdout: Drained,
     pub stderr: Drained,
     pub events: Vec<InitEvent>,
+    /// The first cancel signal the supervisor received during the run.
+    pub cancel_signal: Option<i32>,
+}
+
+/// What the serve loop reacts to besides the pipes.
+pub(super) struct Reactions<'a, O: FnMut(), C: FnMut()> {
+    /// Runs when an output cap is first passed.
+    pub on_overflow: O,
+    /// The cancel signals, when the run is cancelled by them (see [`CancelSignals`]).
+    pub signals: Option<&'a CancelSignals>,
+    /// Runs when the first of them arrives.
+    pub on_cancel: C,
 }
 
 /// Serves the pipes until stdout, stderr and the event pipe reach EOF (the init and every
-/// process of the run have closed them). `on_overflow` runs when an output cap is first passed.
-pub(super) fn serve(pipes: Pipes, mut outputs: Outputs, mut on_overflow: impl FnMut()) -> Served {
+/// process of the run have closed them).
+pub(super) fn serve<O: FnMut(), C: FnMut()>(
+    pipes: Pipes,
+    mut outputs: Outputs,
+    mut react: Reactions<O, C>,
+) -> Served {
     let mut stdin = pipes.stdin.and_then(|(fd, bytes)| {
         let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
         let pipe = std::fs::File::from(fd);
@@ -57,10 +74,18 @@ pub(super) fn serve(pipes: Pipes, mut outputs: Outputs, mut on_overflow: impl Fn
     .collect();
     let mut events = EventLog::default();
     let mut buffer = vec![0u8; CHUNK];
+    let mut cancel_signal = None;
     while !readers.is_empty() {
-        let ready = wait_ready(&readers, stdin.as_ref());
+        let ready = wait_ready(&readers, stdin.as_ref(), react.signals);
         if ready.stdin && stdin.as_mut().is_some_and(|feed| feed.send_some()) {
             stdin = None;
+        }
+        if ready.signal {
+            let first = react.signals.and_then(|s| s.received().first().copied());
+            if cancel_signal.is_none() && first.is_some() {
+                cancel_signal = first;
+                (react.on_cancel)();
+            }
         }
         let mut closed = Vec::new();
         for (index, (file, target)) in readers.iter_mut().enumerate() {
@@ -80,7 +105,7 @@ pub(super) fn serve(pipes: Pipes, mut outputs: Outputs, mut on_overflow: impl Fn
                 }
             };
             if overflow {
-                on_overflow();
+                (react.on_overflow)();
             }
         }
         // After the pass: removing during it would shift the readiness flags onto other pipes.
@@ -92,6 +117,7 @@ pub(super) fn serve(pipes: Pipes, mut outputs: Outputs, mut on_overflow: impl Fn
         stdout: outputs.stdout.finish(),
         stderr: outputs.stderr.finish(),
         events: events.finish(),
+        cancel_signal,
     }
 }
 
@@ -128,11 +154,17 @@ impl Feed {
 
 struct Ready {
     stdin: bool,
+    signal: bool,
     readers: Vec<bool>,
 }
 
-/// Blocks until a pipe can be read (or has hung up) or stdin can take more.
-fn wait_ready(readers: &[(std::fs::File, Target)], stdin: Option<&Feed>) -> Ready {
+/// Blocks until a pipe can be read (or has hung up), stdin can take more or a cancel signal
+/// arrived.
+fn wait_ready(
+    readers: &[(std::fs::File, Target)],
+    stdin: Option<&Feed>,
+    signals: Option<&CancelSignals>,
+) -> Ready {
     let mut fds: Vec<PollFd> = readers
         .iter()
         .map(|(file, _)| PollFd::new(file.as_fd(), PollFlags::POLLIN))
@@ -140,10 +172,14 @@ fn wait_ready(readers: &[(std::fs::File, Target)], stdin: Option<&Feed>) -> Read
     if let Some(feed) = stdin {
         fds.push(PollFd::new(feed.pipe.as_fd(), PollFlags::POLLOUT));
     }
+    if let Some(signals) = signals {
+        fds.push(PollFd::new(signals.as_fd(), PollFlags::POLLIN));
+    }
     if poll(&mut fds, PollTimeout::NONE).is_err() {
         // EINTR: nothing is ready yet.
         return Ready {
             stdin: false,
+            signal: false,
             readers: vec![false; readers.len()],
         };
     }
@@ -151,8 +187,10 @@ fn wait_ready(readers: &[(std::fs::File, Target)], stdin: Option<&Feed>) -> Read
         .iter()
         .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
         .collect();
+    let stdin_ready = stdin.is_some() && flagged[readers.len()];
     Ready {
-        stdin: stdin.is_some() && flagged[readers.len()],
+        stdin: stdin_ready,
+        signal: signals.is_some() && flagged.last() == Some(&true),
         readers: flagged[..readers.len()].to_vec(),
     }
 }
@@ -242,7 +280,12 @@ mod tests {
                 stderr: Some(stderr_read),
                 events: events_read,
             };
-            let _ = done_tx.send(serve(pipes, outputs, || {}).stderr.total);
+            let react = Reactions {
+                on_overflow: || {},
+                signals: None,
+                on_cancel: || {},
+            };
+            let _ = done_tx.send(serve(pipes, outputs, react).stderr.total);
         });
         let total = done_rx.recv_timeout(std::time::Duration::from_secs(10));
         assert_eq!(total, Ok((1 << 20) + 1), "the loop blocked on an idle pipe");
