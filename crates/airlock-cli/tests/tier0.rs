@@ -357,13 +357,13 @@ fn keep_preserves_the_workdir_and_reports_it() {
     left.sort();
     assert_eq!(
         left,
-        [airlock::supervisor::KEPT_MARKER, "work"],
+        [airlock::internals::KEPT_MARKER, "work"],
         "only the workdir is kept"
     );
     // Its supervisor is gone; once old enough, the next run's sweep must still leave it.
     age(run_dir);
     let runtime_dir = run_dir.parent().unwrap();
-    let _ = std::fs::remove_file(runtime_dir.join(airlock::supervisor::SWEEP_STAMP));
+    let _ = std::fs::remove_file(runtime_dir.join(airlock::internals::SWEEP_STAMP));
     assert_eq!(status(&run_json(TIER0, &["/bin/true"])), "exited");
     assert!(
         workdir.join("kept.txt").exists(),
@@ -586,7 +586,7 @@ fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
     leftovers.iter().for_each(|p| age(p));
     // Runs sweep at most every few seconds; make this one due.
     let _ = std::fs::remove_file(
-        std::path::Path::new("/run/airlock").join(airlock::supervisor::SWEEP_STAMP),
+        std::path::Path::new("/run/airlock").join(airlock::internals::SWEEP_STAMP),
     );
     let result = run_json(TIER0, &["/bin/true"]);
     assert_eq!(status(&result), "exited");

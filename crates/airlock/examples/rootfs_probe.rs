@@ -1,4 +1,4 @@
-//! Runs a program inside the root filesystem built by `airlock::confine::rootfs::enter`, set up
+//! Runs a program inside the root filesystem built by `airlock::internals::rootfs::enter`, set up
 //! the way the native backend's init sets it up.
 //!
 //! Usage: `rootfs_probe <plan.json> <program> [args...]`
@@ -18,7 +18,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use airlock::confine::rootfs::{enter, validate, RootfsPlan};
+use airlock::internals::rootfs::{enter, validate, RootfsPlan};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::prctl::set_dumpable;
 use nix::unistd::{getegid, geteuid, setgroups, setresgid, setresuid, Gid, Uid};

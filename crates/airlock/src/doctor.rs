@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use crate::backend::{all_backends, container_runtimes, select, RuntimeReport};
+pub use crate::backend::RuntimeReport;
+use crate::backend::{all_backends, container_runtimes, select};
 use crate::confine::cgroup::{probe as probe_cgroups, CgroupConfig};
 use crate::confine::landlock::probe_abi;
 use crate::layer::{IsolationLevel, Layer};

@@ -6,7 +6,18 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::layer::Layer;
-use crate::policy::InvalidValue;
+
+/// A policy value that cannot be used, with the key, the value and what is allowed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid value {value} for `{key}`: {allowed}")]
+pub struct InvalidValue {
+    /// The dotted key, e.g. `limits.processes`.
+    pub key: &'static str,
+    /// The offending value as written.
+    pub value: String,
+    /// What would be accepted.
+    pub allowed: String,
+}
 
 /// A profile could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -2,9 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-#[cfg(target_os = "linux")]
-use crate::plan::Verdict;
-
 /// One defence that was (or must be) in force for a run. A run's result lists only layers the
 /// init actually applied, never ones that were merely requested.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -88,29 +85,6 @@ pub enum IsolationLevel {
     UserKernel,
     /// A virtual machine.
     Vm,
-}
-
-/// The one rule for required layers, used by the supervisor on a plan's layers and by the init
-/// on the layers it actually applied: all in force, the run goes ahead; some missing, it is
-/// refused unless the caller accepted degradation (then it goes ahead and says what is missing).
-/// Returns the missing layers and the verdict.
-#[cfg(target_os = "linux")]
-pub(crate) fn judge(
-    require: &[Layer],
-    in_force: &[Layer],
-    allow_degraded: bool,
-) -> (Vec<Layer>, Verdict) {
-    let missing: Vec<Layer> = require
-        .iter()
-        .copied()
-        .filter(|l| !in_force.contains(l))
-        .collect();
-    let verdict = match (missing.is_empty(), allow_degraded) {
-        (true, _) => Verdict::Runs,
-        (false, true) => Verdict::RunsDegraded,
-        (false, false) => Verdict::Refused,
-    };
-    (missing, verdict)
 }
 
 /// The snake_case names of layers, comma-separated, as in JSON.

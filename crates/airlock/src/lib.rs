@@ -24,40 +24,55 @@
 //! [`init::INIT_ARG`] — or point [`SandboxOptions::init_program`] (or `AIRLOCK_INIT`) at the
 //! `airlock` binary.
 
+//! # The crate's rooms
+//!
+//! The API is the root and five modules: [`policy`] (what a run may do), [`plan`] (what a run
+//! will be), [`result`] (what it was), [`error`] and [`layer`]. Features built on that API each
+//! have a module: [`call`] (Python function calls), [`worker`] (jobs with staged inputs and
+//! outputs), [`pool`] (admission and scheduling), [`interp`] (code strings by interpreter),
+//! [`doctor`] (what this host supports), [`init`] (the entry point of the init process) and
+//! [`macos`] (Seatbelt). Everything else is the machinery of a run (see
+//! `docs/architecture.md`), private; [`internals`] lends a few of its pieces to airlock's own
+//! tests, examples and tools, without any compatibility promise.
+
+// The API.
 pub mod error;
-#[cfg(test)]
-mod golden;
-pub mod interp;
 pub mod layer;
-pub mod macos;
 pub mod plan;
 pub mod policy;
-pub mod pool;
 pub mod result;
-pub mod worker;
 
-#[cfg(target_os = "linux")]
-pub mod backend;
+// Features built on the API.
 #[cfg(target_os = "linux")]
 pub mod call;
-/// The old name of [`call`], kept for callers written before the rename.
-#[cfg(target_os = "linux")]
-#[doc(hidden)]
-pub use call as tool;
-#[cfg(target_os = "linux")]
-pub mod confine;
 #[cfg(target_os = "linux")]
 pub mod doctor;
 #[cfg(target_os = "linux")]
 pub mod init;
+pub mod interp;
+pub mod macos;
+pub mod pool;
+pub mod worker;
+
+// The import rules of docs/architecture.md, checked.
+#[cfg(test)]
+mod architecture;
+
+// The machinery of a run: policy → prepare (supervisor) → launch → init → result.
+#[cfg(target_os = "linux")]
+mod backend;
+#[cfg(target_os = "linux")]
+mod confine;
+#[cfg(test)]
+mod golden;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
-pub mod rundir;
+mod rundir;
 #[cfg(target_os = "linux")]
-pub mod spec;
+mod spec;
 #[cfg(target_os = "linux")]
-pub mod supervisor;
+mod supervisor;
 
 #[cfg(target_os = "linux")]
 pub use confine::cgroup::CgroupConfig;
@@ -73,3 +88,18 @@ pub use result::{RunResult, RunStatus};
 pub use supervisor::{
     Canceller, Command, Input, RunEvent, RunHandle, Sandbox, SandboxOptions, StandaloneWrapper,
 };
+
+/// The old name of [`call`], kept for callers written before the rename.
+#[cfg(target_os = "linux")]
+#[doc(hidden)]
+pub use call as tool;
+
+/// Unstable: pieces of the machinery that airlock's own tests, examples and benchmark reach
+/// (the root filesystem builder, the run directory's names, the types in a standalone
+/// wrapper's description). Not part of the API: anything here may change in any release.
+#[cfg(target_os = "linux")]
+pub mod internals {
+    pub use crate::confine::rootfs;
+    pub use crate::confine::Credentials;
+    pub use crate::rundir::{RunFile, KEPT_MARKER, SWEEP_STAMP};
+}

@@ -129,3 +129,26 @@ impl Plan {
         })
     }
 }
+
+/// The one rule for required layers, used by the supervisor on a plan's layers and by the init
+/// on the layers it actually applied: all in force, the run goes ahead; some missing, it is
+/// refused unless the caller accepted degradation (then it goes ahead and says what is missing).
+/// Returns the missing layers and the verdict.
+#[cfg(target_os = "linux")]
+pub(crate) fn judge(
+    require: &[Layer],
+    in_force: &[Layer],
+    allow_degraded: bool,
+) -> (Vec<Layer>, Verdict) {
+    let missing: Vec<Layer> = require
+        .iter()
+        .copied()
+        .filter(|l| !in_force.contains(l))
+        .collect();
+    let verdict = match (missing.is_empty(), allow_degraded) {
+        (true, _) => Verdict::Runs,
+        (false, true) => Verdict::RunsDegraded,
+        (false, false) => Verdict::Refused,
+    };
+    (missing, verdict)
+}

@@ -1,4 +1,4 @@
-//! End-to-end checks of `airlock::confine::rootfs::enter`, observed from inside the sandbox.
+//! End-to-end checks of `airlock::internals::rootfs::enter`, observed from inside the sandbox.
 //!
 //! Runs without libtest (`harness = false`): the binary must stay single-threaded because it
 //! re-executes itself as the rootfs probe (`examples/rootfs_probe.rs`, included below), which
@@ -16,7 +16,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
 
-use airlock::confine::rootfs::{
+use airlock::internals::rootfs::{
     default_etc_files, default_system_ro, GeneratedFile, RootfsPlan, TmpfsSpec, Workdir,
 };
 use serde_json::Value;

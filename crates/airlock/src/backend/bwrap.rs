@@ -17,7 +17,7 @@ use crate::confine::seccomp::SeccompConfig;
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::rundir::{self, RunFile};
-use crate::spec::{Confinement, WrapSpec};
+use crate::spec::{Confinement, WrapSpec, WrapStep};
 
 /// The hostname inside every bwrap sandbox (the same as the native one).
 pub const BWRAP_HOSTNAME: &str = super::native::SANDBOX_HOSTNAME;
@@ -177,17 +177,25 @@ impl Backend for BwrapBackend {
             // bwrap itself sets no_new_privs before it execs the program.
             layers.push(Layer::NoNewPrivs);
         }
-        Ok(Confinement::Wrapped(WrapSpec {
-            tool_argv: bwrap_args(ctx, install, &layout),
-            files: identity.into_iter().map(|(file, _)| file).collect(),
-            seccomp_fds: SECCOMP_FDS.to_vec(),
-            status_fd: Some(STATUS_FD),
-            seccomp: Some(SeccompConfig {
+        let mut steps: Vec<WrapStep> = identity
+            .into_iter()
+            .map(|(file, _)| WrapStep::WriteFile(file))
+            .collect();
+        // A setuid bwrap must not run under no_new_privs (it sets it itself, see above).
+        if !install.setuid {
+            steps.push(WrapStep::NoNewPrivs);
+        }
+        steps.push(WrapStep::SeccompFds {
+            config: SeccompConfig {
                 allow_network: ctx.policy.has_network(),
-            }),
-            keep_root: false,
-            no_new_privs: !install.setuid,
+            },
+            fds: SECCOMP_FDS.to_vec(),
+        });
+        steps.push(WrapStep::StatusFd(STATUS_FD));
+        Ok(Confinement::Wrapped(WrapSpec {
+            wrapper_argv: bwrap_args(ctx, install, &layout),
             layers,
+            steps,
             ..WrapSpec::default()
         }))
     }
@@ -378,7 +386,7 @@ fn probe_host() -> BwrapStatus {
 /// The installed bwrap, its version (remembered in `cache_dir`) and whether it is setuid.
 fn inspect_install(cache_dir: Option<&Path>) -> Result<BwrapInstall, String> {
     let path = find_bwrap().ok_or_else(|| NOT_INSTALLED.to_string())?;
-    let version = super::tool_version::version_line(&path, cache_dir)
+    let version = super::wrapper_version::version_line(&path, cache_dir)
         .and_then(|line| parse_version(&line))
         .ok_or_else(|| {
             format!(

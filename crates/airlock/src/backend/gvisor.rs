@@ -12,13 +12,14 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::container::{
-    bind_scratch_mounts, container_id, find_binary, rlimits, rootless, runtime_cgroup_dirs, Bundle,
+    bind_scratch_mounts, bundle_steps, container_id, find_binary, rlimits, rootless,
+    runtime_cgroup_dirs, Bundle,
 };
 use super::oci::{OciRlimit, OciSeccomp};
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
-use crate::spec::{Confinement, StartEvidence, WrapSpec};
+use crate::spec::{Confinement, StartEvidence, WrapSpec, WrapStep};
 
 /// The first runsc release date (YYYYMMDD) with the systrap platform.
 const SYSTRAP_SINCE: u32 = 20230601;
@@ -79,7 +80,7 @@ impl Backend for GvisorBackend {
         });
         let mut files = bundle.skeleton_files(&input);
         files.push(bundle.config_file(&input));
-        let tool_argv = runsc_argv(&runsc, ctx, &bundle, &platform, rootless);
+        let wrapper_argv = runsc_argv(&runsc, ctx, &bundle, &platform, rootless);
         let details = vec![format!(
             "gvisor: runsc platform {} ({})",
             platform.platform, platform.reason
@@ -91,34 +92,33 @@ impl Backend for GvisorBackend {
         if rootless {
             notes.push(ROOTLESS_NOTE.into());
         }
+        let mut steps = bundle_steps(files);
+        steps.extend([WrapStep::NoCgroupPidsLimit, WrapStep::PresizeFdTable]);
+        steps.push(WrapStep::CheckStarted(StartEvidence {
+            tool: "runsc".into(),
+            pid_file: bundle.dir.join("pid"),
+            // runsc writes its pid file when the sandbox exists, before it loads the
+            // program: a failure to start it is logged as the `run` command's error.
+            failure_log: Some((bundle.dir.join("runsc.log"), RUNSC_FAILED.into())),
+        }));
+        // Without root no cgroup is made, by airlock or by runsc.
+        if !rootless {
+            steps.extend(
+                runtime_cgroup_dirs(ctx)
+                    .into_iter()
+                    .map(WrapStep::RemoveDir),
+            );
+        }
         Ok(Confinement::Wrapped(WrapSpec {
-            tool_argv,
-            files,
-            keep_root: true,
-            no_new_privs: true,
+            wrapper_argv,
+            argv_in_files: true,
             layers: gvisor_layers(
                 ctx.policy.has_network(),
                 ctx.sandbox_owns_workdir().then_some(capped),
             ),
-            argv_in_files: true,
-            rlimits_by_tool: true,
-            no_cgroup_pids_limit: true,
-            presize_fd_table: true,
             notes,
             details,
-            // Without root no cgroup is made, by airlock or by runsc.
-            cleanup_dirs: match rootless {
-                true => Vec::new(),
-                false => runtime_cgroup_dirs(ctx),
-            },
-            start_evidence: Some(StartEvidence {
-                tool: "runsc".into(),
-                pid_file: bundle.dir.join("pid"),
-                // runsc writes its pid file when the sandbox exists, before it loads the
-                // program: a failure to start it is logged as the `run` command's error.
-                failure_log: Some((bundle.dir.join("runsc.log"), RUNSC_FAILED.into())),
-            }),
-            ..WrapSpec::default()
+            steps,
         }))
     }
 }
@@ -270,7 +270,7 @@ fn kvm_facts() -> KvmFacts {
 
 /// The release date in `runsc --version` ("runsc version 0.0~20221219.0" or "release-20231009.0").
 fn runsc_release_date(runsc: &Path, cache_dir: Option<&Path>) -> Option<u32> {
-    parse_release_date(&super::tool_version::version_line(runsc, cache_dir)?)
+    parse_release_date(&super::wrapper_version::version_line(runsc, cache_dir)?)
 }
 
 fn parse_release_date(version: &str) -> Option<u32> {

@@ -7,7 +7,7 @@ mod gvisor;
 mod native;
 mod none;
 pub mod oci;
-mod tool_version;
+mod wrapper_version;
 
 use std::path::{Path, PathBuf};
 
@@ -16,12 +16,9 @@ use crate::layer::{IsolationLevel, Layer};
 use crate::policy::{BackendChoice, ContainerRuntime, Policy};
 use crate::spec::Confinement;
 
-pub use bwrap::{
-    bwrap_args, parse_version, resolve_system_entries, BwrapBackend, BwrapInstall, HostLayout,
-    SystemEntry, SECCOMP_FDS as BWRAP_SECCOMP_FDS,
-};
+pub use bwrap::BwrapBackend;
 pub use container::{container_runtimes, hide_files_with_unshare, ContainerBackend, RuntimeReport};
-pub use gvisor::{decide_platform, GvisorBackend, KvmFacts, PlatformChoice};
+pub use gvisor::GvisorBackend;
 pub use native::NativeBackend;
 pub use none::NoneBackend;
 

@@ -20,7 +20,7 @@ use crate::error::FailureKind;
 use crate::policy::units::ByteSize;
 use crate::policy::{load_profile, Overrides, Policy};
 use crate::result::{RunResult, RunStatus};
-use crate::supervisor::{Sandbox, SandboxOptions};
+use crate::{Sandbox, SandboxOptions};
 
 /// The shim that runs inside the sandbox.
 pub const SHIM: &str = include_str!("shim.py");

@@ -33,7 +33,8 @@ pub fn set_no_new_privs() -> Result<(), CapsError> {
 ///
 /// Asks the kernel with `PR_GET_NO_NEW_PRIVS` rather than parsing `/proc/self/status`, because
 /// the attribute is per thread (`/proc/self` describes the thread-group leader, not the caller)
-/// and because `/proc` may not be mounted inside a fresh root.
+/// and because `/proc` may not be mounted inside a fresh root. (Only the tests ask.)
+#[cfg(test)]
 pub fn no_new_privs_is_set() -> bool {
     nix::sys::prctl::get_no_new_privs().unwrap_or(false)
 }

@@ -21,7 +21,7 @@ use crate::error::SetupError;
 use crate::layer::Layer;
 use crate::linux::sys;
 use crate::plan::Verdict;
-use crate::spec::{Confinement, InitSpec};
+use crate::spec::{Confinement, InitSpec, WrapStep};
 
 /// Descriptor of the setup pipe in the child (close-on-exec: EOF at exec means success).
 pub(super) const SETUP_FD: RawFd = 3;
@@ -79,10 +79,12 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
     if !spec.tty {
         layers.push(Layer::NewSession);
     }
-    let rlimits_by_tool = matches!(&spec.confinement, Confinement::Wrapped(w) if w.rlimits_by_tool);
+    let rlimits_by_tool =
+        matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::RlimitsByTool));
     apply_rlimits(spec, ctx.cgroup.is_some(), rlimits_by_tool)?;
     layers.push(Layer::Rlimits);
-    let keep_root = matches!(&spec.confinement, Confinement::Wrapped(w) if w.keep_root);
+    let keep_root =
+        matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::KeepRoot));
     if let (Some(credentials), false) = (spec.credentials, keep_root) {
         drop_root(credentials)?;
         layers.push(Layer::UidDrop);
@@ -254,9 +256,9 @@ fn enter_workdir(spec: &InitSpec) -> Setup<()> {
 }
 
 /// The layers really in force, judged by the same rule as the plan (see
-/// [`crate::layer::judge`]): the host may have changed since it was probed.
+/// [`crate::plan::judge`]): the host may have changed since it was probed.
 fn check_required(spec: &InitSpec, layers: &[Layer]) -> Setup<()> {
-    let (missing, verdict) = crate::layer::judge(&spec.require, layers, spec.allow_degraded);
+    let (missing, verdict) = crate::plan::judge(&spec.require, layers, spec.allow_degraded);
     match verdict {
         Verdict::Runs => Ok(()),
         Verdict::Refused => Err(SetupError::at(

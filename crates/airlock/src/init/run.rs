@@ -11,7 +11,7 @@ use super::{Kind, Setup, Step};
 use crate::confine::cgroup::RunCgroup;
 use crate::error::SetupError;
 use crate::rundir::{self, MemoryScratch, NewRunDir, RunDirError};
-use crate::spec::{CgroupRequest, Confinement, InitSpec, WrapSpec};
+use crate::spec::{CgroupRequest, Confinement, InitSpec, WrapStep};
 
 /// What the init created for a run and must remove.
 pub(crate) struct PreparedRun {
@@ -55,7 +55,7 @@ impl PreparedRun {
         };
         // After the cgroup: the init's own cgroup layout is read from the uncovered files.
         if let Confinement::Wrapped(wrap) = &spec.confinement {
-            hide_files(spec, wrap)?;
+            super::wrapped::prepare_for_tool(spec, wrap)?;
         }
         Ok(PreparedRun {
             cgroup,
@@ -90,13 +90,13 @@ fn kept_workdir(spec: &InitSpec) -> Option<&Path> {
 /// The run's cgroup limits, minus the pids limit when the wrapper tool's helpers would hit it.
 fn cgroup_limits(spec: &InitSpec, request: &CgroupRequest) -> crate::confine::cgroup::CgroupLimits {
     let mut limits = request.limits.clone();
-    if matches!(&spec.confinement, Confinement::Wrapped(w) if w.no_cgroup_pids_limit) {
+    if matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::NoCgroupPidsLimit)) {
         limits.pids = None;
     }
     limits
 }
 
-fn new_run_dir(spec: &InitSpec) -> NewRunDir<'_> {
+pub(super) fn new_run_dir(spec: &InitSpec) -> NewRunDir<'_> {
     NewRunDir {
         run_dir: &spec.run_dir,
         fresh_workdir: (!spec.workdir_is_callers).then_some(spec.workdir.as_path()),
@@ -110,9 +110,6 @@ fn make_run_dirs(spec: &InitSpec) -> Setup<()> {
     run_dir.create().map_err(run_dir_failed)?;
     if let Some(scratch) = &spec.scratch {
         mount_scratch(&run_dir, scratch)?;
-    }
-    if let Confinement::Wrapped(wrap) = &spec.confinement {
-        write_wrap_files(&run_dir, wrap)?;
     }
     Ok(())
 }
@@ -130,44 +127,10 @@ fn mount_scratch(run_dir: &NewRunDir, scratch: &MemoryScratch) -> Setup<()> {
 }
 
 /// A run directory failure; a path outside it is a spec the init refuses.
-fn run_dir_failed(error: RunDirError) -> SetupError {
+pub(super) fn run_dir_failed(error: RunDirError) -> SetupError {
     let kind = match error {
         RunDirError::Outside { .. } => Kind::SpecInvalid,
         _ => Kind::RunDirFailed,
     };
     SetupError::at(Step::RunDir, error.to_string()).of_kind(kind)
-}
-
-/// Covers the host files the tool must see empty, in the init's own mount namespace (which
-/// only an in-memory run directory gives it; the plan asks for this only then).
-fn hide_files(spec: &InitSpec, wrap: &WrapSpec) -> Setup<()> {
-    if wrap.hidden_files.is_empty() {
-        return Ok(());
-    }
-    if spec.scratch.is_none() {
-        return Err(SetupError::at(
-            Step::Spec,
-            "the plan hides host files, but the init has no mount namespace of its own \
-                    (the run directory is not in memory)",
-        ));
-    }
-    for hidden in &wrap.hidden_files {
-        new_run_dir(spec)
-            .check_inside(&hidden.empty, "hiding file")
-            .map_err(run_dir_failed)?;
-        crate::confine::rootfs::cover_with_empty_file(&hidden.empty, &hidden.target)
-            .map_err(|e| SetupError::at(Step::Wrapper, e.to_string()).of_kind(Kind::MountFailed))?;
-    }
-    Ok(())
-}
-
-/// Files a wrapper tool reads (e.g. an OCI bundle), only ever inside the run directory.
-fn write_wrap_files(run_dir: &NewRunDir, wrap: &WrapSpec) -> Setup<()> {
-    for file in &wrap.files {
-        run_dir
-            .check_inside(&file.path, "wrapper file")
-            .map_err(run_dir_failed)?;
-        rundir::write_file(file).map_err(run_dir_failed)?;
-    }
-    Ok(())
 }

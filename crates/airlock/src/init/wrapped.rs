@@ -16,46 +16,99 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::child::{finish_and_exec_with, send_setup, SetupMessage};
+use super::run::{new_run_dir, run_dir_failed};
 use super::{Kind, Setup, Step};
 use crate::confine::seccomp;
+use crate::confine::seccomp::SeccompConfig;
 use crate::error::SetupError;
 use crate::layer::Layer;
 use crate::linux::sys::{self, Forked};
 use crate::linux::tree;
 use crate::result::RunStatus;
-use crate::spec::{Confinement, InitSpec, Outcome, StartEvidence, WrapSpec};
+use crate::rundir;
+use crate::spec::{Confinement, HiddenFile, InitSpec, Outcome, StartEvidence, WrapSpec, WrapStep};
 
+/// Before the program's process is forked, after the run's cgroup exists: the files the tool
+/// reads and the host files it must see empty, in the plan's order (a file is written before
+/// it covers another).
+pub(super) fn prepare_for_tool(spec: &InitSpec, wrap: &WrapSpec) -> Setup<()> {
+    let run_dir = new_run_dir(spec);
+    for step in &wrap.steps {
+        match step {
+            WrapStep::WriteFile(file) => {
+                run_dir
+                    .check_inside(&file.path, "wrapper file")
+                    .map_err(run_dir_failed)?;
+                rundir::write_file(file).map_err(run_dir_failed)?;
+            }
+            WrapStep::HideFile(hidden) => hide_file(spec, hidden)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Covers a host file the tool must see empty, in the init's own mount namespace (which only
+/// an in-memory run directory gives it; the plan asks for this only then).
+fn hide_file(spec: &InitSpec, hidden: &HiddenFile) -> Setup<()> {
+    if spec.scratch.is_none() {
+        return Err(SetupError::at(
+            Step::Spec,
+            "the plan hides host files, but the init has no mount namespace of its own \
+                    (the run directory is not in memory)",
+        ));
+    }
+    new_run_dir(spec)
+        .check_inside(&hidden.empty, "hiding file")
+        .map_err(run_dir_failed)?;
+    crate::confine::rootfs::cover_with_empty_file(&hidden.empty, &hidden.target)
+        .map_err(|e| SetupError::at(Step::Wrapper, e.to_string()).of_kind(Kind::MountFailed))
+}
+
+/// In the program's process after Tier 0: the steps that prepare the tool's process, then the
+/// tool's exec.
 pub(super) fn exec(
     spec: &InitSpec,
     wrap: &WrapSpec,
     mut layers: Vec<Layer>,
     tool_status: Option<RawFd>,
 ) -> Setup<Infallible> {
-    if wrap.no_new_privs {
-        nix::sys::prctl::set_no_new_privs().map_err(|e| {
-            SetupError::at(Step::Privileges, format!("cannot set no_new_privs: {e}"))
-        })?;
-        layers.push(Layer::NoNewPrivs);
+    // Descriptors to place at the numbers the tool expects, and the filters' owners.
+    let mut placed: Vec<(RawFd, RawFd)> = Vec::new();
+    let mut filters: Vec<OwnedFd> = Vec::new();
+    for step in &wrap.steps {
+        match step {
+            WrapStep::NoNewPrivs => {
+                nix::sys::prctl::set_no_new_privs().map_err(|e| {
+                    SetupError::at(Step::Privileges, format!("cannot set no_new_privs: {e}"))
+                })?;
+                layers.push(Layer::NoNewPrivs);
+            }
+            WrapStep::SeccompFds { config, fds } => {
+                let made = seccomp_descriptors(config, fds.len())?;
+                placed.extend(
+                    made.iter()
+                        .map(|fd| fd.as_raw_fd())
+                        .zip(fds.iter().copied()),
+                );
+                filters.extend(made);
+            }
+            WrapStep::StatusFd(target) => placed.extend(tool_status.map(|fd| (fd, *target))),
+            _ => {}
+        }
     }
-    let filters = seccomp_descriptors(wrap)?;
     layers.extend(wrap.layers.iter().copied());
     for note in &wrap.notes {
         send_setup(&SetupMessage::Warning(note.clone()));
     }
-    let mut argv = wrap.tool_argv.clone();
+    let mut argv = wrap.wrapper_argv.clone();
     if !wrap.argv_in_files {
         argv.extend(spec.argv.iter().cloned());
     }
-    let tool = wrap.tool_argv.first().ok_or_else(|| {
+    let tool = wrap.wrapper_argv.first().ok_or_else(|| {
         SetupError::at(Step::Wrapper, "the wrapper has an empty command line")
             .of_kind(Kind::SpecInvalid)
     })?;
-    let mut placed: Vec<(i32, i32)> = filters
-        .iter()
-        .map(|fd| fd.as_raw_fd())
-        .zip(wrap.seccomp_fds.iter().copied())
-        .collect();
-    placed.extend(tool_status.zip(wrap.status_fd));
     finish_and_exec_with(spec, layers, || {
         sys::place_fds_inheritable(&placed).map_err(|e| {
             SetupError::at(
@@ -64,12 +117,13 @@ pub(super) fn exec(
             )
             .of_kind(Kind::InitFailed)
         })?;
-        if wrap.presize_fd_table {
-            // Only speed depends on it: a tool started without it runs the same.
-            let _ = hold_presized_fd_table();
-        }
-        if wrap.guard_tool_tree {
-            split_off_guard(spec)?;
+        for step in &wrap.steps {
+            match step {
+                // Only speed depends on it: a tool started without it runs the same.
+                WrapStep::PresizeFdTable => drop(hold_presized_fd_table()),
+                WrapStep::GuardToolTree => split_off_guard(spec)?,
+                _ => {}
+            }
         }
         Ok((Path::new(tool).to_path_buf(), argv.clone()))
     })
@@ -187,11 +241,11 @@ fn no_child_left() -> bool {
 /// The pipe a wrapped tool reports its status on, when it has one: (read end, write end).
 pub(super) fn status_pipe(spec: &InitSpec) -> Setup<Option<(OwnedFd, OwnedFd)>> {
     match &spec.confinement {
-        Confinement::Wrapped(WrapSpec {
-            status_fd: Some(_), ..
-        }) => nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map(Some)
-            .map_err(|e| SetupError::at(Step::Init, format!("pipe: {e}"))),
+        Confinement::Wrapped(wrap) if wrap.status_fd().is_some() => {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map(Some)
+                .map_err(|e| SetupError::at(Step::Init, format!("pipe: {e}")))
+        }
         _ => Ok(None),
     }
 }
@@ -211,12 +265,12 @@ pub(super) fn check_tool_ran_program(
     if outcome.status != RunStatus::Exited {
         return Ok(());
     }
-    let (tool, started) = match (status, &wrap.start_evidence) {
+    let (tool, started) = match (status, wrap.start_evidence()) {
         (Some(status), _) => {
             let mut text = String::new();
             // Every writer is dead by now, so this reads to the end without blocking.
             let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status), &mut text);
-            let tool = wrap.tool_argv.first().cloned().unwrap_or_default();
+            let tool = wrap.wrapper_argv.first().cloned().unwrap_or_default();
             (tool, tool_reported_exit(&text))
         }
         (None, Some(evidence)) => (evidence.tool.clone(), program_started(evidence)),
@@ -250,18 +304,12 @@ pub(crate) fn tool_reported_exit(status: &str) -> bool {
         .any(|doc| doc.get("exit-code").is_some())
 }
 
-/// Our seccomp filters as raw `struct sock_filter` arrays in memfds, for `--add-seccomp-fd`.
-fn seccomp_descriptors(wrap: &WrapSpec) -> Setup<Vec<OwnedFd>> {
-    let Some(config) = &wrap.seccomp else {
-        return Ok(Vec::new());
-    };
+/// Our seccomp filters (the first `count`) as raw `struct sock_filter` arrays in memfds, for
+/// `--add-seccomp-fd`.
+fn seccomp_descriptors(config: &SeccompConfig, count: usize) -> Setup<Vec<OwnedFd>> {
     let programs =
         seccomp::build_filters(config).map_err(|e| SetupError::at(Step::Seccomp, e.to_string()))?;
-    programs
-        .iter()
-        .take(wrap.seccomp_fds.len())
-        .map(filter_memfd)
-        .collect()
+    programs.iter().take(count).map(filter_memfd).collect()
 }
 
 fn filter_memfd(program: &seccompiler::BpfProgram) -> Setup<OwnedFd> {
@@ -283,7 +331,11 @@ fn filter_memfd(program: &seccompiler::BpfProgram) -> Setup<OwnedFd> {
 /// removed.
 pub(super) fn clean_up_after_tool(wrap: &WrapSpec) -> Vec<String> {
     let mut warnings = Vec::new();
-    for dir in &wrap.cleanup_dirs {
+    let dirs = wrap.steps.iter().filter_map(|step| match step {
+        WrapStep::RemoveDir(dir) => Some(dir),
+        _ => None,
+    });
+    for dir in dirs {
         match std::fs::remove_dir(dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -15,6 +15,7 @@ pub use builtin::{builtin, builtin_names, tier, tier_names};
 pub use overrides::Overrides;
 pub use profile::{load_profile, parse_profile, ContainerSection, LimitsSection, ProfileFile};
 
+pub use crate::error::InvalidValue;
 use crate::layer::{IsolationLevel, Layer};
 use units::{ByteSize, Seconds};
 
@@ -276,18 +277,6 @@ pub struct UserPolicy {
     pub uid: u32,
     /// The unprivileged gid used when dropping root.
     pub gid: u32,
-}
-
-/// A policy value that cannot be used, with the key, the value and what is allowed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid value {value} for `{key}`: {allowed}")]
-pub struct InvalidValue {
-    /// The dotted key, e.g. `limits.processes`.
-    pub key: &'static str,
-    /// The offending value as written.
-    pub value: String,
-    /// What would be accepted.
-    pub allowed: String,
 }
 
 impl Policy {

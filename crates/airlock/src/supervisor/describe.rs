@@ -64,7 +64,11 @@ pub(super) fn plan(
         Confinement::Wrapped(wrap) => {
             let mut warnings = judged.warnings.clone();
             warnings.extend(wrap.notes.iter().cloned());
-            (warnings, wrap.details.clone(), Some(wrap.tool_argv.clone()))
+            (
+                warnings,
+                wrap.details.clone(),
+                Some(wrap.wrapper_argv.clone()),
+            )
         }
         Confinement::Tier0 => {
             let mut warnings = judged.warnings.clone();

@@ -244,7 +244,7 @@ fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
     require
 }
 
-/// The required layers held against the plan, judged once (see [`layer::judge`]).
+/// The required layers held against the plan, judged once (see [`crate::plan::judge`]).
 pub(super) struct Judged {
     pub require: Vec<Layer>,
     /// The layers the plan puts in force.
@@ -285,7 +285,7 @@ fn judge(
         .copied()
         .filter(|l| *l != Layer::Cgroup)
         .collect();
-    let (missing, verdict) = layer::judge(&judged_require, &layers, options.allow_degraded);
+    let (missing, verdict) = crate::plan::judge(&judged_require, &layers, options.allow_degraded);
     let reason =
         (!missing.is_empty()).then(|| missing_reason(policy, &missing, &probe, confinement));
     let warnings = match (&reason, verdict) {

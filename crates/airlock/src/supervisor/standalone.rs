@@ -10,7 +10,7 @@ use crate::confine::seccomp;
 use crate::confine::Credentials;
 use crate::error::Error;
 use crate::rundir::{self, NewRunDir, RunFile};
-use crate::spec::{Confinement, WrapSpec};
+use crate::spec::{Confinement, HiddenFile, WrapSpec};
 
 /// What airlock's init would write and hand a wrapping tool for one planned run.
 #[derive(Debug, Clone)]
@@ -47,7 +47,7 @@ impl Command {
         Ok(StandaloneWrapper {
             argv: standalone_argv(wrap, &spec.argv)?,
             descriptors: seccomp_descriptors(wrap)?,
-            files: wrap.files.clone(),
+            files: wrap.files().cloned().collect(),
             run_dir: spec.run_dir.clone(),
             workdir: spec.workdir.clone(),
             owner: spec.credentials,
@@ -81,12 +81,12 @@ impl StandaloneWrapper {
 }
 
 fn standalone_argv(wrap: &WrapSpec, program: &[String]) -> Result<Vec<String>, Error> {
-    let mut argv = without_status_fd(wrap.tool_argv.clone(), wrap.status_fd);
-    if !wrap.hidden_files.is_empty() {
-        argv = crate::backend::hide_files_with_unshare(argv, &wrap.hidden_files, false)
-            .ok_or_else(|| {
-                Error::Command("hiding host files from the tool needs unshare (util-linux)".into())
-            })?;
+    let mut argv = without_status_fd(wrap.wrapper_argv.clone(), wrap.status_fd());
+    let hidden: Vec<HiddenFile> = wrap.hidden_files().cloned().collect();
+    if !hidden.is_empty() {
+        argv = crate::backend::hide_files_with_unshare(argv, &hidden, false).ok_or_else(|| {
+            Error::Command("hiding host files from the tool needs unshare (util-linux)".into())
+        })?;
     }
     if !wrap.argv_in_files {
         argv.extend(program.iter().cloned());
@@ -111,13 +111,12 @@ fn without_status_fd(argv: Vec<String>, status_fd: Option<i32>) -> Vec<String> {
 }
 
 fn seccomp_descriptors(wrap: &WrapSpec) -> Result<Vec<(i32, Vec<u8>)>, Error> {
-    let Some(config) = &wrap.seccomp else {
+    let Some((config, fds)) = wrap.seccomp_fds() else {
         return Ok(Vec::new());
     };
     let programs = seccomp::build_filters(config)
         .map_err(|e| Error::Command(format!("cannot build the seccomp filters: {e}")))?;
-    Ok(wrap
-        .seccomp_fds
+    Ok(fds
         .iter()
         .zip(&programs)
         .map(|(fd, program)| (*fd, seccomp::filter_bytes(program)))

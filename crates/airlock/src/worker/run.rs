@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::policy::Policy;
 use crate::result::{RunResult, RunStatus};
 use crate::rundir::new_run_id;
-use crate::supervisor::{RunEvent, Sandbox, SandboxOptions};
+use crate::{RunEvent, Sandbox, SandboxOptions};
 
 /// Environment variable that tells the worker where its job directory is.
 pub const JOB_DIR_ENV: &str = "AIRLOCK_JOB_DIR";

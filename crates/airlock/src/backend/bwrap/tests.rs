@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::policy::{builtin, NetworkMode, Policy};
+use crate::spec::WrapStep;
 
 const RUN_DIR: &str = "/run/airlock/r1";
 const WORKDIR: &str = "/run/airlock/r1/work";
@@ -172,14 +173,14 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
     let Confinement::Wrapped(wrap) = backend.plan(&ctx(&policy, true, false)).unwrap() else {
         panic!("bwrap must wrap")
     };
-    assert_eq!(wrap.seccomp_fds, vec![10, 11]);
+    assert_eq!(wrap.seccomp_fds().map(|(_, fds)| fds), Some(&[10, 11][..]));
     assert_eq!(
-        wrap.seccomp,
-        Some(SeccompConfig {
+        wrap.seccomp_fds().map(|(config, _)| config),
+        Some(&SeccompConfig {
             allow_network: false
         })
     );
-    assert!(!wrap.keep_root);
+    assert!(!wrap.has(&WrapStep::KeepRoot));
     assert!(wrap.layers.contains(&Layer::NetNs) && wrap.layers.contains(&Layer::Seccomp));
     for absent in [Layer::LandlockFs, Layer::LandlockNet, Layer::LandlockScope] {
         for probe in [backend.probe(), backend.quick_probe()] {
@@ -205,9 +206,9 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
         !kept.layers.contains(&Layer::DiskQuota),
         "a kept workdir is a bind without a size cap"
     );
-    assert!(wrap.files.iter().all(|f| f.path.starts_with(RUN_DIR)));
-    assert!(wrap.files.iter().any(|f| f.path.ends_with("passwd")));
-    assert_eq!(wrap.tool_argv.last().map(String::as_str), Some("--"));
+    assert!(wrap.files().all(|f| f.path.starts_with(RUN_DIR)));
+    assert!(wrap.files().any(|f| f.path.ends_with("passwd")));
+    assert_eq!(wrap.wrapper_argv.last().map(String::as_str), Some("--"));
 }
 
 #[test]
@@ -223,8 +224,8 @@ fn host_network_plan_claims_no_network_namespace() {
     };
     assert!(!wrap.layers.contains(&Layer::NetNs));
     assert_eq!(
-        wrap.seccomp,
-        Some(SeccompConfig {
+        wrap.seccomp_fds().map(|(config, _)| config),
+        Some(&SeccompConfig {
             allow_network: true
         })
     );

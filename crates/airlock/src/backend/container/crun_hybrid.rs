@@ -36,15 +36,15 @@ pub(crate) fn crun_host() -> CrunHost {
 
 /// The tool's argv and what hides the v2 controller list from crun.
 pub(super) struct HybridWorkaround {
-    pub tool_argv: Vec<String>,
+    pub wrapper_argv: Vec<String>,
     pub hidden_files: Vec<HiddenFile>,
     pub details: Vec<String>,
 }
 
 impl HybridWorkaround {
-    pub fn none(tool_argv: Vec<String>) -> HybridWorkaround {
+    pub fn none(wrapper_argv: Vec<String>) -> HybridWorkaround {
         HybridWorkaround {
-            tool_argv,
+            wrapper_argv,
             hidden_files: Vec::new(),
             details: Vec::new(),
         }
@@ -55,7 +55,7 @@ impl HybridWorkaround {
 /// init covers it in its own mount namespace (one bind mount); otherwise the argv does, with
 /// `unshare`, `sh` and `mount` (about 2.3 ms of three more execs per run).
 pub(super) fn crun_hybrid_workaround(
-    tool_argv: Vec<String>,
+    wrapper_argv: Vec<String>,
     bundle: &Bundle,
     files: &mut Vec<RunFile>,
     ctx: &PlanContext,
@@ -73,31 +73,32 @@ pub(super) fn crun_hybrid_workaround(
     }];
     if ctx.scratch.is_some() && !rootless {
         return HybridWorkaround {
-            tool_argv,
+            wrapper_argv,
             hidden_files: hidden,
             details: vec!["container: crun runs with the v2 controller list hidden in the init's own mount namespace (hybrid cgroups)".into()],
         };
     }
-    let Some(tool_argv) = hide_files_with_unshare(tool_argv.clone(), &hidden, rootless) else {
-        return HybridWorkaround::none(tool_argv);
+    let Some(wrapper_argv) = hide_files_with_unshare(wrapper_argv.clone(), &hidden, rootless)
+    else {
+        return HybridWorkaround::none(wrapper_argv);
     };
     let note = match rootless {
         false => "container: crun runs with the v2 controller list hidden in a private mount namespace (hybrid cgroups)",
         true => "container: crun runs with the v2 controller list hidden in a private mount namespace, inside a user namespace that maps the caller to root (hybrid cgroups, no root)",
     };
     HybridWorkaround {
-        tool_argv,
+        wrapper_argv,
         hidden_files: Vec::new(),
         details: vec![note.into()],
     }
 }
 
-/// `tool_argv` started by `unshare` in a private mount namespace where a shell first covers
+/// `wrapper_argv` started by `unshare` in a private mount namespace where a shell first covers
 /// each hidden file: for a tool started outside airlock's init. Root can mount there directly;
 /// `rootless` first enters a user namespace that maps the caller to root. `None` without
 /// `unshare`.
 pub fn hide_files_with_unshare(
-    tool_argv: Vec<String>,
+    wrapper_argv: Vec<String>,
     hidden: &[HiddenFile],
     rootless: bool,
 ) -> Option<Vec<String>> {
@@ -112,7 +113,7 @@ pub fn hide_files_with_unshare(
             )
         })
         .collect();
-    let quoted: Vec<String> = tool_argv.iter().map(|a| shell_quote(a)).collect();
+    let quoted: Vec<String> = wrapper_argv.iter().map(|a| shell_quote(a)).collect();
     let script = format!("{}exec {}", covers.concat(), quoted.join(" "));
     let mut argv = vec![unshare.display().to_string()];
     if rootless {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::bundle::{identity_bind_list, seccomp_file, Bundle};
 use super::engine::{self, engine_argv, nproc_limit, Engine, EngineCgroups, EngineInput};
-use super::{container_id, container_layers};
+use super::{bundle_steps, container_id, container_layers};
 use crate::backend::PlanContext;
 use crate::layer::Layer;
 use crate::spec::WrapSpec;
@@ -40,14 +40,11 @@ pub(super) fn plan(ctx: &PlanContext, docker: &Path) -> WrapSpec {
     // Docker maps users only daemon-wide (userns-remap), never per container.
     layers.retain(|l| *l != Layer::UserNs);
     WrapSpec {
-        tool_argv: vec!["/bin/sh".into(), "-c".into(), script],
-        files,
-        keep_root: true,
-        no_new_privs: true,
-        layers,
+        wrapper_argv: vec!["/bin/sh".into(), "-c".into(), script],
         argv_in_files: true,
-        rlimits_by_tool: true,
+        layers,
         notes: vec!["container: docker runs the container outside airlock's cgroup: memory, CPU and OOM are enforced by the engine but not accounted in the result".into()],
-        ..WrapSpec::default()
+        details: Vec::new(),
+        steps: bundle_steps(files),
     }
 }

@@ -37,7 +37,8 @@ use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::policy::Policy;
-use crate::spec::Confinement;
+use crate::rundir::RunFile;
+use crate::spec::{Confinement, WrapStep};
 use runtime::RuntimeKind;
 
 /// The fewest processes runc and podman start a container with: Go programs whose own threads
@@ -177,6 +178,19 @@ fn container_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
         layers.extend([Layer::DiskQuota, Layer::InodeQuota]);
     }
     layers
+}
+
+/// The steps every tool driven with an OCI bundle (or an engine's equivalent) shares: write
+/// its files, keep root for the rootful set-up (the tool runs the program unprivileged), let
+/// the tool apply the program's rlimits, and no_new_privs.
+pub(crate) fn bundle_steps(files: Vec<RunFile>) -> Vec<WrapStep> {
+    let mut steps: Vec<WrapStep> = files.into_iter().map(WrapStep::WriteFile).collect();
+    steps.extend([
+        WrapStep::KeepRoot,
+        WrapStep::RlimitsByTool,
+        WrapStep::NoNewPrivs,
+    ]);
+    steps
 }
 
 /// An executable named `name` in the usual system directories (not the caller's PATH, which

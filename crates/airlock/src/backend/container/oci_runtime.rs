@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use super::bundle::Bundle;
 use super::crun_hybrid::{crun_host, crun_hybrid_workaround, CrunHost, HybridWorkaround};
 use super::{
-    container_id, container_layers, rootless, runtime_cgroup_dirs, OciRuntime, CONTAINER_ROOT,
+    bundle_steps, container_id, container_layers, rootless, runtime_cgroup_dirs, OciRuntime,
+    CONTAINER_ROOT,
 };
 use crate::backend::oci::{HostIds, OciInput, OciResources, OciSeccomp};
 use crate::backend::PlanContext;
-use crate::spec::{StartEvidence, WrapSpec};
+use crate::spec::{StartEvidence, WrapSpec, WrapStep};
 
 /// runc or crun driven directly with a bundle; rootless when airlock runs without root (see
 /// [`rootless`]).
@@ -27,33 +28,30 @@ pub(super) fn plan(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> Wra
     files.push(bundle.config_file(&input));
     // crun manages no cgroup when the run's own (or none at all) must hold the container.
     let cgroup_manager = runtime == OciRuntime::Runc || (ctx.cgroup.is_none() && !run.rootless);
-    let tool_argv = run.argv(binary, &bundle, ctx.run_id, cgroup_manager);
+    let wrapper_argv = run.argv(binary, &bundle, ctx.run_id, cgroup_manager);
     let hybrid = match run.crun_workaround {
-        true => crun_hybrid_workaround(tool_argv, &bundle, &mut files, ctx, run.rootless),
-        false => HybridWorkaround::none(tool_argv),
+        true => crun_hybrid_workaround(wrapper_argv, &bundle, &mut files, ctx, run.rootless),
+        false => HybridWorkaround::none(wrapper_argv),
     };
     let notes = match run.rootless {
         true => vec![rootless::ROOTLESS_NOTE.into()],
         false => Vec::new(),
     };
+    let mut steps = bundle_steps(files);
+    steps.extend(hybrid.hidden_files.into_iter().map(WrapStep::HideFile));
+    steps.push(WrapStep::CheckStarted(StartEvidence {
+        tool: run.name().into(),
+        pid_file: bundle.dir.join("pid"),
+        failure_log: None,
+    }));
+    steps.extend(cgroup_dirs.into_iter().map(WrapStep::RemoveDir));
     WrapSpec {
-        tool_argv: hybrid.tool_argv,
-        files,
-        keep_root: true,
-        no_new_privs: true,
-        layers: container_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir()),
+        wrapper_argv: hybrid.wrapper_argv,
         argv_in_files: true,
-        rlimits_by_tool: true,
+        layers: container_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir()),
         notes,
         details: hybrid.details,
-        cleanup_dirs: cgroup_dirs,
-        hidden_files: hybrid.hidden_files,
-        start_evidence: Some(StartEvidence {
-            tool: run.name().into(),
-            pid_file: bundle.dir.join("pid"),
-            failure_log: None,
-        }),
-        ..WrapSpec::default()
+        steps,
     }
 }
 

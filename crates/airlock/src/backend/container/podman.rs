@@ -6,11 +6,12 @@ use super::bundle::{bind_scratch_mounts, dir_marker, identity_bind_list, seccomp
 use super::crun_hybrid::{crun_host, crun_hybrid_workaround, CrunHost, HybridWorkaround};
 use super::engine::{engine_argv, nproc_limit, Engine, EngineCgroups, EngineInput, PodmanStorage};
 use super::{
-    cgroups_path, container_id, container_layers, find_binary, runtime_cgroup_dirs, CONTAINER_ROOT,
+    bundle_steps, cgroups_path, container_id, container_layers, find_binary, runtime_cgroup_dirs,
+    CONTAINER_ROOT,
 };
 use crate::backend::PlanContext;
 use crate::rundir::RunFile;
-use crate::spec::{StartEvidence, WrapSpec};
+use crate::spec::{StartEvidence, WrapSpec, WrapStep};
 
 /// `podman run --rootfs` on the bundle's skeleton, with podman's state inside the run directory.
 ///
@@ -75,32 +76,31 @@ pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> WrapSpec {
     if let Some(runtime) = &oci_runtime {
         details.push(format!("container: podman drives {}", runtime.display()));
     }
-    let mut cleanup_dirs = Vec::new();
+    let mut steps = bundle_steps(files);
+    steps.extend(hybrid.hidden_files.into_iter().map(WrapStep::HideFile));
     if own_cgroup {
-        cleanup_dirs.extend(runtime_cgroup_dirs(ctx).iter().map(|d| d.join("conmon")));
-        cleanup_dirs.extend(runtime_cgroup_dirs(ctx));
+        // podman's own threads would count against the limit when the container has its own.
+        steps.push(WrapStep::NoCgroupPidsLimit);
+    }
+    // conmon daemonizes: only a guard that outlives the init stops it (and the container).
+    steps.push(WrapStep::GuardToolTree);
+    steps.push(WrapStep::CheckStarted(StartEvidence {
+        tool: "podman".into(),
+        pid_file: bundle.dir.join("pid"),
+        failure_log: None,
+    }));
+    if own_cgroup {
+        let dirs = runtime_cgroup_dirs(ctx);
+        steps.extend(dirs.iter().map(|d| WrapStep::RemoveDir(d.join("conmon"))));
+        steps.extend(dirs.into_iter().map(WrapStep::RemoveDir));
     }
     WrapSpec {
-        tool_argv: hybrid.tool_argv,
-        hidden_files: hybrid.hidden_files,
-        files,
-        keep_root: true,
-        no_new_privs: true,
-        layers: container_layers(ctx.policy.has_network(), capped),
+        wrapper_argv: hybrid.wrapper_argv,
         argv_in_files: true,
-        rlimits_by_tool: true,
-        // podman's own threads would count against the limit when the container has its own.
-        no_cgroup_pids_limit: own_cgroup,
+        layers: container_layers(ctx.policy.has_network(), capped),
+        notes: Vec::new(),
         details,
-        cleanup_dirs,
-        // conmon daemonizes: only a guard that outlives the init stops it (and the container).
-        guard_tool_tree: true,
-        start_evidence: Some(StartEvidence {
-            tool: "podman".into(),
-            pid_file: bundle.dir.join("pid"),
-            failure_log: None,
-        }),
-        ..WrapSpec::default()
+        steps,
     }
 }
 

@@ -15,6 +15,8 @@
 //! count as present, removal deletes the tree, and no signal is ever sent, because the pids in
 //! such files describe nothing the kernel vouches for.
 
+mod control;
+mod layout;
 mod parse;
 mod v1;
 mod v2;
@@ -23,18 +25,23 @@ mod v2;
 mod tests;
 
 use std::collections::BTreeSet;
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::path::{Component, Path, PathBuf};
+use std::fs;
+use std::io;
+use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
-use nix::sys::statfs::{statfs, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC};
 use nix::unistd::{getpid, Pid};
 use serde::{Deserialize, Serialize};
 
-use parse::{cgroup_mounts, controllers_from_dir_name, parse_mountinfo, parse_pids, CgroupMount};
+use control::{
+    canonical_order, cfs_quota, control_file_offered, create_dir_if_missing, create_run_dir,
+    ensure_parent, is_cgroupfs, read_optional, remove_parent_if_empty, remove_run_dir,
+    trial_create, validate_limits, validate_parent, validate_run_id, write_control, CPU_LIMIT_HINT,
+};
+use layout::{Layout, V1Hierarchy, V2Mount};
+use parse::parse_pids;
 
 /// How long [`RunCgroup::kill_all`] keeps killing before it gives up.
 const KILL_DEADLINE: Duration = Duration::from_secs(2);
@@ -228,13 +235,15 @@ impl RunCgroup {
         self.version
     }
 
-    /// The controllers this run's cgroups use.
+    /// The controllers this run's cgroups use (for the tests).
+    #[cfg(test)]
     pub fn controllers(&self) -> Vec<String> {
         let present: Vec<&String> = self.dirs.iter().flat_map(|dir| &dir.controllers).collect();
         canonical_order(&present)
     }
 
-    /// The run's directory in each hierarchy (for logs and diagnostics).
+    /// The run's directory in each hierarchy (for the tests).
+    #[cfg(test)]
     pub fn paths(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|dir| dir.path.clone()).collect()
     }
@@ -252,7 +261,8 @@ impl RunCgroup {
         self.write_procs("0")
     }
 
-    /// Moves process `pid` (with all its threads) into the run, from outside.
+    /// Moves process `pid` (with all its threads) into the run, from outside (for the tests).
+    #[cfg(test)]
     pub fn attach(&self, pid: Pid) -> Result<(), CgroupError> {
         self.write_procs(&pid.as_raw().to_string())
     }
@@ -446,409 +456,4 @@ impl RunCgroup {
             remove_parent_if_empty(parent);
         }
     }
-}
-
-/// The cgroup hierarchies found under a root.
-#[derive(Debug, Clone, Default)]
-struct Layout {
-    root: PathBuf,
-    v2: Option<V2Mount>,
-    v1: Vec<V1Hierarchy>,
-}
-
-#[derive(Debug, Clone)]
-struct V2Mount {
-    path: PathBuf,
-    /// Controllers listed in the mount root's `cgroup.controllers`.
-    available: Vec<String>,
-}
-
-#[derive(Debug, Clone)]
-struct V1Hierarchy {
-    path: PathBuf,
-    controllers: Vec<String>,
-}
-
-impl Layout {
-    /// Uses mountinfo when it lists cgroup mounts under `root`; otherwise (a fake tree, or no
-    /// /proc) infers the layout from the directories.
-    fn detect(root: &Path) -> Layout {
-        let mounts: Vec<CgroupMount> = fs::read_to_string("/proc/self/mountinfo")
-            .map(|text| cgroup_mounts(&parse_mountinfo(&text)))
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|mount| mount_path(mount).starts_with(root))
-            .collect();
-        if mounts.is_empty() {
-            Layout::scan(root)
-        } else {
-            Layout::from_mounts(root, mounts)
-        }
-    }
-
-    fn from_mounts(root: &Path, mounts: Vec<CgroupMount>) -> Layout {
-        let mut layout = Layout {
-            root: root.to_path_buf(),
-            ..Layout::default()
-        };
-        for mount in mounts {
-            match mount {
-                CgroupMount::V2 { path } => {
-                    let replaces = layout.v2.as_ref().is_none_or(|_| path == root);
-                    if replaces {
-                        layout.v2 = Some(V2Mount::read(path));
-                    }
-                }
-                CgroupMount::V1 { path, controllers } => layout.add_v1(path, controllers),
-            }
-        }
-        layout
-    }
-
-    fn scan(root: &Path) -> Layout {
-        let mut layout = Layout {
-            root: root.to_path_buf(),
-            ..Layout::default()
-        };
-        if root.join("cgroup.controllers").is_file() {
-            layout.v2 = Some(V2Mount::read(root.to_path_buf()));
-            return layout;
-        }
-        let unified = root.join("unified");
-        if unified.join("cgroup.controllers").is_file() {
-            layout.v2 = Some(V2Mount::read(unified));
-        }
-        let mut entries: Vec<PathBuf> = fs::read_dir(root)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
-            .map(|entry| entry.path())
-            .collect();
-        entries.sort();
-        for path in entries {
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            let controllers = controllers_from_dir_name(&name);
-            layout.add_v1(path, controllers);
-        }
-        layout
-    }
-
-    /// Keeps the first hierarchy per controller, so a bind-mounted duplicate is ignored.
-    fn add_v1(&mut self, path: PathBuf, controllers: Vec<String>) {
-        let fresh: Vec<String> = controllers
-            .into_iter()
-            .filter(|name| self.v1_hierarchy(name).is_none())
-            .collect();
-        if !fresh.is_empty() {
-            self.v1.push(V1Hierarchy {
-                path,
-                controllers: fresh,
-            });
-        }
-    }
-
-    fn v1_hierarchy(&self, controller: &str) -> Option<&V1Hierarchy> {
-        self.v1
-            .iter()
-            .find(|hierarchy| hierarchy.controllers.iter().any(|c| c == controller))
-    }
-
-    fn v2_offers(&self, controller: &str) -> bool {
-        self.v2
-            .as_ref()
-            .is_some_and(|v2| v2.available.iter().any(|c| c == controller))
-    }
-
-    /// v2 when it offers memory and pids; else v1 when it has any run controller; else a v2
-    /// mounted at the root itself (a pure v2 host with controllers disabled still kills and
-    /// accounts cpu).
-    fn preferred_version(&self) -> Option<CgroupVersion> {
-        if self.v2_offers("memory") && self.v2_offers("pids") {
-            return Some(CgroupVersion::V2);
-        }
-        if RUN_CONTROLLERS
-            .iter()
-            .any(|name| self.v1_hierarchy(name).is_some())
-        {
-            return Some(CgroupVersion::V1);
-        }
-        match &self.v2 {
-            Some(v2) if v2.path == self.root => Some(CgroupVersion::V2),
-            _ => None,
-        }
-    }
-
-    fn nothing_usable_reason(&self) -> String {
-        format!(
-            "no cgroup2 filesystem and no cgroup v1 controller hierarchy (memory, pids, cpu) is mounted there; \
-             mount cgroup2 with `mount -t cgroup2 none {root}` (or run on a host/container that exposes /sys/fs/cgroup)",
-            root = self.root.display()
-        )
-    }
-}
-
-impl V2Mount {
-    fn read(path: PathBuf) -> V2Mount {
-        let available = fs::read_to_string(path.join("cgroup.controllers"))
-            .map(|text| parse::parse_controller_list(&text))
-            .unwrap_or_default();
-        V2Mount { path, available }
-    }
-}
-
-fn mount_path(mount: &CgroupMount) -> &Path {
-    match mount {
-        CgroupMount::V2 { path } | CgroupMount::V1 { path, .. } => path,
-    }
-}
-
-fn validate_run_id(run_id: &str) -> Result<(), CgroupError> {
-    let reason = if run_id.is_empty() {
-        Some("it is empty")
-    } else if run_id.len() > 128 {
-        Some("it is longer than 128 bytes")
-    } else if run_id.starts_with('.') {
-        Some("it starts with '.'")
-    } else if !run_id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-    {
-        Some("use only ASCII letters, digits, '-', '_' and '.'")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(CgroupError::InvalidRunId {
-            run_id: run_id.to_string(),
-            reason,
-        }),
-        None => Ok(()),
-    }
-}
-
-fn validate_parent(parent: &str) -> Result<(), CgroupError> {
-    let path = Path::new(parent);
-    let valid = !parent.is_empty()
-        && path
-            .components()
-            .all(|component| matches!(component, Component::Normal(_)));
-    if valid {
-        Ok(())
-    } else {
-        Err(CgroupError::InvalidParent {
-            parent: parent.to_string(),
-        })
-    }
-}
-
-fn validate_limits(limits: &CgroupLimits) -> Result<(), CgroupError> {
-    if limits.cpu_millicores == Some(0) {
-        return Err(CgroupError::InvalidLimit {
-            limit: "cpu",
-            value: 0,
-            reason: "a run needs at least 1 millicore; leave the limit unset for no limit",
-        });
-    }
-    Ok(())
-}
-
-/// CFS `(quota_us, period_us)` for a millicore budget, keeping the quota at or above the
-/// kernel's 1ms minimum by stretching the period (up to its 1s maximum) for tiny budgets.
-fn cfs_quota(millicores: u64) -> (u64, u64) {
-    const DEFAULT_PERIOD_US: u64 = 100_000;
-    const LONG_PERIOD_US: u64 = 1_000_000;
-    const MIN_QUOTA_US: u64 = 1_000;
-    let quota = millicores.saturating_mul(DEFAULT_PERIOD_US) / 1000;
-    if quota >= MIN_QUOTA_US {
-        (quota, DEFAULT_PERIOD_US)
-    } else {
-        (
-            (millicores * LONG_PERIOD_US / 1000).max(MIN_QUOTA_US),
-            LONG_PERIOD_US,
-        )
-    }
-}
-
-/// Why the kernel may refuse a CFS bandwidth setting.
-const CPU_LIMIT_HINT: &str = "the kernel accepts quotas from 1ms up to its maximum: use cpu_millicores \
-     between 1 and 1000 x the host's cores (a missing file means a kernel without CONFIG_CFS_BANDWIDTH)";
-
-fn is_cgroupfs(path: &Path) -> bool {
-    statfs(path).is_ok_and(|fs| {
-        let kind = fs.filesystem_type();
-        kind == CGROUP_SUPER_MAGIC || kind == CGROUP2_SUPER_MAGIC
-    })
-}
-
-/// Whether the kernel offers control file `name` in `dir`; on a plain-file tree every optional
-/// file counts as offered so fixtures exercise the full write path.
-fn control_file_offered(dir: &Path, name: &str) -> bool {
-    dir.join(name).exists() || !is_cgroupfs(dir)
-}
-
-/// Writes a control file in one `write`. Kernel files are never created (a missing one means a
-/// missing controller); on a plain-file tree they are.
-fn write_control(path: &Path, value: &str, hint: &str) -> Result<(), CgroupError> {
-    let plain = path.parent().is_some_and(|dir| !is_cgroupfs(dir));
-    OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .create(plain)
-        .open(path)
-        .and_then(|mut file| file.write_all(value.as_bytes()))
-        .map_err(|source| CgroupError::Write {
-            path: path.to_path_buf(),
-            value: value.to_string(),
-            source,
-            hint: hint.to_string(),
-        })
-}
-
-fn read_optional(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok()
-}
-
-/// `names` restricted to the run controllers, in their canonical order.
-fn canonical_order<S: AsRef<str>>(names: &[S]) -> Vec<String> {
-    RUN_CONTROLLERS
-        .iter()
-        .filter(|wanted| names.iter().any(|name| name.as_ref() == **wanted))
-        .map(|name| name.to_string())
-        .collect()
-}
-
-/// Creates every missing directory of `parent` below `base`; returns those it created.
-fn ensure_parent(base: &Path, parent: &str) -> Result<Vec<PathBuf>, CgroupError> {
-    let mut created = Vec::new();
-    let mut dir = base.to_path_buf();
-    for component in Path::new(parent).components() {
-        dir.push(component);
-        if create_dir_if_missing(&dir)? {
-            created.push(dir.clone());
-        }
-    }
-    Ok(created)
-}
-
-/// Creates `dir` unless it exists; says whether it did.
-fn create_dir_if_missing(dir: &Path) -> Result<bool, CgroupError> {
-    match fs::create_dir(dir) {
-        Ok(()) => Ok(true),
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-        Err(source) => Err(CgroupError::CreateDir {
-            hint: create_dir_hint(&source),
-            path: dir.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-/// Creates the run directory under `<base>/<parent>` after `prepare_parent` made the parent,
-/// retrying if a concurrent run's removal deleted the (then empty) parent in between.
-fn create_run_dir(
-    base: &Path,
-    parent: &str,
-    run_id: &str,
-    prepare_parent: impl Fn() -> Result<(), CgroupError>,
-) -> Result<PathBuf, CgroupError> {
-    let path = base.join(parent).join(run_id);
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        prepare_parent()?;
-        match fs::create_dir(&path) {
-            Ok(()) => return Ok(path),
-            Err(err) if err.kind() == io::ErrorKind::NotFound && attempts < 5 => continue,
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(CgroupError::AlreadyExists { path })
-            }
-            Err(source) => {
-                return Err(CgroupError::CreateDir {
-                    hint: create_dir_hint(&source),
-                    path,
-                    source,
-                })
-            }
-        }
-    }
-}
-
-fn create_dir_hint(err: &io::Error) -> String {
-    match err.raw_os_error() {
-        Some(libc::EACCES | libc::EPERM) => {
-            "run airlock as root, or delegate this cgroup subtree to its user (systemd Delegate=yes)"
-                .to_string()
-        }
-        Some(libc::EROFS) => {
-            "the cgroup filesystem is mounted read-only (common inside containers); mount it read-write or run on the host"
-                .to_string()
-        }
-        Some(libc::EAGAIN) => {
-            "the hierarchy's cgroup.max.descendants or cgroup.max.depth is exhausted".to_string()
-        }
-        _ => "check that the cgroup hierarchy is mounted and writable".to_string(),
-    }
-}
-
-fn remove_run_dir(path: &Path) -> Result<(), CgroupError> {
-    if !is_cgroupfs(path) {
-        return match fs::remove_dir_all(path) {
-            Err(err) if err.kind() != io::ErrorKind::NotFound => Err(CgroupError::Remove {
-                path: path.to_path_buf(),
-                source: err,
-            }),
-            _ => Ok(()),
-        };
-    }
-    let deadline = Instant::now() + REMOVE_DEADLINE;
-    loop {
-        match fs::remove_dir(path) {
-            Ok(()) => return Ok(()),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
-            // Just-killed tasks may still be leaving the cgroup.
-            Err(err) if err.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
-                sleep(Duration::from_millis(10));
-            }
-            Err(source) => {
-                return Err(CgroupError::Remove {
-                    path: path.to_path_buf(),
-                    source,
-                })
-            }
-        }
-    }
-}
-
-/// Best effort: a non-empty parent (other runs) or a vanished one is fine.
-fn remove_parent_if_empty(parent: &Path) {
-    let _ = fs::remove_dir(parent);
-}
-
-/// Creates and removes a scratch cgroup under the parent to prove creation works, undoing any
-/// parent directories it had to create. `inspect` sees the scratch directory before removal.
-fn trial_create<T>(
-    base: &Path,
-    parent: &str,
-    inspect: impl FnOnce(&Path) -> T,
-) -> Result<T, CgroupError> {
-    let created_parents = ensure_parent(base, parent)?;
-    let scratch = base
-        .join(parent)
-        .join(format!("probe-{}", std::process::id()));
-    let outcome = match fs::create_dir(&scratch) {
-        Ok(()) => {
-            let seen = inspect(&scratch);
-            remove_run_dir(&scratch).map(|()| seen)
-        }
-        Err(source) => Err(CgroupError::CreateDir {
-            hint: create_dir_hint(&source),
-            path: scratch,
-            source,
-        }),
-    };
-    for dir in created_parents.iter().rev() {
-        remove_parent_if_empty(dir);
-    }
-    outcome
 }

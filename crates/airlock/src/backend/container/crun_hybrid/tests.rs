@@ -50,7 +50,7 @@ fn an_init_with_its_own_mount_namespace_hides_the_controller_list_itself() {
     let scratch = in_memory();
     let (hybrid, files) = workaround(Some(&scratch), false);
     assert_eq!(
-        hybrid.tool_argv,
+        hybrid.wrapper_argv,
         crun_argv(),
         "no unshare, sh or mount before crun"
     );
@@ -76,15 +76,15 @@ fn without_one_the_command_line_hides_it() {
         let (hybrid, _) = workaround(scratch.as_ref(), rootless);
         assert!(hybrid.hidden_files.is_empty());
         assert!(
-            hybrid.tool_argv[0].ends_with("/unshare"),
+            hybrid.wrapper_argv[0].ends_with("/unshare"),
             "{:?}",
-            hybrid.tool_argv
+            hybrid.wrapper_argv
         );
         assert_eq!(
-            hybrid.tool_argv.iter().any(|a| a == "--map-root-user"),
+            hybrid.wrapper_argv.iter().any(|a| a == "--map-root-user"),
             rootless
         );
-        let script = hybrid.tool_argv.last().unwrap();
+        let script = hybrid.wrapper_argv.last().unwrap();
         assert_eq!(
             script,
             "mount --bind -o ro '/run/airlock/r1/oci/empty' \

@@ -11,7 +11,11 @@ use crate::confine::Credentials;
 use crate::error::{SetupError, SetupStep};
 use crate::layer::Layer;
 use crate::result::RunStatus;
-use crate::rundir::{MemoryScratch, RunFile};
+use crate::rundir::MemoryScratch;
+
+mod wrap;
+
+pub use wrap::{HiddenFile, StartEvidence, WrapSpec, WrapStep};
 
 /// The control pipe's descriptor in the init: the spec (when the init was executed rather than
 /// forked with it in memory), then one [`StopReason`] per line; EOF means the supervisor died.
@@ -98,107 +102,6 @@ pub enum Confinement {
     Native(NativeSpec),
     /// An external sandbox tool (bwrap, runsc, runc, ...) wraps the program.
     Wrapped(WrapSpec),
-}
-
-/// How to start the program through an external sandbox tool. The init applies Tier 0, writes
-/// `files`, optionally hands the tool our seccomp filters as descriptors, then execs
-/// `tool_argv` followed by the program's argv.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
-pub struct WrapSpec {
-    /// The tool's full argv up to (not including) the program's argv; argv[0] is absolute.
-    pub tool_argv: Vec<String>,
-    /// Files the init writes before the run (absolute paths inside the run directory), e.g.
-    /// an OCI bundle's config.json.
-    pub files: Vec<RunFile>,
-    /// Descriptor numbers at which the init places our seccomp filters (allowlist first), as
-    /// raw `struct sock_filter` arrays, for tools that take `--add-seccomp-fd N`.
-    pub seccomp_fds: Vec<i32>,
-    /// The seccomp configuration for those filters.
-    pub seccomp: Option<crate::confine::seccomp::SeccompConfig>,
-    /// Keep root instead of dropping to the policy's uid (tools that need root to set up,
-    /// like rootful runc; the tool itself then runs the program unprivileged).
-    pub keep_root: bool,
-    /// Set no_new_privs before exec (must be false for setuid tools).
-    pub no_new_privs: bool,
-    /// Layers the tool enforces with these arguments. Reported as in force once the tool has
-    /// started; the conformance suite is what proves each claim.
-    pub layers: Vec<crate::layer::Layer>,
-    /// The program's argv is already in `files` (an OCI config): exec `tool_argv` alone.
-    #[serde(default)]
-    pub argv_in_files: bool,
-    /// The tool applies the program's rlimits itself (from its config); the init lowers only
-    /// RLIMIT_CORE and RLIMIT_CPU on the tool, which may need more descriptors than the program.
-    #[serde(default)]
-    pub rlimits_by_tool: bool,
-    /// Leave the run cgroup's pids limit unset: the tool's own helper processes would count
-    /// against it (gVisor's ptrace stubs); the tool must enforce the limit another way.
-    #[serde(default)]
-    pub no_cgroup_pids_limit: bool,
-    /// Gaps in this run's enforcement, reported as warnings of the run.
-    #[serde(default)]
-    pub notes: Vec<String>,
-    /// What the backend chose for this run (the runtime, the platform, a host workaround):
-    /// facts for the result's `details`, not warnings, since nothing is weaker for them.
-    #[serde(default)]
-    pub details: Vec<String>,
-    /// Directories the tool may leave behind (e.g. its cgroups in hierarchies airlock does not
-    /// use, when it was killed or kept its container), removed with `rmdir` in order after the
-    /// process tree is dead and accounting is read: never recursively, so only empty ones go.
-    #[serde(default)]
-    pub cleanup_dirs: Vec<PathBuf>,
-    /// The descriptor at which the tool writes its JSON status (bwrap's `--json-status-fd`).
-    /// A status without an `exit-code` document means the tool failed before the program ran,
-    /// which the init reports as a setup failure instead of the program's exit.
-    #[serde(default)]
-    pub status_fd: Option<i32>,
-    /// For tools without a status stream (the OCI runtimes): what shows that the tool started
-    /// the program. Without it, a tool that exited before starting the program would pass
-    /// its own exit code (usually 1) off as the program's.
-    #[serde(default)]
-    pub start_evidence: Option<StartEvidence>,
-    /// The tool daemonizes helpers that nothing ties to the init (podman's conmon and the
-    /// container under it): the init's child stays behind as the tool's parent, a child
-    /// subreaper that mirrors the tool's exit and, should the init die, kills every process
-    /// under it (see `init::wrapped`).
-    #[serde(default)]
-    pub guard_tool_tree: bool,
-    /// The tool's processes are threaded and open hundreds of descriptors (runsc's sandbox and
-    /// gofer): start them with a descriptor table already that large (see
-    /// `init::wrapped::hold_presized_fd_table`), because growing a table that threads share waits
-    /// for an RCU grace period (about 10 ms here) each time.
-    #[serde(default)]
-    pub presize_fd_table: bool,
-    /// Host files the tool must see empty. The init covers each in its own mount namespace
-    /// before starting the tool; planned only for an in-memory run directory, which gives the
-    /// init that namespace (otherwise the tool's argv does it, see
-    /// `backend::hide_files_with_unshare`).
-    #[serde(default)]
-    pub hidden_files: Vec<HiddenFile>,
-}
-
-/// A host file covered, read-only, by an empty file the init wrote in the run directory: crun
-/// 1.8 refuses a hybrid cgroup layout whose v2 mount lists controllers, and runs like runc when
-/// `cgroup.controllers` reads empty.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-pub struct HiddenFile {
-    pub target: PathBuf,
-    /// An empty file inside the run directory.
-    pub empty: PathBuf,
-}
-
-/// How the init tells a program that exited from a tool that failed before starting it.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub struct StartEvidence {
-    /// The tool's name, for the error.
-    pub tool: String,
-    /// The `--pid-file` the tool writes once the container's process exists: runc and crun
-    /// write it after the program was exec'd, runsc once the sandbox is created (before it
-    /// loads the program). No file after the tool exited means the program never ran.
-    pub pid_file: PathBuf,
-    /// A log the tool reports its own failures in, and the text that marks one: runsc fails
-    /// after writing its pid file when the sandbox cannot start the program (e.g. it does not
-    /// exist), and says so only there and on stderr.
-    pub failure_log: Option<(PathBuf, String)>,
 }
 
 /// The native backend's plan: namespaces, root filesystem, Landlock and seccomp.
