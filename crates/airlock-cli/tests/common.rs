@@ -93,3 +93,85 @@ pub fn unique(prefix: &str) -> String {
 pub fn status(result: &Value) -> &str {
     result["status"].as_str().unwrap_or("?")
 }
+
+/// A runtime directory and a cgroup parent of this test's own, so that its runs and their
+/// sweeps touch nothing of other runs on the host (and no other run's sweep touches theirs).
+pub struct PrivateRuns {
+    pub runtime: tempfile::TempDir,
+    pub cgroup_parent: String,
+}
+
+impl Default for PrivateRuns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PrivateRuns {
+    pub fn new() -> PrivateRuns {
+        PrivateRuns {
+            runtime: tempfile::Builder::new()
+                .prefix("airlock-runs-")
+                .tempdir()
+                .unwrap(),
+            cgroup_parent: unique("airlock-test-"),
+        }
+    }
+
+    /// The flags that put a run here.
+    pub fn flags(&self) -> Vec<String> {
+        vec![
+            "--runtime-dir".into(),
+            self.runtime.path().display().to_string(),
+            "--cgroup-parent".into(),
+            self.cgroup_parent.clone(),
+        ]
+    }
+
+    /// The cgroup parent in every hierarchy that has it.
+    pub fn cgroup_parents(&self) -> Vec<std::path::PathBuf> {
+        let mut parents = vec![std::path::Path::new("/sys/fs/cgroup").join(&self.cgroup_parent)];
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            parents.push(hierarchy.path().join(&self.cgroup_parent));
+        }
+        parents.retain(|p| p.is_dir());
+        parents
+    }
+
+    /// Entries named `prefix*` in the runtime directory and the cgroup parents.
+    pub fn entries_named(&self, prefix: &str) -> Vec<std::path::PathBuf> {
+        let mut dirs = vec![self.runtime.path().to_path_buf()];
+        dirs.extend(self.cgroup_parents());
+        dirs.iter()
+            .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+            })
+            .collect()
+    }
+}
+
+impl Drop for PrivateRuns {
+    /// The emptied cgroup parents stay after runs (to save their creation); remove them.
+    fn drop(&mut self) {
+        for parent in self.cgroup_parents() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+/// Sets a path's modification time two minutes back, so the sweep treats it as abandoned
+/// (and a sweep stamp as long past).
+pub fn age(path: &std::path::Path) {
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+    std::fs::File::open(path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+}

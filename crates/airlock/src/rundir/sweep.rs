@@ -2,6 +2,10 @@
 //! (SIGKILL leaves nobody to clean up): run directories, cgroups and any processes still in
 //! those cgroups. Only entries named `run-<pid>-…` whose supervisor pid is gone, and that are
 //! old enough that an init still cleaning up would be done, are touched.
+//!
+//! Many runs start at once and each may find a sweep due: one of them sweeps (it holds an
+//! exclusive `flock` on the stamp while it checks, stamps and sweeps), the others go ahead
+//! without waiting, and an entry another sweep removed first counts as removed.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -72,17 +76,32 @@ pub fn sweep(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) -> usize {
     swept
 }
 
-/// Sweeps unless another run did within [`SWEEP_EVERY`].
+/// Sweeps unless another run did within [`SWEEP_EVERY`] or is sweeping now.
 pub fn sweep_if_due(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) {
-    let stamp = runtime_dir.join(SWEEP_STAMP);
-    let recent = std::fs::metadata(&stamp)
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < SWEEP_EVERY);
-    if recent {
+    let path = runtime_dir.join(SWEEP_STAMP);
+    // A stamp this run creates has the current time but no sweep behind it.
+    let swept_before = path.exists();
+    let Ok(stamp) = std::fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+    else {
+        return;
+    };
+    // Held until the sweep is done (closing the file releases it): a run that finds it taken
+    // goes ahead, since the sweep under way covers what it would sweep.
+    if rustix::fs::flock(&stamp, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return;
     }
-    let touched = std::fs::File::create(&stamp).and_then(|f| f.set_modified(SystemTime::now()));
-    if touched.is_ok() {
+    let recent = stamp
+        .metadata()
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < SWEEP_EVERY);
+    if recent && swept_before {
+        return;
+    }
+    if stamp.set_modified(SystemTime::now()).is_ok() {
         sweep(runtime_dir, cgroup);
     }
 }
@@ -101,7 +120,8 @@ fn cgroup_parents(cgroup: &CgroupConfig) -> Vec<PathBuf> {
 }
 
 /// Kills whatever is still in an abandoned cgroup (orphans of a killed Tier-0 run), then
-/// removes it.
+/// removes it. Gone already (another sweep was first) counts as removed; a cgroup this user
+/// may not remove is left at once, not retried.
 fn remove_cgroup(path: &Path) -> bool {
     for _ in 0..50 {
         let members = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
@@ -113,8 +133,12 @@ fn remove_cgroup(path: &Path) -> bool {
         for pid in &pids {
             let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
         }
-        if std::fs::remove_dir(path).is_ok() {
-            return true;
+        match std::fs::remove_dir(path) {
+            Ok(()) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
+            // Members still exiting: wait for them.
+            Err(e) if e.raw_os_error() == Some(Errno::EBUSY as i32) => {}
+            Err(_) => return false,
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -152,6 +176,51 @@ mod tests {
             !dead.exists(),
             "not swept although the last sweep was long ago"
         );
+    }
+
+    #[test]
+    fn a_sweep_under_way_is_not_repeated() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join("run-999999999-1-0");
+        std::fs::create_dir(&dead).unwrap();
+        let old = SystemTime::now() - Duration::from_secs(120);
+        std::fs::File::open(&dead)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        // Another run holds the lock: this one goes ahead without sweeping.
+        let stamp = std::fs::File::create(dir.path().join(SWEEP_STAMP)).unwrap();
+        rustix::fs::flock(&stamp, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        stamp.set_modified(old).unwrap();
+        sweep_if_due(dir.path(), None);
+        assert!(dead.exists(), "swept while another sweep held the lock");
+        drop(stamp);
+        sweep_if_due(dir.path(), None);
+        assert!(!dead.exists(), "not swept once the lock was free");
+    }
+
+    #[test]
+    fn the_first_run_of_a_runtime_directory_sweeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join("run-999999999-1-0");
+        std::fs::create_dir(&dead).unwrap();
+        let old = SystemTime::now() - Duration::from_secs(120);
+        std::fs::File::open(&dead)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        sweep_if_due(dir.path(), None);
+        assert!(
+            !dead.exists(),
+            "the stamp this run created skipped the sweep"
+        );
+    }
+
+    #[test]
+    fn an_entry_already_removed_counts_as_removed_at_once() {
+        let started = std::time::Instant::now();
+        assert!(remove_cgroup(Path::new("/nonexistent/run-1-1-0")));
+        assert!(started.elapsed() < Duration::from_millis(100));
     }
 
     #[test]

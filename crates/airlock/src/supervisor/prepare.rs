@@ -148,8 +148,10 @@ fn runtime_dir(command: &Command, effects: Effects) -> Result<PathBuf, Error> {
         return rundir::existing_runtime_dir(configured);
     }
     let runtime = rundir::runtime_dir(configured)?;
-    let cgroup_config = (!options.no_cgroup).then(|| options.cgroup.clone().unwrap_or_default());
-    rundir::sweep_if_due(&runtime, cgroup_config.as_ref());
+    // The cgroups too when this run uses none: the sweep it may win stands for every run of
+    // this runtime directory, and a partial one would leave their abandoned cgroups for good.
+    let cgroup_config = options.cgroup.clone().unwrap_or_default();
+    rundir::sweep_if_due(&runtime, Some(&cgroup_config));
     Ok(runtime)
 }
 
