@@ -17,7 +17,8 @@ pub struct RunArgs {
     /// Keep the run's working directory afterwards (its path is in the result).
     #[arg(long)]
     pub keep: bool,
-    /// Give the program this terminal (interactive use; output caps do not apply).
+    /// Give the program a terminal of its own, relayed to this one (an interactive shell:
+    /// keys pass through as typed, Ctrl-C included; output caps do not apply).
     #[arg(long)]
     pub tty: bool,
     /// Print the plan of the run as JSON (backend and why, layers, mounts, limits) and run

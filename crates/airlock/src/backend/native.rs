@@ -219,6 +219,9 @@ fn landlock_rules(policy: &Policy, rootfs: &RootfsPlan, workdir: &Path) -> Landl
     LandlockRules {
         read_exec,
         read_write,
+        // The root is built from scratch: listing it (and the directories airlock made on the
+        // way to a mount) shows only what the sandbox holds, as under bwrap or a container.
+        list_only: vec!["/".into()],
         deny_tcp: !policy.has_network(),
         scope_ipc: true,
         exec_writable: policy.filesystem.exec_writable,

@@ -24,6 +24,10 @@ pub struct LandlockRules {
     pub read_exec: Vec<PathBuf>,
     /// Trees with full access (e.g. the work directory and `/tmp`).
     pub read_write: Vec<PathBuf>,
+    /// Trees whose directories may only be listed (e.g. the sandbox's own `/`, which holds
+    /// only what the sandbox put there): no file in them may be read by this rule.
+    #[serde(default)]
+    pub list_only: Vec<PathBuf>,
     /// Whether files under `read_write` may also be executed. Off means code the sandbox
     /// writes can still be interpreted (`python3 x.py`) but not executed directly.
     pub exec_writable: bool,
@@ -112,6 +116,12 @@ pub fn restrict_self(rules: &LandlockRules) -> Result<LandlockReport, LandlockEr
                 .read_write
                 .iter()
                 .map(|path| (path, writable_access(rules))),
+        )
+        .chain(
+            rules
+                .list_only
+                .iter()
+                .map(|path| (path, BitFlags::from(AccessFs::ReadDir))),
         );
     for (path, access) in grants {
         match grant(ruleset, path, access)? {
@@ -299,6 +309,7 @@ mod tests {
             exec_writable: false,
             deny_tcp: true,
             scope_ipc: true,
+            ..Default::default()
         }
     }
 

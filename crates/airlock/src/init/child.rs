@@ -75,10 +75,12 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
         join_cgroup(cgroup)?;
         layers.push(Layer::Cgroup);
     }
-    new_session(spec.tty)?;
-    if !spec.tty {
-        layers.push(Layer::NewSession);
-    }
+    // With a terminal, it is the program's own (see `supervisor::terminal`): a new session
+    // either way. The native sandbox's PID 1 takes the terminal itself, in the PID namespace
+    // where the shell's job control can see its process group.
+    let native = matches!(spec.confinement, Confinement::Native(_));
+    new_session(spec.tty && !native)?;
+    layers.push(Layer::NewSession);
     let rlimits_by_tool =
         matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::RlimitsByTool));
     apply_rlimits(spec, ctx.cgroup.is_some(), rlimits_by_tool)?;
@@ -137,12 +139,16 @@ fn join_v1_as_thread(cgroup: &RunCgroup) -> std::io::Result<()> {
     Ok(())
 }
 
-fn new_session(tty: bool) -> Setup<()> {
+/// A new session; with `tty`, the terminal on stdin becomes its controlling terminal.
+pub(super) fn new_session(tty: bool) -> Setup<()> {
     let failed = |message: String| SetupError::at(Step::Session, message);
     nix::unistd::setsid().map_err(|e| failed(format!("setsid failed: {e}")))?;
     if tty {
-        sys::set_controlling_tty(0)
-            .map_err(|e| failed(format!("cannot attach the terminal on stdin: {e}")))?;
+        sys::set_controlling_tty(0).map_err(|e| {
+            failed(format!(
+                "cannot make the program's terminal its controlling terminal: {e}"
+            ))
+        })?;
     }
     Ok(())
 }

@@ -105,14 +105,22 @@ fn mirror_exit(pid1: Pid) -> ! {
 }
 
 fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
-    let result = confine(native, &mut layers).and_then(|()| {
-        let forked = sys::fork_single_threaded()
-            .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the program: {e}")))?;
-        match forked {
-            Forked::Child => program(spec, layers),
-            Forked::Parent(program) => reap_until(program, spec, native),
-        }
-    });
+    // The program's terminal is controlled from a session inside the PID namespace, so that an
+    // interactive shell can see (and restore) the terminal's process group.
+    let session = match spec.tty {
+        true => super::child::new_session(true),
+        false => Ok(()),
+    };
+    let result = session
+        .and_then(|()| confine(native, &mut layers))
+        .and_then(|()| {
+            let forked = sys::fork_single_threaded()
+                .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the program: {e}")))?;
+            match forked {
+                Forked::Child => program(spec, layers),
+                Forked::Parent(program) => reap_until(program, spec, native),
+            }
+        });
     let Err(error) = result;
     send_setup(&SetupMessage::Error(error));
     sys::exit_now(126)

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use super::output::OutputSink;
-use super::signals::CancelSignals;
+use super::signals::{BlockedSignals, CANCEL_SIGNALS};
+use super::terminal::RawTerminal;
 use super::{finish, handle, launch, prepare};
 use crate::confine::cgroup::CgroupConfig;
 use crate::error::Error;
@@ -193,7 +194,10 @@ impl Command {
         self
     }
 
-    /// Gives the program the caller's terminal (stdio inherited, no caps on output).
+    /// Gives the program a terminal of its own (a pseudo-terminal as its stdin, stdout and
+    /// controlling terminal, in its own session): its output is the stdout stream (no cap
+    /// applies), and with [`Input::Inherit`] `run` relays the caller's terminal to it in raw
+    /// mode, resizes included. The program never holds the caller's terminal.
     pub fn tty(mut self, tty: bool) -> Self {
         self.tty = tty;
         self
@@ -222,13 +226,31 @@ impl Command {
     /// Runs to completion, serving the run's pipes from the calling thread.
     pub fn run(self) -> Result<RunResult, Error> {
         // Blocked before the init starts, so that it inherits the mask (see `signals`).
-        let signals = match self.cancel_on_signals {
-            true => Some(CancelSignals::block()?),
-            false => None,
-        };
+        let signals = self.blocked_signals()?;
         let prepared = prepare::prepare_to_run(&self)?;
+        // The caller's terminal, relayed to the program's own, passes every key through.
+        let _raw = match (self.tty, &self.stdin) {
+            (true, Input::Inherit) => RawTerminal::enter(),
+            _ => None,
+        };
         let (started, ending) = launch::start(&self, prepared)?;
         finish::serve_in_this_thread(&self, started, ending, signals.as_ref())
+    }
+
+    /// The signals a blocking run reacts to: the cancel signals when asked for, and window
+    /// resizes for a terminal.
+    fn blocked_signals(&self) -> Result<Option<BlockedSignals>, Error> {
+        let mut wanted = Vec::new();
+        if self.cancel_on_signals {
+            wanted.extend(CANCEL_SIGNALS);
+        }
+        if self.tty {
+            wanted.push(nix::sys::signal::Signal::SIGWINCH);
+        }
+        match wanted.is_empty() {
+            true => Ok(None),
+            false => BlockedSignals::block(&wanted).map(Some),
+        }
     }
 
     /// Starts the run and returns a handle to stream, cancel and wait for it.

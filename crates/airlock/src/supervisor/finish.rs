@@ -10,7 +10,7 @@ use super::hints::HintFacts;
 use super::launch::{InitProcess, Started};
 use super::output::{Collector, StreamKind};
 use super::serve;
-use super::signals::CancelSignals;
+use super::signals::BlockedSignals;
 use crate::error::{Error, SetupErrorKind};
 use crate::policy::OutputLimitAction;
 use crate::result::{RunResult, RunStatus};
@@ -37,15 +37,20 @@ pub(super) fn serve_in_this_thread(
     command: &Command,
     started: Started,
     mut ending: Ending,
-    signals: Option<&CancelSignals>,
+    signals: Option<&BlockedSignals>,
 ) -> Result<RunResult, Error> {
     let policy = &command.sandbox.policy;
     let sinks = (
         command.stdout.blocking_sink(),
         command.stderr.blocking_sink(),
     );
+    // A terminal's output is for the person at it: no cap.
+    let stdout_cap = match command.tty {
+        true => u64::MAX,
+        false => policy.limits.stdout.0,
+    };
     let outputs = serve::Outputs {
-        stdout: Collector::new(StreamKind::Stdout, &sinks.0, policy.limits.stdout.0),
+        stdout: Collector::new(StreamKind::Stdout, &sinks.0, stdout_cap),
         stderr: Collector::new(StreamKind::Stderr, &sinks.1, policy.limits.stderr.0),
     };
     let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;

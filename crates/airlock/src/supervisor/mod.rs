@@ -18,12 +18,14 @@ mod describe;
 mod finish;
 mod handle;
 mod hints;
+mod input;
 mod launch;
 mod output;
 mod prepare;
 mod serve;
 mod signals;
 mod standalone;
+mod terminal;
 
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
