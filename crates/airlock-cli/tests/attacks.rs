@@ -1952,7 +1952,12 @@ impl Suite {
         outcome.pty_input = terminal.map(|t| t.pending_input());
         match serde_json::from_str::<Value>(&stdout) {
             Ok(result) if runner.is_airlock() && result.get("status").is_some() => {
-                outcome.status = result["status"].as_str().map(str::to_string);
+                // A run refused before it started (`--json` prints that too) has no status.
+                let started = result["backend"] != "";
+                outcome.status = result["status"]
+                    .as_str()
+                    .filter(|_| started)
+                    .map(str::to_string);
                 outcome.layers = result["isolation"]
                     .as_array()
                     .map(|l| {
