@@ -132,10 +132,12 @@ fn serve(config: LocalConfig) -> Result<()> {
     let executor = Arc::new(executor);
     let server = AirlockMcp::new(executor.clone());
     runtime.block_on(async move {
-        let service = server
-            .serve(rmcp::transport::stdio())
-            .await
-            .context("MCP handshake failed")?;
+        let service = match server.serve(rmcp::transport::stdio()).await {
+            Ok(service) => service,
+            // The client went away before initializing: nothing to serve, not a failure.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+            Err(e) => return Err(anyhow::Error::new(e).context("MCP handshake failed")),
+        };
         tokio::select! {
             quit = service.waiting() => { quit.context("MCP service failed")?; }
             _ = shutdown_signal() => {}
