@@ -51,9 +51,14 @@ def bench_run(runs: int) -> None:
     cli: list[float] = []
     client: list[float] = []
     sandbox.run(["/bin/true"])  # warm: the flag probe and the page cache
-    for _ in range(runs):
-        cli.append(timed(lambda: subprocess.run(argv, capture_output=True, check=True)))
-        client.append(timed(lambda: sandbox.run(["/bin/true"])))
+    for i in range(runs):
+        # Alternate which side goes first, so neither always runs right after the other.
+        pair = [
+            (cli, lambda: subprocess.run(argv, capture_output=True, check=True)),
+            (client, lambda: sandbox.run(["/bin/true"])),
+        ]
+        for samples, fn in pair if i % 2 else reversed(pair):
+            samples.append(timed(fn))
     print(summary("airlock run --json /bin/true (CLI)", cli))
     print(summary("Sandbox.run(['/bin/true'])", client))
     overhead = statistics.median(client) - statistics.median(cli)
