@@ -1,22 +1,21 @@
 //! `airlock conformance --prefix "<sandbox command>"`: grades any sandbox command line (bwrap,
-//! firejail, unshare, airlock itself) with the same compact set of attacks. Each attack is a
-//! Python program run as `<prefix> python3 -c <program> <args>`; wherever an attack has an
-//! effect outside the sandbox (a file, a TCP connection, a dead process, a leaked secret) the
-//! verdict comes from that host-side evidence, never from what the program claims. Attacks
-//! print `ESCAPED ...` / `BLOCKED ...` lines (the convention of tests/attacks).
+//! firejail, unshare, airlock itself) with the attacks of airlock's own suite (the catalogue of
+//! `airlock-attack`). Each attack program runs as `<prefix> python3 -B -c <program> <args>`;
+//! wherever an attack has an effect outside the sandbox (a file, a connection, a dead or traced
+//! process, a leaked secret) the verdict comes from that host-side evidence, never from what
+//! the program claims. Attacks measured against limits only airlock can be given (`--pids 32`,
+//! `--mem 128MiB` ...) are listed as skipped.
 
-use std::io::Read;
-use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::{Context, Result};
+use airlock_attack::harness::{execute, run_all, Launch, Supervisor};
+use airlock_attack::host::is_root;
+use airlock_attack::judge::{grade, Grade};
+use airlock_attack::{catalogue, Attack, Group, Scene, Stage};
+use anyhow::{anyhow, Result};
 use clap::Args;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// Arguments of `airlock conformance`.
 #[derive(Args, Debug)]
@@ -34,640 +33,382 @@ pub struct ConformanceArgs {
     /// Seconds before one attack is stopped.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
-    /// Where the fs attacks' secret file and drop directory are made: somewhere sandboxes do
-    /// not usually replace with a private tmpfs (as they do /tmp and /var/tmp).
+    /// Where the attacks' secret files, drop directories and sockets are made: somewhere
+    /// sandboxes do not usually replace with a private tmpfs (as they do /tmp and /var/tmp).
     #[arg(long, default_value = "/var/lib", value_name = "DIR")]
     pub bait_dir: PathBuf,
-    /// Print JSON instead of a Markdown table.
+    /// Print JSON instead of Markdown tables.
     #[arg(long)]
     pub json: bool,
 }
 
-/// The attack classes, in table order.
-pub const CLASSES: &[&str] = &[
-    "fs-read",
-    "fs-write",
-    "network",
-    "signal",
-    "env",
-    "syscalls",
-    "privilege",
-    "pids",
-];
+/// Attacks run this many at a time; exclusive (resource-hungry) ones run alone afterwards.
+const PARALLEL: usize = 3;
 
-/// Processes the `pids` attack tries to hold at once.
-const PIDS_ATTEMPT: u32 = 256;
-
-/// The environment variable carrying the secret the `env` attack looks for.
-const SECRET_VAR: &str = "AIRLOCK_CONFORMANCE_SECRET";
-
-/// How one attack went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Blocked,
-    Escaped,
-    /// The attack program did not run (the sandbox refused to start, python missing, ...).
-    NotRun,
-}
-
-impl Verdict {
-    fn cell(self) -> &'static str {
-        match self {
-            Verdict::Blocked => "blocked",
-            Verdict::Escaped => "**ESCAPED**",
-            Verdict::NotRun => "n/a",
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Verdict::Blocked => "blocked",
-            Verdict::Escaped => "escaped",
-            Verdict::NotRun => "not_run",
-        }
-    }
-}
-
-/// One cell of the table with what it was judged on.
+/// One attack's verdict under one sandbox.
 #[derive(Debug, Clone)]
-pub struct Judged {
-    pub class: &'static str,
-    pub verdict: Verdict,
+pub struct Graded {
+    pub attack: &'static str,
+    pub group: Group,
+    pub threat: airlock_attack::Threat,
+    pub grade: Grade,
     pub evidence: String,
+    /// What stops it in airlock (from the catalogue).
+    pub layers: &'static str,
+}
+
+/// One sandbox command line and its verdicts, in catalogue order.
+pub struct Row {
+    pub name: String,
+    pub prefix: String,
+    pub results: Vec<Graded>,
 }
 
 pub fn run(args: ConformanceArgs) -> Result<u8> {
     let mut rows = Vec::new();
     for (index, prefix) in args.prefix.iter().enumerate() {
-        let name = args
-            .name
-            .get(index)
-            .cloned()
-            .unwrap_or_else(|| prefix.clone());
-        let cells = CLASSES
-            .iter()
-            .map(|class| attack(class, prefix, &args))
-            .collect::<Result<Vec<_>>>()?;
-        rows.push((name, prefix.clone(), cells));
+        let name = args.name.get(index).unwrap_or(prefix).clone();
+        let results = grade_sandbox(prefix, &args)?;
+        rows.push(Row {
+            name,
+            prefix: prefix.clone(),
+            results,
+        });
     }
     if args.json {
-        let rows: Vec<_> = rows
-            .iter()
-            .map(|(name, prefix, cells)| {
-                let cells: Vec<_> = cells.iter().map(|c| json!({"class": c.class, "verdict": c.verdict.name(), "evidence": c.evidence})).collect();
-                json!({"name": name, "prefix": prefix, "attacks": cells})
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!("{}", serde_json::to_string_pretty(&to_json(&rows))?);
     } else {
         print!("{}", markdown(&rows));
     }
     let escaped = rows
         .iter()
-        .flat_map(|(_, _, cells)| cells)
-        .any(|c| c.verdict == Verdict::Escaped);
+        .flat_map(|row| &row.results)
+        .any(|r| r.grade == Grade::Escaped);
     Ok(u8::from(escaped))
 }
 
-fn markdown(rows: &[(String, String, Vec<Judged>)]) -> String {
+/// Runs the whole catalogue under `prefix`.
+fn grade_sandbox(prefix: &str, args: &ConformanceArgs) -> Result<Vec<Graded>> {
+    let sandbox_uid = match is_root() {
+        true => 65534,
+        false => nix::unistd::getuid().as_raw(),
+    };
+    let stage = Stage::create(
+        &args.bait_dir,
+        "airlock-conformance",
+        &args.python,
+        sandbox_uid,
+    )
+    .map_err(|e| anyhow!("{e} (choose another --bait-dir)"))?;
+    let results = run_all(&catalogue(), PARALLEL, |index, attack| {
+        grade_attack(&stage, index, attack, prefix, args)
+    });
+    stage.remove();
+    Ok(results)
+}
+
+fn grade_attack(
+    stage: &Stage,
+    index: usize,
+    attack: &Attack,
+    prefix: &str,
+    args: &ConformanceArgs,
+) -> Graded {
+    let (grade, evidence) = match attack.root_only.filter(|_| !is_root()) {
+        Some(reason) => (Grade::Skipped, format!("needs root: {reason}")),
+        None => match Scene::new(stage, attack.name, index) {
+            Err(e) => (Grade::NotRun, format!("cannot set up: {e}")),
+            Ok(mut scene) => {
+                let verdict = run_in_scene(&mut scene, attack, prefix, args);
+                scene.cleanup();
+                verdict
+            }
+        },
+    };
+    Graded {
+        attack: attack.name,
+        group: attack.group,
+        threat: attack.threat,
+        grade,
+        evidence,
+        layers: attack.layers,
+    }
+}
+
+fn run_in_scene(
+    scene: &mut Scene,
+    attack: &Attack,
+    prefix: &str,
+    args: &ConformanceArgs,
+) -> (Grade, String) {
+    let mut plan = match (attack.prepare)(scene) {
+        Ok(plan) => plan,
+        Err(reason) => return (Grade::NotRun, format!("cannot set up: {reason}")),
+    };
+    if !plan.limits.is_empty() {
+        let limits = plan.limits.join(" ");
+        return (
+            Grade::Skipped,
+            format!("measured against limits only airlock is given here ({limits})"),
+        );
+    }
+    // `sh -c '<prefix> "$@"' NAME PROGRAM...`: the prefix is a shell fragment, the program is
+    // appended; the sandbox's supervisor is then the shell's child.
+    let mut line = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        format!("{} \"$@\"", absolute_command(prefix)),
+        "airlock-conformance".into(),
+    ];
+    line.extend(plan.argv.iter().cloned());
+    let launch = Launch {
+        line,
+        cwd: scene.dir.clone(),
+        airlock_result: false,
+        clear_env: false,
+        deadline: Duration::from_secs(args.timeout),
+        supervisor: Supervisor::ChildrenOfLaunched,
+        pids: None,
+    };
+    match execute(&mut plan, launch) {
+        Ok(outcome) => grade(&plan, &outcome),
+        Err(e) => (Grade::NotRun, format!("the attack did not run: {e}")),
+    }
+}
+
+/// `prefix` with a relative command path (`target/debug/airlock run --`) made absolute: each
+/// attack runs in its own scene directory, not in the caller's.
+fn absolute_command(prefix: &str) -> String {
+    let trimmed = prefix.trim_start();
+    let word = trimmed.split_whitespace().next().unwrap_or_default();
+    let relative_path = word.contains('/') && !word.starts_with('/') && !word.contains('=');
+    match std::fs::canonicalize(word) {
+        Ok(path) if relative_path => {
+            format!("{}{}", path.display(), &trimmed[word.len()..])
+        }
+        _ => prefix.to_string(),
+    }
+}
+
+/// A group's verdict: escaped if any attack escaped, blocked if any was blocked, else not run;
+/// `None` when every attack of the group was skipped (no column for it).
+fn group_grade(results: &[Graded], group: Group) -> Option<(Grade, String)> {
+    let of_group: Vec<&Graded> = results.iter().filter(|r| r.group == group).collect();
+    let named = |grade: Grade| -> Vec<&str> {
+        of_group
+            .iter()
+            .filter(|r| r.grade == grade)
+            .map(|r| r.attack)
+            .collect()
+    };
+    let (escaped, blocked, not_run) = (
+        named(Grade::Escaped),
+        named(Grade::Blocked),
+        named(Grade::NotRun),
+    );
+    let ran = escaped.len() + blocked.len();
+    let mut evidence = match (escaped.is_empty(), blocked.is_empty(), not_run.is_empty()) {
+        (false, _, _) => format!("{} of {ran} escaped: {}", escaped.len(), escaped.join(", ")),
+        (true, false, _) => format!("all {ran} blocked"),
+        (true, true, false) => "no attack ran".to_string(),
+        (true, true, true) => return None,
+    };
+    if !not_run.is_empty() && ran > 0 {
+        evidence.push_str(&format!("; not run: {}", not_run.join(", ")));
+    }
+    let skipped = named(Grade::Skipped);
+    if !skipped.is_empty() {
+        evidence.push_str(&format!("; skipped: {}", skipped.join(", ")));
+    }
+    let grade = match (escaped.is_empty(), blocked.is_empty()) {
+        (false, _) => Grade::Escaped,
+        (true, false) => Grade::Blocked,
+        (true, true) => Grade::NotRun,
+    };
+    Some((grade, evidence))
+}
+
+/// The groups with at least one attack run in some row, in table order.
+fn columns(rows: &[Row]) -> Vec<Group> {
+    Group::ALL
+        .into_iter()
+        .filter(|group| {
+            rows.iter()
+                .any(|row| group_grade(&row.results, *group).is_some())
+        })
+        .collect()
+}
+
+fn cell(grade: Grade) -> &'static str {
+    match grade {
+        Grade::Blocked => "blocked",
+        Grade::Escaped => "**ESCAPED**",
+        Grade::NotRun => "n/a",
+        Grade::Skipped => "skip",
+    }
+}
+
+fn markdown(rows: &[Row]) -> String {
+    let columns = columns(rows);
+    let names: Vec<&str> = columns.iter().map(|g| g.name()).collect();
     let mut out = format!(
         "| sandbox | {} |\n|---|{}\n",
-        CLASSES.join(" | "),
-        "---|".repeat(CLASSES.len())
+        names.join(" | "),
+        "---|".repeat(names.len())
     );
-    for (name, _, cells) in rows {
-        let cells: Vec<&str> = cells.iter().map(|c| c.verdict.cell()).collect();
-        out.push_str(&format!("| {name} | {} |\n", cells.join(" | ")));
+    for row in rows {
+        let cells: Vec<&str> = columns
+            .iter()
+            .map(|g| group_grade(&row.results, *g).map_or("skip", |(grade, _)| cell(grade)))
+            .collect();
+        out.push_str(&format!("| {} | {} |\n", row.name, cells.join(" | ")));
     }
+    out.push_str(&per_attack_table(rows));
     out.push_str("\nevidence:\n");
-    for (name, _, cells) in rows {
-        for cell in cells {
-            out.push_str(&format!("- {name} / {}: {}\n", cell.class, cell.evidence));
+    for row in rows {
+        for group in &columns {
+            if let Some((_, evidence)) = group_grade(&row.results, *group) {
+                out.push_str(&format!("- {} / {}: {evidence}\n", row.name, group.name()));
+            }
+        }
+    }
+    for row in rows {
+        for r in &row.results {
+            out.push_str(&format!("- {} / {}: {}\n", row.name, r.attack, r.evidence));
         }
     }
     out
 }
 
-/// Runs one attack class under `prefix` and judges it.
-fn attack(class: &'static str, prefix: &str, args: &ConformanceArgs) -> Result<Judged> {
-    let timeout = Duration::from_secs(args.timeout);
-    let judged = match class {
-        "fs-read" => {
-            let bait = Bait::create(&args.bait_dir)?;
-            let out = run_probe(
-                prefix,
-                args,
-                READ_FILE,
-                &[bait.secret_file().display().to_string()],
-                &[],
-                timeout,
-            )?;
-            host_judged(
-                class,
-                &out,
-                out.stdout.contains(&bait.token),
-                "the secret file's contents reached stdout",
-            )
-        }
-        "fs-write" => {
-            let bait = Bait::create(&args.bait_dir)?;
-            let target = bait.drop_dir().join("escaped");
-            let out = run_probe(
-                prefix,
-                args,
-                WRITE_FILE,
-                &[target.display().to_string()],
-                &[],
-                timeout,
-            )?;
-            host_judged(
-                class,
-                &out,
-                target.exists(),
-                "a file appeared in the host directory",
-            )
-        }
-        "network" => {
-            let listener =
-                TcpListener::bind("127.0.0.1:0").context("cannot open the host listener")?;
-            listener.set_nonblocking(true)?;
-            let port = listener.local_addr()?.port().to_string();
-            let out = run_probe(prefix, args, TCP_CONNECT, &[port], &[], timeout)?;
-            host_judged(
-                class,
-                &out,
-                listener.accept().is_ok(),
-                "the host listener on 127.0.0.1 accepted a connection",
-            )
-        }
-        "signal" => {
-            let mut victim = spawn_victim()?;
-            let out = run_probe(
-                prefix,
-                args,
-                KILL_PID,
-                &[victim.id().to_string()],
-                &[],
-                timeout,
-            )?;
-            let died = matches!(victim.try_wait(), Ok(Some(_)));
-            let _ = victim.kill();
-            let _ = victim.wait();
-            host_judged(
-                class,
-                &out,
-                died,
-                "a host process outside the sandbox was killed",
-            )
-        }
-        "env" => {
-            let token = new_token();
-            let out = run_probe(
-                prefix,
-                args,
-                READ_ENV,
-                &[SECRET_VAR.to_string()],
-                &[(SECRET_VAR, token.as_str())],
-                timeout,
-            )?;
-            host_judged(
-                class,
-                &out,
-                out.stdout.contains(&token),
-                "a secret from the caller's environment reached stdout",
-            )
-        }
-        "syscalls" => probe_judged(
-            class,
-            &run_probe(prefix, args, SYSCALLS, &[], &[], timeout)?,
-        ),
-        "privilege" => probe_judged(
-            class,
-            &run_probe(prefix, args, PRIVILEGE, &[], &[], timeout)?,
-        ),
-        "pids" => probe_judged(
-            class,
-            &run_probe(
-                prefix,
-                args,
-                PIDS,
-                &[PIDS_ATTEMPT.to_string()],
-                &[],
-                timeout,
-            )?,
-        ),
-        _ => unreachable!("unknown attack class {class}"),
+/// One line per attack, one column per sandbox.
+fn per_attack_table(rows: &[Row]) -> String {
+    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    let mut out = format!(
+        "\n| attack | class | threat | {} |\n|---|---|---|{}\n",
+        names.join(" | "),
+        "---|".repeat(names.len())
+    );
+    let Some(first) = rows.first() else {
+        return out;
     };
-    Ok(judged)
-}
-
-/// What an attack program left.
-struct ProbeOutput {
-    stdout: String,
-    stderr: String,
-    ran: bool,
-}
-
-/// Judges by host-side evidence; the program's claim only decides whether it ran at all.
-fn host_judged(class: &'static str, out: &ProbeOutput, escaped: bool, what: &str) -> Judged {
-    let claimed = out
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("ESCAPED") || l.starts_with("BLOCKED"))
-        .unwrap_or("")
-        .to_string();
-    let (verdict, evidence) = match (escaped, out.ran) {
-        (true, _) => (Verdict::Escaped, format!("host evidence: {what}")),
-        (false, true) => (
-            Verdict::Blocked,
-            format!("no host evidence; the attack said: {claimed}"),
-        ),
-        (false, false) => (Verdict::NotRun, not_run(out)),
-    };
-    Judged {
-        class,
-        verdict,
-        evidence,
+    for (index, attack) in first.results.iter().enumerate() {
+        let cells: Vec<&str> = rows
+            .iter()
+            .map(|row| row.results.get(index).map_or("", |r| cell(r.grade)))
+            .collect();
+        out.push_str(&format!(
+            "| {} | {} | {:?} | {} |\n",
+            attack.attack,
+            attack.group.name(),
+            attack.threat,
+            cells.join(" | ")
+        ));
     }
+    out
 }
 
-/// Judges an attack whose only effect is inside the caller, by its own report.
-fn probe_judged(class: &'static str, out: &ProbeOutput) -> Judged {
-    let escapes: Vec<&str> = out
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ESCAPED "))
-        .collect();
-    let blocked: Vec<&str> = out
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("BLOCKED "))
-        .collect();
-    let (verdict, evidence) = if !escapes.is_empty() {
-        (
-            Verdict::Escaped,
-            format!("the attack reported: {}", escapes.join("; ")),
-        )
-    } else if out.ran {
-        (
-            Verdict::Blocked,
-            format!("the attack reported: {}", blocked.join("; ")),
-        )
-    } else {
-        (Verdict::NotRun, not_run(out))
-    };
-    Judged {
-        class,
-        verdict,
-        evidence,
-    }
-}
-
-fn not_run(out: &ProbeOutput) -> String {
-    let stderr: String = out.stderr.trim().chars().take(300).collect();
-    format!(
-        "the attack did not run: {}",
-        if stderr.is_empty() {
-            "no output"
-        } else {
-            &stderr
-        }
-    )
-}
-
-/// Runs `<prefix> <python> -c <program> <args...>` through `/bin/sh`, in its own process group.
-fn run_probe(
-    prefix: &str,
-    args: &ConformanceArgs,
-    program: &str,
-    probe_args: &[String],
-    env: &[(&str, &str)],
-    timeout: Duration,
-) -> Result<ProbeOutput> {
-    let mut command = Command::new("/bin/sh");
-    command
-        .arg("-c")
-        .arg(format!("{prefix} \"$@\""))
-        .arg("airlock-conformance")
-        .arg(&args.python)
-        .arg("-c")
-        .arg(program)
-        .args(probe_args);
-    command
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let child = command
-        .spawn()
-        .with_context(|| format!("cannot start /bin/sh for prefix {prefix:?}"))?;
-    let (stdout, stderr) = wait_with_timeout(child, timeout)?;
-    let ran = stdout
-        .lines()
-        .any(|l| l.starts_with("ESCAPED") || l.starts_with("BLOCKED"));
-    Ok(ProbeOutput {
-        stdout,
-        stderr,
-        ran,
-    })
-}
-
-fn wait_with_timeout(mut child: Child, timeout: Duration) -> Result<(String, String)> {
-    let readers = [
-        child.stdout.take().map(read_in_thread),
-        child.stderr.take().map(read_in_thread),
-    ];
-    let start = Instant::now();
-    while child.try_wait()?.is_none() {
-        if start.elapsed() > timeout {
-            // The whole group: sandboxes fork, and sh is only the first process.
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg(format!("-{}", child.id()))
-                .status();
-            let _ = child.kill();
-            let _ = child.wait();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let [out, err] = readers.map(|r| r.map(|h| h.join().unwrap_or_default()).unwrap_or_default());
-    Ok((out, err))
-}
-
-fn read_in_thread(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = stream.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
-}
-
-/// A host process the `signal` attack tries to kill. When we are root it runs as `nobody`
-/// so that only a boundary (not file permissions or uids) can save it from a root attacker,
-/// while an unprivileged sandbox user of the same uid could still reach it.
-fn spawn_victim() -> Result<Child> {
-    let mut command = Command::new("/bin/sleep");
-    command
-        .arg("60")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0);
-    if running_as_root() {
-        command.uid(65534).gid(65534);
-    }
-    command.spawn().context("cannot start the victim process")
-}
-
-fn running_as_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+/// One object per row: `attacks` has a verdict per group (the table's columns), `results` one
+/// per attack.
+fn to_json(rows: &[Row]) -> Value {
+    let columns = columns(rows);
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            let groups: Vec<Value> = columns
+                .iter()
+                .filter_map(|g| group_grade(&row.results, *g).map(|graded| (g, graded)))
+                .map(|(g, (grade, evidence))| json!({"class": g.name(), "verdict": grade.name(), "evidence": evidence}))
+                .collect();
+            let results: Vec<Value> = row
+                .results
+                .iter()
+                .map(|r| json!({"attack": r.attack, "class": r.group.name(), "threat": format!("{:?}", r.threat), "verdict": r.grade.name(), "evidence": r.evidence, "stopped_in_airlock_by": r.layers}))
+                .collect();
+            json!({"name": row.name, "prefix": row.prefix, "attacks": groups, "results": results})
         })
-        .unwrap_or(false)
+        .collect();
+    Value::Array(rows)
 }
-
-/// A host directory the attacks target: a world-readable secret and a world-writable drop
-/// directory, so only the sandbox (not permissions) can stop them. Removed on drop.
-struct Bait {
-    dir: PathBuf,
-    token: String,
-}
-
-impl Bait {
-    fn create(parent: &Path) -> Result<Bait> {
-        // The secret must not be derivable from the path, which error messages echo.
-        static BAITS: AtomicU32 = AtomicU32::new(0);
-        let token = new_token();
-        let name = format!(
-            "airlock-conformance-{}-{}",
-            std::process::id(),
-            BAITS.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = parent.join(name);
-        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let bait = Bait { dir, token };
-        set_mode(&bait.dir, 0o755)?;
-        std::fs::write(bait.secret_file(), format!("{}\n", bait.token))
-            .context("cannot write the secret file")?;
-        set_mode(&bait.secret_file(), 0o644)?;
-        std::fs::create_dir(bait.drop_dir()).context("cannot create the drop directory")?;
-        set_mode(&bait.drop_dir(), 0o777)?;
-        Ok(bait)
-    }
-
-    fn secret_file(&self) -> PathBuf {
-        self.dir.join("secret")
-    }
-
-    fn drop_dir(&self) -> PathBuf {
-        self.dir.join("drop")
-    }
-}
-
-impl Drop for Bait {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn set_mode(path: &Path, mode: u32) -> Result<()> {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .with_context(|| format!("cannot chmod {}", path.display()))
-}
-
-fn new_token() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("secret{:x}{:x}", std::process::id(), nanos)
-}
-
-const READ_FILE: &str = r#"
-import sys
-try:
-    print(open(sys.argv[1]).read(), end="")
-    print("ESCAPED read", sys.argv[1])
-except OSError as e:
-    print("BLOCKED", e)
-"#;
-
-const WRITE_FILE: &str = r#"
-import sys
-try:
-    with open(sys.argv[1], "w") as f:
-        f.write("written from inside the sandbox\n")
-    print("ESCAPED wrote", sys.argv[1])
-except OSError as e:
-    print("BLOCKED", e)
-"#;
-
-const TCP_CONNECT: &str = r#"
-import socket, sys
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3).close()
-    print("ESCAPED connected to the host listener")
-except OSError as e:
-    print("BLOCKED", e)
-"#;
-
-const KILL_PID: &str = r#"
-import os, signal, sys
-try:
-    os.kill(int(sys.argv[1]), signal.SIGKILL)
-    print("ESCAPED killed pid", sys.argv[1])
-except OSError as e:
-    print("BLOCKED", e)
-"#;
-
-const READ_ENV: &str = r#"
-import os, sys
-value = os.environ.get(sys.argv[1])
-if value:
-    print(value)
-    print("ESCAPED the caller's secret variable is visible")
-else:
-    print("BLOCKED the caller's environment did not leak")
-"#;
-
-const SYSCALLS: &str = r#"
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-def call(nr, *args):
-    ctypes.set_errno(0)
-    result = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
-    return result, ctypes.get_errno()
-reached = []
-pid = os.fork()
-if pid == 0:
-    os._exit(0 if call(272, 0x10000000)[0] == 0 else 1)
-if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0:
-    reached.append("unshare(CLONE_NEWUSER) created a user namespace")
-result, errno = call(250, 0, -3, 0)
-if result >= 0 or errno not in (1, 38):
-    reached.append("keyctl reached the session keyring")
-if call(425, 1, 0)[1] == 14:
-    reached.append("io_uring_setup reached the kernel")
-if call(298, 0, 0, -1, -1, 0)[1] == 14:
-    reached.append("perf_event_open reached the kernel")
-if call(321, 0, 0, 0)[1] in (14, 22):
-    reached.append("bpf reached the kernel")
-for what in reached:
-    print("ESCAPED", what)
-if not reached:
-    print("BLOCKED unshare(user), keyctl, io_uring, perf_event_open and bpf all refused")
-"#;
-
-const PRIVILEGE: &str = r#"
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-no_new_privs = libc.prctl(39, 0, 0, 0, 0)
-try:
-    fields = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
-    caps = int(fields["CapEff"].strip(), 16)
-except (OSError, KeyError, ValueError):
-    caps = None
-if caps:
-    print("ESCAPED effective capabilities", hex(caps))
-if no_new_privs != 1:
-    print("ESCAPED no_new_privs is off: setuid programs still raise privileges")
-if caps == 0 and no_new_privs == 1:
-    print("BLOCKED no capabilities and no_new_privs set")
-elif caps is None and no_new_privs == 1:
-    print("BLOCKED no_new_privs set (capabilities unreadable)")
-"#;
-
-const PIDS: &str = r#"
-import os, sys, time
-wanted = int(sys.argv[1])
-children = []
-for _ in range(wanted):
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        time.sleep(2)
-        os._exit(0)
-    children.append(pid)
-for pid in children:
-    os.waitpid(pid, 0)
-if len(children) >= wanted:
-    print("ESCAPED", wanted, "processes alive at once")
-else:
-    print("BLOCKED process creation stopped at", len(children))
-"#;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use airlock_attack::Threat;
 
-    fn output(stdout: &str) -> ProbeOutput {
-        let ran = stdout
-            .lines()
-            .any(|l| l.starts_with("ESCAPED") || l.starts_with("BLOCKED"));
-        ProbeOutput {
-            stdout: stdout.into(),
-            stderr: "bwrap: boom".into(),
-            ran,
+    fn graded(attack: &'static str, group: Group, grade: Grade) -> Graded {
+        Graded {
+            attack,
+            group,
+            threat: Threat::C,
+            grade,
+            evidence: format!("{attack} evidence"),
+            layers: "",
         }
     }
 
     #[test]
-    fn host_evidence_overrides_the_attacks_claim() {
+    fn a_relative_command_path_is_made_absolute() {
+        let cwd = std::env::current_dir().unwrap();
         assert_eq!(
-            host_judged("fs-write", &output("BLOCKED no\n"), true, "file").verdict,
-            Verdict::Escaped
+            absolute_command("src/main.rs --flag x"),
+            format!("{}/src/main.rs --flag x", cwd.display())
         );
-        assert_eq!(
-            host_judged("fs-write", &output("ESCAPED wrote\n"), false, "file").verdict,
-            Verdict::Blocked
-        );
-        let not_run = host_judged("fs-write", &output(""), false, "file");
-        assert_eq!(not_run.verdict, Verdict::NotRun);
-        assert!(not_run.evidence.contains("bwrap: boom"));
-    }
-
-    #[test]
-    fn any_escape_line_fails_a_self_reported_class() {
-        assert_eq!(
-            probe_judged("syscalls", &output("ESCAPED keyctl\nBLOCKED x\n")).verdict,
-            Verdict::Escaped
-        );
-        assert_eq!(
-            probe_judged("syscalls", &output("BLOCKED all\n")).verdict,
-            Verdict::Blocked
-        );
-        assert_eq!(
-            probe_judged("syscalls", &output("Traceback\n")).verdict,
-            Verdict::NotRun
-        );
+        for unchanged in ["env", "/usr/bin/env -i", "FOO=a/b env", "no/such/tool --x"] {
+            assert_eq!(absolute_command(unchanged), unchanged);
+        }
     }
 
     #[test]
     fn the_table_has_a_column_per_class() {
-        let cells = CLASSES
+        let results = Group::ALL
             .iter()
-            .map(|c| Judged {
-                class: c,
-                verdict: Verdict::Blocked,
-                evidence: String::new(),
-            })
+            .map(|g| graded(g.name(), *g, Grade::Blocked))
             .collect();
-        let table = markdown(&[("bare".into(), "env".into(), cells)]);
+        let rows = [Row {
+            name: "bare".into(),
+            prefix: "env".into(),
+            results,
+        }];
+        let table = markdown(&rows);
         let header = table.lines().next().unwrap();
-        assert_eq!(header.matches('|').count(), CLASSES.len() + 2);
+        assert_eq!(header.matches('|').count(), Group::ALL.len() + 2);
         assert!(table
             .lines()
             .nth(2)
             .unwrap()
             .starts_with("| bare | blocked |"));
+    }
+
+    #[test]
+    fn a_group_escapes_if_any_attack_escaped_and_is_hidden_if_all_were_skipped() {
+        let results = vec![
+            graded("read_a", Group::FsRead, Grade::Blocked),
+            graded("read_b", Group::FsRead, Grade::Escaped),
+            graded("read_c", Group::FsRead, Grade::NotRun),
+            graded("write_a", Group::FsWrite, Grade::Blocked),
+            graded("write_b", Group::FsWrite, Grade::NotRun),
+            graded("bomb", Group::Resources, Grade::Skipped),
+        ];
+        let (grade, evidence) = group_grade(&results, Group::FsRead).unwrap();
+        assert_eq!(grade, Grade::Escaped);
+        assert_eq!(evidence, "1 of 2 escaped: read_b; not run: read_c");
+        assert_eq!(
+            group_grade(&results, Group::FsWrite).unwrap(),
+            (
+                Grade::Blocked,
+                "all 1 blocked; not run: write_b".to_string()
+            )
+        );
+        assert_eq!(group_grade(&results, Group::Resources), None);
+        let rows = [Row {
+            name: "x".into(),
+            prefix: "env".into(),
+            results,
+        }];
+        assert_eq!(columns(&rows), [Group::FsRead, Group::FsWrite]);
+        let json = to_json(&rows);
+        assert_eq!(json[0]["attacks"].as_array().unwrap().len(), 2);
+        assert_eq!(json[0]["results"][5]["verdict"], "skipped");
+        assert!(markdown(&rows).contains("| bomb | resources | C | skip |"));
     }
 }

@@ -3,18 +3,16 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-const PYTHON: &str = "/usr/bin/python3";
+mod support;
 
-fn airlock() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_airlock"))
-}
+use support::{airlock_command, PYTHON};
 
 fn run_json(args: &[&str]) -> (Value, Output) {
-    let output = airlock()
+    let output = airlock_command()
         .arg("run")
         .arg("--json")
         .args(args)
@@ -31,7 +29,7 @@ fn stdout_of(result: &Value) -> &str {
 
 /// Returns false (and says why) when bwrap cannot run here.
 fn bwrap_usable() -> bool {
-    let output = airlock()
+    let output = airlock_command()
         .args(["doctor", "--json"])
         .output()
         .expect("doctor runs");
@@ -230,7 +228,7 @@ fn open_up(dir: &Path) {
 
 /// `airlock run ARGS` refused before anything started: exit 125, nothing ran; its stderr.
 fn refused(args: &[&str]) -> String {
-    let output = airlock().arg("run").args(args).output().unwrap();
+    let output = airlock_command().arg("run").args(args).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.status.code(), Some(125), "{stderr}");
     assert!(nothing_ran(&output.stdout), "{stderr}");
@@ -428,7 +426,10 @@ fn a_callers_workdir_needs_no_disk_caps() {
 
 #[test]
 fn doctor_lists_bwrap_with_its_level() {
-    let output = airlock().args(["doctor", "--json"]).output().unwrap();
+    let output = airlock_command()
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     let bwrap = report["backends"]
         .as_array()
@@ -457,7 +458,7 @@ fn conformance_grades_bare_and_airlock_by_host_evidence() {
     }
     let me = env!("CARGO_BIN_EXE_airlock");
     let airlock_prefix = format!("{me} run --");
-    let mut child = airlock()
+    let mut child = airlock_command()
         .args([
             "conformance",
             "--json",
@@ -504,6 +505,29 @@ fn conformance_grades_bare_and_airlock_by_host_evidence() {
     }
     for (class, verdict) in verdicts(1) {
         assert_eq!(verdict, "blocked", "airlock {class}: {}", rows[1]);
+    }
+    // The real attacks of the suite, one result each; only limit-bound ones are skipped.
+    let results = |row: usize| rows[row]["results"].as_array().unwrap().clone();
+    let catalogue = airlock_attack::catalogue();
+    assert_eq!(results(0).len(), catalogue.len(), "{}", rows[0]);
+    for (result, attack) in results(1).iter().zip(&catalogue) {
+        assert_eq!(result["attack"], attack.name);
+        assert_ne!(result["verdict"], "escaped", "airlock: {result}");
+    }
+    let escaped_bare = results(0)
+        .iter()
+        .filter(|r| r["verdict"] == "escaped")
+        .count();
+    assert!(
+        escaped_bare >= 40,
+        "bare must fail most attacks: {escaped_bare}"
+    );
+    for skipped in results(0).iter().filter(|r| r["verdict"] == "skipped") {
+        let evidence = skipped["evidence"].as_str().unwrap();
+        assert!(
+            evidence.contains("limits only airlock") || evidence.contains("needs root"),
+            "{skipped}"
+        );
     }
 }
 

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use airlock::policy::units::{ByteSize, Seconds};
-use airlock::policy::{LimitsSection, Overrides};
-use airlock::tool::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
+use support::api::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
+use support::api::{ByteSize, LimitsSection, Overrides, Seconds};
 use support::*;
 
 const TOOLS: &str = r#"

@@ -4,9 +4,10 @@
 //! the tests run as root). Skips (with the reason printed) when a rootful suite is not run as
 //! root or when the runtime is not installed.
 
-mod oci;
+mod support;
 
-use oci::{py, stdout, Oci, User, ROOTFUL};
+use support::command_lines_with as processes_with;
+use support::oci::{py, stdout, Oci, User, ROOTFUL};
 
 const CONTAINER: Oci = Oci {
     backend: "container",
@@ -237,18 +238,6 @@ fn podman_container_dies_with_its_killed_supervisor_and_init() {
     std::fs::remove_dir_all(&run_dir).unwrap();
     remove_empty_run_cgroups(&run_id);
     PODMAN.assert_no_leftovers(&run_dir, &run_id);
-}
-
-/// The command lines of the host's processes that contain `needle`.
-fn processes_with(needle: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|p| p.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
-        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
-        .filter(|cmdline| cmdline.contains(needle))
-        .collect()
 }
 
 /// What `podman ps -a` lists with the run's own state directories (which it creates afresh

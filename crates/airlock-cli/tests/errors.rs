@@ -1,9 +1,9 @@
 //! Every profile and flag error names the key (or flag), the bad value and the fix, and
 //! airlock exits 125 without running anything.
 
-mod common;
+mod support;
 
-use common::*;
+use support::*;
 
 fn write_profile(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
     let path = dir.path().join(name);
@@ -13,7 +13,7 @@ fn write_profile(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
 
 /// Runs airlock and returns (exit code, stderr).
 fn fails(args: &[&str]) -> (i32, String) {
-    let out = run(args);
+    let out = airlock(args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -126,7 +126,7 @@ fn user_profiles_extend_builtins_and_flags_override_them() {
         "mine.toml",
         "extends = \"trusted\"\n[limits]\nwall_time = \"7s\"\nmemory = \"300MiB\"\n",
     );
-    let out = run(&["profile", "show", &file]);
+    let out = airlock(&["profile", "show", &file]);
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(
         shown.contains("wall_time = \"7s\"")
@@ -145,7 +145,7 @@ fn user_profiles_extend_builtins_and_flags_override_them() {
 fn profile_show_prints_a_profile_that_checks() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["untrusted", "trusted"] {
-        let out = run(&["profile", "show", name]);
+        let out = airlock(&["profile", "show", name]);
         assert!(out.status.success());
         let file = write_profile(
             &dir,
@@ -191,7 +191,7 @@ fn backend_none_needs_an_explicit_opt_in() {
         &["run", "--backend", "none", "--", "/bin/true"],
         &["none", "--dev", "trusted"],
     );
-    let out = run(&["run", "--profile", "trusted", "--", "/bin/true"]);
+    let out = airlock(&["run", "--profile", "trusted", "--", "/bin/true"]);
     assert!(
         out.status.success(),
         "{}",
@@ -246,7 +246,7 @@ fn a_missing_required_layer_refuses_the_run_unless_degradation_is_accepted() {
         ],
         &["cgroup", "--allow-degraded"],
     );
-    let out = run(&[
+    let out = airlock(&[
         "run",
         "--json",
         "--profile",
@@ -273,7 +273,7 @@ fn a_missing_required_layer_refuses_the_run_unless_degradation_is_accepted() {
 
 #[test]
 fn the_host_network_is_an_explicit_choice_that_drops_the_network_namespace() {
-    if !native_available() {
+    if !sandbox_available() {
         eprintln!("skipping: the native backend cannot run here");
         return;
     }
@@ -331,7 +331,7 @@ fn programs_outside_the_profiles_allowed_programs_are_refused() {
         &["exec", "--dev", "--profile", &file, "bash", "echo hi"],
         &["allowed_programs", "python3"],
     );
-    let out = run(&[
+    let out = airlock(&[
         "exec",
         "--dev",
         "--profile",

@@ -54,7 +54,7 @@ fn other_builtin_interpreters_run_where_installed() {
         ("perl", "print 2 + 2", "4"),
         ("bash", "echo $((2 + 2))", "4\n"),
     ] {
-        let program = airlock::interp::InterpreterRegistry::builtin()
+        let program = api::InterpreterRegistry::builtin()
             .get(name)
             .unwrap()
             .1

@@ -3,9 +3,9 @@
 //! when the tests run as root). Skips (with the reason printed) when the rootful suite is
 //! not run as root or when runsc is not installed.
 
-mod oci;
+mod support;
 
-use oci::{py, stdout, Oci, User, ROOTFUL};
+use support::oci::{self, py, stdout, Oci, User, ROOTFUL};
 
 const GVISOR: Oci = Oci {
     backend: "gvisor",

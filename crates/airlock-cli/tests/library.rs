@@ -1,12 +1,13 @@
 //! The library API without the CLI: start, stream, cancel and account for a run, as the daemon
 //! and other embedders will.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use airlock::policy::{load_profile, OutputLimitAction};
-use airlock::{Input, RunEvent, RunStatus, Sandbox, SandboxOptions};
+use support::api::{
+    load_profile, Input, OutputLimitAction, RunEvent, RunStatus, Sandbox, SandboxOptions,
+};
 
 fn sandbox(profile: &str) -> Sandbox {
     let options = SandboxOptions {
@@ -17,7 +18,7 @@ fn sandbox(profile: &str) -> Sandbox {
 }
 
 fn profiles() -> Vec<&'static str> {
-    if common::native_available() {
+    if support::sandbox_available() {
         vec!["trusted", "untrusted"]
     } else {
         eprintln!("skipping untrusted: the native backend cannot run here");
@@ -29,7 +30,7 @@ fn profiles() -> Vec<&'static str> {
 fn run_returns_a_result_with_accounting() {
     for profile in profiles() {
         let result = sandbox(profile)
-            .command(common::PYTHON)
+            .command(support::PYTHON)
             .arg("-")
             .stdin("print(sum(range(10)))")
             .run()
@@ -63,7 +64,7 @@ fn run_feeds_large_stdin_while_draining_both_streams() {
         };
         let result = Sandbox::with_options(policy, options)
             .unwrap()
-            .command(common::PYTHON)
+            .command(support::PYTHON)
             .args(["-c", code])
             .stdin(input.clone())
             .run()
@@ -85,7 +86,7 @@ fn output_streams_as_events_before_the_run_ends() {
     for profile in profiles() {
         let code = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.2)";
         let mut handle = sandbox(profile)
-            .command(common::PYTHON)
+            .command(support::PYTHON)
             .args(["-c", code])
             .stream_output()
             .spawn()

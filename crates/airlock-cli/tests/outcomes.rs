@@ -5,7 +5,7 @@
 //! `cancelled` with the result written and nothing left behind; output that is not UTF-8
 //! keeps its exact bytes; limits that cannot work are refused with the reason.
 
-mod common;
+mod support;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::*;
+use support::*;
 
 /// Runs airlock and returns (exit code, the one JSON line on stdout, stderr).
 fn one_json_line(args: &[&str]) -> (i32, Value, String) {
-    let out = run(args);
+    let out = airlock(args);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let lines: Vec<&str> = stdout.lines().collect();
@@ -94,7 +94,7 @@ fn every_refusal_of_run_and_exec_is_one_compact_json_line() {
         assert_refused(args, kind);
     }
     // --pretty is for people: the same object, indented.
-    let out = run(&["run", "--pretty", "--profile", "nosuch", "--", "/bin/true"]);
+    let out = airlock(&["run", "--pretty", "--profile", "nosuch", "--", "/bin/true"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().count() > 3, "{text}");
     let pretty: Value = serde_json::from_str(&text).unwrap();
@@ -283,7 +283,7 @@ fn a_failed_run_says_when_the_network_was_off_or_a_named_file_is_invisible() {
     );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("script.py"), "print(1)\n").unwrap();
-    let out = airlock()
+    let out = airlock_command()
         .args(["run", "--json", "--", PYTHON, "script.py"])
         .current_dir(dir.path())
         .output()
@@ -341,7 +341,7 @@ fn a_signal_to_airlock_cancels_the_run_and_leaves_nothing() {
             let marker = unique("airlock-cancel-");
             let result_file = tempfile::NamedTempFile::new().unwrap();
             let script = format!("{} ; echo not reached", sleeper(&marker));
-            let mut child = airlock()
+            let mut child = airlock_command()
                 .args(["run", "--result"])
                 .arg(result_file.path())
                 .args(base)
@@ -407,7 +407,7 @@ fn exec_takes_code_on_stdin_of_any_size() {
     }
     assert!(code.len() > 192 * 1024, "{}", code.len());
     for code_arg in [&["-"][..], &[]] {
-        let mut child = airlock()
+        let mut child = airlock_command()
             .args(["exec", "--json", "--profile", profile, "python"])
             .args(code_arg)
             .stdin(Stdio::piped())
@@ -458,7 +458,7 @@ fn call_and_exec_take_the_same_sandbox_flags_as_run() {
     set_world_writable(&work);
     let work_arg = work.to_str().unwrap();
     let args = format!("{{\"path\": \"{data_arg}\"}}");
-    let out = run(&[
+    let out = airlock(&[
         "call",
         "--profile",
         profile,

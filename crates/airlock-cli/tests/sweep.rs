@@ -3,12 +3,12 @@
 //! included), orphans in them are killed, live runs are untouched, and no run waits on
 //! another's sweep.
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 
 /// A pid that is no longer alive (a child that exited and was reaped).
 fn dead_pid() -> u32 {
@@ -86,7 +86,7 @@ fn many_runs_racing_for_the_sweep_remove_everything_abandoned_and_nothing_live()
     let flags = private.flags();
     let runs: Vec<_> = (0..16)
         .map(|n| {
-            let mut command = airlock();
+            let mut command = airlock_command();
             command.args(["run", "--json", "--dev", "--backend", "none"]);
             command.args(&flags);
             // Half of the racers run without cgroups: whichever wins, the sweep is whole.

@@ -3,7 +3,7 @@
 //! a pseudo-terminal by `script`, as a person at a terminal would), and Ctrl-C at a terminal
 //! cancels the run with nothing left behind, at once.
 
-mod common;
+mod support;
 
 use std::io::Write;
 use std::process::Stdio;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::*;
+use support::*;
 
 fn script_available() -> bool {
     let found = std::process::Command::new("script")

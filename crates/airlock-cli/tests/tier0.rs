@@ -1,11 +1,11 @@
 //! Every Tier-0 promise, proved from inside a run of the real binary, on the Tier-0-only
 //! backend and (where it runs) the default native sandbox.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 
 /// Tier 0 without a cgroup: only the init's own subreaper tracking can find the tree.
 const TIER0_NO_CGROUP: &[&str] = &["--dev", "--backend", "none", "--no-cgroup"];
@@ -19,7 +19,7 @@ fn tree_modes() -> Vec<(&'static str, &'static [&'static str])> {
 
 fn modes() -> Vec<(&'static str, &'static [&'static str])> {
     let mut modes = vec![("tier0", TIER0)];
-    if native_available() {
+    if sandbox_available() {
         modes.push(("native", NATIVE));
     } else {
         eprintln!(
@@ -33,7 +33,7 @@ fn modes() -> Vec<(&'static str, &'static [&'static str])> {
 fn parent_secrets_in_the_environment_never_reach_the_program() {
     let secret = unique("SECRET-TOKEN-");
     for (mode, base) in modes() {
-        let out = airlock()
+        let out = airlock_command()
             .args(["run", "--json"])
             .args(base)
             .args(["--", "/usr/bin/env"])
@@ -208,7 +208,7 @@ fn killing_airlock_kills_the_whole_tree() {
     for (mode, base) in tree_modes() {
         let marker = unique("airlock-orphan-");
         let script = format!("{} & setsid {} & wait", sleeper(&marker), sleeper(&marker));
-        let mut child = airlock()
+        let mut child = airlock_command()
             .arg("run")
             .args(base)
             .args(["--", "/bin/sh", "-c", &script])
@@ -355,15 +355,11 @@ fn keep_preserves_the_workdir_and_reports_it() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(
-        left,
-        [airlock::internals::KEPT_MARKER, "work"],
-        "only the workdir is kept"
-    );
+    assert_eq!(left, [api::KEPT_MARKER, "work"], "only the workdir is kept");
     // Its supervisor is gone; once old enough, the next run's sweep must still leave it.
     age(run_dir);
     let runtime_dir = run_dir.parent().unwrap();
-    let _ = std::fs::remove_file(runtime_dir.join(airlock::internals::SWEEP_STAMP));
+    let _ = std::fs::remove_file(runtime_dir.join(api::SWEEP_STAMP));
     assert_eq!(status(&run_json(TIER0, &["/bin/true"])), "exited");
     assert!(
         workdir.join("kept.txt").exists(),
@@ -374,7 +370,7 @@ fn keep_preserves_the_workdir_and_reports_it() {
 
 #[test]
 fn exit_codes_follow_the_program_signals_and_timeouts() {
-    let code = |args: &[&str]| run(args).status.code().unwrap();
+    let code = |args: &[&str]| airlock(args).status.code().unwrap();
     assert_eq!(
         code(&[
             "run",
@@ -430,7 +426,7 @@ fn exit_codes_follow_the_program_signals_and_timeouts() {
 
 #[test]
 fn stdin_streams_through() {
-    let mut child = airlock()
+    let mut child = airlock_command()
         .args(["run", "--dev", "--backend", "none", "--", PYTHON, "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -451,7 +447,7 @@ fn stdin_streams_through() {
 fn result_file_is_written_while_output_streams() {
     let dir = tempfile::tempdir().unwrap();
     let result_path = dir.path().join("out.json");
-    let out = run(&[
+    let out = airlock(&[
         "run",
         "--dev",
         "--backend",
@@ -495,7 +491,7 @@ fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
     let private = PrivateRuns::new();
     let marker = unique("airlock-abandoned-");
     let script = format!("{} & wait", sleeper(&marker));
-    let mut cli = airlock()
+    let mut cli = airlock_command()
         .args(["run", "--dev", "--backend", "none"])
         .args(private.flags())
         .args(["--", "/bin/sh", "-c", &script])
@@ -542,7 +538,7 @@ fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
     );
     leftovers.iter().for_each(|p| age(p));
     // Runs sweep at most every few seconds; make this one due (the killed run swept first).
-    age(&private.runtime.path().join(airlock::internals::SWEEP_STAMP));
+    age(&private.runtime.path().join(api::SWEEP_STAMP));
     let flags: Vec<String> = private.flags();
     let mut args: Vec<&str> = TIER0.to_vec();
     args.extend(flags.iter().map(String::as_str));
@@ -573,7 +569,7 @@ fn the_run_directory_is_in_memory_and_capped_unless_asked_for_on_disk() {
     let host_fs = filesystem_type("/run/airlock");
     for (flags, on_host) in [(&[][..], false), (&["--disk-run-dir"][..], true)] {
         let result_file = tempfile::NamedTempFile::new().unwrap();
-        let mut child = airlock()
+        let mut child = airlock_command()
             .args(["run", "--files", "50", "--result"])
             .arg(result_file.path())
             .args(TIER0)

@@ -11,9 +11,7 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use airlock::policy::load_profile;
-use airlock::worker::run::{run_worker, WorkerJob, WorkerUpdate};
-use airlock::worker::{InputFile, WorkerEvent};
+use support::api::{load_profile, run_worker, InputFile, WorkerEvent, WorkerJob, WorkerUpdate};
 use support::*;
 
 const CANARY: &str = "host secret: must never change or leave the host";

@@ -8,11 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub const PYTHON: &str = "/usr/bin/python3";
-
-/// The uid the rootless suites run the CLI as when the tests run as root (through setpriv):
-/// the attack suite's unprivileged uid, which nothing else on the host uses.
-pub const UNPRIVILEGED_UID: u32 = 64123;
+use super::{is_root, PYTHON, UNPRIVILEGED_UID};
 
 /// Who runs the airlock CLI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,15 +180,6 @@ impl Oci {
 }
 
 const SETPRIV: &str = "/usr/bin/setpriv";
-
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
 
 pub fn stdout(result: &Value) -> &str {
     result["stdout"].as_str().unwrap_or("")
@@ -510,7 +497,7 @@ macro_rules! shared_oci_tests {
             #[test]
             fn $check() {
                 $crate::require_runtime!($oci);
-                oci::$check(&$oci);
+                $crate::support::oci::$check(&$oci);
             }
         )*
     };

@@ -1,0 +1,285 @@
+//! The gate's micro-benchmark: bulk throughput through the gate against a direct loopback
+//! connection, added latency per connection, memory per idle gate. Needs root (it makes
+//! network namespaces with unshare; they vanish with their sockets). Traffic stays on
+//! loopback. Run: `cargo run --release -p airlock-egress --example egress_bench`.
+//!
+//! Direct and gated rounds are interleaved; each figure is the median of its rounds.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use airlock_egress::policy::{ByteSize, LimitsConfig};
+use airlock_egress::{EgressConfig, EgressPolicy, Gate, RunningGate, SandboxSockets};
+
+const BULK_BYTES: u64 = 1 << 30;
+const ROUNDS: usize = 5;
+const LATENCY_CONNECTIONS: usize = 300;
+const IDLE_GATES: usize = 20;
+
+fn main() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: the benchmark needs root (it makes network namespaces)");
+        return;
+    }
+    let server = start_server();
+    let port = server.port();
+    let (gate, sandbox) = start_gate(port);
+
+    let (mut direct, mut gated) = (Vec::new(), Vec::new());
+    let (mut direct_cpu, mut gated_cpu) = (0.0, 0.0);
+    for _ in 0..ROUNDS {
+        let before = cpu_seconds();
+        direct.push(bulk(port, Side::Direct));
+        let middle = cpu_seconds();
+        gated.push(bulk(port, Side::Sandbox(&sandbox)));
+        direct_cpu += middle - before;
+        gated_cpu += cpu_seconds() - middle;
+    }
+    let (direct_rate, gated_rate) = (median(direct), median(gated));
+    let gigabytes = (ROUNDS as u64 * BULK_BYTES) as f64 / 1e9;
+    let (mut direct, mut gated) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        direct.push(connection_latency(port, Side::Direct));
+        gated.push(connection_latency(port, Side::Sandbox(&sandbox)));
+    }
+    let added_ms = (median(gated) - median(direct)) * 1000.0;
+    drop(sandbox);
+    let report = gate.finish();
+    let memory = idle_gate_memory(port);
+
+    println!(
+        "egress gate benchmark ({} connections relayed)",
+        report.counters.connections_allowed
+    );
+    let ratio = gated_rate / direct_rate;
+    verdict(
+        "bulk throughput through the gate vs direct",
+        &format!(
+            "{:.2} GB/s vs {:.2} GB/s = {:.0} %",
+            gated_rate / 1e9,
+            direct_rate / 1e9,
+            ratio * 100.0
+        ),
+        ratio >= 0.8,
+        ">= 80 %",
+    );
+    verdict(
+        "bulk throughput through the gate",
+        &format!("{:.2} GB/s", gated_rate / 1e9),
+        gated_rate >= 1e9,
+        ">= 1 GB/s",
+    );
+    println!(
+        "CPU per GB moved (client + gate + server, all in this process): direct {:.2} s, through the gate {:.2} s",
+        direct_cpu / gigabytes,
+        gated_cpu / gigabytes
+    );
+    verdict(
+        "added latency per connection",
+        &format!("{added_ms:.3} ms"),
+        added_ms <= 0.5,
+        "<= 0.5 ms",
+    );
+    verdict(
+        "memory per idle gate",
+        &format!("{:.0} KiB", memory / 1024.0),
+        memory <= 1024.0 * 1024.0,
+        "<= 1 MiB",
+    );
+}
+
+fn verdict(what: &str, figure: &str, met: bool, target: &str) {
+    println!(
+        "{what}: {figure} (target {target}): {}",
+        if met { "met" } else { "NOT met" }
+    );
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+/// A loopback server: a connection sending `u64` n gets n bytes read and one byte back; a
+/// connection sending nothing is closed after one echoed byte.
+struct Server(u16);
+
+impl Server {
+    fn port(&self) -> u16 {
+        self.0
+    }
+}
+
+fn start_server() -> Server {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            thread::spawn(move || serve(stream));
+        }
+    });
+    Server(port)
+}
+
+fn serve(mut stream: TcpStream) {
+    let mut header = [0u8; 8];
+    if stream.read_exact(&mut header).is_err() {
+        return;
+    }
+    let mut left = u64::from_be_bytes(header);
+    let mut buffer = vec![0u8; 1 << 20];
+    while left > 0 {
+        match stream.read(&mut buffer[..(left.min(1 << 20)) as usize]) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => left -= n as u64,
+        }
+    }
+    let _ = stream.write_all(&[1]);
+}
+
+/// Where the client runs: the benchmark's own namespace, or the sandbox's.
+#[derive(Clone, Copy)]
+enum Side<'a> {
+    Direct,
+    Sandbox(&'a Sandbox),
+}
+
+/// A thread living in the sandbox's network namespace, running clients on request.
+struct Sandbox {
+    requests: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
+}
+
+impl Sandbox {
+    fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> T {
+        let (done, result) = std::sync::mpsc::channel();
+        self.requests
+            .send(Box::new(move || {
+                let _ = done.send(work());
+            }))
+            .unwrap();
+        result.recv().unwrap()
+    }
+}
+
+fn run_on<T: Send + 'static>(side: Side<'_>, work: impl FnOnce() -> T + Send + 'static) -> T {
+    match side {
+        Side::Direct => thread::spawn(work).join().unwrap(),
+        Side::Sandbox(sandbox) => sandbox.run(work),
+    }
+}
+
+/// Starts a gate allowing 127.0.0.1:port, with a sandbox thread in a fresh namespace that
+/// stays to run clients.
+fn start_gate(port: u16) -> (RunningGate, Sandbox) {
+    let (requests, incoming) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+    let gate = gate_for_new_sandbox(port, move || {
+        for request in incoming {
+            request();
+        }
+    });
+    (gate, Sandbox { requests })
+}
+
+/// A gate for a fresh network namespace made by a thread, which then runs `then`.
+fn gate_for_new_sandbox(port: u16, then: impl FnOnce() + Send + 'static) -> RunningGate {
+    let unlimited = LimitsConfig {
+        connections: Some(u64::MAX),
+        concurrent: Some(1024),
+        bytes_out: Some(ByteSize::Bytes(u64::MAX)),
+        bytes_in: Some(ByteSize::Bytes(u64::MAX)),
+        dns_queries: None,
+    };
+    let config = EgressConfig {
+        allow: vec![format!("127.0.0.1:{port}")],
+        limits: unlimited,
+        ..Default::default()
+    };
+    let policy = EgressPolicy::parse(&config).unwrap();
+    let plan = policy.sandbox_plan().unwrap();
+    let (sandbox_end, gate_end) = UnixStream::pair().unwrap();
+    thread::spawn(move || {
+        // unshare(CLONE_NEWNET) moves only this thread; rustix deprecates `unshare` for the
+        // flags that change shared state (CLONE_FILES, CLONE_FS), which are not used here.
+        #[allow(deprecated)]
+        rustix::thread::unshare(rustix::thread::UnshareFlags::NEWNET)
+            .expect("unshare(CLONE_NEWNET)");
+        airlock_egress::sandbox_side::configure(&plan)
+            .unwrap()
+            .send(&sandbox_end)
+            .unwrap();
+        then();
+    });
+    let sockets = SandboxSockets::receive(&gate_end).unwrap();
+    Gate::start(policy, sockets, None).unwrap()
+}
+
+/// Bytes per second sending BULK_BYTES to the server.
+fn bulk(port: u16, side: Side<'_>) -> f64 {
+    run_on(side, move || {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let chunk = vec![7u8; 1 << 20];
+        let start = Instant::now();
+        stream.write_all(&BULK_BYTES.to_be_bytes()).unwrap();
+        for _ in 0..(BULK_BYTES >> 20) {
+            stream.write_all(&chunk).unwrap();
+        }
+        let mut done = [0u8; 1];
+        stream.read_exact(&mut done).unwrap();
+        BULK_BYTES as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
+/// Median seconds for connect + one round trip.
+fn connection_latency(port: u16, side: Side<'_>) -> f64 {
+    run_on(side, move || {
+        let mut times = Vec::with_capacity(LATENCY_CONNECTIONS);
+        for _ in 0..LATENCY_CONNECTIONS {
+            let start = Instant::now();
+            let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+            stream.write_all(&0u64.to_be_bytes()).unwrap();
+            let mut done = [0u8; 1];
+            stream.read_exact(&mut done).unwrap();
+            times.push(start.elapsed().as_secs_f64());
+        }
+        median(times)
+    })
+}
+
+/// Resident bytes added per idle gate (each with its own sandbox namespace and sockets).
+fn idle_gate_memory(port: u16) -> f64 {
+    let before = resident_bytes();
+    let gates: Vec<RunningGate> = (0..IDLE_GATES)
+        .map(|_| gate_for_new_sandbox(port, || {}))
+        .collect();
+    thread::sleep(Duration::from_millis(200));
+    let after = resident_bytes();
+    drop(gates);
+    (after.saturating_sub(before)) as f64 / IDLE_GATES as f64
+}
+
+/// User + system CPU seconds of this process (every thread), from /proc/self/stat.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}

@@ -1,0 +1,155 @@
+//! Moves bytes both ways between the sandbox's stream and the destination, counting them
+//! against the run's caps. Linux moves them with splice(2) through a pipe, so the payload
+//! never enters user space (this is what keeps the gate near a direct connection's
+//! throughput); elsewhere, or where splice is refused, a plain copy loop does the same.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::OwnedFd;
+use std::thread;
+use std::time::Instant;
+
+use crate::audit::Traffic;
+use crate::meter::{Direction, Meter};
+use crate::report::{LimitKind, Reason};
+
+/// The most bytes moved per splice or copy.
+const CHUNK: usize = 1 << 20;
+/// The pipe size asked for (the kernel may grant less).
+const PIPE_SIZE: usize = 1 << 20;
+/// Stack of the thread pumping the second direction: it holds no large buffers.
+const PUMP_STACK: usize = 64 * 1024;
+
+/// How one direction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The source closed its side.
+    Eof,
+    /// A socket failed (reset, shut down by the gate).
+    Broken,
+    /// The cap was reached.
+    Limit(LimitKind),
+}
+
+/// Relays until both directions end; returns what flowed. A cap reached or a broken side
+/// closes both sides at once.
+pub(crate) fn relay(
+    meter: &Meter,
+    client: TcpStream,
+    upstream: TcpStream,
+    started: Instant,
+) -> io::Result<Traffic> {
+    let (client_in, upstream_out) = (client.try_clone()?, upstream.try_clone()?);
+    let ((bytes_out, end_out), (bytes_in, end_in)) = thread::scope(|scope| -> io::Result<_> {
+        let inbound = thread::Builder::new()
+            .stack_size(PUMP_STACK)
+            .spawn_scoped(scope, || {
+                pump(meter, Direction::In, &upstream_out, &client_in)
+            })?;
+        let outbound = pump(meter, Direction::Out, &client, &upstream);
+        Ok((outbound, inbound.join().unwrap_or((0, End::Broken))))
+    })?;
+    let ended_by = [end_out, end_in].into_iter().find_map(|end| match end {
+        End::Limit(kind) => Some(Reason::limit(kind)),
+        End::Eof | End::Broken => None,
+    });
+    Ok(Traffic {
+        bytes_out,
+        bytes_in,
+        duration: started.elapsed(),
+        ended_by,
+    })
+}
+
+/// Pumps one direction until it ends; returns the bytes delivered.
+fn pump(meter: &Meter, direction: Direction, from: &TcpStream, to: &TcpStream) -> (u64, End) {
+    let (moved, end) = pump_splice(meter, direction, from, to)
+        .unwrap_or_else(|| pump_copy(meter, direction, from, to));
+    match end {
+        End::Eof => {
+            let _ = to.shutdown(Shutdown::Write);
+        }
+        End::Broken | End::Limit(_) => {
+            let _ = from.shutdown(Shutdown::Both);
+            let _ = to.shutdown(Shutdown::Both);
+        }
+    }
+    (moved, end)
+}
+
+/// splice(2) through a pipe; `None` when splice is unavailable before any byte moved.
+#[cfg(target_os = "linux")]
+fn pump_splice(
+    meter: &Meter,
+    direction: Direction,
+    from: &TcpStream,
+    to: &TcpStream,
+) -> Option<(u64, End)> {
+    use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
+    let (pipe_read, pipe_write): (OwnedFd, OwnedFd) = pipe_with(PipeFlags::CLOEXEC).ok()?;
+    let _ = fcntl_setpipe_size(&pipe_write, PIPE_SIZE);
+    let mut moved = 0u64;
+    loop {
+        let n = match splice(from, None, &pipe_write, None, CHUNK, SpliceFlags::MOVE) {
+            Ok(0) => return Some((moved, End::Eof)),
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::INVAL) if moved == 0 => return None,
+            Err(_) => return Some((moved, End::Broken)),
+        };
+        let granted = meter.take_bytes(direction, n as u64) as usize;
+        if !drain_pipe(&pipe_read, to, granted) {
+            return Some((moved, End::Broken));
+        }
+        moved += granted as u64;
+        if granted < n {
+            return Some((moved, End::Limit(direction.limit())));
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pump_splice(_: &Meter, _: Direction, _: &TcpStream, _: &TcpStream) -> Option<(u64, End)> {
+    None
+}
+
+/// Moves `len` bytes from the pipe to the socket; false when the socket fails.
+#[cfg(target_os = "linux")]
+fn drain_pipe(pipe_read: &OwnedFd, to: &TcpStream, mut len: usize) -> bool {
+    use rustix::pipe::{splice, SpliceFlags};
+    while len > 0 {
+        match splice(pipe_read, None, to, None, len, SpliceFlags::MOVE) {
+            Ok(0) => return false,
+            Ok(n) => len -= n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+fn pump_copy(
+    meter: &Meter,
+    direction: Direction,
+    mut from: &TcpStream,
+    mut to: &TcpStream,
+) -> (u64, End) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut moved = 0u64;
+    loop {
+        let n = match from.read(&mut buffer) {
+            Ok(0) => return (moved, End::Eof),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return (moved, End::Broken),
+        };
+        let granted = meter.take_bytes(direction, n as u64) as usize;
+        if to.write_all(&buffer[..granted]).is_err() {
+            return (moved, End::Broken);
+        }
+        moved += granted as u64;
+        if granted < n {
+            return (moved, End::Limit(direction.limit()));
+        }
+    }
+}

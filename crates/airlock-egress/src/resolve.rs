@@ -1,0 +1,186 @@
+//! Host-side name resolution: the gate resolves allowed names itself, once per connection (or
+//! from a cache that honours the answer's TTL), and dials exactly the addresses it classified.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+
+use crate::policy::Resolver;
+use crate::sniff::is_timeout;
+
+/// How long one attempt waits for a DNS server.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Attempts over UDP before giving up.
+const ATTEMPTS: usize = 2;
+/// The longest a cached answer is kept, whatever its TTL.
+const MAX_CACHE_TTL: u32 = 300;
+
+/// Resolves names for the gate.
+#[derive(Debug)]
+pub struct HostResolver {
+    resolver: Resolver,
+    cache: Mutex<HashMap<String, (Vec<IpAddr>, Instant)>>,
+}
+
+impl HostResolver {
+    /// A resolver asking the system or the given server.
+    pub fn new(resolver: Resolver) -> HostResolver {
+        HostResolver {
+            resolver,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Every address of a name (IPv4 first as the server or system ordered them); an empty
+    /// list when the name does not exist.
+    pub fn resolve(&self, name: &str) -> io::Result<Vec<IpAddr>> {
+        if let Some(cached) = self.cached(name) {
+            return Ok(cached);
+        }
+        let (addresses, ttl) = match self.resolver {
+            Resolver::System => (resolve_system(name)?, 0),
+            Resolver::Server(server) => resolve_with(server, name)?,
+        };
+        if ttl > 0 {
+            let expiry = Instant::now() + Duration::from_secs(u64::from(ttl.min(MAX_CACHE_TTL)));
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.insert(name.to_string(), (addresses.clone(), expiry));
+        }
+        Ok(addresses)
+    }
+
+    fn cached(&self, name: &str) -> Option<Vec<IpAddr>> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .get(name)
+            .filter(|(_, expiry)| Instant::now() < *expiry)
+            .map(|(addresses, _)| addresses.clone())
+    }
+}
+
+fn resolve_system(name: &str) -> io::Result<Vec<IpAddr>> {
+    match (name, 0).to_socket_addrs() {
+        Ok(addresses) => {
+            let mut ips: Vec<IpAddr> = Vec::new();
+            for ip in addresses.map(|a| a.ip()) {
+                if !ips.contains(&ip) {
+                    ips.push(ip);
+                }
+            }
+            Ok(ips)
+        }
+        // getaddrinfo's "no such name" comes back as an error without an OS code.
+        Err(e) if e.raw_os_error().is_none() => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Asks a DNS server for A and AAAA, over UDP with a retry, and over TCP when truncated.
+/// Returns the addresses and the smallest TTL among them.
+pub fn resolve_with(server: SocketAddr, name: &str) -> io::Result<(Vec<IpAddr>, u32)> {
+    let mut addresses = Vec::new();
+    let mut ttl = u32::MAX;
+    for record_type in [RecordType::A, RecordType::AAAA] {
+        let reply = exchange(server, name, record_type)?;
+        for record in reply.answers() {
+            let ip = match record.data() {
+                RData::A(a) => IpAddr::V4(a.0),
+                RData::AAAA(aaaa) => IpAddr::V6(aaaa.0),
+                _ => continue,
+            };
+            ttl = ttl.min(record.ttl());
+            addresses.push(ip);
+        }
+    }
+    let ttl = if addresses.is_empty() { 0 } else { ttl };
+    Ok((addresses, ttl))
+}
+
+fn exchange(server: SocketAddr, name: &str, record_type: RecordType) -> io::Result<Message> {
+    let query = build_query(random_id()?, name, record_type)?;
+    let reply = exchange_udp(server, &query)?;
+    let reply = if reply.truncated() {
+        exchange_tcp(server, &query)?
+    } else {
+        reply
+    };
+    match reply.response_code() {
+        ResponseCode::NoError | ResponseCode::NXDomain => Ok(reply),
+        code => Err(io::Error::other(format!(
+            "DNS server {server} answered {code} for {name}"
+        ))),
+    }
+}
+
+fn build_query(id: u16, name: &str, record_type: RecordType) -> io::Result<Vec<u8>> {
+    let fqdn = Name::from_ascii(format!("{name}."))
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let mut message = Message::new();
+    message.set_id(id).set_recursion_desired(true);
+    message.add_query(Query::query(fqdn, record_type));
+    message.to_vec().map_err(io::Error::other)
+}
+
+fn exchange_udp(server: SocketAddr, query: &[u8]) -> io::Result<Message> {
+    let local: SocketAddr = match server {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let socket = UdpSocket::bind(local)?;
+    socket.connect(server)?;
+    socket.set_read_timeout(Some(ATTEMPT_TIMEOUT))?;
+    let mut buffer = [0u8; 4096];
+    for _ in 0..ATTEMPTS {
+        socket.send(query)?;
+        let deadline = Instant::now() + ATTEMPT_TIMEOUT;
+        while Instant::now() < deadline {
+            let n = match socket.recv(&mut buffer) {
+                Ok(n) => n,
+                Err(e) if is_timeout(&e) => break,
+                Err(e) => return Err(e),
+            };
+            if let Some(reply) = matching_reply(&buffer[..n], query) {
+                return Ok(reply);
+            }
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("DNS server {server} did not answer"),
+    ))
+}
+
+fn exchange_tcp(server: SocketAddr, query: &[u8]) -> io::Result<Message> {
+    let mut stream = TcpStream::connect_timeout(&server, ATTEMPT_TIMEOUT)?;
+    stream.set_read_timeout(Some(ATTEMPT_TIMEOUT))?;
+    let len = u16::try_from(query.len()).map_err(io::Error::other)?;
+    stream.write_all(&[&len.to_be_bytes()[..], query].concat())?;
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len)?;
+    let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    stream.read_exact(&mut reply)?;
+    matching_reply(&reply, query)
+        .ok_or_else(|| io::Error::other(format!("DNS server {server} sent a mismatched reply")))
+}
+
+/// The reply to our query: same id, a response, and the same question (a spoofed or stale
+/// datagram is ignored).
+fn matching_reply(bytes: &[u8], query: &[u8]) -> Option<Message> {
+    let asked = Message::from_vec(query).ok()?;
+    Message::from_vec(bytes).ok().filter(|m| {
+        m.id() == asked.id()
+            && m.message_type() == MessageType::Response
+            && m.queries() == asked.queries()
+    })
+}
+
+fn random_id() -> io::Result<u16> {
+    let mut bytes = [0u8; 2];
+    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())?;
+    Ok(u16::from_ne_bytes(bytes))
+}
