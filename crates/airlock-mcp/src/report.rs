@@ -64,6 +64,7 @@ mod tests {
             backend: "native".into(),
             isolation: vec![],
             error: None,
+            error_kind: None,
             warnings: vec![],
             details: vec![],
             workdir: None,
