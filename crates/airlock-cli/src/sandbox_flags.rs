@@ -181,9 +181,14 @@ pub struct SandboxFlags {
     /// Expose a host path read-write at the same path (repeatable).
     #[arg(long = "rw", value_name = "PATH")]
     pub read_write: Vec<PathBuf>,
-    /// Use this existing host directory as the working directory (read-write, kept).
+    /// Use this existing host directory as the working directory, read-write (kept; as root
+    /// its owner is mapped to the program's user, so files created there are the owner's).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
+    /// Run the program in the current directory, exposed read-only: `airlock run --cwd --
+    /// python3 script.py` runs ./script.py (the program writes only to /tmp).
+    #[arg(long, conflicts_with = "workdir")]
+    pub cwd: bool,
     /// Set an environment variable for the program (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -205,7 +210,11 @@ impl SandboxFlags {
             limits: self.limits.section(),
             read_only: self.read_only.clone(),
             read_write: self.read_write.clone(),
-            workdir: self.workdir.clone(),
+            workdir: match self.cwd {
+                true => Some(PathBuf::from(".")),
+                false => self.workdir.clone(),
+            },
+            workdir_read_only: self.cwd,
         }
     }
 

@@ -77,6 +77,14 @@ pub enum Error {
         path: PathBuf,
         reason: String,
     },
+    /// A caller's directory the program is to work in cannot be made usable by it.
+    #[error("{path} belongs to uid {owner_uid} on the host and the program runs as uid {program_uid}: {reason}")]
+    WorkdirUnusable {
+        path: PathBuf,
+        owner_uid: u32,
+        program_uid: u32,
+        reason: String,
+    },
     /// The program is not in the profile's `allowed_programs`.
     #[error("program {program:?} is not in the profile's allowed_programs ({}); add it there or run an allowed program", .allowed.join(", "))]
     ProgramNotAllowed {
@@ -126,6 +134,8 @@ pub enum ErrorKind {
     BadPath,
     /// The program is not in the policy's `allowed_programs`.
     ProgramNotAllowed,
+    /// A caller's directory cannot be made usable by the program with this backend.
+    WorkdirUnusable,
     /// The command is empty or not representable.
     CommandInvalid,
     /// The init could not be started.
@@ -160,6 +170,7 @@ impl ErrorKind {
             ErrorKind::Degraded => "degraded",
             ErrorKind::BadPath => "bad_path",
             ErrorKind::ProgramNotAllowed => "program_not_allowed",
+            ErrorKind::WorkdirUnusable => "workdir_unusable",
             ErrorKind::CommandInvalid => "command_invalid",
             ErrorKind::InitNotStarted => "init_not_started",
             ErrorKind::Io => "io",
@@ -197,6 +208,7 @@ impl Error {
             Error::Degraded { .. } => ErrorKind::Degraded,
             Error::BadPath { .. } => ErrorKind::BadPath,
             Error::ProgramNotAllowed { .. } => ErrorKind::ProgramNotAllowed,
+            Error::WorkdirUnusable { .. } => ErrorKind::WorkdirUnusable,
             Error::Command(_) => ErrorKind::CommandInvalid,
             Error::Spawn { .. } => ErrorKind::InitNotStarted,
             Error::Io { .. } => ErrorKind::Io,
@@ -266,6 +278,8 @@ pub enum SetupStep {
     Spec,
     /// Creating the run directory and the files in it.
     RunDir,
+    /// Mapping the owner of the caller's directories to the program's user.
+    Workspace,
     /// Creating or joining the run's cgroup.
     Cgroup,
     /// A new session and the terminal.
@@ -326,6 +340,9 @@ pub enum SetupErrorKind {
     RlimitFailed,
     /// The run directory could not be made.
     RunDirFailed,
+    /// A caller's directory cannot be shown to the program as its own: this kernel or that
+    /// filesystem has no idmapped mounts.
+    WorkdirNotMappable,
     /// Layers the policy requires were not in force at exec, and degradation was not
     /// accepted.
     LayersMissing,
@@ -367,6 +384,7 @@ impl SetupStep {
             }
             SetupStep::Spec => SetupErrorKind::SpecInvalid,
             SetupStep::RunDir => SetupErrorKind::RunDirFailed,
+            SetupStep::Workspace => SetupErrorKind::WorkdirNotMappable,
             SetupStep::Cgroup => SetupErrorKind::CgroupFailed,
             SetupStep::Rlimits => SetupErrorKind::RlimitFailed,
             SetupStep::Credentials => SetupErrorKind::CredentialsFailed,

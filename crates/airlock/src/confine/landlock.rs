@@ -24,6 +24,10 @@ pub struct LandlockRules {
     pub read_exec: Vec<PathBuf>,
     /// Trees with full access (e.g. the work directory and `/tmp`).
     pub read_write: Vec<PathBuf>,
+    /// Trees with full access, executing included whatever `exec_writable` says: the caller's
+    /// own directories, given to the program to work in.
+    #[serde(default)]
+    pub workspace: Vec<PathBuf>,
     /// Trees whose directories may only be listed (e.g. the sandbox's own `/`, which holds
     /// only what the sandbox put there): no file in them may be read by this rule.
     #[serde(default)]
@@ -116,6 +120,12 @@ pub fn restrict_self(rules: &LandlockRules) -> Result<LandlockReport, LandlockEr
                 .read_write
                 .iter()
                 .map(|path| (path, writable_access(rules))),
+        )
+        .chain(
+            rules
+                .workspace
+                .iter()
+                .map(|path| (path, AccessFs::from_all(TARGET_ABI))),
         )
         .chain(
             rules

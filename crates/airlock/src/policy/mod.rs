@@ -203,7 +203,7 @@ impl PartialEq for Policy {
 }
 
 /// Filesystem rules.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FsPolicy {
     /// Host paths visible read-only at the same path.
@@ -213,8 +213,40 @@ pub struct FsPolicy {
     /// A host directory to use as the working directory; a fresh one per run when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<PathBuf>,
+    /// The program may read `workdir` but not write it (e.g. `--cwd`: the caller's current
+    /// directory, to run a script from it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub workdir_read_only: bool,
     /// Allow executing files from writable places (workdir, /tmp).
     pub exec_writable: bool,
+    /// The caller's own directories (a `workdir` given, `read_write`) are a workspace the
+    /// program fully uses: programs in them may be executed whatever `exec_writable` says,
+    /// and as root their owner is shown to the program as its own user (an idmapped mount),
+    /// so that what it creates belongs on the host to that owner. Off, they are mounted like
+    /// scratch: for a directory airlock prepared for the sandbox user itself (a worker's job).
+    #[serde(default = "workspace_by_default", skip_serializing_if = "is_true")]
+    pub workspace: bool,
+}
+
+fn workspace_by_default() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+impl Default for FsPolicy {
+    fn default() -> Self {
+        FsPolicy {
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            workdir: None,
+            workdir_read_only: false,
+            exec_writable: false,
+            workspace: true,
+        }
+    }
 }
 
 /// Network rules.

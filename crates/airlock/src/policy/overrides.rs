@@ -37,6 +37,10 @@ pub struct Overrides {
     /// An existing host directory to work in, read-write, instead of a fresh one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workdir: Option<PathBuf>,
+    /// Work in `workdir` read-only: the program reads it (runs a script from it) but writes
+    /// only to `/tmp`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub workdir_read_only: bool,
 }
 
 impl Overrides {
@@ -61,6 +65,7 @@ impl Overrides {
         fs.read_write.extend(absolute_all(&self.read_write)?);
         if let Some(dir) = &self.workdir {
             fs.workdir = Some(absolute(dir)?);
+            fs.workdir_read_only = self.workdir_read_only;
         }
         policy.validate()
     }

@@ -45,7 +45,9 @@ pub struct FsSection {
     pub read_only: Option<Vec<PathBuf>>,
     pub read_write: Option<Vec<PathBuf>>,
     pub workdir: Option<PathBuf>,
+    pub workdir_read_only: Option<bool>,
     pub exec_writable: Option<bool>,
+    pub workspace: Option<bool>,
 }
 
 /// `[network]`.
@@ -175,7 +177,12 @@ pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
         if fs.workdir.is_some() {
             policy.filesystem.workdir = fs.workdir;
         }
+        set(
+            &mut policy.filesystem.workdir_read_only,
+            fs.workdir_read_only,
+        );
         set(&mut policy.filesystem.exec_writable, fs.exec_writable);
+        set(&mut policy.filesystem.workspace, fs.workspace);
     }
     if let Some(net) = file.network {
         // A profile that chooses the host network for itself drops the network layers it

@@ -65,6 +65,10 @@ pub struct InitSpec {
     /// [`MemoryScratch`]); `None` puts it on the host's runtime directory.
     #[serde(default)]
     pub scratch: Option<MemoryScratch>,
+    /// The caller's paths (workdir, read-write paths) whose owner the program is shown as,
+    /// through idmapped mounts the init makes in its own mount namespace.
+    #[serde(default)]
+    pub mapped: Vec<crate::confine::idmap::MappedPath>,
 }
 
 /// Limits the init enforces itself.

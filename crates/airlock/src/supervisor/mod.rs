@@ -26,6 +26,7 @@ mod serve;
 mod signals;
 mod standalone;
 mod terminal;
+mod workspace;
 
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};

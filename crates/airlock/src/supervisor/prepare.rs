@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 
 use super::builder::Command;
 use super::describe;
+use super::workspace;
 use crate::backend::{self, Backend, PlanContext, Selected};
 use crate::confine::cgroup::CgroupLimits;
+use crate::confine::idmap::MappedPath;
 use crate::confine::Credentials;
 use crate::error::Error;
 use crate::layer::{self, Layer};
@@ -60,7 +62,8 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     judged.warnings.extend(host_limit_warnings(policy));
     let workdir_kind = placement.workdir.kind(command);
     let spec = init_spec(command, placement, confinement, &judged);
-    let plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy);
+    let mut plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy);
+    plan.details.extend(workspace::details(&spec.mapped));
     Ok(Prepared {
         plan,
         spec,
@@ -77,6 +80,8 @@ pub(super) struct Placement {
     pub workdir: Workdir,
     cgroup: Option<CgroupRequest>,
     pub scratch: Option<MemoryScratch>,
+    /// The caller's paths shown to the program as its own (see [`workspace`]).
+    pub mapped: Vec<MappedPath>,
 }
 
 impl Placement {
@@ -86,7 +91,9 @@ impl Placement {
         let run_dir = runtime.join(&run_id);
         let workdir = Workdir::of(command, &run_dir)?;
         let scratch = plan_scratch(command, backend, &runtime, &run_dir, &workdir);
+        let mapped = workspace::mapped_paths(command, backend, &workdir)?;
         Ok(Placement {
+            mapped,
             cgroup: cgroup_request(command, &run_id),
             tool_cache: runtime.exists().then_some(runtime),
             run_id,
@@ -142,6 +149,7 @@ fn init_spec(
         accepted_missing: judged.accepted(),
         tty: command.tty,
         scratch: placement.scratch,
+        mapped: placement.mapped,
     }
 }
 
