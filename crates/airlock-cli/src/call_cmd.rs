@@ -51,10 +51,15 @@ fn parse_json(text: &str) -> Result<Value, String> {
 
 pub fn call_tool(args: CallArgs) -> Result<u8> {
     let tool = ToolSpec::new(&args.path, &args.target);
-    let outcome = call_options(&args)
-        .map_err(|e| usage_error(&e))
-        .and_then(|(policy, options)| call(&tool, &args.args, policy, &options));
-    match outcome {
+    let (policy, options) = match call_options(&args) {
+        Ok(chosen) => chosen,
+        Err(error) => {
+            eprintln!("airlock: call {}: {error:#}", args.target);
+            println!("{}", error_json(&usage_error(&error)));
+            return Ok(crate::SETUP_FAILURE);
+        }
+    };
+    match call(&tool, &args.args, policy, &options) {
         Ok(value) => {
             println!("{value}");
             Ok(0)
