@@ -17,6 +17,10 @@ use serde_json::Value;
 
 use support::*;
 
+/// The normal user these tests work as: not `UNPRIVILEGED_UID`, whose processes other test
+/// binaries count (without cgroups RLIMIT_NPROC counts every process of the uid on the host).
+const WORKSPACE_UID: u32 = 64124;
+
 /// A git repository with a script in it, owned by `uid:gid` on the host, in a directory the
 /// sandbox user can reach. Under /var/tmp: the sandbox's own /tmp would hide where its parent
 /// is on the host.
@@ -156,10 +160,10 @@ fn as_root_a_users_repository_keeps_what_the_program_creates_as_that_users() {
     if !is_root() {
         return skip("the owner mapping is for runs as root");
     }
-    let repo = repository(UNPRIVILEGED_UID, UNPRIVILEGED_UID);
+    let repo = repository(WORKSPACE_UID, WORKSPACE_UID);
     let workdir = repo.path().to_str().unwrap();
     let result = run_json(&["--workdir", workdir], &["/bin/sh", "-c", &work(false)]);
-    let owner = (UNPRIVILEGED_UID, UNPRIVILEGED_UID);
+    let owner = (WORKSPACE_UID, WORKSPACE_UID);
     check_workspace("native", repo.path(), &result, false, owner);
 }
 
@@ -186,8 +190,8 @@ fn as_a_normal_user_the_same_works() {
     if !is_root() || !setpriv.exists() {
         return skip("runs the CLI as a normal user through setpriv, from root");
     }
-    let repo = repository(UNPRIVILEGED_UID, UNPRIVILEGED_UID);
-    let id = UNPRIVILEGED_UID.to_string();
+    let repo = repository(WORKSPACE_UID, WORKSPACE_UID);
+    let id = WORKSPACE_UID.to_string();
     let output = Command::new(setpriv)
         .args(["--reuid", &id, "--regid", &id, "--clear-groups"])
         .arg(airlock_bin())
@@ -201,7 +205,7 @@ fn as_a_normal_user_the_same_works() {
         .unwrap();
     let result: Value = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", stderr_text(&output)));
-    let owner = (UNPRIVILEGED_UID, UNPRIVILEGED_UID);
+    let owner = (WORKSPACE_UID, WORKSPACE_UID);
     check_workspace("normal user", repo.path(), &result, true, owner);
 }
 
