@@ -118,7 +118,8 @@ impl Reporter {
             Some(Style::Pretty) => serde_json::to_string_pretty(result),
             None => return,
         };
-        println!("{}", text.unwrap_or_default());
+        // A reader that went away (`| head`) is no reason to panic.
+        let _ = writeln!(std::io::stdout(), "{}", text.unwrap_or_default());
     }
 
     fn write_result_file(&mut self, result: &RunResult) {

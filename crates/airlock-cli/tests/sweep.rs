@@ -1,7 +1,8 @@
-//! The sweep of abandoned runs when many runs race for it: whichever run sweeps, every
-//! abandoned run directory and cgroup goes (whatever flags that run has, `--no-cgroup`
+//! Many runs at once. The sweep of abandoned runs when they race for it: whichever run sweeps,
+//! every abandoned run directory and cgroup goes (whatever flags that run has, `--no-cgroup`
 //! included), orphans in them are killed, live runs are untouched, and no run waits on
-//! another's sweep.
+//! another's sweep. And runs without a cgroup, all as the sandbox user, do not count against
+//! each other's process limit.
 
 mod support;
 
@@ -122,4 +123,35 @@ fn many_runs_racing_for_the_sweep_remove_everything_abandoned_and_nothing_live()
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(live.exists(), "a live run's directory was swept");
+}
+
+/// Without a cgroup the process limit is RLIMIT_NPROC, which counts every process of a uid in
+/// the user namespace where it is set. Set on the host, concurrent runs (all the sandbox user)
+/// would count against each other's limit; the native sandbox sets it in its own namespace.
+#[test]
+fn runs_without_a_cgroup_do_not_share_their_process_limit() {
+    if !native_available() {
+        return skip("the native backend cannot run here");
+    }
+    let busy = "for i in $(seq 15); do sleep 2 & done; wait; echo done";
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            airlock_command()
+                .args(["run", "--json", "--no-cgroup", "--pids", "20", "--"])
+                .args(["/bin/sh", "-c", busy])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in runs {
+        let out = child.wait_with_output().unwrap();
+        let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(result["stdout"], "done\n", "{result}");
+    }
+    // The limit itself holds: 10 processes, of which the sandbox's holder and PID 1 are two.
+    let forks = "import os\nn=0\ntry:\n for i in range(30):\n  if os.fork()==0:\n   import time; time.sleep(1); os._exit(0)\n  n+=1\nexcept OSError as e: print('refused', e.errno)\nprint('forks', n)";
+    let result = run_json(&["--no-cgroup", "--pids", "10"], &[PYTHON, "-c", forks]);
+    assert_eq!(result["stdout"], "refused 11\nforks 7\n", "{result}");
 }

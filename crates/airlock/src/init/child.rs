@@ -83,7 +83,9 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
     layers.push(Layer::NewSession);
     let rlimits_by_tool =
         matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::RlimitsByTool));
-    apply_rlimits(spec, ctx.cgroup.is_some(), rlimits_by_tool)?;
+    let has_cgroup = ctx.cgroup.is_some();
+    let native = matches!(spec.confinement, Confinement::Native(_));
+    apply_rlimits(spec, has_cgroup, native, rlimits_by_tool)?;
     layers.push(Layer::Rlimits);
     let keep_root =
         matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::KeepRoot));
@@ -108,7 +110,7 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
             }
             finish_and_exec(spec, layers)
         }
-        Confinement::Native(native) => super::native::enter(spec, native, layers),
+        Confinement::Native(native) => super::native::enter(spec, native, layers, !has_cgroup),
         Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers, ctx.tool_status),
     }
 }
@@ -153,7 +155,16 @@ pub(super) fn new_session(tty: bool) -> Setup<()> {
     Ok(())
 }
 
-fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Setup<()> {
+/// The rlimits of Tier 0 and of every backend. Without a cgroup the process count falls back
+/// to RLIMIT_NPROC, which counts every process of the uid in the user namespace where it was
+/// set: the native sandbox sets it inside its own (see `native::enter`), so that concurrent
+/// runs, all as the sandbox user, do not count against each other's limit.
+fn apply_rlimits(
+    spec: &InitSpec,
+    has_cgroup: bool,
+    native: bool,
+    rlimits_by_tool: bool,
+) -> Setup<()> {
     let l = &spec.limits;
     let cpu = l.cpu_time.as_secs().max(1);
     let mut limits = vec![
@@ -174,6 +185,8 @@ fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Se
     // back to them when nothing better exists.
     if !has_cgroup {
         limits.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
+    }
+    if !has_cgroup && !native {
         limits.push((Resource::RLIMIT_NPROC, l.processes, l.processes));
     }
     for (resource, soft, hard) in limits {
@@ -183,7 +196,7 @@ fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Se
 }
 
 /// Sets a limit, never above the current hard limit (raising needs CAP_SYS_RESOURCE).
-fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Setup<()> {
+pub(super) fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Setup<()> {
     let failed = |message: String| SetupError::at(Step::Rlimits, message);
     let (_, current_hard) = nix::sys::resource::getrlimit(resource)
         .map_err(|e| failed(format!("getrlimit {resource:?}: {e}")))?;

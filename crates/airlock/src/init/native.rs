@@ -27,12 +27,24 @@ use crate::layer::Layer;
 use crate::linux::sys::{self, Forked};
 use crate::spec::{InitSpec, NativeSpec};
 
+/// Enters the namespaces, then (without a cgroup) limits the processes: RLIMIT_NPROC set in
+/// the new user namespace counts that namespace's processes, not every process of the sandbox
+/// user on the host, which other runs share.
 pub(super) fn enter(
     spec: &InitSpec,
     native: &NativeSpec,
     mut layers: Vec<Layer>,
+    limit_processes: bool,
 ) -> Setup<Infallible> {
     enter_namespaces(native.new_net)?;
+    if limit_processes {
+        let processes = spec.limits.processes;
+        super::child::lower_rlimit(
+            nix::sys::resource::Resource::RLIMIT_NPROC,
+            processes,
+            processes,
+        )?;
+    }
     layers.extend(Layer::NAMESPACES_BUT_NET);
     if native.new_net {
         layers.push(Layer::NetNs);
