@@ -16,7 +16,7 @@ use airlock::{ErrorKind, FailureKind, RunResult, RunStatus};
 use crate::sandbox_flags::print_warnings;
 use crate::SETUP_FAILURE;
 
-/// The flags that choose how the outcome is reported.
+// The flags that choose how the outcome is reported.
 #[derive(Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Output")]
 pub struct OutputFlags {

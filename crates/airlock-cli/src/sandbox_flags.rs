@@ -54,7 +54,9 @@ impl From<NetworkArg> for NetworkMode {
     }
 }
 
-/// Limit overrides on top of a profile.
+// (Plain comments, not doc comments: a flattened struct's doc would become the
+// subcommand's about text once its flags are deferred.)
+// Limit overrides on top of a profile.
 #[derive(Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Limits")]
 pub struct LimitFlags {
@@ -112,7 +114,7 @@ impl LimitFlags {
     }
 }
 
-/// How the sandbox is set up.
+// How the sandbox is set up.
 #[derive(Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Set-up")]
 pub struct SetupFlags {
@@ -153,7 +155,7 @@ impl SetupFlags {
     }
 }
 
-/// A profile plus everything that changes it, for every command that runs a program.
+// A profile plus everything that changes it, for every command that runs a program.
 #[derive(Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Sandbox")]
 pub struct SandboxFlags {

@@ -79,8 +79,13 @@ pub fn sweep(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) -> usize {
 /// Sweeps unless another run did within [`SWEEP_EVERY`] or is sweeping now.
 pub fn sweep_if_due(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) {
     let path = runtime_dir.join(SWEEP_STAMP);
-    // A stamp this run creates has the current time but no sweep behind it.
-    let swept_before = path.exists();
+    // The common case, decided by one stat: another run swept a moment ago.
+    let swept_before = match std::fs::metadata(&path) {
+        Ok(meta) if recent(&meta) => return,
+        Ok(_) => true,
+        // A stamp this run creates has the current time but no sweep behind it.
+        Err(_) => false,
+    };
     let Ok(stamp) = std::fs::File::options()
         .write(true)
         .create(true)
@@ -94,16 +99,20 @@ pub fn sweep_if_due(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) {
     if rustix::fs::flock(&stamp, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return;
     }
-    let recent = stamp
-        .metadata()
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < SWEEP_EVERY);
-    if recent && swept_before {
+    // Checked again under the lock: a run that held it may have just swept.
+    if swept_before && stamp.metadata().is_ok_and(|m| recent(&m)) {
         return;
     }
     if stamp.set_modified(SystemTime::now()).is_ok() {
         sweep(runtime_dir, cgroup);
     }
+}
+
+/// Whether a stamp says a sweep ran within [`SWEEP_EVERY`].
+fn recent(stamp: &std::fs::Metadata) -> bool {
+    stamp
+        .modified()
+        .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < SWEEP_EVERY)
 }
 
 /// `<root>/<parent>` for a v2 root and `<root>/<controller>/<parent>` for each v1 hierarchy.
