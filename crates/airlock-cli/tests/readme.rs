@@ -115,6 +115,11 @@ fn every_readme_command_runs_as_written() {
             Setup::IsCi => continue,
         };
         let first_word = command.split_whitespace().next().unwrap_or_default();
+        // Grading another sandbox plants its bait under /var/lib, which is root's.
+        if command.starts_with("airlock conformance") && !is_root() {
+            eprintln!("skipped as a normal user (its bait directory is under /var/lib): {command}");
+            continue;
+        }
         let needs_make = first_word == "make" || command.contains("-- make");
         if needs_make && Command::new("make").arg("--version").output().is_err() {
             eprintln!("skipped (make is not installed; .ci/run installs it): {command}");

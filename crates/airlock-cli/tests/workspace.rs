@@ -21,8 +21,8 @@ use support::*;
 /// binaries count (without cgroups RLIMIT_NPROC counts every process of the uid on the host).
 const WORKSPACE_UID: u32 = 64124;
 
-/// A git repository with a script in it, owned by `uid:gid` on the host, in a directory the
-/// sandbox user can reach. Under /var/tmp: the sandbox's own /tmp would hide where its parent
+/// A git repository with a script in it, owned by `uid:gid` on the host (another owner than
+/// the caller needs root), in a directory the sandbox user can reach. Under /var/tmp: the sandbox's own /tmp would hide where its parent
 /// is on the host.
 fn repository(uid: u32, gid: u32) -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
@@ -216,7 +216,11 @@ fn writes_outside_the_workspace_stay_refused_and_scratch_stays_noexec() {
     if !native_available() {
         return skip("the native backend cannot run here");
     }
-    let repo = repository(0, 0);
+    let me = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    let repo = repository(me.0, me.1);
     let parent = repo.path().parent().unwrap().to_path_buf();
     let escape = parent.join(unique("airlock-escape-"));
     let script = format!(
