@@ -11,7 +11,7 @@ use clap::Args;
 use airlock::interp::InterpreterRegistry;
 use airlock::{Input, Sandbox};
 
-use crate::outcome::{OutputFlags, Reporter};
+use crate::outcome::{run_reported, OutputFlags};
 use crate::sandbox_flags::SandboxFlags;
 
 /// Environment variable naming the interpreter registry file when --interpreters is absent.
@@ -44,18 +44,7 @@ pub struct ExecArgs {
 }
 
 pub fn exec(args: ExecArgs) -> Result<u8> {
-    let (mut reporter, refusal) = Reporter::new(&args.output);
-    if let Some(error) = refusal {
-        return Ok(reporter.refused(&error));
-    }
-    let command = match build_command(&args) {
-        Ok(command) => command,
-        Err(error) => return Ok(reporter.refused(&error)),
-    };
-    match command.run() {
-        Ok(result) => Ok(reporter.finished(&result)),
-        Err(error) => Ok(reporter.refused(&error.into())),
-    }
+    Ok(run_reported(&args.output, || build_command(&args)))
 }
 
 fn build_command(args: &ExecArgs) -> Result<airlock::Command> {

@@ -57,15 +57,7 @@ impl Reporter {
     /// A reporter for `flags`, and the refusal to report when the result file cannot be
     /// opened for writing.
     pub fn new(flags: &OutputFlags) -> (Reporter, Option<anyhow::Error>) {
-        let json = match (flags.json, flags.pretty) {
-            (_, true) => Some(Style::Pretty),
-            (true, false) => Some(Style::Compact),
-            (false, false) => None,
-        };
-        let mut reporter = Reporter {
-            json,
-            result_file: None,
-        };
+        let mut reporter = Reporter::printing(flags);
         let Some(path) = &flags.result else {
             return (reporter, None);
         };
@@ -75,6 +67,19 @@ impl Reporter {
                 (reporter, None)
             }
             Err(error) => (reporter, Some(error)),
+        }
+    }
+
+    /// A reporter that prints as `flags` ask and writes no result file (a dry run's).
+    pub fn printing(flags: &OutputFlags) -> Reporter {
+        let json = match (flags.json, flags.pretty) {
+            (_, true) => Some(Style::Pretty),
+            (true, false) => Some(Style::Compact),
+            (false, false) => None,
+        };
+        Reporter {
+            json,
+            result_file: None,
         }
     }
 
@@ -135,6 +140,22 @@ impl Reporter {
         if let Err(e) = written {
             eprintln!("airlock: error: cannot write the result file: {e}");
         }
+    }
+}
+
+/// Runs the command `build` makes and reports the outcome as `flags` ask, refusals included
+/// (the result file first: one that cannot be written refuses the run before it is built).
+pub fn run_reported(
+    flags: &OutputFlags,
+    build: impl FnOnce() -> anyhow::Result<airlock::Command>,
+) -> u8 {
+    let (mut reporter, refusal) = Reporter::new(flags);
+    if let Some(error) = refusal {
+        return reporter.refused(&error);
+    }
+    match build().and_then(|command| Ok(command.run()?)) {
+        Ok(result) => reporter.finished(&result),
+        Err(error) => reporter.refused(&error),
     }
 }
 

@@ -5,7 +5,7 @@ use clap::Args;
 
 use airlock::{Input, Sandbox};
 
-use crate::outcome::{OutputFlags, Reporter};
+use crate::outcome::{run_reported, OutputFlags, Reporter};
 use crate::sandbox_flags::SandboxFlags;
 
 #[derive(Args, Debug)]
@@ -31,21 +31,10 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<u8> {
-    let (mut reporter, refusal) = Reporter::new(&args.output);
-    if let Some(error) = refusal {
-        return Ok(reporter.refused(&error));
-    }
-    let command = match build_command(&args) {
-        Ok(command) => command,
-        Err(error) => return Ok(reporter.refused(&error)),
-    };
     if args.dry_run {
-        return Ok(dry_run(&command, &args.output, &mut reporter));
+        return Ok(dry_run(&args));
     }
-    match command.run() {
-        Ok(result) => Ok(reporter.finished(&result)),
-        Err(error) => Ok(reporter.refused(&error.into())),
-    }
+    Ok(run_reported(&args.output, || build_command(&args)))
 }
 
 fn build_command(args: &RunArgs) -> Result<airlock::Command> {
@@ -73,10 +62,11 @@ fn build_command(args: &RunArgs) -> Result<airlock::Command> {
 
 /// Prints the plan as JSON without running anything; a plan the run would refuse exits as
 /// the refused run would, with its error on stderr (stdout holds the plan alone).
-fn dry_run(command: &airlock::Command, output: &OutputFlags, reporter: &mut Reporter) -> u8 {
-    let plan = match command.plan() {
+fn dry_run(args: &RunArgs) -> u8 {
+    let (output, mut reporter) = (&args.output, Reporter::printing(&args.output));
+    let plan = match build_command(args).and_then(|command| Ok(command.plan()?)) {
         Ok(plan) => plan,
-        Err(error) => return reporter.refused(&error.into()),
+        Err(error) => return reporter.refused(&error),
     };
     let text = match output.json && !output.pretty {
         true => serde_json::to_string(&plan),

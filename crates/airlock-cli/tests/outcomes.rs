@@ -297,28 +297,6 @@ fn a_failed_run_says_when_the_network_was_off_or_a_named_file_is_invisible() {
     );
 }
 
-/// The `run-<pid>-*` entries a supervisor's runs left: run directories and cgroups.
-fn leftovers_of(pid: u32) -> Vec<std::path::PathBuf> {
-    let prefix = format!("run-{pid}-");
-    let mut parents = vec![std::path::PathBuf::from("/run/airlock")];
-    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        parents.push(hierarchy.path().join("airlock"));
-    }
-    parents
-        .iter()
-        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
-        })
-        .collect()
-}
-
 fn wait_for_process_with(marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while processes_with(marker).is_empty() {
@@ -370,7 +348,7 @@ fn a_signal_to_airlock_cancels_the_run_and_leaves_nothing() {
                 "{what}: the program survived"
             );
             if is_root() {
-                let left = leftovers_of(child.id());
+                let left = runs_of_supervisor(child.id());
                 assert!(left.is_empty(), "{what}: left behind: {left:?}");
             }
         }

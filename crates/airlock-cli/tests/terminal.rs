@@ -138,7 +138,7 @@ fn ctrl_c_at_a_terminal_cancels_the_run_and_leaves_nothing() {
             "{base:?}: program survived"
         );
         for pid in supervisors {
-            let left = runs_of(pid);
+            let left = runs_of_supervisor(pid);
             assert!(left.is_empty(), "{base:?}: left behind at once: {left:?}");
         }
     }
@@ -152,35 +152,6 @@ fn processes_named(name: &str, marker: &str) -> Vec<u32> {
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|comm| comm.trim() == name)
-        })
-        .collect()
-}
-
-/// The run directories and cgroups named after supervisor `pid`.
-fn runs_of(pid: u32) -> Vec<std::path::PathBuf> {
-    let prefix = format!("run-{pid}-");
-    let uid = nix::unistd::geteuid();
-    let mut parents = vec![
-        std::path::PathBuf::from("/run/airlock"),
-        std::path::PathBuf::from(format!("/tmp/airlock-{uid}")),
-    ];
-    parents.extend(
-        std::env::var_os("XDG_RUNTIME_DIR").map(|d| std::path::Path::new(&d).join("airlock")),
-    );
-    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        parents.push(hierarchy.path().join("airlock"));
-    }
-    parents
-        .iter()
-        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
         })
         .collect()
 }

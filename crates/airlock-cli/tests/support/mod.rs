@@ -271,3 +271,31 @@ pub fn age(path: &std::path::Path) {
 pub fn native_available() -> bool {
     sandbox_available()
 }
+
+/// The run directories and cgroups named after supervisor `pid` (`run-<pid>-...`) in the
+/// default runtime directories and cgroup parents: what its runs left, if anything.
+pub fn runs_of_supervisor(pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("run-{pid}-");
+    let uid = nix::unistd::geteuid();
+    let mut parents = vec![
+        PathBuf::from("/run/airlock"),
+        PathBuf::from(format!("/tmp/airlock-{uid}")),
+    ];
+    parents.extend(std::env::var_os("XDG_RUNTIME_DIR").map(|d| Path::new(&d).join("airlock")));
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        parents.push(hierarchy.path().join("airlock"));
+    }
+    parents
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
+        .collect()
+}

@@ -158,6 +158,19 @@ fn remove_cgroup(path: &Path) -> bool {
 mod tests {
     use super::*;
 
+    /// A runtime directory holding one old run directory of a supervisor that is gone.
+    fn abandoned_run() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join("run-999999999-1-0");
+        std::fs::create_dir(&dead).unwrap();
+        let old = SystemTime::now() - Duration::from_secs(120);
+        std::fs::File::open(&dead)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        (dir, dead)
+    }
+
     #[test]
     fn the_supervisor_pid_is_read_from_the_run_id() {
         assert_eq!(supervisor_pid("run-4242-283b6ab63dc2-0"), Some(4242));
@@ -167,14 +180,8 @@ mod tests {
 
     #[test]
     fn a_sweep_is_skipped_while_the_last_one_is_recent() {
-        let dir = tempfile::tempdir().unwrap();
-        let dead = dir.path().join("run-999999999-1-0");
-        std::fs::create_dir(&dead).unwrap();
+        let (dir, dead) = abandoned_run();
         let old = SystemTime::now() - Duration::from_secs(120);
-        std::fs::File::open(&dead)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
         std::fs::File::create(dir.path().join(SWEEP_STAMP)).unwrap();
         sweep_if_due(dir.path(), None);
         assert!(dead.exists(), "swept although the last sweep was just now");
@@ -189,14 +196,8 @@ mod tests {
 
     #[test]
     fn a_sweep_under_way_is_not_repeated() {
-        let dir = tempfile::tempdir().unwrap();
-        let dead = dir.path().join("run-999999999-1-0");
-        std::fs::create_dir(&dead).unwrap();
+        let (dir, dead) = abandoned_run();
         let old = SystemTime::now() - Duration::from_secs(120);
-        std::fs::File::open(&dead)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
         // Another run holds the lock: this one goes ahead without sweeping.
         let stamp = std::fs::File::create(dir.path().join(SWEEP_STAMP)).unwrap();
         rustix::fs::flock(&stamp, rustix::fs::FlockOperation::LockExclusive).unwrap();
@@ -210,14 +211,7 @@ mod tests {
 
     #[test]
     fn the_first_run_of_a_runtime_directory_sweeps() {
-        let dir = tempfile::tempdir().unwrap();
-        let dead = dir.path().join("run-999999999-1-0");
-        std::fs::create_dir(&dead).unwrap();
-        let old = SystemTime::now() - Duration::from_secs(120);
-        std::fs::File::open(&dead)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        let (dir, dead) = abandoned_run();
         sweep_if_due(dir.path(), None);
         assert!(
             !dead.exists(),
