@@ -31,6 +31,8 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "confine", "error", "golden", "layer", "policy", "rundir", "spec",
         ],
     ),
+    // The egress gate's host side for a run: the policy's gate, the plan's view of it.
+    ("net", &["error", "plan", "policy"]),
     // The init executes a spec; it never imports the supervisor or the backends.
     (
         "init",
@@ -42,8 +44,8 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     (
         "supervisor",
         &[
-            "backend", "confine", "error", "init", "layer", "linux", "plan", "policy", "result",
-            "rundir", "spec",
+            "backend", "confine", "error", "init", "layer", "linux", "net", "plan", "policy",
+            "result", "rundir", "spec",
         ],
     ),
     // Features on top of the API.

@@ -30,8 +30,12 @@ pub struct OciInput {
     /// The root directory: an empty directory, absolute or relative to the bundle.
     pub rootfs: PathBuf,
     pub mounts: OciMounts,
-    /// Keep the host network (no network namespace).
+    /// No network namespace of the container's own: the host's network, or the egress gate's
+    /// namespace the runtime was started in.
     pub host_network: bool,
+    /// `/etc/resolv.conf` generated into the root (the egress gate's DNS stub), instead of
+    /// none (no network) or the host's (host network).
+    pub resolv_conf: Option<String>,
     pub resources: OciResources,
     /// `process.rlimits`; callers keep them at or below their own hard limits (raising needs
     /// CAP_SYS_RESOURCE, which the runtime may lack).
@@ -109,8 +113,11 @@ pub struct OciRlimit {
 /// The knobs of the translated seccomp policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OciSeccomp {
-    /// Allow sockets of every family; when false only `AF_UNIX` sockets may be made.
+    /// Allow sockets of every family; when false only `AF_UNIX` sockets may be made (and IP
+    /// stream and datagram ones with `allow_inet`).
     pub allow_network: bool,
+    /// IP stream and datagram sockets, nothing else (the egress gate's sandboxes).
+    pub allow_inet: bool,
     /// Allow `clone3`. Needed under gVisor, which turns every seccomp refusal into EPERM, so the
     /// ENOSYS that makes glibc fall back to `clone` never arrives and no thread can start. Safe
     /// there: a namespace created inside gVisor belongs to its user-space kernel.
@@ -373,7 +380,7 @@ fn seccomp_section(cfg: &OciSeccomp) -> Value {
     }
     rules.extend(personality_rules());
     rules.extend(device_node_rules());
-    rules.extend(socket_rules(cfg.allow_network));
+    rules.extend(socket_rules(cfg));
     json!({
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": ENOSYS,
@@ -446,16 +453,49 @@ fn device_node_rules() -> Vec<Value> {
     rules
 }
 
-fn socket_rules(allow_network: bool) -> Vec<Value> {
-    if allow_network {
+fn socket_rules(cfg: &OciSeccomp) -> Vec<Value> {
+    if cfg.allow_network {
         return vec![json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW" })];
     }
     let unix = libc::AF_UNIX as u64;
+    if cfg.allow_inet {
+        return ip_socket_rules();
+    }
     vec![
         json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": unix, "op": "SCMP_CMP_EQ" }] }),
         json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ERRNO", "errnoRet": EAFNOSUPPORT,
             "args": [{ "index": 0, "value": unix, "op": "SCMP_CMP_NE" }] }),
     ]
+}
+
+/// Unix sockets, and IP stream and datagram sockets; every other family is refused with
+/// EAFNOSUPPORT and other IP socket types with EPERM. Each rule compares an argument once
+/// (libseccomp's rules are conjunctions over distinct arguments), and no two rules overlap.
+fn ip_socket_rules() -> Vec<Value> {
+    let arg =
+        |index: u32, value: u64, op: &str| json!({ "index": index, "value": value, "op": op });
+    let type_is = |kind: libc::c_int| json!({ "index": 1, "value": 0xf, "valueTwo": kind as u64, "op": "SCMP_CMP_MASKED_EQ" });
+    let unix = libc::AF_UNIX as u64;
+    let mut rules = vec![
+        json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW", "args": [arg(0, unix, "SCMP_CMP_EQ")] }),
+        json!({ "names": ["socketpair"], "action": "SCMP_ACT_ERRNO", "errnoRet": EAFNOSUPPORT, "args": [arg(0, unix, "SCMP_CMP_NE")] }),
+    ];
+    for ip in [libc::AF_INET, libc::AF_INET6] {
+        for kind in [libc::SOCK_STREAM, libc::SOCK_DGRAM] {
+            rules.push(json!({ "names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [arg(0, ip as u64, "SCMP_CMP_EQ"), type_is(kind)] }));
+        }
+        for &kind in crate::confine::seccomp::IP_SOCKET_TYPES_REFUSED {
+            rules.push(json!({ "names": ["socket"], "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM, "args": [arg(0, ip as u64, "SCMP_CMP_EQ"), type_is(kind)] }));
+        }
+    }
+    // Every family but unix (1), IPv4 (2) and IPv6 (10), one comparison each.
+    let other_families =
+        (0..libc::AF_INET6 as u64).filter(|f| ![unix, libc::AF_INET as u64].contains(f));
+    for family in other_families {
+        rules.push(json!({ "names": ["socket"], "action": "SCMP_ACT_ERRNO", "errnoRet": EAFNOSUPPORT, "args": [arg(0, family, "SCMP_CMP_EQ")] }));
+    }
+    rules.push(json!({ "names": ["socket"], "action": "SCMP_ACT_ERRNO", "errnoRet": EAFNOSUPPORT, "args": [arg(0, libc::AF_INET6 as u64, "SCMP_CMP_GT")] }));
+    rules
 }
 
 fn architectures() -> Vec<&'static str> {
@@ -528,6 +568,7 @@ mod tests {
                 scratch_binds: None,
             },
             host_network: false,
+            resolv_conf: None,
             resources: OciResources {
                 memory_bytes: Some(512 << 20),
                 pids: Some(64),
@@ -574,6 +615,7 @@ mod tests {
         let mut input = sample();
         input.seccomp = Some(OciSeccomp {
             allow_network: false,
+            allow_inet: false,
             allow_clone3: false,
         });
         golden("sample-seccomp.json", &oci_spec(&input));
@@ -763,6 +805,7 @@ mod tests {
     fn seccomp_section_refuses_namespaces_and_foreign_sockets() {
         let section = seccomp_section(&OciSeccomp {
             allow_network: false,
+            allow_inet: false,
             allow_clone3: false,
         });
         assert_eq!(section["defaultAction"], "SCMP_ACT_ERRNO");

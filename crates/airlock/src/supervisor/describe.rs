@@ -7,8 +7,9 @@ use super::prepare::{Judged, Workdir};
 use crate::backend::{tier0_layers, Probe, Selected};
 use crate::confine::rootfs::{default_system_ro, RootfsPlan, Workdir as RootfsWorkdir};
 use crate::layer::Layer;
+use crate::net::EgressPlan;
 use crate::plan::{Plan, PlannedMount, WorkdirKind};
-use crate::policy::Policy;
+use crate::policy::{NetworkMode, Policy};
 use crate::rundir::MemoryScratch;
 use crate::spec::{Confinement, InitSpec};
 
@@ -20,6 +21,7 @@ pub(super) fn planned_layers(
     probe: &Probe,
     scratch: Option<&MemoryScratch>,
     workdir: &Workdir,
+    gated: bool,
 ) -> Vec<Layer> {
     let mut layers = match confinement {
         Confinement::Wrapped(wrap) => {
@@ -36,6 +38,9 @@ pub(super) fn planned_layers(
                 Layer::DiskQuota | Layer::InodeQuota => capped_workdir,
                 _ => true,
             });
+            if gated {
+                layers.push(Layer::EgressGate);
+            }
             layers
         }
         Confinement::Tier0 => {
@@ -51,6 +56,16 @@ pub(super) fn planned_layers(
     layers
 }
 
+/// The network part of a prepared run, as the plan shows it.
+pub(super) struct PlannedNetwork<'a> {
+    pub egress: Option<&'a EgressPlan>,
+    /// The host Unix sockets, expanded.
+    pub unix_sockets: Vec<PathBuf>,
+}
+
+/// What a report-mode run warns about: it is not a boundary.
+const REPORT_MODE_WARNING: &str = "network report: learning mode for trusted code, traffic flows to any public address (never to non-public ones); the result's network report lists what the allowlist would have refused and suggests allow rules";
+
 /// The plan as the caller reads it.
 pub(super) fn plan(
     selected: &Selected,
@@ -58,9 +73,10 @@ pub(super) fn plan(
     judged: &Judged,
     workdir_kind: &WorkdirKind,
     policy: &Policy,
+    network: PlannedNetwork,
 ) -> Plan {
     let backend = selected.backend.as_ref();
-    let (warnings, details, wrapper_argv) = match &spec.confinement {
+    let (mut warnings, details, wrapper_argv) = match &spec.confinement {
         Confinement::Wrapped(wrap) => {
             let mut warnings = judged.warnings.clone();
             warnings.extend(wrap.notes.iter().cloned());
@@ -77,6 +93,13 @@ pub(super) fn plan(
         }
         Confinement::Native(_) => (judged.warnings.clone(), Vec::new(), None),
     };
+    if policy.network.mode == NetworkMode::Report {
+        warnings.push(REPORT_MODE_WARNING.into());
+    }
+    let mut mounts = mounts(spec, policy, &judged.layers);
+    if !matches!(spec.confinement, Confinement::Tier0) {
+        mounts.extend(network.unix_sockets.iter().map(|p| bind(p, false)));
+    }
     Plan {
         backend: backend.name().into(),
         backend_reason: selected.reason.clone(),
@@ -88,11 +111,13 @@ pub(super) fn plan(
         missing_reason: judged.reason.clone(),
         verdict: judged.verdict,
         network: policy.network.mode,
+        egress: network.egress.map(crate::net::planned),
+        unix_sockets: network.unix_sockets,
         workdir: spec.workdir.clone(),
         workdir_kind: *workdir_kind,
         run_dir: spec.run_dir.clone(),
         run_dir_in_memory: spec.scratch.is_some(),
-        mounts: mounts(spec, policy, &judged.layers),
+        mounts,
         limits: policy.limits.clone(),
         cgroup: spec
             .cgroup

@@ -11,8 +11,9 @@ use crate::confine::cgroup::CgroupLimits;
 use crate::confine::Credentials;
 use crate::error::Error;
 use crate::layer::{self, Layer};
+use crate::net::{self, EgressPlan};
 use crate::plan::{Plan, Verdict};
-use crate::policy::{BackendChoice, Policy};
+use crate::policy::{BackendChoice, NetworkMode, Policy};
 use crate::rundir::{self, MemoryScratch};
 use crate::spec::{CgroupRequest, Confinement, InitSpec, SpecLimits};
 
@@ -32,6 +33,8 @@ pub(super) struct Prepared {
     pub spec: InitSpec,
     /// Warnings the supervisor adds to the result (the init reports the others).
     pub warnings: Vec<String>,
+    /// The egress gate the supervisor starts once the sandbox hands it its sockets.
+    pub egress: Option<EgressPlan>,
 }
 
 /// Prepares a run, refusing a plan whose required layers are missing unless the caller
@@ -50,6 +53,9 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     let sandbox = &command.sandbox;
     let (policy, options) = (&sandbox.policy, &sandbox.options);
     let selected = backend::select(policy)?;
+    let egress = net::plan(policy)?;
+    let unix_sockets = net::unix_sockets(policy)?;
+    let network_env = net::program_env(egress.as_ref());
     let run_id = rundir::new_run_id();
     let runtime = runtime_dir(command, effects)?;
     let run_dir = runtime.join(&run_id);
@@ -62,7 +68,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         &run_dir,
         &workdir,
     );
-    let plan_env = program_env(policy, &command.env, &workdir.path, None);
+    let plan_env = program_env(policy, &command.env, &workdir.path, None, &network_env);
     let tool_cache = runtime.exists().then_some(runtime.as_path());
     let ctx = PlanContext {
         policy,
@@ -77,11 +83,21 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         env: &plan_env,
         cgroup: cgroup.as_ref(),
         scratch: scratch.as_ref(),
+        egress: egress.as_ref().map(|e| &e.sandbox),
+        unix_sockets: &unix_sockets,
     };
     // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
     backend::check_policy_paths(policy)?;
     let confinement = selected.backend.plan(&ctx)?;
-    let judged = judge(command, &selected, &confinement, scratch.as_ref(), &workdir);
+    let gated = egress.is_some();
+    let judged = judge(
+        command,
+        &selected,
+        &confinement,
+        scratch.as_ref(),
+        &workdir,
+        gated,
+    );
     let tier0 = matches!(confinement, Confinement::Tier0);
     let spec = InitSpec {
         argv: command.argv.clone(),
@@ -90,6 +106,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
             &command.env,
             &workdir.path,
             tier0.then(|| rundir::tmp_dir(&run_dir)),
+            &network_env,
         ),
         run_dir,
         workdir: workdir.path.clone(),
@@ -104,12 +121,25 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         accepted_missing: judged.accepted(),
         tty: command.tty,
         scratch,
+        egress: egress.as_ref().map(|e| e.sandbox.clone()),
     };
-    let plan = describe::plan(&selected, &spec, &judged, &workdir.kind(command), policy);
+    let network = describe::PlannedNetwork {
+        egress: egress.as_ref(),
+        unix_sockets,
+    };
+    let plan = describe::plan(
+        &selected,
+        &spec,
+        &judged,
+        &workdir.kind(command),
+        policy,
+        network,
+    );
     Ok(Prepared {
         plan,
         spec,
         warnings: judged.warnings,
+        egress,
     })
 }
 
@@ -224,9 +254,17 @@ fn plan_scratch(
 /// sandbox creates the workdir, `limits.disk` and `limits.files` cap every writable area, so a
 /// backend that cannot cap them is refused unless the caller accepts the degradation.
 /// Explicit choices narrow the list: the host network means no network namespace, and backend
-/// `none` (which needs its own opt-in) means Tier 0.
+/// `none` (which needs its own opt-in) means Tier 0. A gated network (`allowlist`, `report`)
+/// requires the gate itself; no network at all needs none.
 fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
     let mut require = policy.require.clone();
+    match policy.network.mode {
+        mode if mode.is_gated() => require.push(Layer::EgressGate),
+        NetworkMode::None => require.retain(|l| *l != Layer::EgressGate),
+        _ => {}
+    }
+    require.sort();
+    require.dedup();
     // A profile that requires nothing asks for no refusals.
     if owns_workdir && !require.is_empty() {
         require.extend([Layer::DiskQuota, Layer::InodeQuota]);
@@ -272,11 +310,12 @@ fn judge(
     confinement: &Confinement,
     scratch: Option<&MemoryScratch>,
     workdir: &Workdir,
+    gated: bool,
 ) -> Judged {
     let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
     let backend = selected.backend.as_ref();
     let probe = backend.quick_probe();
-    let layers = describe::planned_layers(confinement, &probe, scratch, workdir);
+    let layers = describe::planned_layers(confinement, &probe, scratch, workdir, gated);
     let require = required_layers(policy, workdir.owned);
     // The cgroup is left to the init, which knows whether one could be created (rlimits
     // stand in for it otherwise).
@@ -328,19 +367,21 @@ fn missing_reason(missing: &[Layer], probe: &backend::Probe, confinement: &Confi
     )
 }
 
-/// The program's complete environment: HOME, the policy's passed and fixed variables, then
-/// the command's own.
+/// The program's complete environment: HOME, the egress gate's proxy variables, the policy's
+/// passed and fixed variables, then the command's own.
 pub(super) fn program_env(
     policy: &Policy,
     extra: &[(String, String)],
     workdir: &Path,
     tmpdir: Option<PathBuf>,
+    network: &[(String, String)],
 ) -> Vec<(String, String)> {
     let mut env = std::collections::BTreeMap::new();
     env.insert("HOME".to_string(), workdir.display().to_string());
     if let Some(tmp) = tmpdir {
         env.insert("TMPDIR".to_string(), tmp.display().to_string());
     }
+    env.extend(network.iter().cloned());
     for name in &policy.env.pass {
         if let Ok(value) = std::env::var(name) {
             env.insert(name.clone(), value);

@@ -121,9 +121,10 @@ fn global_flags(input: &EngineInput) -> Vec<String> {
 fn isolation_flags(input: &EngineInput) -> Vec<String> {
     let oci = &input.oci;
     let mut flags: Vec<String> = Vec::new();
-    if !oci.host_network {
-        flags.extend(["--network", "none"].map(String::from));
-    }
+    // No namespace of the container's own: the host's network, or the egress gate's
+    // namespace the engine was started in (an engine's default would be its bridge).
+    let network = if oci.host_network { "host" } else { "none" };
+    flags.extend(["--network".to_string(), network.to_string()]);
     flags.extend(
         [
             "--cap-drop",
