@@ -135,8 +135,9 @@ impl NetworkPolicy {
         Some(EgressPolicy::parse(&config).map_err(|e| self.invalid(e)))
     }
 
-    /// Checks every rule and setting; rules, a resolver or limits in a mode without the gate
-    /// are refused (they would silently do nothing).
+    /// Checks every rule and setting; allow or deny rules in a mode without the gate are
+    /// refused (they would silently do nothing). A resolver and limits are the gate's settings
+    /// and wait for it: a profile may set them for runs that add rules.
     pub(super) fn validate(&self) -> Result<(), InvalidValue> {
         for pattern in &self.unix_sockets {
             if !pattern.starts_with('/') {
@@ -152,7 +153,18 @@ impl NetworkPolicy {
                 .sandbox_plan()
                 .map(drop)
                 .map_err(|e| self.invalid(e)),
-            None => self.check_nothing_gated(),
+            None => {
+                self.check_nothing_gated()?;
+                // The gate's settings are still checked, for the runs that will use them.
+                let settings = EgressConfig {
+                    resolver: self.resolver.clone(),
+                    limits: self.limits.clone(),
+                    ..EgressConfig::default()
+                };
+                EgressPolicy::parse(&settings)
+                    .map(drop)
+                    .map_err(|e| self.invalid(e))
+            }
         }
     }
 
@@ -172,12 +184,6 @@ impl NetworkPolicy {
         }
         if let Some(rule) = self.deny.first() {
             return Err(unused("network.deny", rule.clone()));
-        }
-        if let Some(resolver) = &self.resolver {
-            return Err(unused("network.resolver", resolver.clone()));
-        }
-        if !is_default(&self.limits) {
-            return Err(unused("network.limits", format!("{:?}", self.limits)));
         }
         Ok(())
     }
