@@ -7,7 +7,7 @@ use airlock_testworld::World;
 use serde_json::Value;
 
 use crate::support::{self, status};
-use crate::{allow_with_ranges, ca, decisions, python, stdout_ok};
+use crate::{allow_with_ranges, ca, decisions, stdout_ok};
 
 /// Through the proxy variables, then with them ignored, then an unlisted name.
 fn client(world: &World) -> String {
