@@ -279,3 +279,89 @@ fn native_honours_the_allowlist_without_root() {
     assert_eq!(text.lines().collect::<Vec<_>>(), EXPECTED, "{result:#}");
     check_report(&result, "native (unprivileged)");
 }
+
+/// Report mode (learning, trusted code): traffic to names outside the allowlist flows (as
+/// `would_deny`), non-public addresses stay refused, and the result suggests allow rules.
+#[test]
+fn report_mode_records_what_the_allowlist_would_refuse() {
+    let Some(world) = crate::world() else { return };
+    let code = r#"
+import urllib.request, urllib.error
+for name in ["allowed.test", "other.test", "meta.test"]:
+    try:
+        print(urllib.request.urlopen("http://%s/" % name, timeout=10).read().decode().strip())
+    except urllib.error.HTTPError as e:
+        print(e.code, e.headers.get("X-Airlock-Egress"))
+"#;
+    let flags = crate::flags(&[
+        "--network",
+        "report",
+        "--allow-net",
+        "allowed.test",
+        "--allow-net",
+        "192.0.2.0/24:80",
+    ]);
+    let result = crate::python(&world, &flags, code);
+    assert_eq!(
+        stdout_ok(&result).lines().collect::<Vec<_>>(),
+        [
+            "host=allowed.test",
+            "host=other.test",
+            "403 non_public_address"
+        ],
+        "{result:#}"
+    );
+    let network = &result["network"];
+    assert_eq!(network["mode"], "report");
+    assert!(
+        network["suggested_allow"]
+            .as_array()
+            .unwrap()
+            .contains(&"other.test".into()),
+        "{network:#}"
+    );
+    assert!(!decisions(&result, "would_deny").is_empty(), "{network:#}");
+    let warnings = result["warnings"].to_string();
+    assert!(warnings.contains("learning mode"), "{warnings}");
+}
+
+/// A library caller streaming a run gets each decision of the gate as it happens
+/// (`RunEvent::Network`), and the event channel closes with the run.
+#[test]
+fn a_streaming_caller_gets_the_gates_decisions_as_events() {
+    use support::api::{Decision, GateEvent, NetworkMode, RunEvent, Sandbox};
+    let Some(world) = crate::world() else { return };
+    let events = airlock_testworld::in_netns(&world.gate_ns, move || {
+        let mut policy = support::api::load_profile("untrusted").unwrap();
+        policy.network.mode = NetworkMode::Allowlist;
+        policy.network.allow = ["allowed.test", "192.0.2.0/24:80"]
+            .map(String::from)
+            .to_vec();
+        policy.network.resolver = Some(airlock_testworld::RESOLVER.into());
+        let sandbox = Sandbox::with_options(policy, support::sandbox_options()).unwrap();
+        let code = "import urllib.request; urllib.request.urlopen('http://allowed.test/', timeout=10).read()";
+        let mut handle = sandbox
+            .command(airlock_testworld::PYTHON)
+            .args(["-c", code])
+            .stream_output()
+            .spawn()
+            .unwrap();
+        let events: Vec<RunEvent> = handle.events().unwrap().iter().collect();
+        let result = handle.wait().unwrap();
+        assert!(result.success(), "{result:?}");
+        assert!(result.network.is_some());
+        events
+    });
+    let decided: Vec<&GateEvent> = events
+        .iter()
+        .filter_map(|event| match event {
+            RunEvent::Network(decision) => Some(decision),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        decided.iter().any(|e| matches!(e, GateEvent::Decided(r)
+            if r.name.as_deref() == Some("allowed.test") && r.decision == Decision::Allow)),
+        "{decided:#?}"
+    );
+}

@@ -101,6 +101,9 @@ impl Backend for GvisorBackend {
         if rootless {
             notes.push(ROOTLESS_NOTE.into());
         }
+        if ctx.egress.is_some() {
+            notes.push(GATED_NOTE.into());
+        }
         let mut steps = bundle_steps(files);
         steps.extend(gate);
         steps.extend([WrapStep::NoCgroupPidsLimit, WrapStep::PresizeFdTable]);
@@ -212,6 +215,7 @@ fn probe_runsc(platform: bool) -> Probe {
     }
 }
 
+const GATED_NOTE: &str = "gvisor (network allowlist or report): the sentry reaches the egress gate's namespace through hostinet (--network=host), and runsc then gives it no user namespace of its own: no user_ns (the program still runs under gVisor's kernel, as nobody)";
 const ROOTLESS_NOTE: &str = "gvisor (rootless): airlock is not root, so runsc runs with --rootless: no uid_drop (the sentry and its helpers run as your uid on the host) and no cgroup (none is delegated to a non-root user here): memory is capped per process inside the sentry (RLIMIT_AS: an allocation past it fails inside the program), processes by RLIMIT_NPROC, and the result has no cgroup accounting; run airlock as root for both";
 const INODES_NOTE: &str = "gvisor: runsc's tmpfs ignores nr_inodes, so limits.files is not enforced (file counts are bounded only by the memory limit) unless airlock can mount (CAP_SYS_ADMIN) and premounts capped tmpfs mounts for runsc to bind: run as root, or use the native or container backend for it";
 const PIDS_NOTE: &str = "gvisor: limits.processes is enforced inside the sandbox as RLIMIT_NPROC, not by the host cgroup (runsc's stub processes would count against a cgroup pids limit and kill the whole sandbox)";

@@ -9,7 +9,7 @@ use crate::confine::rootfs::{default_system_ro, RootfsPlan, Workdir as RootfsWor
 use crate::layer::Layer;
 use crate::net::EgressPlan;
 use crate::plan::{Plan, PlannedMount, WorkdirKind};
-use crate::policy::{NetworkMode, Policy};
+use crate::policy::Policy;
 use crate::rundir::MemoryScratch;
 use crate::spec::{Confinement, InitSpec};
 
@@ -63,9 +63,6 @@ pub(super) struct PlannedNetwork<'a> {
     pub unix_sockets: Vec<PathBuf>,
 }
 
-/// What a report-mode run warns about: it is not a boundary.
-const REPORT_MODE_WARNING: &str = "network report: learning mode for trusted code, traffic flows to any public address (never to non-public ones); the result's network report lists what the allowlist would have refused and suggests allow rules";
-
 /// The plan as the caller reads it.
 pub(super) fn plan(
     selected: &Selected,
@@ -76,7 +73,7 @@ pub(super) fn plan(
     network: PlannedNetwork,
 ) -> Plan {
     let backend = selected.backend.as_ref();
-    let (mut warnings, details, wrapper_argv) = match &spec.confinement {
+    let (warnings, details, wrapper_argv) = match &spec.confinement {
         Confinement::Wrapped(wrap) => {
             let mut warnings = judged.warnings.clone();
             warnings.extend(wrap.notes.iter().cloned());
@@ -93,9 +90,6 @@ pub(super) fn plan(
         }
         Confinement::Native(_) => (judged.warnings.clone(), Vec::new(), None),
     };
-    if policy.network.mode == NetworkMode::Report {
-        warnings.push(REPORT_MODE_WARNING.into());
-    }
     let mut mounts = mounts(spec, policy, &judged.layers);
     if !matches!(spec.confinement, Confinement::Tier0) {
         mounts.extend(network.unix_sockets.iter().map(|p| bind(p, false)));

@@ -372,13 +372,16 @@ fn judge(
         .collect();
     let (missing, verdict) = crate::plan::judge(&judged_require, &layers, options.allow_degraded);
     let reason = (!missing.is_empty()).then(|| missing_reason(&missing, &probe, confinement));
-    let warnings = match (&reason, verdict) {
+    let mut warnings = match (&reason, verdict) {
         (Some(reason), Verdict::RunsDegraded) => vec![format!(
             "degraded: running without {} ({reason})",
             layer::names(&missing)
         )],
         _ => Vec::new(),
     };
+    if policy.network.mode == NetworkMode::Report {
+        warnings.push(REPORT_MODE_WARNING.into());
+    }
     Judged {
         require,
         layers,
@@ -388,6 +391,9 @@ fn judge(
         warnings,
     }
 }
+
+/// What a report-mode run warns about: it is not a boundary.
+const REPORT_MODE_WARNING: &str = "network report: learning mode for trusted code, traffic flows to any public address (never to non-public ones); the result's network report lists what the allowlist would have refused and suggests allow rules";
 
 /// Why required layers are missing: the backend's own problems on this host when it cannot
 /// give them here at all, else what this run's plan leaves out (a wrapping tool's writable
@@ -408,8 +414,27 @@ fn missing_reason(missing: &[Layer], probe: &backend::Probe, confinement: &Confi
     } else {
         ""
     };
+    // The tool's own notes on what this run lacks (e.g. gVisor's user namespace under the
+    // egress gate).
+    let noted: Vec<&str> = match confinement {
+        Confinement::Wrapped(wrap) => wrap
+            .notes
+            .iter()
+            .filter(|note| {
+                missing
+                    .iter()
+                    .any(|l| note.contains(&layer::layer_name(*l)))
+            })
+            .map(String::as_str)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let noted = match noted.is_empty() {
+        true => String::new(),
+        false => format!("; {}", noted.join("; ")),
+    };
     format!(
-        "this run's plan does not provide them{hint} (see the backend's row in docs/isolation.md)"
+        "this run's plan does not provide them{hint}{noted} (see the backend's row in docs/isolation.md)"
     )
 }
 

@@ -67,6 +67,7 @@ impl Bundle {
             },
             // A gated run keeps the namespace the init prepared and started the runtime in.
             host_network: policy.has_network() || gated,
+            gated,
             resolv_conf: gated.then(|| crate::backend::GATED_RESOLV_CONF.to_string()),
             resources: OciResources {
                 memory_bytes: Some(limits.memory.0),

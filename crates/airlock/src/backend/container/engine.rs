@@ -121,10 +121,13 @@ fn global_flags(input: &EngineInput) -> Vec<String> {
 fn isolation_flags(input: &EngineInput) -> Vec<String> {
     let oci = &input.oci;
     let mut flags: Vec<String> = Vec::new();
-    // No namespace of the container's own: the host's network, or the egress gate's
-    // namespace the engine was started in (an engine's default would be its bridge).
-    let network = if oci.host_network { "host" } else { "none" };
-    flags.extend(["--network".to_string(), network.to_string()]);
+    if !oci.host_network {
+        flags.extend(["--network", "none"].map(String::from));
+    }
+    // The egress gate's namespace, which the engine was started in: no bridge of its own.
+    if oci.gated {
+        flags.extend(["--network", "host"].map(String::from));
+    }
     flags.extend(
         [
             "--cap-drop",

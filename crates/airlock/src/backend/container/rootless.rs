@@ -130,6 +130,7 @@ mod tests {
             rootfs: "rootfs".into(),
             mounts: OciMounts::default(),
             host_network: false,
+            gated: false,
             resolv_conf: None,
             resources: OciResources {
                 memory_bytes: Some(1 << 30),

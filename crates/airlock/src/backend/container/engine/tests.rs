@@ -24,6 +24,7 @@ fn oci() -> OciInput {
             scratch_binds: None,
         },
         host_network: false,
+        gated: false,
         resolv_conf: None,
         resources: OciResources {
             memory_bytes: Some(64 << 20),
