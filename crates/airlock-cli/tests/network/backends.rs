@@ -365,3 +365,46 @@ fn a_streaming_caller_gets_the_gates_decisions_as_events() {
         "{decided:#?}"
     );
 }
+
+/// README's network example, run as written (with the `airlock` under test first on PATH):
+/// the unlisted name is refused at once and the decision is in the log. No packet leaves the
+/// sandbox's namespace.
+#[test]
+fn the_readme_network_example_works_as_written() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .unwrap();
+    let section = &readme[readme.find("### Network").expect("a Network section")..];
+    let start = section.find("```sh\n").expect("a shell block") + "```sh\n".len();
+    let script = &section[start..start + section[start..].find("```").unwrap()];
+    let dir = support::shared_tempdir();
+    let bin_dir = support::airlock_bin().parent().unwrap().to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", script])
+        .env("PATH", path)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = support::stdout_text(&out);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        support::stderr_text(&out)
+    );
+    assert!(stdout.contains("refused at once"), "{stdout}");
+    let record = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .expect("a log line");
+    let record: Value = serde_json::from_str(record).unwrap();
+    assert_eq!(
+        (record["name"].as_str(), record["reason"].as_str()),
+        (Some("exfil.attacker.example"), Some("not_allowed"))
+    );
+}
