@@ -122,6 +122,28 @@ pub fn ca(world: &World) -> String {
     world.ca()
 }
 
+/// Python defining `found_sockets()`: every Unix socket file the sandbox can see. Every
+/// visible file is under a mount point (listing `/` itself is not allowed by Landlock).
+pub const FOUND_SOCKETS: &str = r#"
+import os
+def is_socket(path):
+    try:
+        return (os.lstat(path).st_mode & 0o170000) == 0o140000
+    except OSError:
+        return False
+def found_sockets():
+    found = set()
+    for mount in sorted({line.split()[4] for line in open("/proc/self/mountinfo")}):
+        if mount == "/" or mount.startswith(("/proc", "/sys", "/dev")):
+            continue
+        if not os.path.isdir(mount):
+            found.update([mount] if is_socket(mount) else [])
+            continue
+        for root, dirs, files in os.walk(mount, onerror=lambda e: None):
+            found.update(p for p in (os.path.join(root, n) for n in files) if is_socket(p))
+    return found
+"#;
+
 /// Strings as owned flags.
 pub fn flags(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
