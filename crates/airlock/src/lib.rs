@@ -31,7 +31,8 @@
 //! have a module: [`call`] (Python function calls), [`worker`] (jobs with staged inputs and
 //! outputs), [`pool`] (admission and scheduling), [`interp`] (code strings by interpreter),
 //! [`doctor`] (what this host supports), [`init`] (the entry point of the init process) and
-//! [`macos`] (Seatbelt). Everything else is the machinery of a run (see
+//! [`macos`] (Seatbelt); [`network`] names what the egress gate reports. Everything else is
+//! the machinery of a run (the egress gate's host side among it, see
 //! `docs/architecture.md`), private; [`internals`] lends a few of its pieces to airlock's own
 //! tests, examples and tools, without any compatibility promise.
 
