@@ -44,7 +44,9 @@ pub struct ExecArgs {
 }
 
 pub fn exec(args: ExecArgs) -> Result<u8> {
-    Ok(run_reported(&args.output, || build_command(&args)))
+    Ok(run_reported(&args.output, &args.sandbox.network, || {
+        build_command(&args)
+    }))
 }
 
 fn build_command(args: &ExecArgs) -> Result<airlock::Command> {

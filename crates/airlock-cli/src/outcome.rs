@@ -13,6 +13,7 @@ use clap::Args;
 
 use airlock::{ErrorKind, FailureKind, RunResult, RunStatus};
 
+use crate::net_flags::NetworkFlags;
 use crate::sandbox_flags::print_warnings;
 use crate::SETUP_FAILURE;
 
@@ -145,18 +146,27 @@ impl Reporter {
 
 /// Runs the command `build` makes and reports the outcome as `flags` ask, refusals included
 /// (the result file first: one that cannot be written refuses the run before it is built).
+/// `--net-log` gets the egress gate's decisions (an empty file when there was no gate).
 pub fn run_reported(
     flags: &OutputFlags,
+    network: &NetworkFlags,
     build: impl FnOnce() -> anyhow::Result<airlock::Command>,
 ) -> u8 {
     let (mut reporter, refusal) = Reporter::new(flags);
     if let Some(error) = refusal {
         return reporter.refused(&error);
     }
-    match build().and_then(|command| Ok(command.run()?)) {
-        Ok(result) => reporter.finished(&result),
-        Err(error) => reporter.refused(&error),
+    let result = match build().and_then(|command| Ok(command.run()?)) {
+        Ok(result) => result,
+        Err(error) => {
+            let _ = network.write_log(None);
+            return reporter.refused(&error);
+        }
+    };
+    if let Err(error) = network.write_log(result.network.as_ref()) {
+        eprintln!("airlock: error: {error:#}");
     }
+    reporter.finished(&result)
 }
 
 /// Opens (creating, not yet truncating) the file the result will be written to.
@@ -200,6 +210,9 @@ fn print_human(result: &RunResult) {
             "airlock: output truncated (stdout {} bytes, stderr {} bytes written)",
             result.stdout_bytes, result.stderr_bytes
         );
+    }
+    if let Some(network) = &result.network {
+        crate::net_flags::print_report(network);
     }
     for hint in &result.hints {
         eprintln!("airlock: hint: {hint}");

@@ -34,7 +34,9 @@ pub fn run(args: RunArgs) -> Result<u8> {
     if args.dry_run {
         return Ok(dry_run(&args));
     }
-    Ok(run_reported(&args.output, || build_command(&args)))
+    Ok(run_reported(&args.output, &args.sandbox.network, || {
+        build_command(&args)
+    }))
 }
 
 fn build_command(args: &RunArgs) -> Result<airlock::Command> {

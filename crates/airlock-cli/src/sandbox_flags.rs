@@ -9,9 +9,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use airlock::policy::units::{ByteSize, Seconds};
-use airlock::policy::{
-    self, BackendChoice, ContainerRuntime, LimitsSection, NetworkMode, Overrides, Policy,
-};
+use airlock::policy::{self, BackendChoice, ContainerRuntime, LimitsSection, Overrides, Policy};
 use airlock::{CgroupConfig, SandboxOptions};
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -33,23 +31,6 @@ impl From<BackendArg> for BackendChoice {
             BackendArg::None => BackendChoice::None,
             BackendArg::Gvisor => BackendChoice::Gvisor,
             BackendArg::Container => BackendChoice::Container,
-        }
-    }
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy)]
-pub enum NetworkArg {
-    /// No network: only loopback in a namespace of its own; DNS and connections fail at once.
-    None,
-    /// The host's network, unfiltered (drops the net_ns a profile may require).
-    Host,
-}
-
-impl From<NetworkArg> for NetworkMode {
-    fn from(arg: NetworkArg) -> Self {
-        match arg {
-            NetworkArg::None => NetworkMode::None,
-            NetworkArg::Host => NetworkMode::Host,
         }
     }
 }
@@ -171,10 +152,6 @@ pub struct SandboxFlags {
     /// What starts containers for `--backend container`: auto, runc, crun, podman or docker.
     #[arg(long, value_name = "NAME")]
     pub container_runtime: Option<ContainerRuntime>,
-    /// Network. Off by default (profile untrusted): programs that need it (package installs,
-    /// downloads, DNS) fail or wait until the wall limit; the result says so in `hints`.
-    #[arg(long, value_enum)]
-    pub network: Option<NetworkArg>,
     #[command(flatten)]
     pub limits: LimitFlags,
     /// Expose a host path read-only at the same path (repeatable).
@@ -198,6 +175,8 @@ pub struct SandboxFlags {
     #[arg(long)]
     pub dev: bool,
     #[command(flatten)]
+    pub network: crate::net_flags::NetworkFlags,
+    #[command(flatten)]
     pub setup: SetupFlags,
 }
 
@@ -208,7 +187,11 @@ impl SandboxFlags {
             tier: self.tier.clone(),
             backend: self.backend.map(Into::into),
             container_runtime: self.container_runtime,
-            network: self.network.map(Into::into),
+            network: self.network.network.map(Into::into),
+            allow_net: self.network.allow_net.clone(),
+            deny_net: self.network.deny_net.clone(),
+            unix_sockets: self.network.unix_sockets.clone(),
+            resolver: self.network.resolver.clone(),
             limits: self.limits.section(),
             read_only: self.read_only.clone(),
             read_write: self.read_write.clone(),

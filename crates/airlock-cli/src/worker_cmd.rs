@@ -71,6 +71,9 @@ fn run(args: &WorkerArgs, display: &mut Display) -> Result<u8> {
         display.update(update)
     })?;
     display.finish(&outcome, &job.out_dir)?;
+    args.sandbox
+        .network
+        .write_log(outcome.result.network.as_ref())?;
     Ok(exit_code(&outcome))
 }
 
@@ -214,10 +217,13 @@ impl Display {
         print_warnings(&outcome.result.warnings);
         print_warnings(&outcome.warnings);
         if self.terminal {
+            if let Some(network) = &outcome.result.network {
+                crate::net_flags::print_report(network);
+            }
             eprintln!("{}", summary(outcome, out_dir));
             return Ok(());
         }
-        let line = json!({
+        let mut line = json!({
             "event": "result",
             "success": outcome.success,
             "done_seen": outcome.done_seen,
@@ -230,6 +236,9 @@ impl Display {
             "ingest": outcome.ingest,
             "v": PROTOCOL_VERSION,
         });
+        if let Some(network) = &outcome.result.network {
+            line["network"] = json!(network);
+        }
         println!("{line}");
         Ok(())
     }

@@ -17,15 +17,26 @@ fn readme() -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
-/// The lines of every ```sh block, in order.
+/// The commands of every ```sh block, in order: one a line, or several lines while a single
+/// quote is open (a program given as a multi-line string).
 fn shell_lines(markdown: &str) -> Vec<String> {
-    let mut lines = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
     let mut inside = false;
+    let mut open_quote = false;
     for line in markdown.lines() {
         match (inside, line.trim_start()) {
             (false, "```sh") => inside = true,
             (true, "```") => inside = false,
-            (true, text) if !text.is_empty() => lines.push(text.to_string()),
+            (true, text) if open_quote => {
+                let last = lines.last_mut().expect("a command is open");
+                last.push('\n');
+                last.push_str(line);
+                open_quote ^= text.matches('\'').count() % 2 == 1;
+            }
+            (true, text) if !text.is_empty() => {
+                lines.push(text.to_string());
+                open_quote = text.matches('\'').count() % 2 == 1;
+            }
             _ => {}
         }
     }

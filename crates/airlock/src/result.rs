@@ -96,6 +96,11 @@ pub struct RunResult {
     /// or a file the command names is not visible in the sandbox.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<String>,
+    /// The egress gate's report (network `allowlist` or `report`): the mode, counters, the
+    /// limits hit (`limit:bytes_out`, ...), one record per decision and, in report mode, a
+    /// suggested allow list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<airlock_egress::NetworkReport>,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -170,6 +175,7 @@ impl RunResult {
             details: Vec::new(),
             workdir: None,
             hints: Vec::new(),
+            network: None,
         }
     }
 

@@ -18,7 +18,9 @@ pub mod api {
     pub use airlock::call::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
     pub use airlock::internals::{KEPT_MARKER, SWEEP_STAMP};
     pub use airlock::interp::InterpreterRegistry;
+    pub use airlock::network::{Decision, GateEvent};
     pub use airlock::policy::units::{ByteSize, Seconds};
+    pub use airlock::policy::NetworkMode;
     pub use airlock::policy::{load_profile, LimitsSection, OutputLimitAction, Overrides};
     pub use airlock::worker::run::{run_worker, WorkerJob, WorkerUpdate};
     pub use airlock::worker::{InputFile, WorkerEvent};

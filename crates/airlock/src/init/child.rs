@@ -5,7 +5,7 @@
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -27,9 +27,12 @@ use crate::spec::{Confinement, InitSpec, WrapStep};
 pub(super) const SETUP_FD: RawFd = 3;
 /// Descriptor of the exit-report pipe from the native sandbox's PID 1.
 pub(super) const REPORT_FD: RawFd = 4;
+/// The egress gate's channel in the child (the init's own descriptor number, see
+/// [`crate::spec::GATE_FD`]), until the sandbox's network is handed over and it is closed.
+pub(super) const GATE_FD: RawFd = crate::spec::GATE_FD;
 /// The write end of a wrapped tool's status pipe in the child, until it is moved to the
 /// descriptor the tool expects.
-pub(super) const TOOL_STATUS_FD: RawFd = 5;
+pub(super) const TOOL_STATUS_FD: RawFd = 6;
 
 /// One line on the setup pipe.
 #[derive(Serialize, Deserialize, Debug)]
@@ -46,6 +49,8 @@ pub(super) struct ChildContext<'a> {
     pub cgroup: Option<&'a RunCgroup>,
     /// The write end of a wrapped tool's status pipe, placed at the tool's `status_fd`.
     pub tool_status: Option<RawFd>,
+    /// The egress gate's channel, at [`GATE_FD`], for a run with `InitSpec::egress`.
+    pub gate: Option<&'a OwnedFd>,
 }
 
 /// Entry point of the forked child; never returns.
@@ -110,8 +115,10 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
             }
             finish_and_exec(spec, layers)
         }
-        Confinement::Native(native) => super::native::enter(spec, native, layers, !has_cgroup),
-        Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers, ctx.tool_status),
+        Confinement::Native(native) => {
+            super::native::enter(spec, native, layers, ctx.gate, !has_cgroup)
+        }
+        Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers, ctx),
     }
 }
 

@@ -70,7 +70,7 @@ pub(super) fn supervise(
         &report_write,
         tool_status.as_ref().map(|(_, write)| write.as_raw_fd()),
     )?;
-    drop((setup_write, report_write));
+    drop((setup_write, report_write, run.gate.take()));
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
     let mut watch = Watch::new(spec, run, control, child, start, setup_read);

@@ -235,10 +235,18 @@ pub fn claim_inherited_fd(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
 }
 
 /// In a freshly forked child: puts each `(source, target)` at `target`, close-on-exec (these
-/// pipes must not reach the program), then closes every descriptor above the highest target.
+/// pipes must not reach the program), then closes every other descriptor above stderr (the
+/// gaps between targets too).
 pub fn place_fds(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
     move_fds(pairs, libc::O_CLOEXEC)?;
     let highest = pairs.iter().map(|(_, target)| *target).max().unwrap_or(2);
+    for gap in 3..highest {
+        if !pairs.iter().any(|(_, target)| *target == gap) {
+            // SAFETY: nothing in a freshly forked child owns a descriptor that is not one of
+            // the targets; closing one that is not open only returns EBADF.
+            unsafe { libc::close(gap) };
+        }
+    }
     close_from(highest + 1)
 }
 

@@ -26,6 +26,19 @@ pub struct Overrides {
     /// `net_ns` and `landlock_net`) makes the run refuse unless degradation is accepted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkMode>,
+    /// Egress gate rules added to the profile's `allow` (without a `network` mode they
+    /// imply `allowlist`); see docs/network.md.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_net: Vec<String>,
+    /// Rules added to the profile's `deny`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deny_net: Vec<String>,
+    /// Host Unix sockets (paths or globs) the program may reach, at the same path.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unix_sockets: Vec<String>,
+    /// Where the egress gate resolves allowed names: `system` or IP[:PORT].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolver: Option<String>,
     /// Limits, each replacing the profile's value.
     pub limits: LimitsSection,
     /// Host paths visible read-only at the same path, added to the profile's.
@@ -58,7 +71,7 @@ impl Overrides {
         }
         set(&mut policy.backend, self.backend);
         set(&mut policy.container.runtime, self.container_runtime);
-        set(&mut policy.network.mode, self.network);
+        self.apply_network(policy);
         apply_limits(&mut policy.limits, self.limits.clone());
         let fs = &mut policy.filesystem;
         fs.read_only.extend(absolute_all(&self.read_only)?);
@@ -68,6 +81,25 @@ impl Overrides {
             fs.workdir_read_only = self.workdir_read_only;
         }
         policy.validate()
+    }
+}
+
+impl Overrides {
+    fn apply_network(&self, policy: &mut Policy) {
+        let network = &mut policy.network;
+        match self.network {
+            Some(mode) => network.mode = mode,
+            None if !self.allow_net.is_empty() => network.mode = NetworkMode::Allowlist,
+            None => {}
+        }
+        network.allow.extend(self.allow_net.iter().cloned());
+        network.deny.extend(self.deny_net.iter().cloned());
+        network
+            .unix_sockets
+            .extend(self.unix_sockets.iter().cloned());
+        if self.resolver.is_some() {
+            network.resolver = self.resolver.clone();
+        }
     }
 }
 

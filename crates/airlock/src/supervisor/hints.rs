@@ -55,8 +55,9 @@ impl HintFacts {
             result.hints.push(
                 "the network is off for this run (network mode none): name lookups and \
                  connections fail, and a program that retries them (a package install, a \
-                 download) waits until the wall-clock limit; give the run a network with \
-                 --network host (or a profile that allows it), or provide what it fetches"
+                 download) waits until the wall-clock limit; allow what it needs with \
+                 --allow-net HOST (the egress gate), give it the host's network with --network \
+                 host, or provide what it fetches"
                     .into(),
             );
         }

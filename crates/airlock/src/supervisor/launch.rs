@@ -27,7 +27,9 @@ use super::terminal;
 use crate::error::Error;
 use crate::init::INIT_ARG;
 use crate::linux::sys::{self, Forked};
-use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD};
+use crate::net;
+use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD, GATE_FD};
+use airlock_egress::EventSink;
 
 /// A run whose init has its spec: the control pipe and the pipes the supervisor serves.
 pub(super) struct Started {
@@ -35,20 +37,32 @@ pub(super) struct Started {
     pub pipes: serve::Pipes,
 }
 
-/// Starts the init and sends it the spec.
-pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, Ending), Error> {
+/// Starts the init and sends it the spec; for a gated run, starts the egress gate once the
+/// sandbox hands it its sockets (`on_network` receives the gate's decisions as they happen).
+pub(super) fn start(
+    command: &Command,
+    prepared: Prepared,
+    on_network: Option<EventSink>,
+) -> Result<(Started, Ending), Error> {
     let Prepared {
         plan,
         spec,
         warnings,
+        egress,
     } = prepared;
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
     let (stdio, stdin, out_pipes) = stdio_for(command)?;
     let launch = init_launch(&command.sandbox.options);
+    let channel = egress.as_ref().map(|_| net::Channel::new()).transpose()?;
+    let (gate_end, sandbox_end) = match channel {
+        Some(channel) => (Some(channel.gate_end), Some(channel.sandbox_end)),
+        None => (None, None),
+    };
     let pipes = InitPipes {
         control: control_read,
         events: events_write,
+        gate: sandbox_end,
     };
     let mut init = start_init(&launch, stdio, pipes, &spec)?;
     let mut control = std::fs::File::from(control_write);
@@ -59,6 +73,17 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
             return Err(Error::io("cannot send the run spec to the init", e));
         }
     }
+    let gate = match (egress, gate_end) {
+        (Some(egress), Some(gate_end)) => match net::start(egress, &gate_end, on_network) {
+            Ok(gate) => gate,
+            Err(e) => {
+                init.kill();
+                let _ = init.wait();
+                return Err(e);
+            }
+        },
+        _ => None,
+    };
     let started = Started {
         control,
         pipes: serve::Pipes {
@@ -71,6 +96,7 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
     let ending = Ending {
         init,
         hints: HintFacts::of(&plan),
+        gate,
         backend: plan.backend,
         warnings,
         details: plan.details,
@@ -180,11 +206,25 @@ struct InitStdio {
     stderr: Option<OwnedFd>,
 }
 
-/// The pipe ends the init keeps at [`CONTROL_FD`] and [`EVENTS_FD`].
+/// The pipe ends the init keeps at [`CONTROL_FD`] and [`EVENTS_FD`], and the egress gate's
+/// channel at [`GATE_FD`] for a gated run.
 #[derive(Debug)]
 struct InitPipes {
     control: OwnedFd,
     events: OwnedFd,
+    gate: Option<OwnedFd>,
+}
+
+impl InitPipes {
+    /// Where each descriptor goes in the init.
+    fn placements(&self) -> Vec<(RawFd, RawFd)> {
+        let mut placed = vec![
+            (self.control.as_raw_fd(), CONTROL_FD),
+            (self.events.as_raw_fd(), EVENTS_FD),
+        ];
+        placed.extend(self.gate.as_ref().map(|fd| (fd.as_raw_fd(), GATE_FD)));
+        placed
+    }
 }
 
 /// How to start the init: re-execute this binary, or fork when the supervisor allows it.
@@ -266,17 +306,19 @@ fn start_init(
 /// In the forked child: the descriptors go where an exec'd init finds them, signal handlers
 /// are reset as exec would, and the child never returns into the supervisor's code.
 fn become_init(stdio: &InitStdio, pipes: &InitPipes, spec: &InitSpec) -> ! {
-    let mut placed: Vec<(RawFd, RawFd)> = vec![
-        (pipes.control.as_raw_fd(), CONTROL_FD),
-        (pipes.events.as_raw_fd(), EVENTS_FD),
-    ];
+    let mut placed = pipes.placements();
+    let highest = placed
+        .iter()
+        .map(|(_, target)| *target)
+        .max()
+        .unwrap_or(EVENTS_FD);
     let standard = [&stdio.stdin, &stdio.stdout, &stdio.stderr];
     for (target, fd) in standard.into_iter().enumerate() {
         if let Some(fd) = fd {
             placed.push((fd.as_raw_fd(), target as RawFd));
         }
     }
-    if sys::place_fds_inheritable(&placed).is_err() || sys::close_from(EVENTS_FD + 1).is_err() {
+    if sys::place_fds_inheritable(&placed).is_err() || sys::close_from(highest + 1).is_err() {
         sys::exit_now(127);
     }
     sys::reset_caught_signals();
@@ -291,13 +333,16 @@ fn spawn(launch: &InitLaunch, stdio: InitStdio, pipes: InitPipes) -> Result<Init
     init.stdin(or_inherit(stdio.stdin));
     init.stdout(or_inherit(stdio.stdout));
     init.stderr(or_inherit(stdio.stderr));
-    sys::map_fds_on_spawn(
-        &mut init,
-        [
-            (pipes.control.as_raw_fd(), CONTROL_FD),
-            (pipes.events.as_raw_fd(), EVENTS_FD),
-        ],
-    );
+    let pairs = [
+        (pipes.control.as_raw_fd(), CONTROL_FD),
+        (pipes.events.as_raw_fd(), EVENTS_FD),
+    ];
+    match &pipes.gate {
+        Some(gate) => {
+            sys::map_fds_on_spawn(&mut init, [pairs[0], pairs[1], (gate.as_raw_fd(), GATE_FD)])
+        }
+        None => sys::map_fds_on_spawn(&mut init, pairs),
+    }
     init.spawn()
         .map(InitProcess::Spawned)
         .map_err(|cause| Error::Spawn {

@@ -19,6 +19,7 @@ mod finish;
 mod handle;
 mod hints;
 mod input;
+mod judge;
 mod launch;
 mod output;
 mod prepare;

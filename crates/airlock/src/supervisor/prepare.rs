@@ -6,14 +6,15 @@ use std::path::{Path, PathBuf};
 
 use super::builder::Command;
 use super::describe;
+use super::judge::{host_limit_warnings, judge, Judged};
 use super::workspace;
-use crate::backend::{self, Backend, PlanContext, Selected};
+use crate::backend::{self, Backend, PlanContext};
 use crate::confine::cgroup::CgroupLimits;
 use crate::confine::idmap::MappedPath;
 use crate::confine::Credentials;
 use crate::error::Error;
-use crate::layer::{self, Layer};
-use crate::plan::{Plan, Verdict};
+use crate::net::{self, EgressPlan};
+use crate::plan::Plan;
 use crate::policy::{BackendChoice, Policy};
 use crate::rundir::{self, MemoryScratch};
 use crate::spec::{CgroupRequest, Confinement, InitSpec, SpecLimits};
@@ -34,6 +35,8 @@ pub(super) struct Prepared {
     pub spec: InitSpec,
     /// Warnings the supervisor adds to the result (the init reports the others).
     pub warnings: Vec<String>,
+    /// The egress gate the supervisor starts once the sandbox hands it its sockets.
+    pub egress: Option<EgressPlan>,
 }
 
 /// Prepares a run, refusing a plan whose required layers are missing unless the caller
@@ -51,24 +54,56 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     check_command(command)?;
     let policy = &command.sandbox.policy;
     let selected = backend::select(policy)?;
+    let network = Network::of(policy)?;
     let placement = Placement::of(command, selected.backend.as_ref(), effects)?;
-    let plan_env = program_env(policy, &command.env, &placement.workdir.path, None);
+    let plan_env = program_env(
+        policy,
+        &command.env,
+        &placement.workdir.path,
+        None,
+        &network.env,
+    );
     // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
     backend::check_policy_paths(policy)?;
     let confinement = selected
         .backend
-        .plan(&placement.context(command, &plan_env))?;
-    let mut judged = judge(command, &selected, &confinement, &placement);
-    judged.warnings.extend(host_limit_warnings(policy));
+        .plan(&placement.context(command, &plan_env, &network))?;
+    let mut judged = judge(command, &selected, &confinement, &placement, &network);
     let workdir_kind = placement.workdir.kind(command);
-    let spec = init_spec(command, placement, confinement, &judged);
-    let mut plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy);
+    judged.warnings.extend(host_limit_warnings(policy));
+    let spec = init_spec(command, placement, confinement, &judged, &network);
+    let planned = describe::PlannedNetwork {
+        egress: network.egress.as_ref(),
+        unix_sockets: network.unix_sockets.clone(),
+    };
+    let mut plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy, planned);
     plan.details.extend(workspace::details(&spec.mapped));
     Ok(Prepared {
         plan,
         spec,
         warnings: judged.warnings,
+        egress: network.egress,
     })
+}
+
+/// The network of a run, decided before the backend plans it: the egress gate's plan (network
+/// `allowlist` or `report`), the host Unix sockets the program sees, and the proxy variables
+/// of its environment.
+pub(super) struct Network {
+    pub egress: Option<EgressPlan>,
+    pub unix_sockets: Vec<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+impl Network {
+    fn of(policy: &Policy) -> Result<Network, Error> {
+        let egress = net::plan(policy)?;
+        Ok(Network {
+            unix_sockets: net::unix_sockets(policy)?,
+            env: net::program_env(egress.as_ref()),
+            egress,
+        })
+    }
 }
 
 /// Where a run is placed on the host, decided before the backend plans it.
@@ -104,7 +139,12 @@ impl Placement {
     }
 
     /// The facts a backend plans from.
-    fn context<'a>(&'a self, command: &'a Command, env: &'a [(String, String)]) -> PlanContext<'a> {
+    fn context<'a>(
+        &'a self,
+        command: &'a Command,
+        env: &'a [(String, String)],
+        network: &'a Network,
+    ) -> PlanContext<'a> {
         PlanContext {
             policy: &command.sandbox.policy,
             workdir: &self.workdir.path,
@@ -118,6 +158,8 @@ impl Placement {
             env,
             cgroup: self.cgroup.as_ref(),
             scratch: self.scratch.as_ref(),
+            egress: network.egress.as_ref().map(|e| &e.sandbox),
+            unix_sockets: &network.unix_sockets,
         }
     }
 }
@@ -128,6 +170,7 @@ fn init_spec(
     placement: Placement,
     confinement: Confinement,
     judged: &Judged,
+    network: &Network,
 ) -> InitSpec {
     let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
     let tier0 = matches!(confinement, Confinement::Tier0);
@@ -135,7 +178,7 @@ fn init_spec(
     let tmpdir = tier0.then(|| rundir::tmp_dir(&placement.run_dir));
     InitSpec {
         argv: command.argv.clone(),
-        env: program_env(policy, &command.env, &workdir.path, tmpdir),
+        env: program_env(policy, &command.env, &workdir.path, tmpdir, &network.env),
         run_dir: placement.run_dir,
         workdir_is_callers: !workdir.fresh,
         workdir: workdir.path,
@@ -150,6 +193,7 @@ fn init_spec(
         tty: command.tty,
         scratch: placement.scratch,
         mapped: placement.mapped,
+        egress: network.egress.as_ref().map(|e| e.sandbox.clone()),
     }
 }
 
@@ -262,157 +306,21 @@ fn plan_scratch(
     })
 }
 
-/// The layers a run must have. The profile's list grows by what its limits promise: when the
-/// sandbox creates the workdir, `limits.disk` and `limits.files` cap every writable area, so a
-/// backend that cannot cap them is refused unless the caller accepts the degradation.
-/// Backend `none` (which needs its own opt-in) narrows the list to Tier 0. The host network
-/// does not: a policy that requires `net_ns` but asks for the host network (`--network host`
-/// over `untrusted`) is refused unless the caller accepts running without it, since a flag
-/// must not silently remove what the profile requires. (A profile that picks the host network
-/// itself drops those layers from what it inherited, see `policy::profile::apply`.)
-fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
-    let mut require = policy.require.clone();
-    // A profile that requires nothing asks for no refusals.
-    if owns_workdir && !require.is_empty() {
-        require.extend([Layer::DiskQuota, Layer::InodeQuota]);
-        require.sort();
-        require.dedup();
-    }
-    if policy.backend == BackendChoice::None {
-        let tier0 = backend::NoneBackend.probe().layers;
-        require.retain(|l| tier0.contains(l) || *l == Layer::Cgroup);
-    }
-    require
-}
-
-/// The required layers held against the plan, judged once (see [`crate::plan::judge`]).
-pub(super) struct Judged {
-    pub require: Vec<Layer>,
-    /// The layers the plan puts in force.
-    pub layers: Vec<Layer>,
-    pub missing: Vec<Layer>,
-    pub reason: Option<String>,
-    pub verdict: Verdict,
-    pub warnings: Vec<String>,
-}
-
-impl Judged {
-    /// The missing layers the caller accepted and was told about, which the init, checking
-    /// the layers really in force, does not warn about again.
-    fn accepted(&self) -> Vec<Layer> {
-        match self.verdict {
-            Verdict::RunsDegraded => self.missing.clone(),
-            _ => Vec::new(),
-        }
-    }
-}
-
-fn judge(
-    command: &Command,
-    selected: &Selected,
-    confinement: &Confinement,
-    placement: &Placement,
-) -> Judged {
-    let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
-    let probe = selected.backend.quick_probe();
-    let workdir = &placement.workdir;
-    let layers = describe::planned_layers(confinement, &probe, placement.scratch.as_ref(), workdir);
-    let require = required_layers(policy, workdir.owned);
-    // The cgroup is left to the init, which knows whether one could be created (rlimits
-    // stand in for it otherwise).
-    let judged_require: Vec<Layer> = require
-        .iter()
-        .copied()
-        .filter(|l| *l != Layer::Cgroup)
-        .collect();
-    let (missing, verdict) = crate::plan::judge(&judged_require, &layers, options.allow_degraded);
-    let reason =
-        (!missing.is_empty()).then(|| missing_reason(policy, &missing, &probe, confinement));
-    let warnings = match (&reason, verdict) {
-        (Some(reason), Verdict::RunsDegraded) => vec![format!(
-            "degraded: running without {} ({reason})",
-            layer::names(&missing)
-        )],
-        _ => Vec::new(),
-    };
-    Judged {
-        require,
-        layers,
-        missing,
-        reason,
-        verdict,
-        warnings,
-    }
-}
-
-/// Why required layers are missing: the backend's own problems on this host when it cannot
-/// give them here at all, else what this run's plan leaves out (a wrapping tool's writable
-/// areas are capped only by the init's tmpfs mounts).
-fn missing_reason(
-    policy: &Policy,
-    missing: &[Layer],
-    probe: &backend::Probe,
-    confinement: &Confinement,
-) -> String {
-    let network_layer = |l: &Layer| matches!(l, Layer::NetNs | Layer::LandlockNet);
-    if policy.has_network() && missing.iter().all(network_layer) {
-        return "the network mode is host (--network host), which has no network namespace or \
-                Landlock TCP rules; use a profile that does not require them (e.g. --profile \
-                trusted, or one of your own)"
-            .to_string();
-    }
-    let host_gap = missing.iter().any(|l| !probe.layers.contains(l));
-    if host_gap || !matches!(confinement, Confinement::Wrapped(_)) {
-        let why = match probe.problems.is_empty() {
-            true => "it does not provide them".to_string(),
-            false => probe.problems.join("; "),
-        };
-        return format!("{why}; fix the host (see `airlock doctor`) or choose another backend");
-    }
-    let caps = missing
-        .iter()
-        .any(|l| matches!(l, Layer::DiskQuota | Layer::InodeQuota));
-    let hint = if caps {
-        ": a wrapping tool's writable areas are capped by the init's tmpfs mounts, which need CAP_SYS_ADMIN (run as root) and an in-memory run directory (no --disk-run-dir)"
-    } else {
-        ""
-    };
-    format!(
-        "this run's plan does not provide them{hint} (see the backend's row in docs/isolation.md)"
-    )
-}
-
-/// Limits that this host cannot honour although they are valid: a memory limit above the
-/// host's memory is no limit at all (the host runs out first).
-fn host_limit_warnings(policy: &Policy) -> Vec<String> {
-    let Ok(info) = nix::sys::sysinfo::sysinfo() else {
-        return Vec::new();
-    };
-    let host = info.ram_total().saturating_add(info.swap_total());
-    let memory = policy.limits.memory;
-    match memory.0 > host {
-        true => vec![format!(
-            "limits.memory {memory} is more than this host has ({:.1}GiB of memory and swap): \
-             the host runs out before the limit applies",
-            host as f64 / (1u64 << 30) as f64
-        )],
-        false => Vec::new(),
-    }
-}
-
-/// The program's complete environment: HOME, the policy's passed and fixed variables, then
-/// the command's own.
+/// The program's complete environment: HOME, the egress gate's proxy variables, the policy's
+/// passed and fixed variables, then the command's own.
 pub(super) fn program_env(
     policy: &Policy,
     extra: &[(String, String)],
     workdir: &Path,
     tmpdir: Option<PathBuf>,
+    network: &[(String, String)],
 ) -> Vec<(String, String)> {
     let mut env = std::collections::BTreeMap::new();
     env.insert("HOME".to_string(), workdir.display().to_string());
     if let Some(tmp) = tmpdir {
         env.insert("TMPDIR".to_string(), tmp.display().to_string());
     }
+    env.extend(network.iter().cloned());
     for name in &policy.env.pass {
         if let Ok(value) = std::env::var(name) {
             env.insert(name.clone(), value);
