@@ -70,6 +70,10 @@ pub struct InitSpec {
     /// [`MemoryScratch`]); `None` puts it on the host's runtime directory.
     #[serde(default)]
     pub scratch: Option<MemoryScratch>,
+    /// The caller's paths (workdir, read-write paths) whose owner the program is shown as,
+    /// through idmapped mounts the init makes in its own mount namespace.
+    #[serde(default)]
+    pub mapped: Vec<crate::confine::idmap::MappedPath>,
     /// What the sandbox's network namespace holds for the egress gate (network `allowlist`
     /// or `report`): the setup configures it and sends the gate's sockets on [`GATE_FD`].
     #[serde(default)]
