@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::stats::{ms, summarize, Summary};
 use crate::tools::{
-    BARE, BWRAP, BWRAP_FLOOR, BWRAP_SAME_ARGS, CRUN_SAME_BUNDLE, NATIVE, PODMAN_SAME_ARGV,
-    RUNC_SAME_BUNDLE, RUNSC_SAME_BUNDLE, RUNSC_SAME_BUNDLE_PRESIZED,
+    BARE, BWRAP, BWRAP_FLOOR, BWRAP_SAME_ARGS, CRUN_SAME_BUNDLE, NATIVE, NATIVE_ALLOWLIST,
+    PODMAN_SAME_ARGV, RUNC_SAME_BUNDLE, RUNSC_SAME_BUNDLE, RUNSC_SAME_BUNDLE_PRESIZED,
 };
 
 /// At most this factor over bubblewrap's median.
@@ -15,6 +15,8 @@ const TARGET_VS_BWRAP: f64 = 1.2;
 /// At most this many milliseconds over bare exec's median, for /bin/true.
 const TARGET_OVER_BARE_MS: f64 = 3.0;
 const TARGET_WORKLOAD: &str = "/bin/true";
+/// At most this many milliseconds for a gated run over the same run without network.
+const TARGET_GATE_START_MS: f64 = 2.0;
 /// A wrapping backend adds less than this factor over its tool started directly with the same
 /// configuration.
 const TARGET_OVER_PEER: f64 = 1.10;
@@ -129,7 +131,7 @@ fn caption(runs: usize) -> String {
     )
 }
 
-pub fn plain(rows: &[Row], runs: usize, notes: &[String]) -> String {
+pub fn plain(rows: &[Row], runs: usize, egress: &[String], notes: &[String]) -> String {
     let mut out = caption(runs) + "\n";
     let line = |cells: &[String]| {
         format!(
@@ -152,6 +154,7 @@ pub fn plain(rows: &[Row], runs: usize, notes: &[String]) -> String {
     for text in target_lines(rows)
         .into_iter()
         .chain(wrapper_lines(rows))
+        .chain(egress.iter().cloned())
         .chain(notes.iter().map(|n| format!("note: {n}")))
     {
         let _ = writeln!(out, "{text}");
@@ -159,7 +162,7 @@ pub fn plain(rows: &[Row], runs: usize, notes: &[String]) -> String {
     out
 }
 
-pub fn markdown(rows: &[Row], runs: usize, notes: &[String]) -> String {
+pub fn markdown(rows: &[Row], runs: usize, egress: &[String], notes: &[String]) -> String {
     let mut out = caption(runs) + ".\n\n";
     let _ = writeln!(out, "| {} |", HEADER.join(" | "));
     let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
@@ -172,6 +175,7 @@ pub fn markdown(rows: &[Row], runs: usize, notes: &[String]) -> String {
     for text in target_lines(rows)
         .into_iter()
         .chain(wrapper_lines(rows))
+        .chain(egress.iter().cloned())
         .chain(notes.iter().map(|n| format!("note: {n}")))
     {
         let _ = writeln!(out, "- {text}");
@@ -190,7 +194,7 @@ fn is_target_tool(tool: &str) -> bool {
 
 /// The targets for the native `untrusted` configuration, as met / not met lines.
 fn target_lines(rows: &[Row]) -> Vec<String> {
-    let mut lines = Vec::new();
+    let mut lines = gate_start_lines(rows);
     for r in rows.iter().filter(|r| is_target_tool(&r.tool)) {
         if let Some(v) = r.vs_bwrap {
             let verdict = if v <= TARGET_VS_BWRAP {
@@ -216,6 +220,28 @@ fn target_lines(rows: &[Row]) -> Vec<String> {
         }
     }
     lines
+}
+
+/// The start-up cost of the egress gate: a gated run (`--allow-net`) over the same run without
+/// network, on `/bin/true`.
+fn gate_start_lines(rows: &[Row]) -> Vec<String> {
+    let median = |tool: &str| {
+        rows.iter()
+            .find(|r| r.tool == tool && r.workload == TARGET_WORKLOAD)
+            .map(|r| ms(r.summary.median))
+    };
+    let (Some(gated), Some(plain)) = (median(NATIVE_ALLOWLIST), median(NATIVE)) else {
+        return Vec::new();
+    };
+    let over = gated - plain;
+    let verdict = if over <= TARGET_GATE_START_MS {
+        "met"
+    } else {
+        "NOT met"
+    };
+    vec![format!(
+        "target {NATIVE_ALLOWLIST} <= {NATIVE} + {TARGET_GATE_START_MS} ms on {TARGET_WORKLOAD}: {verdict} ({over:+.2} ms)"
+    )]
 }
 
 /// Each wrapping backend over the peers it drives, per workload, with the target's verdict.
@@ -311,6 +337,23 @@ mod tests {
                 "wrapper airlock-container over runc-airlock-bundle on /bin/true: 1.07x (target < 1.10x: met)",
             ]
         );
+    }
+
+    #[test]
+    fn the_gates_start_up_is_judged_against_the_same_run_without_network() {
+        let rows = vec![
+            row(NATIVE, TARGET_WORKLOAD, 10),
+            row(NATIVE_ALLOWLIST, TARGET_WORKLOAD, 11),
+        ];
+        assert_eq!(
+            gate_start_lines(&rows),
+            ["target airlock-native-allowlist <= airlock-native + 2 ms on /bin/true: met (+1.00 ms)"]
+        );
+        let slow = vec![
+            row(NATIVE, TARGET_WORKLOAD, 10),
+            row(NATIVE_ALLOWLIST, TARGET_WORKLOAD, 13),
+        ];
+        assert!(gate_start_lines(&slow)[0].contains("NOT met"));
     }
 
     #[test]

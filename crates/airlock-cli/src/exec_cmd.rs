@@ -1,23 +1,31 @@
-//! `airlock exec`: run code given as a string with a registered interpreter, e.g.
-//! `airlock exec python 'print(1)'`. Unknown or disallowed interpreters are refused (exit 125).
+//! `airlock exec`: run code given as a string (or on stdin) with a registered interpreter,
+//! e.g. `airlock exec python 'print(1)'` or `airlock exec python - < job.py`. Unknown or
+//! disallowed interpreters are refused (exit 125).
 
+use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
 use airlock::interp::InterpreterRegistry;
-use airlock::{Input, RunResult, Sandbox};
+use airlock::{Input, Sandbox};
 
-use crate::sandbox_flags::{print_warnings, ProfileFlags};
+use crate::outcome::{run_reported, OutputFlags};
+use crate::sandbox_flags::SandboxFlags;
 
 /// Environment variable naming the interpreter registry file when --interpreters is absent.
 pub const REGISTRY_ENV: &str = "AIRLOCK_INTERPRETERS";
 
+/// The code argument that means "read the code on stdin".
+const CODE_ON_STDIN: &str = "-";
+
 #[derive(Args, Debug)]
 pub struct ExecArgs {
     #[command(flatten)]
-    pub sandbox: ProfileFlags,
+    pub sandbox: SandboxFlags,
+    #[command(flatten)]
+    pub output: OutputFlags,
     /// Interpreter registry TOML (default: $AIRLOCK_INTERPRETERS, else the built-ins).
     #[arg(long, value_name = "FILE")]
     pub interpreters: Option<PathBuf>,
@@ -25,28 +33,35 @@ pub struct ExecArgs {
     /// registry's allowed_programs.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub allow: Option<Vec<String>>,
-    /// Print one JSON result object instead of streaming the program's output.
-    #[arg(long)]
-    pub json: bool,
     /// The interpreter, e.g. python, node, bash.
     pub interpreter: String,
-    /// The code to run.
-    pub code: String,
+    /// The code to run; `-` or nothing reads it from stdin (any size: code too large for one
+    /// argument reaches the interpreter on its stdin).
+    pub code: Option<String>,
     /// Arguments passed to the program after the code.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub args: Vec<String>,
 }
 
 pub fn exec(args: ExecArgs) -> Result<u8> {
-    let registry = registry(&args)?;
-    let invocation = registry.invocation(&args.interpreter, &args.code, &args.args)?;
+    Ok(run_reported(&args.output, &args.sandbox.network, || {
+        build_command(&args)
+    }))
+}
+
+fn build_command(args: &ExecArgs) -> Result<airlock::Command> {
+    let code = code(args)?;
+    let invocation = registry(args)?.invocation(&args.interpreter, &code, &args.args)?;
     invocation.check_installed()?;
-    let sandbox = Sandbox::with_options(args.sandbox.policy()?, args.sandbox.options())?;
+    let sandbox = Sandbox::with_options(args.sandbox.policy("untrusted")?, args.sandbox.options())?;
     let (program, rest) = invocation
         .argv
         .split_first()
         .context("interpreter argv is empty")?;
-    let mut command = sandbox.command(program.clone()).args(rest.iter().cloned());
+    let mut command = sandbox
+        .command(program.clone())
+        .args(rest.iter().cloned())
+        .cancel_on_signals(true);
     command = match invocation.stdin {
         Some(code) => command.stdin(code),
         None => command.stdin_from(Input::Inherit),
@@ -54,12 +69,24 @@ pub fn exec(args: ExecArgs) -> Result<u8> {
     for (key, value) in &args.sandbox.env {
         command = command.env(key.clone(), value.clone());
     }
-    if !args.json {
+    if !args.output.captures() {
         command = command.forward_output();
     }
-    let result = command.run()?;
-    report(&args, &result)?;
-    Ok(u8::try_from(result.cli_exit_code()).unwrap_or(125))
+    Ok(command)
+}
+
+/// The code: the argument, or all of stdin for `-` or none.
+fn code(args: &ExecArgs) -> Result<String> {
+    match args.code.as_deref() {
+        Some(code) if code != CODE_ON_STDIN => Ok(code.to_string()),
+        _ => {
+            let mut code = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut code)
+                .context("cannot read the code from stdin")?;
+            String::from_utf8(code).context("the code on stdin is not valid UTF-8")
+        }
+    }
 }
 
 fn registry(args: &ExecArgs) -> Result<InterpreterRegistry> {
@@ -75,14 +102,4 @@ fn registry(args: &ExecArgs) -> Result<InterpreterRegistry> {
         registry.set_allowed(allow)?;
     }
     Ok(registry)
-}
-
-fn report(args: &ExecArgs, result: &RunResult) -> Result<()> {
-    print_warnings(&result.warnings);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(result)?);
-    } else if let Some(error) = &result.error {
-        eprintln!("airlock: sandbox error: {error}");
-    }
-    Ok(())
 }

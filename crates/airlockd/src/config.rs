@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use airlock::policy::units::{ByteSize, Seconds};
+use airlock::policy::NetworkMode;
 use airlock::IsolationLevel;
 use serde::Deserialize;
 
@@ -320,13 +321,59 @@ pub struct PriorityRange {
     pub default: i32,
 }
 
-/// Network modes ordered by how much they open: `none` < `allowlist` < `host`.
-#[derive(Deserialize, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// Network modes ordered by how much they open: `none` < `allowlist` (what the allow rules
+/// name, through the egress gate) < `report` (any public address, every decision recorded) <
+/// `host`.
+#[derive(
+    Deserialize,
+    serde::Serialize,
+    utoipa::ToSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkLevel {
     None,
     Allowlist,
+    Report,
     Host,
+}
+
+impl NetworkLevel {
+    /// The level of a policy's network mode.
+    pub fn of(mode: NetworkMode) -> NetworkLevel {
+        match mode {
+            NetworkMode::None => NetworkLevel::None,
+            NetworkMode::Allowlist => NetworkLevel::Allowlist,
+            NetworkMode::Report => NetworkLevel::Report,
+            NetworkMode::Host => NetworkLevel::Host,
+        }
+    }
+
+    /// The policy's network mode at this level.
+    pub fn mode(self) -> NetworkMode {
+        match self {
+            NetworkLevel::None => NetworkMode::None,
+            NetworkLevel::Allowlist => NetworkMode::Allowlist,
+            NetworkLevel::Report => NetworkMode::Report,
+            NetworkLevel::Host => NetworkMode::Host,
+        }
+    }
+
+    /// The name as written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetworkLevel::None => "none",
+            NetworkLevel::Allowlist => "allowlist",
+            NetworkLevel::Report => "report",
+            NetworkLevel::Host => "host",
+        }
+    }
 }
 
 /// The most a tenant may ask for. Limits left out are capped by the tenant's profile.
@@ -335,7 +382,8 @@ pub enum NetworkLevel {
 pub struct Ceiling {
     /// The widest network mode.
     pub network: NetworkLevel,
-    /// The widest allowlist (host patterns) a request's allowlist must stay within.
+    /// The egress rules a request's `allow` rules must stay within (the gate's grammar; `*`
+    /// covers every name rule, never an address range). Ignored for a tenant allowed `host`.
     pub allowlist: Vec<String>,
     /// The weakest isolation level a run may get.
     pub min_isolation: IsolationLevel,

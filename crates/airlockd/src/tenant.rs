@@ -184,7 +184,7 @@ fn check_profiles(t: &TenantConfig, key: &str, problems: &mut Problems) {
                 continue;
             }
         };
-        if let Err(v) = resolve::within_ceiling(&policy, None, false, &t.ceiling, &policy) {
+        if let Err(v) = resolve::within_ceiling(&policy, &[], false, &t.ceiling, &policy) {
             problems.add(
                 format!("{key}.profile"),
                 format!(

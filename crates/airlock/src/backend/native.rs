@@ -62,10 +62,17 @@ impl Backend for NativeBackend {
         }
     }
 
+    /// A gated network: the init's child configures the new network namespace right after
+    /// creating it (it holds CAP_NET_ADMIN there until PID 1 drops every capability) and
+    /// hands the gate its sockets; seccomp allows IP stream and datagram sockets only, and
+    /// Landlock lets TCP connect only to the gate's ports.
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
         let policy = ctx.policy;
         let rootfs = rootfs_plan(ctx);
-        let landlock = landlock_rules(policy, &rootfs, ctx.workdir);
+        let mut landlock = landlock_rules(policy, &rootfs, ctx.workdir);
+        if let Some(egress) = ctx.egress {
+            landlock.connect_tcp_ports = super::gate_ports(egress);
+        }
         Ok(Confinement::Native(NativeSpec {
             new_net: !policy.has_network(),
             hostname: SANDBOX_HOSTNAME.into(),
@@ -73,6 +80,7 @@ impl Backend for NativeBackend {
             landlock,
             seccomp: SeccompConfig {
                 allow_network: policy.has_network(),
+                allow_inet: ctx.egress.is_some(),
             },
         }))
     }
@@ -139,13 +147,16 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
     } else {
         Workdir::Bind {
             host: ctx.workdir.to_path_buf(),
+            writable: !ctx.policy.filesystem.workdir_read_only,
         }
     };
+    let mut read_only = ctx.policy.filesystem.read_only.clone();
+    read_only.extend(ctx.unix_sockets.iter().cloned());
     RootfsPlan {
         system_ro: default_system_ro(),
         etc_files: default_etc_files(),
         generated_files: identity_files(ctx),
-        read_only: ctx.policy.filesystem.read_only.clone(),
+        read_only,
         read_write: ctx.policy.filesystem.read_write.clone(),
         workdir,
         tmp: tmpfs,
@@ -157,6 +168,7 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
             }
         },
         exec_writable: ctx.policy.filesystem.exec_writable,
+        workspace: ctx.policy.filesystem.workspace,
         tty: ctx.tty,
         hostname: SANDBOX_HOSTNAME.into(),
         proc_hidepid: true,
@@ -179,7 +191,9 @@ fn identity_files(ctx: &PlanContext) -> Vec<GeneratedFile> {
         ),
         file("/etc/hostname", format!("{SANDBOX_HOSTNAME}\n")),
     ];
-    if ctx.policy.has_network() {
+    if ctx.egress.is_some() {
+        files.push(file("/etc/resolv.conf", super::GATED_RESOLV_CONF.into()));
+    } else if ctx.policy.has_network() {
         if let Ok(resolv) = std::fs::read_to_string("/etc/resolv.conf") {
             files.push(file("/etc/resolv.conf", resolv));
         }
@@ -208,18 +222,34 @@ pub(crate) fn sandbox_ids(policy: &Policy) -> (u32, u32) {
 }
 
 /// The same rules as the mounts, enforced a second, independent way.
+/// The caller's own paths (its workdir, `--rw` paths) are a workspace whose programs may run;
+/// the sandbox's fresh scratch areas follow `exec_writable`.
 fn landlock_rules(policy: &Policy, rootfs: &RootfsPlan, workdir: &Path) -> LandlockRules {
     let mut read_exec: Vec<PathBuf> = rootfs.system_ro.clone();
     read_exec.extend(["/etc", "/proc", "/dev"].map(PathBuf::from));
     read_exec.extend(policy.filesystem.read_only.iter().cloned());
-    let mut read_write: Vec<PathBuf> =
-        vec![workdir.to_path_buf(), "/tmp".into(), "/dev/shm".into()];
+    let mut read_write: Vec<PathBuf> = vec!["/tmp".into(), "/dev/shm".into()];
     read_write.extend(["/dev/null", "/dev/zero", "/dev/full"].map(PathBuf::from));
-    read_write.extend(policy.filesystem.read_write.iter().cloned());
+    let mut workspace: Vec<PathBuf> = policy.filesystem.read_write.clone();
+    match &rootfs.workdir {
+        Workdir::Tmpfs { .. } => read_write.push(workdir.to_path_buf()),
+        Workdir::Bind { writable: true, .. } => workspace.push(workdir.to_path_buf()),
+        Workdir::Bind {
+            writable: false, ..
+        } => read_exec.push(workdir.to_path_buf()),
+    }
+    if !policy.filesystem.workspace {
+        read_write.append(&mut workspace);
+    }
     LandlockRules {
         read_exec,
         read_write,
+        workspace,
+        // The root is built from scratch: listing it (and the directories airlock made on the
+        // way to a mount) shows only what the sandbox holds, as under bwrap or a container.
+        list_only: vec!["/".into()],
         deny_tcp: !policy.has_network(),
+        connect_tcp_ports: Vec::new(),
         scope_ipc: true,
         exec_writable: policy.filesystem.exec_writable,
     }

@@ -4,13 +4,14 @@
 //! pipe (see `supervisor::launch`). It creates the run's directory and cgroup, forks the
 //! child that hardens itself and execs the program, then watches: wall clock, CPU time,
 //! cancellation, the supervisor's death. At the end it kills every process the run left,
-//! removes what it created and reports one [`Outcome`].
+//! removes what it created and reports one `Outcome`.
 //!
 //! Descriptors: 3 is the control pipe from the supervisor (the spec, unless the supervisor
 //! forked the init with it in memory, then stop requests; EOF means the supervisor died), 4 is
 //! the event pipe to the supervisor (one JSON line each).
 
 mod child;
+mod egress;
 mod native;
 mod run;
 mod watch;
@@ -218,6 +219,7 @@ pub(crate) fn fork_child(
                 (setup.as_raw_fd(), child::SETUP_FD),
                 (report.as_raw_fd(), child::REPORT_FD),
             ];
+            keep.extend(run.gate.as_ref().map(|fd| (fd.as_raw_fd(), child::GATE_FD)));
             keep.extend(tool_status.map(|fd| (fd, child::TOOL_STATUS_FD)));
             if sys::place_fds(&keep).is_err() {
                 sys::exit_now(125);
@@ -226,6 +228,7 @@ pub(crate) fn fork_child(
                 init_pid,
                 cgroup: run.cgroup.as_ref(),
                 tool_status: tool_status.map(|_| child::TOOL_STATUS_FD),
+                gate: run.gate.as_ref(),
             };
             child::run_child(spec, &ctx)
         }

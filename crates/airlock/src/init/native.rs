@@ -10,6 +10,7 @@
 //!    itself, which makes the kernel kill whatever is left in the namespace.
 
 use std::convert::Infallible;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::Signal;
@@ -27,15 +28,33 @@ use crate::layer::Layer;
 use crate::linux::sys::{self, Forked};
 use crate::spec::{InitSpec, NativeSpec};
 
+/// Enters the namespaces, then (without a cgroup) limits the processes: RLIMIT_NPROC set in
+/// the new user namespace counts that namespace's processes, not every process of the sandbox
+/// user on the host, which other runs share.
 pub(super) fn enter(
     spec: &InitSpec,
     native: &NativeSpec,
     mut layers: Vec<Layer>,
+    gate: Option<&OwnedFd>,
+    limit_processes: bool,
 ) -> Setup<Infallible> {
     enter_namespaces(native.new_net)?;
+    if limit_processes {
+        let processes = spec.limits.processes;
+        super::child::lower_rlimit(
+            nix::sys::resource::Resource::RLIMIT_NPROC,
+            processes,
+            processes,
+        )?;
+    }
     layers.extend(Layer::NAMESPACES_BUT_NET);
     if native.new_net {
         layers.push(Layer::NetNs);
+    }
+    if let (Some(plan), Some(gate)) = (&spec.egress, gate) {
+        super::egress::hand_over(plan, gate)?;
+        let _ = nix::unistd::close(gate.as_raw_fd());
+        layers.push(Layer::EgressGate);
     }
     // The mirror process must outlive PID 1 and must not die of the graceful SIGTERM the init
     // sends to the whole tree, or PID 1's parent-death signal would skip the grace period.
@@ -51,16 +70,23 @@ pub(super) fn enter(
 }
 
 fn enter_namespaces(new_net: bool) -> Setup<()> {
-    let (uid, gid) = (getuid(), getgid());
-    let mut flags = CloneFlags::CLONE_NEWUSER
-        | CloneFlags::CLONE_NEWNS
+    let mut others = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP;
     if new_net {
-        flags |= CloneFlags::CLONE_NEWNET;
+        others |= CloneFlags::CLONE_NEWNET;
     }
+    enter_user_namespace(others)
+}
+
+/// Unshares a new user namespace together with `others`, so the new user namespace owns
+/// them all, and maps only our own (already unprivileged) uid and gid in it, which needs no
+/// privilege at all.
+pub(super) fn enter_user_namespace(others: CloneFlags) -> Setup<()> {
+    let (uid, gid) = (getuid(), getgid());
+    let flags = CloneFlags::CLONE_NEWUSER | others;
     unshare(flags).map_err(|e| {
         SetupError::at(
             Step::Namespaces,
@@ -105,14 +131,22 @@ fn mirror_exit(pid1: Pid) -> ! {
 }
 
 fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
-    let result = confine(native, &mut layers).and_then(|()| {
-        let forked = sys::fork_single_threaded()
-            .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the program: {e}")))?;
-        match forked {
-            Forked::Child => program(spec, layers),
-            Forked::Parent(program) => reap_until(program, spec, native),
-        }
-    });
+    // The program's terminal is controlled from a session inside the PID namespace, so that an
+    // interactive shell can see (and restore) the terminal's process group.
+    let session = match spec.tty {
+        true => super::child::new_session(true),
+        false => Ok(()),
+    };
+    let result = session
+        .and_then(|()| confine(native, &mut layers))
+        .and_then(|()| {
+            let forked = sys::fork_single_threaded()
+                .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the program: {e}")))?;
+            match forked {
+                Forked::Child => program(spec, layers),
+                Forked::Parent(program) => reap_until(program, spec, native),
+            }
+        });
     let Err(error) = result;
     send_setup(&SetupMessage::Error(error));
     sys::exit_now(126)

@@ -72,7 +72,7 @@ pub(super) fn supervise(
         &report_write,
         tool_status.as_ref().map(|(_, write)| write.as_raw_fd()),
     )?;
-    drop((setup_write, report_write));
+    drop((setup_write, report_write, run.gate.take()));
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
     let mut watch = Watch::new(spec, run, control, child, start, setup_read);
@@ -357,7 +357,7 @@ impl<'a> Watch<'a> {
     }
 
     /// Sleeps until a child changes state (SIGCHLD on the signalfd) or `timeout` passes.
-    fn wait_for_child_event(&self, timeout: Duration) {
+    fn wait_for_child_event(&mut self, timeout: Duration) {
         let mut fds = [PollFd::new(self.run.signals.as_fd(), PollFlags::POLLIN)];
         let timeout = PollTimeout::try_from(timeout.as_millis() as u64).unwrap_or(PollTimeout::MAX);
         if poll(&mut fds, timeout).unwrap_or(0) > 0 {
@@ -365,8 +365,17 @@ impl<'a> Watch<'a> {
         }
     }
 
-    fn drain_signals(&self) {
-        while self.run.signals.read_signal().ok().flatten().is_some() {}
+    /// Reads every pending signal: SIGCHLD (the caller reaps), SIGTERM (someone asks the init
+    /// itself to stop the run: it does, as if cancelled) and the terminal's SIGINT, SIGHUP
+    /// and SIGQUIT, which the init ignores: they reach the whole foreground process group, and
+    /// the supervisor, which got them too, decides (it cancels, or it dies and the control
+    /// pipe's EOF stops the run).
+    fn drain_signals(&mut self) {
+        while let Ok(Some(info)) = self.run.signals.read_signal() {
+            if info.ssi_signo == Signal::SIGTERM as u32 {
+                self.begin_stop(StopCause::Requested(StopReason::Cancelled));
+            }
+        }
     }
 
     /// Reaps every child that has ended; true when the init has no children at all.

@@ -210,5 +210,6 @@ mod tests {
             "1e9".parse::<Seconds>(),
             Ok(Seconds(Duration::from_secs(1_000_000_000)))
         );
+        assert!("1e30".parse::<Seconds>().is_err(), "no panic, an error");
     }
 }

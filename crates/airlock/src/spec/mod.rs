@@ -22,6 +22,11 @@ pub use wrap::{HiddenFile, StartEvidence, WrapSpec, WrapStep};
 pub const CONTROL_FD: RawFd = 3;
 /// The event pipe's descriptor in the init: one [`InitEvent`] per line.
 pub const EVENTS_FD: RawFd = 4;
+/// The egress gate's channel in the init, for a run with [`InitSpec::egress`]: one end of a
+/// socketpair whose other end the supervisor holds. The sandbox's setup sends the gate's
+/// sockets over it (see `airlock_egress::SandboxSockets::send`), then closes it; the program
+/// never holds it.
+pub const GATE_FD: RawFd = 5;
 
 /// What every run without a boundary (backend `none`) warns about.
 pub const TIER0_WARNING: &str =
@@ -65,6 +70,14 @@ pub struct InitSpec {
     /// [`MemoryScratch`]); `None` puts it on the host's runtime directory.
     #[serde(default)]
     pub scratch: Option<MemoryScratch>,
+    /// The caller's paths (workdir, read-write paths) whose owner the program is shown as,
+    /// through idmapped mounts the init makes in its own mount namespace.
+    #[serde(default)]
+    pub mapped: Vec<crate::confine::idmap::MappedPath>,
+    /// What the sandbox's network namespace holds for the egress gate (network `allowlist`
+    /// or `report`): the setup configures it and sends the gate's sockets on [`GATE_FD`].
+    #[serde(default)]
+    pub egress: Option<airlock_egress::SandboxPlan>,
 }
 
 /// Limits the init enforces itself.

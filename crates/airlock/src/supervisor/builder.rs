@@ -2,8 +2,11 @@
 //! plan, run or spawn.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use super::output::OutputSink;
+use super::output::{OutputSink, StartGate};
+use super::signals::{BlockedSignals, CANCEL_SIGNALS};
+use super::terminal::RawTerminal;
 use super::{finish, handle, launch, prepare};
 use crate::cancel::CancelToken;
 use crate::confine::cgroup::CgroupConfig;
@@ -24,14 +27,16 @@ pub struct SandboxOptions {
     /// The binary to execute as the init when the supervisor has threads (default:
     /// `AIRLOCK_INIT`, else the current executable); when set, it is always executed.
     pub init_program: Option<PathBuf>,
-    /// Where per-run directories are made (default: see [`crate::rundir::runtime_dir`]).
+    /// Where per-run directories are made (default: `/run/airlock` for root,
+    /// `$XDG_RUNTIME_DIR/airlock` or `/tmp/airlock-<uid>` otherwise).
     pub runtime_dir: Option<PathBuf>,
     /// Where per-run cgroups are made; `None` uses the default parent `airlock`.
     pub cgroup: Option<CgroupConfig>,
     /// Do not use cgroups even when available.
     pub no_cgroup: bool,
     /// Keep the run directory on the runtime directory's filesystem even when the init could
-    /// keep it in memory (see [`crate::rundir::MemoryScratch`]).
+    /// keep it in memory (a tmpfs in the init's own mount namespace, with capped mounts for the
+    /// workdir, `/tmp` and `/dev/shm`).
     pub disk_run_dir: bool,
     /// Also allow backend `none`, as a policy from the built-in `trusted` profile does. The
     /// policy's own origin decides that now; this stays for callers that set it.
@@ -56,8 +61,10 @@ pub enum Input {
     Bytes(Vec<u8>),
 }
 
-/// Something that happens during a run, for callers that stream.
+/// Something that happens during a run, for callers that stream. New kinds may come: match
+/// with a wildcard arm.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum RunEvent {
     /// The program was exec'd with these layers in force; always the first event (output
     /// the program wrote at once is held until this is sent).
@@ -66,6 +73,10 @@ pub enum RunEvent {
     Stdout(Vec<u8>),
     /// A chunk of stderr (within the cap).
     Stderr(Vec<u8>),
+    /// A decision of the egress gate as it was made (a DNS answer, a refused or allowed
+    /// connection), or an allowed connection that closed with its bytes and duration
+    /// (network `allowlist` or `report`).
+    Network(airlock_egress::GateEvent),
 }
 
 /// One program to run in the sandbox.
@@ -80,6 +91,7 @@ pub struct Command {
     pub(super) keep: bool,
     pub(super) tty: bool,
     pub(super) cancel: Option<CancelToken>,
+    pub(super) cancel_on_signals: bool,
 }
 
 /// Where one output stream goes.
@@ -132,6 +144,7 @@ impl Sandbox {
             keep: false,
             tty: false,
             cancel: None,
+            cancel_on_signals: false,
         }
     }
 }
@@ -194,7 +207,10 @@ impl Command {
         self
     }
 
-    /// Gives the program the caller's terminal (stdio inherited, no caps on output).
+    /// Gives the program a terminal of its own (a pseudo-terminal as its stdin, stdout and
+    /// controlling terminal, in its own session): its output is the stdout stream (no cap
+    /// applies), and with [`Input::Inherit`] `run` relays the caller's terminal to it in raw
+    /// mode, resizes included. The program never holds the caller's terminal.
     pub fn tty(mut self, tty: bool) -> Self {
         self.tty = tty;
         self
@@ -209,6 +225,17 @@ impl Command {
         self
     }
 
+    /// Makes [`run`](Command::run) end the run as `cancelled` (the process tree stopped,
+    /// everything removed, the result returned with `cancel_signal`) when the calling process
+    /// receives SIGINT, SIGTERM or SIGHUP, instead of dying of the signal with the run's
+    /// result lost. For a caller that owns its process, like a CLI: the signals are blocked in
+    /// the calling thread while the run lasts. `spawn` ignores it (cancel with a
+    /// [`super::Canceller`]).
+    pub fn cancel_on_signals(mut self, cancel: bool) -> Self {
+        self.cancel_on_signals = cancel;
+        self
+    }
+
     /// What a run of this command would be, without running anything: the backend and why,
     /// the layers that will be in force and why any required one is missing, the mounts, the
     /// limits. Creates nothing (no run directory, no cgroup, no process). A plan whose
@@ -220,15 +247,54 @@ impl Command {
 
     /// Runs to completion, serving the run's pipes from the calling thread.
     pub fn run(self) -> Result<RunResult, Error> {
+        // Blocked before the init starts, so that it inherits the mask (see `signals`).
+        let signals = self.blocked_signals()?;
         let prepared = prepare::prepare_to_run(&self)?;
-        let (started, ending) = launch::start(&self, prepared)?;
-        finish::serve_in_this_thread(&self, started, ending)
+        // The caller's terminal, relayed to the program's own, passes every key through.
+        let _raw = match (self.tty, &self.stdin) {
+            (true, Input::Inherit) => RawTerminal::enter(),
+            _ => None,
+        };
+        let (started, ending) = launch::start(&self, prepared, None)?;
+        finish::serve_in_this_thread(&self, started, ending, signals.as_ref())
+    }
+
+    /// The signals a blocking run reacts to: the cancel signals when asked for, and window
+    /// resizes for a terminal.
+    fn blocked_signals(&self) -> Result<Option<BlockedSignals>, Error> {
+        let mut wanted = Vec::new();
+        if self.cancel_on_signals {
+            wanted.extend(CANCEL_SIGNALS);
+        }
+        if self.tty {
+            wanted.push(nix::sys::signal::Signal::SIGWINCH);
+        }
+        match wanted.is_empty() {
+            true => Ok(None),
+            false => BlockedSignals::block(&wanted).map(Some),
+        }
     }
 
     /// Starts the run and returns a handle to stream, cancel and wait for it.
     pub fn spawn(self) -> Result<handle::RunHandle, Error> {
         let prepared = prepare::prepare_to_run(&self)?;
-        let (started, ending) = launch::start(&self, prepared)?;
-        Ok(handle::serve_from_threads(&self, started, ending))
+        let (events, receiver) = std::sync::mpsc::channel();
+        let start = Arc::new(StartGate::default());
+        let (on_network, network) = match prepared.egress.is_some() {
+            true => {
+                let (sink, sender) = handle::network_events(events.clone(), Arc::clone(&start));
+                (Some(sink), Some(sender))
+            }
+            false => (None, None),
+        };
+        let (started, ending) = launch::start(&self, prepared, on_network)?;
+        Ok(handle::serve_from_threads(
+            &self,
+            started,
+            ending,
+            (events, receiver),
+            start,
+            network,
+        ))
     }
 }

@@ -6,11 +6,14 @@ use std::time::Instant;
 
 use super::builder::Command;
 use super::handle::send_stop;
+use super::hints::HintFacts;
 use super::launch::{InitProcess, Started};
-use super::output::{Collector, Drained, StreamKind};
+use super::output::{Collector, StreamKind};
 use super::serve;
+use super::signals::BlockedSignals;
 use crate::cancel::CancelRegistration;
 use crate::error::{Error, SetupErrorKind};
+use crate::net::RunGate;
 use crate::policy::OutputLimitAction;
 use crate::result::{RunResult, RunStatus};
 use crate::spec::{InitEvent, Outcome, StopReason};
@@ -20,6 +23,8 @@ use crate::spec::{InitEvent, Outcome, StopReason};
 #[derive(Debug)]
 pub(super) struct Ending {
     pub init: InitProcess,
+    /// The egress gate serving a gated run, finished once the init is reaped.
+    pub gate: Option<RunGate>,
     pub backend: String,
     /// Warnings of the supervisor's own (an accepted degradation), before the init's.
     pub warnings: Vec<String>,
@@ -27,6 +32,8 @@ pub(super) struct Ending {
     pub start: Instant,
     pub capture: (bool, bool),
     pub keep: bool,
+    /// What a failed run's hints are judged from.
+    pub hints: HintFacts,
 }
 
 /// Serves a started run's pipes from the calling thread until they close, then ends it.
@@ -34,24 +41,35 @@ pub(super) fn serve_in_this_thread(
     command: &Command,
     started: Started,
     mut ending: Ending,
+    signals: Option<&BlockedSignals>,
 ) -> Result<RunResult, Error> {
     let policy = &command.sandbox.policy;
     let sinks = (
         command.stdout.blocking_sink(),
         command.stderr.blocking_sink(),
     );
+    // A terminal's output is for the person at it: no cap.
+    let stdout_cap = match command.tty {
+        true => u64::MAX,
+        false => policy.limits.stdout.0,
+    };
     let outputs = serve::Outputs {
-        stdout: Collector::new(StreamKind::Stdout, &sinks.0, policy.limits.stdout.0),
+        stdout: Collector::new(StreamKind::Stdout, &sinks.0, stdout_cap),
         stderr: Collector::new(StreamKind::Stderr, &sinks.1, policy.limits.stderr.0),
     };
     let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
     let control = Arc::new(Mutex::new(started.control));
     let cancel = stop_when_cancelled(command, &control);
-    let served = serve::serve(started.pipes, outputs, || {
-        if kill_on_overflow {
-            send_stop(&control, StopReason::OutputLimit);
-        }
-    });
+    let react = serve::Reactions {
+        on_overflow: || {
+            if kill_on_overflow {
+                send_stop(&control, StopReason::OutputLimit);
+            }
+        },
+        signals,
+        on_cancel: || send_stop(&control, StopReason::Cancelled),
+    };
+    let served = serve::serve(started.pipes, outputs, react);
     let result = ending.conclude(served);
     // Open until the init is gone: its end reading EOF means the supervisor died.
     drop((cancel, control));
@@ -78,17 +96,26 @@ impl Ending {
             .map_err(|e| Error::io("cannot wait for the init", e))?;
         let wall_ms = self.start.elapsed().as_millis() as u64;
         let mut result = assemble(&served.events, init_status, &self.backend, wall_ms);
+        // Every process of the run is gone: whatever the gate still holds open is closed now.
+        result.network = self.gate.take().map(RunGate::finish);
         result.warnings.splice(0..0, self.warnings.clone());
         result.details = self.details.clone();
         if !self.keep {
             result.workdir = None;
         }
+        if result.status == RunStatus::Cancelled {
+            result.cancel_signal = served.cancel_signal;
+        }
         let (stdout, stderr) = (&served.stdout, &served.stderr);
-        let text = |d: &Drained| String::from_utf8_lossy(&d.kept).into_owned();
-        result.stdout = self.capture.0.then(|| text(stdout));
-        result.stderr = self.capture.1.then(|| text(stderr));
+        if self.capture.0 {
+            result.set_stdout(&stdout.kept);
+        }
+        if self.capture.1 {
+            result.set_stderr(&stderr.kept);
+        }
         (result.stdout_truncated, result.stdout_bytes) = (stdout.truncated, stdout.total);
         (result.stderr_truncated, result.stderr_bytes) = (stderr.truncated, stderr.total);
+        self.hints.apply(&mut result);
         Ok(result)
     }
 }
@@ -99,28 +126,7 @@ fn assemble(
     backend: &str,
     wall_ms: u64,
 ) -> RunResult {
-    let mut result = RunResult {
-        status: RunStatus::SandboxError,
-        exit_code: None,
-        signal: None,
-        wall_ms,
-        cpu_user_ms: 0,
-        cpu_sys_ms: 0,
-        peak_memory_bytes: None,
-        stdout: None,
-        stderr: None,
-        stdout_truncated: false,
-        stderr_truncated: false,
-        stdout_bytes: 0,
-        stderr_bytes: 0,
-        backend: backend.to_string(),
-        isolation: Vec::new(),
-        error: None,
-        error_kind: None,
-        warnings: Vec::new(),
-        details: Vec::new(),
-        workdir: None,
-    };
+    let mut result = RunResult::blank(backend.to_string(), wall_ms);
     for event in events {
         match event {
             InitEvent::Started {
@@ -135,7 +141,7 @@ fn assemble(
             InitEvent::SetupFailed { error } => {
                 if result.error.is_none() {
                     result.error = Some(error.message.clone());
-                    result.error_kind = Some(error.kind);
+                    result.error_kind = Some(error.kind.into());
                 }
             }
             InitEvent::Finished(outcome) => apply_outcome(&mut result, outcome),
@@ -145,7 +151,7 @@ fn assemble(
         result.error = Some(format!(
             "the airlock init ended without a report ({init_status})"
         ));
-        result.error_kind = Some(SetupErrorKind::InitFailed);
+        result.error_kind = Some(SetupErrorKind::InitFailed.into());
     }
     result
 }

@@ -3,7 +3,9 @@
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::{Receiver, Sender};
+
+use airlock_egress::EventSink;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -53,18 +55,49 @@ pub(super) fn send_stop(control: &Mutex<std::fs::File>, reason: StopReason) {
     }
 }
 
-/// Starts a thread for each pipe of a started run.
-pub(super) fn serve_from_threads(command: &Command, started: Started, ending: Ending) -> RunHandle {
+/// The egress gate's sender of [`RunEvent::Network`]s, taken away when the init is gone (the
+/// gate itself lives until `wait`): the event channel then closes with the run, as a caller
+/// reading it to the end before waiting expects. Later events are in the result's report.
+pub(super) type NetworkSender = Arc<Mutex<Option<Sender<RunEvent>>>>;
+
+/// The egress gate's decisions as [`RunEvent::Network`]s on the handle's event channel, after
+/// the run's start (`Started` leads the events, as for output).
+pub(super) fn network_events(
+    events: Sender<RunEvent>,
+    start: Arc<StartGate>,
+) -> (EventSink, NetworkSender) {
+    let sender: NetworkSender = Arc::new(Mutex::new(Some(events)));
+    let slot = Arc::clone(&sender);
+    let sink: EventSink = Box::new(move |event| {
+        start.wait();
+        let guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(events) = guard.as_ref() {
+            let _ = events.send(RunEvent::Network(event.clone()));
+        }
+    });
+    (sink, sender)
+}
+
+/// Starts a thread for each pipe of a started run; `channel` carries the run's events.
+pub(super) fn serve_from_threads(
+    command: &Command,
+    started: Started,
+    ending: Ending,
+    channel: (Sender<RunEvent>, Receiver<RunEvent>),
+    start: Arc<StartGate>,
+    network: Option<NetworkSender>,
+) -> RunHandle {
     let policy = &command.sandbox.policy;
     let control = Arc::new(Mutex::new(started.control));
     let pipes = started.pipes;
-    let stdin_writer = pipes.stdin.map(|(pipe, bytes)| {
+    // A spawned run feeds its input bytes; relaying the caller's terminal is `run`'s.
+    let stdin_writer = pipes.stdin.map(|source| {
+        let (fd, bytes) = source.into_fd_and_bytes();
         std::thread::spawn(move || {
-            let _ = std::fs::File::from(pipe).write_all(&bytes);
+            let _ = std::fs::File::from(fd).write_all(&bytes);
         })
     });
-    let (event_tx, event_rx) = channel();
-    let start = Arc::new(StartGate::default());
+    let (event_tx, event_rx) = channel;
     let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
     let reader = |pipe: Option<OwnedFd>, sink: Sink, kind: StreamKind, cap: u64| {
         pipe.map(|fd| {
@@ -94,7 +127,7 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
         StreamKind::Stderr,
         policy.limits.stderr.0,
     );
-    let events_reader = spawn_event_reader(pipes.events, event_tx, start);
+    let events_reader = spawn_event_reader(pipes.events, event_tx, start, network);
     RunHandle {
         ending,
         cancel: super::finish::stop_when_cancelled(command, &control),
@@ -111,8 +144,9 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
 /// the output streams, as does the end of the events.
 fn spawn_event_reader(
     events: OwnedFd,
-    tx: std::sync::mpsc::Sender<RunEvent>,
+    tx: Sender<RunEvent>,
     start: Arc<StartGate>,
+    network: Option<NetworkSender>,
 ) -> JoinHandle<Vec<InitEvent>> {
     std::thread::spawn(move || {
         let mut log = serve::EventLog::default();
@@ -129,6 +163,9 @@ fn spawn_event_reader(
             }
         }
         start.open();
+        if let Some(network) = network {
+            network.lock().unwrap_or_else(|e| e.into_inner()).take();
+        }
         log.finish()
     })
 }
@@ -170,6 +207,7 @@ impl RunHandle {
             stdout,
             stderr,
             events,
+            cancel_signal: None,
         });
         drop(self.cancel.take());
         result
@@ -179,6 +217,7 @@ impl RunHandle {
 #[cfg(test)]
 mod tests {
     use std::io::Write;
+    use std::sync::mpsc::channel;
     use std::time::Duration;
 
     use super::*;
@@ -202,7 +241,7 @@ mod tests {
                 || {},
             )
         });
-        let events = spawn_event_reader(events_read, tx, start);
+        let events = spawn_event_reader(events_read, tx, start, None);
         let mut out = std::fs::File::from(out_write);
         out.write_all(b"early output").unwrap();
         drop(out);

@@ -20,12 +20,16 @@ use nix::unistd::Pid;
 
 use super::builder::{Command, Input, SandboxOptions, Sink};
 use super::finish::Ending;
+use super::hints::HintFacts;
 use super::prepare::Prepared;
 use super::serve;
+use super::terminal;
 use crate::error::Error;
 use crate::init::INIT_ARG;
 use crate::linux::sys::{self, Forked};
-use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD};
+use crate::net;
+use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD, GATE_FD};
+use airlock_egress::EventSink;
 
 /// A run whose init has its spec: the control pipe and the pipes the supervisor serves.
 pub(super) struct Started {
@@ -33,20 +37,32 @@ pub(super) struct Started {
     pub pipes: serve::Pipes,
 }
 
-/// Starts the init and sends it the spec.
-pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, Ending), Error> {
+/// Starts the init and sends it the spec; for a gated run, starts the egress gate once the
+/// sandbox hands it its sockets (`on_network` receives the gate's decisions as they happen).
+pub(super) fn start(
+    command: &Command,
+    prepared: Prepared,
+    on_network: Option<EventSink>,
+) -> Result<(Started, Ending), Error> {
     let Prepared {
         plan,
         spec,
         warnings,
+        egress,
     } = prepared;
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
-    let (stdio, stdin_pipe, out_pipes) = stdio_for(command)?;
+    let (stdio, stdin, out_pipes) = stdio_for(command)?;
     let launch = init_launch(&command.sandbox.options);
+    let channel = egress.as_ref().map(|_| net::Channel::new()).transpose()?;
+    let (gate_end, sandbox_end) = match channel {
+        Some(channel) => (Some(channel.gate_end), Some(channel.sandbox_end)),
+        None => (None, None),
+    };
     let pipes = InitPipes {
         control: control_read,
         events: events_write,
+        gate: sandbox_end,
     };
     let mut init = start_init(&launch, stdio, pipes, &spec)?;
     let mut control = std::fs::File::from(control_write);
@@ -57,8 +73,15 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
             return Err(Error::io("cannot send the run spec to the init", e));
         }
     }
-    let stdin = match (&command.stdin, stdin_pipe) {
-        (Input::Bytes(bytes), Some(pipe)) => Some((pipe, bytes.clone())),
+    let gate = match (egress, gate_end) {
+        (Some(egress), Some(gate_end)) => match net::start(egress, &gate_end, on_network) {
+            Ok(gate) => gate,
+            Err(e) => {
+                init.kill();
+                let _ = init.wait();
+                return Err(e);
+            }
+        },
         _ => None,
     };
     let started = Started {
@@ -72,6 +95,8 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
     };
     let ending = Ending {
         init,
+        hints: HintFacts::of(&plan),
+        gate,
         backend: plan.backend,
         warnings,
         details: plan.details,
@@ -90,34 +115,66 @@ pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
         .map_err(|e| Error::io("cannot create a pipe", e.into()))
 }
 
-/// The read ends of the program's stdout and stderr pipes (none on a terminal).
+/// The read ends of the program's stdout and stderr pipes (a terminal's master side alone).
 type OutputPipes = (Option<OwnedFd>, Option<OwnedFd>);
 
-/// The init's stdio, the write end of a stdin pipe to fill, and the output pipes to drain.
-fn stdio_for(command: &Command) -> Result<(InitStdio, Option<OwnedFd>, OutputPipes), Error> {
+/// The init's stdio, what feeds the program's input, and the output pipes to drain.
+fn stdio_for(
+    command: &Command,
+) -> Result<(InitStdio, Option<serve::StdinSource>, OutputPipes), Error> {
+    if command.tty {
+        return terminal_stdio(command);
+    }
     let mut stdio = InitStdio::default();
-    let mut stdin_bytes = None;
-    match command.stdin {
+    let mut stdin = None;
+    match &command.stdin {
         Input::Inherit => {}
-        Input::Null => {
-            let null = std::fs::File::open("/dev/null")
-                .map_err(|e| Error::io("cannot open /dev/null", e))?;
-            stdio.stdin = Some(null.into());
-        }
-        Input::Bytes(_) => {
+        Input::Null => stdio.stdin = Some(dev_null()?),
+        Input::Bytes(bytes) => {
             let (read, write) = pipe()?;
             stdio.stdin = Some(read);
-            stdin_bytes = Some(write);
+            stdin = Some(serve::StdinSource::Pipe(write, bytes.clone()));
         }
-    }
-    if command.tty {
-        return Ok((stdio, stdin_bytes, (None, None)));
     }
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
     stdio.stdout = Some(stdout_write);
     stdio.stderr = Some(stderr_write);
-    Ok((stdio, stdin_bytes, (Some(stdout_read), Some(stderr_read))))
+    Ok((stdio, stdin, (Some(stdout_read), Some(stderr_read))))
+}
+
+/// A terminal of the program's own: the slave side as all three of its stdio, the master
+/// side read as its output and written with its input (see [`super::terminal`]).
+fn terminal_stdio(
+    command: &Command,
+) -> Result<(InitStdio, Option<serve::StdinSource>, OutputPipes), Error> {
+    let pty = terminal::open_pty()?;
+    let copy = |fd: &OwnedFd| {
+        fd.try_clone()
+            .map_err(|e| Error::io("cannot duplicate the terminal", e))
+    };
+    let stdio = InitStdio {
+        stdin: Some(copy(&pty.slave)?),
+        stdout: Some(copy(&pty.slave)?),
+        stderr: Some(pty.slave),
+    };
+    let (bytes, relay) = match &command.stdin {
+        Input::Inherit => (Vec::new(), true),
+        Input::Null => (Vec::new(), false),
+        Input::Bytes(bytes) => (bytes.clone(), false),
+    };
+    let input = serve::StdinSource::Terminal {
+        master: copy(&pty.master)?,
+        bytes,
+        relay,
+    };
+    Ok((stdio, Some(input), (Some(pty.master), None)))
+}
+
+fn dev_null() -> Result<OwnedFd, Error> {
+    std::fs::File::open("/dev/null")
+        .map(OwnedFd::from)
+        .map_err(|e| Error::io("cannot open /dev/null", e))
 }
 
 /// An explicit init program (option or `AIRLOCK_INIT`) is always executed; otherwise the
@@ -149,11 +206,25 @@ struct InitStdio {
     stderr: Option<OwnedFd>,
 }
 
-/// The pipe ends the init keeps at [`CONTROL_FD`] and [`EVENTS_FD`].
+/// The pipe ends the init keeps at [`CONTROL_FD`] and [`EVENTS_FD`], and the egress gate's
+/// channel at [`GATE_FD`] for a gated run.
 #[derive(Debug)]
 struct InitPipes {
     control: OwnedFd,
     events: OwnedFd,
+    gate: Option<OwnedFd>,
+}
+
+impl InitPipes {
+    /// Where each descriptor goes in the init.
+    fn placements(&self) -> Vec<(RawFd, RawFd)> {
+        let mut placed = vec![
+            (self.control.as_raw_fd(), CONTROL_FD),
+            (self.events.as_raw_fd(), EVENTS_FD),
+        ];
+        placed.extend(self.gate.as_ref().map(|fd| (fd.as_raw_fd(), GATE_FD)));
+        placed
+    }
 }
 
 /// How to start the init: re-execute this binary, or fork when the supervisor allows it.
@@ -231,13 +302,10 @@ fn start_init(
     spawn(launch, stdio, pipes)
 }
 
-/// Where each of the init's descriptors goes: the pipes at [`CONTROL_FD`] and [`EVENTS_FD`],
-/// the given stdio at 0, 1 and 2 (an absent one is inherited).
+/// Where each of the init's descriptors goes: the pipes at [`CONTROL_FD`], [`EVENTS_FD`] (and
+/// [`GATE_FD`]), the given stdio at 0, 1 and 2 (an absent one is inherited).
 fn placements(stdio: &InitStdio, pipes: &InitPipes) -> Vec<(RawFd, RawFd)> {
-    let mut placed: Vec<(RawFd, RawFd)> = vec![
-        (pipes.control.as_raw_fd(), CONTROL_FD),
-        (pipes.events.as_raw_fd(), EVENTS_FD),
-    ];
+    let mut placed = pipes.placements();
     let standard = [&stdio.stdin, &stdio.stdout, &stdio.stderr];
     for (target, fd) in standard.into_iter().enumerate() {
         if let Some(fd) = fd {
@@ -251,7 +319,12 @@ fn placements(stdio: &InitStdio, pipes: &InitPipes) -> Vec<(RawFd, RawFd)> {
 /// are reset as exec would, and the child never returns into the supervisor's code.
 fn become_init(stdio: &InitStdio, pipes: &InitPipes, spec: &InitSpec) -> ! {
     let placed = placements(stdio, pipes);
-    if sys::place_fds_inheritable(&placed).is_err() || sys::close_from(EVENTS_FD + 1).is_err() {
+    let highest = placed
+        .iter()
+        .map(|(_, target)| *target)
+        .max()
+        .unwrap_or(EVENTS_FD);
+    if sys::place_fds_inheritable(&placed).is_err() || sys::close_from(highest + 1).is_err() {
         sys::exit_now(127);
     }
     sys::reset_caught_signals();
@@ -294,6 +367,7 @@ mod tests {
         let pipes = InitPipes {
             control: control_read,
             events: events_write,
+            gate: None,
         };
         let pid = sys::spawn_with_fds(
             std::path::Path::new("/bin/sh"),

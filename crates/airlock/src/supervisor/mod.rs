@@ -18,11 +18,17 @@ mod cleanup;
 mod describe;
 mod finish;
 mod handle;
+mod hints;
+mod input;
+mod judge;
 mod launch;
 mod output;
 mod prepare;
 mod serve;
+mod signals;
 mod standalone;
+mod terminal;
+mod workspace;
 
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};

@@ -36,7 +36,7 @@ impl StartGate {
         self.opened.notify_all();
     }
 
-    fn wait(&self) {
+    pub fn wait(&self) {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let _open = self
             .opened

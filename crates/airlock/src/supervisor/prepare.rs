@@ -6,12 +6,15 @@ use std::path::{Path, PathBuf};
 
 use super::builder::Command;
 use super::describe;
-use crate::backend::{self, Backend, PlanContext, Selected};
+use super::judge::{host_limit_warnings, judge, Judged};
+use super::workspace;
+use crate::backend::{self, Backend, PlanContext};
 use crate::confine::cgroup::CgroupLimits;
+use crate::confine::idmap::MappedPath;
 use crate::confine::Credentials;
 use crate::error::Error;
-use crate::layer::{self, Layer};
-use crate::plan::{Plan, Verdict};
+use crate::net::{self, EgressPlan};
+use crate::plan::Plan;
 use crate::policy::{BackendChoice, Policy};
 use crate::rundir::{self, MemoryScratch};
 use crate::spec::{CgroupRequest, Confinement, InitSpec, SpecLimits};
@@ -32,6 +35,8 @@ pub(super) struct Prepared {
     pub spec: InitSpec,
     /// Warnings the supervisor adds to the result (the init reports the others).
     pub warnings: Vec<String>,
+    /// The egress gate the supervisor starts once the sandbox hands it its sockets.
+    pub egress: Option<EgressPlan>,
 }
 
 /// Prepares a run, refusing a plan whose required layers are missing unless the caller
@@ -47,70 +52,149 @@ pub(super) fn prepare_to_run(command: &Command) -> Result<Prepared, Error> {
 /// Every decision about a run, in order; only `effects` decides what is touched on the host.
 pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, Error> {
     check_command(command)?;
-    let sandbox = &command.sandbox;
-    let (policy, options) = (&sandbox.policy, &sandbox.options);
+    let policy = &command.sandbox.policy;
     let selected = backend::select(policy)?;
-    let run_id = rundir::new_run_id();
-    let runtime = runtime_dir(command, effects)?;
-    let run_dir = runtime.join(&run_id);
-    let workdir = Workdir::of(command, &run_dir)?;
-    let cgroup = cgroup_request(command, &run_id);
-    let scratch = plan_scratch(
-        command,
-        selected.backend.as_ref(),
-        &runtime,
-        &run_dir,
-        &workdir,
-    );
-    let plan_env = program_env(policy, &command.env, &workdir.path, None);
-    let tool_cache = runtime.exists().then_some(runtime.as_path());
-    let ctx = PlanContext {
+    let network = Network::of(policy)?;
+    let placement = Placement::of(command, selected.backend.as_ref(), effects)?;
+    let plan_env = program_env(
         policy,
-        workdir: &workdir.path,
-        fresh_workdir: workdir.fresh,
-        keep: command.keep,
-        tty: command.tty,
-        run_dir: &run_dir,
-        tool_cache,
-        run_id: &run_id,
-        argv: &command.argv,
-        env: &plan_env,
-        cgroup: cgroup.as_ref(),
-        scratch: scratch.as_ref(),
-    };
+        &command.env,
+        &placement.workdir.path,
+        None,
+        &network.env,
+    );
     // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
     backend::check_policy_paths(policy)?;
-    let confinement = selected.backend.plan(&ctx)?;
-    let judged = judge(command, &selected, &confinement, scratch.as_ref(), &workdir);
+    let confinement = selected
+        .backend
+        .plan(&placement.context(command, &plan_env, &network))?;
+    let mut judged = judge(command, &selected, &confinement, &placement, &network);
+    let workdir_kind = placement.workdir.kind(command);
+    judged.warnings.extend(host_limit_warnings(policy));
+    let spec = init_spec(command, placement, confinement, &judged, &network);
+    let planned = describe::PlannedNetwork {
+        egress: network.egress.as_ref(),
+        unix_sockets: network.unix_sockets.clone(),
+    };
+    let mut plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy, planned);
+    plan.details.extend(workspace::details(&spec.mapped));
+    Ok(Prepared {
+        plan,
+        spec,
+        warnings: judged.warnings,
+        egress: network.egress,
+    })
+}
+
+/// The network of a run, decided before the backend plans it: the egress gate's plan (network
+/// `allowlist` or `report`), the host Unix sockets the program sees, and the proxy variables
+/// of its environment.
+pub(super) struct Network {
+    pub egress: Option<EgressPlan>,
+    pub unix_sockets: Vec<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+impl Network {
+    fn of(policy: &Policy) -> Result<Network, Error> {
+        let egress = net::plan(policy)?;
+        Ok(Network {
+            unix_sockets: net::unix_sockets(policy)?,
+            env: net::program_env(egress.as_ref()),
+            egress,
+        })
+    }
+}
+
+/// Where a run is placed on the host, decided before the backend plans it.
+pub(super) struct Placement {
+    run_id: String,
+    run_dir: PathBuf,
+    /// Where the host's tools' versions are remembered (the runtime directory, if it exists).
+    tool_cache: Option<PathBuf>,
+    pub workdir: Workdir,
+    cgroup: Option<CgroupRequest>,
+    pub scratch: Option<MemoryScratch>,
+    /// The caller's paths shown to the program as its own (see [`workspace`]).
+    pub mapped: Vec<MappedPath>,
+}
+
+impl Placement {
+    fn of(command: &Command, backend: &dyn Backend, effects: Effects) -> Result<Placement, Error> {
+        let run_id = rundir::new_run_id();
+        let runtime = runtime_dir(command, effects)?;
+        let run_dir = runtime.join(&run_id);
+        let workdir = Workdir::of(command, &run_dir)?;
+        let scratch = plan_scratch(command, backend, &runtime, &run_dir, &workdir);
+        let mapped = workspace::mapped_paths(command, backend, &workdir)?;
+        Ok(Placement {
+            mapped,
+            cgroup: cgroup_request(command, &run_id),
+            tool_cache: runtime.exists().then_some(runtime),
+            run_id,
+            run_dir,
+            workdir,
+            scratch,
+        })
+    }
+
+    /// The facts a backend plans from.
+    fn context<'a>(
+        &'a self,
+        command: &'a Command,
+        env: &'a [(String, String)],
+        network: &'a Network,
+    ) -> PlanContext<'a> {
+        PlanContext {
+            policy: &command.sandbox.policy,
+            workdir: &self.workdir.path,
+            fresh_workdir: self.workdir.fresh,
+            keep: command.keep,
+            tty: command.tty,
+            run_dir: &self.run_dir,
+            tool_cache: self.tool_cache.as_deref(),
+            run_id: &self.run_id,
+            argv: &command.argv,
+            env,
+            cgroup: self.cgroup.as_ref(),
+            scratch: self.scratch.as_ref(),
+            egress: network.egress.as_ref().map(|e| &e.sandbox),
+            unix_sockets: &network.unix_sockets,
+        }
+    }
+}
+
+/// The init's spec: the plan's confinement, placement and judged layers, in the init's terms.
+fn init_spec(
+    command: &Command,
+    placement: Placement,
+    confinement: Confinement,
+    judged: &Judged,
+    network: &Network,
+) -> InitSpec {
+    let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
     let tier0 = matches!(confinement, Confinement::Tier0);
-    let spec = InitSpec {
+    let workdir = placement.workdir;
+    let tmpdir = tier0.then(|| rundir::tmp_dir(&placement.run_dir));
+    InitSpec {
         argv: command.argv.clone(),
-        env: program_env(
-            policy,
-            &command.env,
-            &workdir.path,
-            tier0.then(|| rundir::tmp_dir(&run_dir)),
-        ),
-        run_dir,
-        workdir: workdir.path.clone(),
+        env: program_env(policy, &command.env, &workdir.path, tmpdir, &network.env),
+        run_dir: placement.run_dir,
         workdir_is_callers: !workdir.fresh,
+        workdir: workdir.path,
         keep: command.keep,
         limits: spec_limits(policy),
         credentials: credentials(policy),
-        cgroup,
+        cgroup: placement.cgroup,
         confinement,
         require: judged.require.clone(),
         allow_degraded: options.allow_degraded,
         accepted_missing: judged.accepted(),
         tty: command.tty,
-        scratch,
-    };
-    let plan = describe::plan(&selected, &spec, &judged, &workdir.kind(command), policy);
-    Ok(Prepared {
-        plan,
-        spec,
-        warnings: judged.warnings,
-    })
+        scratch: placement.scratch,
+        mapped: placement.mapped,
+        egress: network.egress.as_ref().map(|e| e.sandbox.clone()),
+    }
 }
 
 /// Refusals that need no plan: a command that cannot be represented, a program the policy
@@ -147,7 +231,10 @@ fn runtime_dir(command: &Command, effects: Effects) -> Result<PathBuf, Error> {
         return rundir::existing_runtime_dir(configured);
     }
     let runtime = rundir::runtime_dir(configured)?;
-    rundir::sweep_if_due(&runtime, options.cgroup_config().as_ref());
+    // The cgroups too when this run uses none: the sweep it may win stands for every run of
+    // this runtime directory, and a partial one would leave their abandoned cgroups for good.
+    let cgroup_config = options.cgroup.clone().unwrap_or_default();
+    rundir::sweep_if_due(&runtime, Some(&cgroup_config));
     Ok(runtime)
 }
 
@@ -219,127 +306,21 @@ fn plan_scratch(
     })
 }
 
-/// The layers a run must have. The profile's list grows by what its limits promise: when the
-/// sandbox creates the workdir, `limits.disk` and `limits.files` cap every writable area, so a
-/// backend that cannot cap them is refused unless the caller accepts the degradation.
-/// Explicit choices narrow the list: the host network means no network namespace, and backend
-/// `none` (which needs its own opt-in) means Tier 0.
-fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
-    let mut require = policy.require.clone();
-    // A profile that requires nothing asks for no refusals.
-    if owns_workdir && !require.is_empty() {
-        require.extend([Layer::DiskQuota, Layer::InodeQuota]);
-        require.sort();
-        require.dedup();
-    }
-    // Asking for the host network is asking for no network namespace.
-    if policy.has_network() {
-        require.retain(|l| *l != Layer::NetNs && *l != Layer::LandlockNet);
-    }
-    if policy.backend == BackendChoice::None {
-        let tier0 = backend::NoneBackend.probe().layers;
-        require.retain(|l| tier0.contains(l) || *l == Layer::Cgroup);
-    }
-    require
-}
-
-/// The required layers held against the plan, judged once (see [`crate::plan::judge`]).
-pub(super) struct Judged {
-    pub require: Vec<Layer>,
-    /// The layers the plan puts in force.
-    pub layers: Vec<Layer>,
-    pub missing: Vec<Layer>,
-    pub reason: Option<String>,
-    pub verdict: Verdict,
-    pub warnings: Vec<String>,
-}
-
-impl Judged {
-    /// The missing layers the caller accepted and was told about, which the init, checking
-    /// the layers really in force, does not warn about again.
-    fn accepted(&self) -> Vec<Layer> {
-        match self.verdict {
-            Verdict::RunsDegraded => self.missing.clone(),
-            _ => Vec::new(),
-        }
-    }
-}
-
-fn judge(
-    command: &Command,
-    selected: &Selected,
-    confinement: &Confinement,
-    scratch: Option<&MemoryScratch>,
-    workdir: &Workdir,
-) -> Judged {
-    let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
-    let backend = selected.backend.as_ref();
-    let probe = backend.quick_probe();
-    let layers = describe::planned_layers(confinement, &probe, scratch, workdir);
-    let require = required_layers(policy, workdir.owned);
-    // The cgroup is left to the init, which knows whether one could be created (rlimits
-    // stand in for it otherwise).
-    let judged_require: Vec<Layer> = require
-        .iter()
-        .copied()
-        .filter(|l| *l != Layer::Cgroup)
-        .collect();
-    let (missing, verdict) = crate::plan::judge(&judged_require, &layers, options.allow_degraded);
-    let reason = (!missing.is_empty()).then(|| missing_reason(&missing, &probe, confinement));
-    let warnings = match (&reason, verdict) {
-        (Some(reason), Verdict::RunsDegraded) => vec![format!(
-            "degraded: running without {} ({reason})",
-            layer::names(&missing)
-        )],
-        _ => Vec::new(),
-    };
-    Judged {
-        require,
-        layers,
-        missing,
-        reason,
-        verdict,
-        warnings,
-    }
-}
-
-/// Why required layers are missing: the backend's own problems on this host when it cannot
-/// give them here at all, else what this run's plan leaves out (a wrapping tool's writable
-/// areas are capped only by the init's tmpfs mounts).
-fn missing_reason(missing: &[Layer], probe: &backend::Probe, confinement: &Confinement) -> String {
-    let host_gap = missing.iter().any(|l| !probe.layers.contains(l));
-    if host_gap || !matches!(confinement, Confinement::Wrapped(_)) {
-        return match probe.problems.is_empty() {
-            true => "it does not provide them".to_string(),
-            false => probe.problems.join("; "),
-        };
-    }
-    let caps = missing
-        .iter()
-        .any(|l| matches!(l, Layer::DiskQuota | Layer::InodeQuota));
-    let hint = if caps {
-        ": a wrapping tool's writable areas are capped by the init's tmpfs mounts, which need CAP_SYS_ADMIN (run as root) and an in-memory run directory (no --disk-run-dir)"
-    } else {
-        ""
-    };
-    format!(
-        "this run's plan does not provide them{hint} (see the backend's row in docs/isolation.md)"
-    )
-}
-
-/// The program's complete environment: HOME, the policy's passed and fixed variables, then
-/// the command's own.
+/// The program's complete environment: HOME, the egress gate's proxy variables, the policy's
+/// passed and fixed variables, then the command's own.
 pub(super) fn program_env(
     policy: &Policy,
     extra: &[(String, String)],
     workdir: &Path,
     tmpdir: Option<PathBuf>,
+    network: &[(String, String)],
 ) -> Vec<(String, String)> {
     let mut env = std::collections::BTreeMap::new();
     env.insert("HOME".to_string(), workdir.display().to_string());
     if let Some(tmp) = tmpdir {
         env.insert("TMPDIR".to_string(), tmp.display().to_string());
     }
+    env.extend(network.iter().cloned());
     for name in &policy.env.pass {
         if let Ok(value) = std::env::var(name) {
             env.insert(name.clone(), value);

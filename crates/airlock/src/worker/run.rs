@@ -76,6 +76,8 @@ pub enum WorkerUpdate<'a> {
     Event(&'a WorkerEvent),
     /// A chunk of the worker's free-form stderr.
     Stderr(&'a [u8]),
+    /// A decision of the egress gate (network `allowlist` or `report`).
+    Network(&'a airlock_egress::GateEvent),
 }
 
 /// Counts of the events a worker emitted.
@@ -204,6 +206,9 @@ fn worker_identity(policy: &Policy) -> Option<(u32, u32)> {
 fn job_policy(policy: &Policy, staged: &StagedJob) -> Policy {
     let mut policy = policy.clone();
     policy.filesystem.workdir = Some(staged.job_dir.clone());
+    // The job directory is staged for the worker's user (in/ read-only, out/ its own): no
+    // owner mapping, which would hand it all of it, and no programs run from out/.
+    policy.filesystem.workspace = false;
     // options.json is not bound: binding a file inside the bound workdir needs a writable
     // mount point, and the worker gets a copy of the options anyway.
     policy.filesystem.read_only.push(staged.in_dir.clone());
@@ -271,6 +276,7 @@ impl Watch {
                 keep_tail(&mut self.stderr_tail, &chunk, STDERR_TAIL_BYTES);
             }
             RunEvent::Started { layers } => on_update(WorkerUpdate::Started(&layers)),
+            RunEvent::Network(event) => on_update(WorkerUpdate::Network(&event)),
         }
     }
 

@@ -248,17 +248,12 @@ pub async fn call(
             .min(CallOptions::default().max_result_bytes),
         ..CallOptions::default()
     };
-    let limits = &request.limits;
-    options.wall_time = limits.wall_time.map(|s| s.0);
-    options.cpu_time = limits.cpu_time.map(|s| s.0);
-    options.memory_bytes = limits.memory.map(|b| b.0);
-    options.processes = limits.processes;
-    options.stderr_bytes = limits.stderr.map(|b| b.0);
+    options.overrides.limits = resolve::limits_section(&request.limits);
     let tool_policy = airlock::call::tool_policy(&toolset, policy, &options)
         .map_err(|e| ApiError::invalid("invalid_policy", e.to_string(), "check the limits"))?;
     if let Err(v) = resolve::within_ceiling(
         &tool_policy,
-        None,
+        &[],
         false,
         &tenant.ceiling,
         tenant.default_policy(),
@@ -290,7 +285,7 @@ pub async fn call(
         policy: serde_json::to_value(&resolved.policy).ok(),
         created_ms: now_ms(),
     };
-    let work = Work::Call(CallWork {
+    let work = Work::Call(Box::new(CallWork {
         tool: ToolSpec::new(toolset, request.target.clone()),
         // No arguments given means none, not one `null`.
         args: match &request.args {
@@ -299,7 +294,7 @@ pub async fn call(
         },
         policy,
         options,
-    });
+    }));
     let job = prepare::job(&daemon, &caller, record, priority, resolved, work);
     call_response(&daemon, job).await
 }

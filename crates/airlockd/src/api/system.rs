@@ -90,7 +90,8 @@ pub async fn capabilities(
         "network_modes": {
             "none": {"available": true},
             "host": {"available": true},
-            "allowlist": {"available": false, "note": "needs the egress gate, which this daemon does not have yet"},
+            "allowlist": {"available": true, "note": "through the egress gate (docs/network.md); a backend that cannot carry the gate refuses the run, naming why"},
+            "report": {"available": true, "note": "any public address, every decision recorded: for trusted code"},
         },
         "interpreters": daemon.interpreters.allowed(),
         "limits": {

@@ -67,7 +67,14 @@ impl EventBody {
         }
     }
 
-    /// An output chunk as an event.
+    /// A decision of the egress gate, as the gate reports it (`decided` or `closed`, with the
+    /// name, address, port, rule and reason).
+    pub fn network(event: &airlock_egress::GateEvent) -> EventBody {
+        EventBody::Network {
+            decision: serde_json::to_value(event).unwrap_or_default(),
+        }
+    }
+
     /// The start of a run, with the layers in force by their JSON names.
     pub fn started(layers: &[airlock::Layer]) -> EventBody {
         EventBody::Started {

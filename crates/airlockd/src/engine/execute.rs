@@ -130,7 +130,7 @@ fn execute(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Work) -> 
     match work {
         Work::Command(work) => run_command(engine, live, resolved, work),
         Work::Worker(work) => run_worker(engine, live, resolved, work),
-        Work::Call(work) => run_call(live, work),
+        Work::Call(work) => run_call(live, *work),
     }
 }
 
@@ -195,6 +195,8 @@ fn stream_run(
                 live.log.push(EventBody::output(true, &chunk));
                 stderr.extend_from_slice(&chunk);
             }
+            RunEvent::Network(event) => live.log.push(EventBody::network(&event)),
+            _ => {}
         }
     }
     let result = handle.wait()?;
@@ -222,9 +224,12 @@ fn ending_of(
             if let Some(error) = &error {
                 count_setup_failure(engine, error["kind"].as_str().unwrap_or("init_failed"));
             }
+            let network = result.network.as_ref();
+            count_network_denials(engine, network);
             Ending {
                 status: status_name(&result),
                 backend: Some(result.backend.clone()),
+                network: network.and_then(|report| serde_json::to_value(report).ok()),
                 wall_ms: Some(result.wall_ms as i64),
                 result: serde_json::to_value(&result).ok(),
                 error,
@@ -270,6 +275,20 @@ fn init_setup_error(result: &RunResult) -> Option<serde_json::Value> {
         "message": result.error.clone().unwrap_or_default(),
         "fix": "read the message; GET /v1/capabilities shows what this host supports",
     }))
+}
+
+/// Each connection or name the gate refused counts as a denial (`network:<reason>`).
+fn count_network_denials(engine: &Engine, report: Option<&airlock_egress::NetworkReport>) {
+    let denied = report
+        .map(|r| r.decisions.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|d| d.decision == airlock_egress::report::Decision::Deny);
+    for decision in denied {
+        let reason = serde_json::to_value(decision.reason).unwrap_or_default();
+        let reason = reason.as_str().unwrap_or("other");
+        engine.metrics.deny(&format!("network:{reason}"));
+    }
 }
 
 fn count_setup_failure(engine: &Engine, reason: &str) {
@@ -324,6 +343,7 @@ fn worker_ending(engine: &Engine, live: &LiveRun, resolved: &Resolved, job: &Wor
                     live.log.push(body);
                 }
             }
+            WorkerUpdate::Network(event) => live.log.push(EventBody::network(event)),
             _ => {}
         },
     );

@@ -35,7 +35,7 @@ pub use execute::{CallWork, CommandWork, WorkerWork};
 pub enum Work {
     Command(CommandWork),
     Worker(WorkerWork),
-    Call(CallWork),
+    Call(Box<CallWork>),
 }
 
 /// A run ready to be admitted.

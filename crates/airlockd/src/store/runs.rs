@@ -51,31 +51,63 @@ pub struct RunRow {
     pub wall_ms: Option<i64>,
 }
 
-/// Events per INSERT statement: 5 parameters each, well within SQLite's 32,766 and
+/// Rows per INSERT statement: at most 7 parameters each, well within SQLite's 32,766 and
 /// PostgreSQL's 65,535.
-const EVENTS_PER_INSERT: usize = 1000;
+const ROWS_PER_INSERT: usize = 1000;
 
-/// One INSERT of `rows` events, numbered `$n` parameters (both databases read them). An event
-/// already stored (a retry after the status update failed) is skipped.
-fn events_insert(rows: usize) -> String {
+/// One INSERT of `rows` rows into `table (columns)`, numbered `$n` parameters (both databases
+/// read them). A row already stored (a retry after the status update failed) is skipped.
+fn rows_insert(table: &str, columns: &[&str], rows: usize) -> String {
+    let width = columns.len();
     let values: Vec<String> = (0..rows)
         .map(|row| {
-            let n = row * 5;
-            format!(
-                "(${}, ${}, ${}, ${}, ${})",
-                n + 1,
-                n + 2,
-                n + 3,
-                n + 4,
-                n + 5
-            )
+            let params: Vec<String> = (1..=width)
+                .map(|i| format!("${}", row * width + i))
+                .collect();
+            format!("({})", params.join(", "))
         })
         .collect();
     format!(
-        "INSERT INTO run_events (run_id, seq, at_ms, kind, data) VALUES {} \
-         ON CONFLICT DO NOTHING",
+        "INSERT INTO {table} ({}) VALUES {} ON CONFLICT DO NOTHING",
+        columns.join(", "),
         values.join(", ")
     )
+}
+
+const EVENT_COLUMNS: [&str; 5] = ["run_id", "seq", "at_ms", "kind", "data"];
+const DECISION_COLUMNS: [&str; 7] = [
+    "run_id", "seq", "at_ms", "decision", "reason", "host", "record",
+];
+
+/// One decision of the egress gate, as `run_network` keeps it (searchable by decision,
+/// reason and name; `record` is the gate's whole record).
+#[derive(Debug, Clone, PartialEq)]
+struct StoredDecision {
+    seq: i64,
+    decision: String,
+    reason: Option<String>,
+    host: Option<String>,
+    record: serde_json::Value,
+}
+
+/// The decisions of a network report (`NetworkReport` as JSON).
+fn decisions_of(report: Option<&serde_json::Value>) -> Vec<StoredDecision> {
+    let records = report
+        .and_then(|r| r["decisions"].as_array())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, record)| StoredDecision {
+            seq: record["id"].as_i64().unwrap_or(i as i64),
+            decision: text(&record["decision"]).unwrap_or_default(),
+            reason: text(&record["reason"]),
+            host: text(&record["name"]).or_else(|| text(&record["address"])),
+            record: record.clone(),
+        })
+        .collect()
 }
 
 /// Statuses after which nothing about a run changes.
@@ -104,6 +136,8 @@ pub struct Ending {
     pub result: Option<serde_json::Value>,
     pub error: Option<serde_json::Value>,
     pub outputs: Option<serde_json::Value>,
+    /// The egress gate's report (`NetworkReport`), for a gated run.
+    pub network: Option<serde_json::Value>,
     pub wall_ms: Option<i64>,
     /// When the run got its slot, and how long it waited (none if it never started).
     pub started_ms: Option<i64>,
@@ -132,7 +166,7 @@ impl Ending {
             result: self.result.clone(),
             error: self.error.clone(),
             outputs: self.outputs.clone(),
-            network: None,
+            network: self.network.clone(),
             created_ms: run.created_ms,
             started_ms: self.started_ms,
             ended_ms: Some(self.ended_ms),
@@ -275,9 +309,9 @@ impl Store {
         Ok(())
     }
 
-    /// Records how a run ended, with its events. The events go first and the terminal status
-    /// last, each statement its own commit (two round trips to the database, not a
-    /// transaction's four or more): a crash between them leaves a `running` record, which
+    /// Records how a run ended, with its events (and a gated run's network decisions). The
+    /// events go first and the terminal status last, each statement its own commit (two round
+    /// trips to the database, three for a gated run, not a transaction's four or more): a crash between them leaves a `running` record, which
     /// recovery marks lost, never a terminal record without its events. A run already marked
     /// terminal (lost by another node's verdict) is left as it is.
     pub async fn finish_run(
@@ -286,23 +320,13 @@ impl Store {
         ending: &Ending,
         events: &[StoredEvent],
     ) -> StoreResult<()> {
-        for chunk in events.chunks(EVENTS_PER_INSERT) {
-            let sql = events_insert(chunk.len());
-            let mut insert = sqlx::query(&sql);
-            for event in chunk {
-                insert = insert
-                    .bind(id)
-                    .bind(event.seq)
-                    .bind(event.at_ms)
-                    .bind(event.kind.as_str())
-                    .bind(event.data.to_string());
-            }
-            insert.execute(self.pool()).await?;
-        }
+        self.insert_events(id, events).await?;
+        self.insert_decisions(id, ending).await?;
         sqlx::query(
             "UPDATE runs SET status = $2, backend = $3, result = $4, error = $5, outputs = $6, \
              wall_ms = $7, ended_ms = $8, started_ms = COALESCE(started_ms, $9), \
-             queue_ms = COALESCE(queue_ms, $10) WHERE id = $1 AND status IN ('queued', 'running')",
+             queue_ms = COALESCE(queue_ms, $10), network = $11 \
+             WHERE id = $1 AND status IN ('queued', 'running')",
         )
         .bind(id)
         .bind(&ending.status)
@@ -314,8 +338,47 @@ impl Store {
         .bind(ending.ended_ms)
         .bind(ending.started_ms)
         .bind(ending.queue_ms)
+        .bind(text(&ending.network))
         .execute(self.pool())
         .await?;
+        Ok(())
+    }
+
+    async fn insert_events(&self, id: &str, events: &[StoredEvent]) -> StoreResult<()> {
+        for chunk in events.chunks(ROWS_PER_INSERT) {
+            let sql = rows_insert("run_events", &EVENT_COLUMNS, chunk.len());
+            let mut insert = sqlx::query(&sql);
+            for event in chunk {
+                insert = insert
+                    .bind(id)
+                    .bind(event.seq)
+                    .bind(event.at_ms)
+                    .bind(event.kind.as_str())
+                    .bind(event.data.to_string());
+            }
+            insert.execute(self.pool()).await?;
+        }
+        Ok(())
+    }
+
+    /// The gate's decisions, one row each (a third statement, only for a gated run).
+    async fn insert_decisions(&self, id: &str, ending: &Ending) -> StoreResult<()> {
+        let decisions = decisions_of(ending.network.as_ref());
+        for chunk in decisions.chunks(ROWS_PER_INSERT) {
+            let sql = rows_insert("run_network", &DECISION_COLUMNS, chunk.len());
+            let mut insert = sqlx::query(&sql);
+            for decision in chunk {
+                insert = insert
+                    .bind(id)
+                    .bind(decision.seq)
+                    .bind(ending.ended_ms)
+                    .bind(decision.decision.as_str())
+                    .bind(decision.reason.clone())
+                    .bind(decision.host.clone())
+                    .bind(decision.record.to_string());
+            }
+            insert.execute(self.pool()).await?;
+        }
         Ok(())
     }
 

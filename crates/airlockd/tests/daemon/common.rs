@@ -24,6 +24,7 @@ pub struct TestDaemon {
     pub child: Option<Child>,
     pub config: PathBuf,
     pub tcp: Option<String>,
+    pub netns: Option<String>,
 }
 
 /// The `airlockd` binary under test.
@@ -68,6 +69,9 @@ pub struct Options {
     pub tls: Option<(String, String)>,
     /// Extra lines in tenant gamma's table.
     pub gamma: String,
+    /// A network namespace (under /run/netns) the daemon runs in: a test world's gate
+    /// namespace, so its gates reach only the world's hosts.
+    pub netns: Option<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -96,6 +100,7 @@ impl TestDaemon {
             keys,
             child: None,
             tcp: None,
+            netns: options.netns.clone(),
         };
         daemon.write_config(&options);
         daemon.spawn();
@@ -223,7 +228,20 @@ memory = "256MiB"
             .append(true)
             .open(self.dir.path().join("daemon.log"))
             .unwrap();
-        let child = Command::new(airlockd_bin())
+        // Only the network namespace changes (`nsenter --net`): /sys and its cgroups stay the
+        // host's, and the socket is a path in the test's directory.
+        let mut command = match &self.netns {
+            Some(ns) => {
+                let mut nsenter = Command::new("nsenter");
+                nsenter
+                    .arg(format!("--net=/run/netns/{ns}"))
+                    .arg("--")
+                    .arg(airlockd_bin());
+                nsenter
+            }
+            None => Command::new(airlockd_bin()),
+        };
+        let child = command
             .arg("--config")
             .arg(&self.config)
             .env("AIRLOCKD_LOG", "info")

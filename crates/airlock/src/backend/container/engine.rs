@@ -5,7 +5,7 @@
 //! state (its database, storage, locks, conmon's files) lives under the run directory
 //! (`--root`/`--runroot`/`--tmpdir`), so the init's removal of the run directory removes it
 //! too and the host's `podman ps -a` never lists a run. conmon daemonizes: podman runs under
-//! a guard (`WrapSpec::guard_tool_tree`), a child subreaper that conmon and the container are
+//! a guard (`WrapStep::GuardToolTree`), a child subreaper that conmon and the container are
 //! reparented to, which the init kills with its tree and which kills them itself if the init
 //! is SIGKILLed.
 //!
@@ -124,6 +124,10 @@ fn isolation_flags(input: &EngineInput) -> Vec<String> {
     if !oci.host_network {
         flags.extend(["--network", "none"].map(String::from));
     }
+    // The egress gate's namespace, which the engine was started in: no bridge of its own.
+    if oci.gated {
+        flags.extend(["--network", "host"].map(String::from));
+    }
     flags.extend(
         [
             "--cap-drop",
@@ -192,7 +196,7 @@ fn mount_flags(input: &EngineInput) -> Vec<String> {
     );
     binds.extend(m.read_only.iter().map(|p| (p.clone(), p.clone(), false)));
     binds.extend(m.read_write.iter().map(|p| (p.clone(), p.clone(), true)));
-    binds.push((m.workdir.clone(), m.workdir.clone(), true));
+    binds.push((m.workdir.clone(), m.workdir.clone(), !m.workdir_read_only));
     // Parents before children, so a nested path is not hidden by a later mount of its parent.
     binds.sort_by_key(|(_, dst, _)| dst.components().count());
     for (source, destination, writable) in binds {
