@@ -286,7 +286,18 @@ impl Daemon {
                         .await;
                 }
             }
+            let reason = format!("its node {node} stopped sending heartbeats");
+            if let Ok(ids) = self.store.mark_sessions_lost(&node, &reason).await {
+                for id in ids {
+                    self.audit
+                        .system("session_lost", Some(&id), json!({"node": node}))
+                        .await;
+                }
+            }
         }
+        // This node was silent too long once (paused, cut off): sessions the fleet recorded
+        // lost meanwhile are ended here too, so none is served against its record.
+        self.sessions.drop_ended_elsewhere(&self.engine).await;
     }
 
     /// Removes records (and worker outputs) past their retention.

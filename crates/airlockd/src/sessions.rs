@@ -211,6 +211,24 @@ impl Sessions {
         }
     }
 
+    /// Ends (here) the live sessions whose record is no longer active: another node recorded
+    /// them lost while this one was silent.
+    pub async fn drop_ended_elsewhere(&self, engine: &Engine) {
+        let live = self.all();
+        if live.is_empty() {
+            return;
+        }
+        let Ok(rows) = self.store.active_sessions(Some(&self.node)).await else {
+            return;
+        };
+        for session in live {
+            if !rows.iter().any(|row| row.id == session.id) {
+                self.end(&session, engine, "lost", "the fleet recorded it lost")
+                    .await;
+            }
+        }
+    }
+
     /// After a restart: adopts the sessions whose workspace survived (their tmpfs is still
     /// mounted), records the others lost, and removes workspaces nobody owns.
     pub async fn recover(&self) -> Result<(), crate::store::StoreError> {

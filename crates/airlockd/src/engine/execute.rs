@@ -248,12 +248,16 @@ fn status_name(result: &RunResult) -> String {
         .unwrap_or_else(|| "sandbox_error".into())
 }
 
-/// A sandbox the library refused or failed to set up.
+/// A sandbox the library refused or failed to set up: the record's `result` is the library's
+/// own for a run that never started (`RunResult::not_started`, its typed `error_kind`), as the
+/// CLI's `--json` prints it.
 fn setup_error(engine: &Engine, error: &airlock::Error) -> Ending {
     let kind = error.kind().name();
     count_setup_failure(engine, kind);
+    let result = RunResult::not_started(error.kind(), error.to_string());
     Ending {
         status: "sandbox_error".into(),
+        result: serde_json::to_value(&result).ok(),
         error: Some(json!({
             "kind": kind,
             "message": error.to_string(),

@@ -149,6 +149,20 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
+    /// Records the active sessions of a silent `node` lost; returns their ids.
+    pub async fn mark_sessions_lost(&self, node: &str, reason: &str) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query(
+            "UPDATE sessions SET status = 'lost', end_reason = $2, ended_ms = $3 \
+             WHERE node = $1 AND status = 'active' RETURNING id",
+        )
+        .bind(node)
+        .bind(reason)
+        .bind(now_ms())
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
     pub async fn prune_sessions(&self, before_ms: i64) -> StoreResult<u64> {
         let done = sqlx::query("DELETE FROM sessions WHERE status <> 'active' AND ended_ms < $1")
             .bind(before_ms)

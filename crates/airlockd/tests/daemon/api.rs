@@ -55,6 +55,17 @@ async fn a_sandbox_error_names_the_librarys_kind() {
     assert_eq!(missing["status"], "sandbox_error", "{missing}");
     assert_eq!(missing["error"]["kind"], "program_not_found", "{missing}");
     assert_eq!(missing["result"]["error_kind"], "program_not_found");
+    // A refusal before anything started (the host network drops net_ns, which `untrusted`
+    // requires, and degradation was not accepted): the library's not-started result.
+    let refused = daemon
+        .client(&daemon.keys.alpha)
+        .run(json!({"command": ["/bin/true"], "policy": {"network": {"mode": "host"}}}))
+        .await
+        .json();
+    assert_eq!(refused["status"], "sandbox_error", "{refused}");
+    assert_eq!(refused["result"]["status"], "sandbox_error", "{refused}");
+    assert_eq!(refused["result"]["error_kind"], refused["error"]["kind"], "{refused}");
+    assert!(refused["result"]["isolation"].as_array().is_some_and(Vec::is_empty));
 }
 
 #[tokio::test(flavor = "multi_thread")]

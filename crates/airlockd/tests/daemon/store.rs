@@ -236,6 +236,17 @@ async fn two_daemons_share_one_postgresql_and_serve_each_others_runs() {
     crate::api::wait_status(&on_b, &stuck_id, "running").await;
     let mut a = a;
     a.kill();
+    // ... and A's sessions lost, with the reason.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let session = loop {
+        let session = on_b.get(&format!("/v1/sessions/{sid}")).await.json();
+        if session["status"] != "active" || std::time::Instant::now() > deadline {
+            break session;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(session["status"], "lost", "{session}");
+    assert!(session["end_reason"].as_str().unwrap_or_default().contains("node-a"), "{session}");
     let lost = on_b.wait_terminal(&stuck_id, Duration::from_secs(30)).await;
     assert_eq!(lost["status"], "lost", "{lost}");
     assert!(lost["error"]["message"]
