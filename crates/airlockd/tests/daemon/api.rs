@@ -64,8 +64,13 @@ async fn a_sandbox_error_names_the_librarys_kind() {
         .json();
     assert_eq!(refused["status"], "sandbox_error", "{refused}");
     assert_eq!(refused["result"]["status"], "sandbox_error", "{refused}");
-    assert_eq!(refused["result"]["error_kind"], refused["error"]["kind"], "{refused}");
-    assert!(refused["result"]["isolation"].as_array().is_some_and(Vec::is_empty));
+    assert_eq!(
+        refused["result"]["error_kind"], refused["error"]["kind"],
+        "{refused}"
+    );
+    assert!(refused["result"]["isolation"]
+        .as_array()
+        .is_some_and(Vec::is_empty));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -246,7 +246,13 @@ async fn two_daemons_share_one_postgresql_and_serve_each_others_runs() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(session["status"], "lost", "{session}");
-    assert!(session["end_reason"].as_str().unwrap_or_default().contains("node-a"), "{session}");
+    assert!(
+        session["end_reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("node-a"),
+        "{session}"
+    );
     let lost = on_b.wait_terminal(&stuck_id, Duration::from_secs(30)).await;
     assert_eq!(lost["status"], "lost", "{lost}");
     assert!(lost["error"]["message"]
