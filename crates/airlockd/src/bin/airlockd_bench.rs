@@ -282,11 +282,10 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
     println!("  library run():                 p50 {lib50:.2} ms, p90 {lib90:.2} ms");
     println!("  library spawn()+events+wait:   p50 {spawn50:.2} ms, p90 {spawn90:.2} ms (what the daemon calls)");
     println!("  API, unix socket, wait:        p50 {api50:.2} ms, p90 {api90:.2} ms");
-    let overhead = api50 - lib50;
-    println!(
-        "  target: API p50 - library run() p50 <= 1 ms: {overhead:.2} ms -> {}",
-        verdict(overhead <= 1.0)
-    );
+    // Informational: run() serves the run in the calling thread, a slower path than the
+    // spawn() the daemon uses, so this difference flatters the daemon. The target is judged
+    // on the paired figure below.
+    println!("  API p50 - library run() p50: {:.2} ms", api50 - lib50);
     println!(
         "  API p50 - library spawn() p50 (the daemon's own cost): {:.2} ms",
         api50 - spawn50
@@ -294,7 +293,7 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
     if !own.is_empty() {
         let (own50, own90) = (percentile(&mut own, 0.5), percentile(&mut own, 0.9));
         println!(
-            "  paired, per request: API time - the library's time in the daemon (Server-Timing): p50 {own50:.2} ms, p90 {own90:.2} ms -> {}",
+            "  target: paired, per request: API time - the library's time in the daemon (Server-Timing) p50 <= 1 ms: p50 {own50:.2} ms, p90 {own90:.2} ms -> {}",
             verdict(own50 <= 1.0)
         );
     }
