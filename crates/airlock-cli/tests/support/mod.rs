@@ -21,6 +21,7 @@ pub mod api {
     pub use airlock::policy::{load_profile, OutputLimitAction};
     pub use airlock::worker::run::{run_worker, WorkerJob, WorkerUpdate};
     pub use airlock::worker::{InputFile, WorkerEvent};
+    pub use airlock::warm::{WarmBudget, WarmOptions, WarmPool, WarmStats};
     pub use airlock::{Input, RunEvent, RunStatus, Sandbox, SandboxOptions};
 }
 

@@ -38,6 +38,8 @@ pub(super) enum SetupMessage {
     Layers(Vec<Layer>),
     Warning(String),
     Error(SetupError),
+    /// A warm sandbox's PID 1 is set up and waits for its command.
+    Ready,
 }
 
 /// What the child needs from the init besides the spec.

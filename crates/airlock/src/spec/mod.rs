@@ -65,6 +65,53 @@ pub struct InitSpec {
     /// [`MemoryScratch`]); `None` puts it on the host's runtime directory.
     #[serde(default)]
     pub scratch: Option<MemoryScratch>,
+    /// Files to write into the fresh workdir before the program starts (native backend).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<StagedFile>,
+    /// A prepared (warm) sandbox: everything is set up, then PID 1 waits for a [`WarmGo`]
+    /// (the command, relayed by the init from the control pipe) instead of using `argv`.
+    #[serde(default)]
+    pub warm: bool,
+}
+
+/// A file the sandbox's PID 1 writes into the workdir before the program starts.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StagedFile {
+    /// Relative to the workdir, without `..`; parent directories are created.
+    pub path: PathBuf,
+    pub contents: Vec<u8>,
+    /// Permission bits (e.g. `0o644`).
+    pub mode: u32,
+}
+
+impl StagedFile {
+    /// A relative path of plain components: it cannot leave the workdir.
+    pub fn has_plain_path(&self) -> bool {
+        use std::path::Component;
+        let mut parts = self.path.components().peekable();
+        parts.peek().is_some() && parts.all(|c| matches!(c, Component::Normal(_)))
+    }
+}
+
+/// Refuses staged files whose paths could leave the workdir.
+pub fn check_staged_files(files: &[StagedFile]) -> Result<(), crate::error::Error> {
+    match files.iter().find(|file| !file.has_plain_path()) {
+        Some(file) => Err(crate::error::Error::Command(format!(
+            "staged file {} must be a relative path without `..`",
+            file.path.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The part of a run a prepared sandbox learns last: sent length-prefixed on the control pipe
+/// once the init reported [`InitEvent::Ready`], relayed as is to the sandbox's PID 1.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct WarmGo {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    #[serde(default)]
+    pub files: Vec<StagedFile>,
 }
 
 /// Limits the init enforces itself.
@@ -130,8 +177,11 @@ pub enum InitEvent {
         #[serde(deserialize_with = "setup_error_or_text")]
         error: SetupError,
     },
-    /// The run is over and everything it left behind is gone.
+    /// The run is over and everything it left behind is gone (a warm run: the program and
+    /// every process of the run have ended; the init tears the sandbox down after sending it).
     Finished(Outcome),
+    /// A prepared sandbox is set up and waits for its [`WarmGo`].
+    Ready,
 }
 
 /// How the run ended, as the init saw it.

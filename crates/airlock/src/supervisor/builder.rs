@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
+use std::sync::Arc;
+
 use super::output::OutputSink;
+use super::standby::{self, StandbySource};
 use super::{finish, handle, launch, prepare};
 use crate::confine::cgroup::CgroupConfig;
 use crate::error::Error;
@@ -11,6 +14,7 @@ use crate::layer::Layer;
 use crate::plan::Plan;
 use crate::policy::Policy;
 use crate::result::RunResult;
+use crate::spec::StagedFile;
 
 /// How the sandbox itself is set up, as opposed to what the program may do (the policy).
 #[derive(Debug, Clone, Default)]
@@ -77,6 +81,9 @@ pub struct Command {
     pub(super) stderr: Sink,
     pub(super) keep: bool,
     pub(super) tty: bool,
+    pub(super) files: Vec<StagedFile>,
+    /// Where a prepared sandbox comes from (a command made by a warm pool).
+    pub(super) standby: Option<Arc<dyn StandbySource>>,
 }
 
 /// Where one output stream goes.
@@ -128,6 +135,8 @@ impl Sandbox {
             stderr: Sink::Capture,
             keep: false,
             tty: false,
+            files: Vec::new(),
+            standby: None,
         }
     }
 }
@@ -184,6 +193,24 @@ impl Command {
         self
     }
 
+    /// Writes a file into the run's fresh workdir before the program starts (`path` relative
+    /// to it; parent directories are made). Native backend, workdir made by the sandbox.
+    pub fn file(mut self, path: impl Into<PathBuf>, contents: impl Into<Vec<u8>>) -> Self {
+        self.files.push(StagedFile {
+            path: path.into(),
+            contents: contents.into(),
+            mode: 0o644,
+        });
+        self
+    }
+
+    /// Runs this command on a sandbox `source` prepared ahead (a warm pool's), or cold when
+    /// it has none ready.
+    pub(crate) fn with_standby(mut self, source: Arc<dyn StandbySource>) -> Self {
+        self.standby = Some(source);
+        self
+    }
+
     /// Keeps the run's working directory after the run.
     pub fn keep_workdir(mut self, keep: bool) -> Self {
         self.keep = keep;
@@ -207,6 +234,9 @@ impl Command {
 
     /// Runs to completion, serving the run's pipes from the calling thread.
     pub fn run(self) -> Result<RunResult, Error> {
+        if let Some((started, ending)) = standby::start_warm(&self)? {
+            return finish::serve_in_this_thread(&self, started, ending);
+        }
         let prepared = prepare::prepare_to_run(&self)?;
         let (started, ending) = launch::start(&self, prepared)?;
         finish::serve_in_this_thread(&self, started, ending)
@@ -214,6 +244,9 @@ impl Command {
 
     /// Starts the run and returns a handle to stream, cancel and wait for it.
     pub fn spawn(self) -> Result<handle::RunHandle, Error> {
+        if let Some((started, ending)) = standby::start_warm(&self)? {
+            return Ok(handle::serve_from_threads(&self, started, ending));
+        }
         let prepared = prepare::prepare_to_run(&self)?;
         let (started, ending) = launch::start(&self, prepared)?;
         Ok(handle::serve_from_threads(&self, started, ending))

@@ -26,6 +26,9 @@ pub(super) struct Ending {
     pub start: Instant,
     pub capture: (bool, bool),
     pub keep: bool,
+    /// A warm run's standby source, which reaps the init once the outcome is in (the init
+    /// tears the sandbox down after sending it).
+    pub retire: Option<std::sync::Arc<dyn super::standby::StandbySource>>,
 }
 
 /// Serves a started run's pipes from the calling thread until they close, then ends it.
@@ -59,10 +62,20 @@ pub(super) fn serve_in_this_thread(
 impl Ending {
     /// Reaps the init (every process of the run is gone by then) and builds the result.
     pub(super) fn conclude(&mut self, served: serve::Served) -> Result<RunResult, Error> {
-        let init_status = self
-            .init
-            .wait()
-            .map_err(|e| Error::io("cannot wait for the init", e))?;
+        let finished = served
+            .events
+            .iter()
+            .any(|event| matches!(event, InitEvent::Finished(_)));
+        let init_status = match (&self.retire, finished) {
+            (Some(source), true) => {
+                source.retire(self.init.id());
+                std::process::ExitStatus::default()
+            }
+            _ => self
+                .init
+                .wait()
+                .map_err(|e| Error::io("cannot wait for the init", e))?,
+        };
         let wall_ms = self.start.elapsed().as_millis() as u64;
         let mut result = assemble(&served.events, init_status, &self.backend, wall_ms);
         result.warnings.splice(0..0, self.warnings.clone());
@@ -126,6 +139,7 @@ fn assemble(
                 }
             }
             InitEvent::Finished(outcome) => apply_outcome(&mut result, outcome),
+            InitEvent::Ready => {}
         }
     }
     if result.status == RunStatus::SandboxError && result.error.is_none() {

@@ -90,7 +90,7 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
         StreamKind::Stderr,
         policy.limits.stderr.0,
     );
-    let events_reader = spawn_event_reader(pipes.events, event_tx);
+    let events_reader = spawn_event_reader(pipes.events, pipes.end_at_finished, event_tx);
     RunHandle {
         ending,
         control,
@@ -104,6 +104,7 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
 
 fn spawn_event_reader(
     events: OwnedFd,
+    end_at_finished: bool,
     tx: std::sync::mpsc::Sender<RunEvent>,
 ) -> JoinHandle<Vec<InitEvent>> {
     std::thread::spawn(move || {
@@ -117,6 +118,9 @@ fn spawn_event_reader(
                         layers: layers.clone(),
                     });
                 }
+            }
+            if end_at_finished && log.has_finished() {
+                break;
             }
         }
         log.finish()

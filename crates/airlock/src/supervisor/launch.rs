@@ -68,6 +68,7 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
             stdout: out_pipes.0,
             stderr: out_pipes.1,
             events: events_read,
+            end_at_finished: false,
         },
     };
     let ending = Ending {
@@ -81,6 +82,7 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
             command.stderr == Sink::Capture,
         ),
         keep: command.keep,
+        retire: None,
     };
     Ok((started, ending))
 }
@@ -135,6 +137,34 @@ fn init_launch(options: &SandboxOptions) -> InitLaunch {
     }
 }
 
+/// Executes an init (never forks one: a warm sandbox's init outlives the moment it was
+/// started in) with `stdio`, sends it `spec`, and returns it with its control pipe and the
+/// read end of its event pipe.
+pub(super) fn start_executed(
+    options: &SandboxOptions,
+    stdio: InitStdio,
+    spec: &InitSpec,
+) -> Result<(InitProcess, std::fs::File, OwnedFd), Error> {
+    let (control_read, control_write) = pipe()?;
+    let (events_read, events_write) = pipe()?;
+    let launch = InitLaunch {
+        may_fork: false,
+        ..init_launch(options)
+    };
+    let pipes = InitPipes {
+        control: control_read,
+        events: events_write,
+    };
+    let mut init = spawn(&launch, stdio, pipes)?;
+    let mut control = std::fs::File::from(control_write);
+    if let Err(e) = write_spec(&mut control, spec) {
+        init.kill();
+        let _ = init.wait();
+        return Err(Error::io("cannot send the run spec to the init", e));
+    }
+    Ok((init, control, events_read))
+}
+
 fn write_spec(control: &mut std::fs::File, spec: &InitSpec) -> std::io::Result<()> {
     let body = serde_json::to_vec(spec)?;
     control.write_all(&(body.len() as u64).to_le_bytes())?;
@@ -143,10 +173,10 @@ fn write_spec(control: &mut std::fs::File, spec: &InitSpec) -> std::io::Result<(
 
 /// The init's standard descriptors; `None` inherits the supervisor's own.
 #[derive(Debug, Default)]
-struct InitStdio {
-    stdin: Option<OwnedFd>,
-    stdout: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
+pub(super) struct InitStdio {
+    pub stdin: Option<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
 }
 
 /// The pipe ends the init keeps at [`CONTROL_FD`] and [`EVENTS_FD`].

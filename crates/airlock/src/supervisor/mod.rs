@@ -22,7 +22,9 @@ mod output;
 mod prepare;
 mod serve;
 mod standalone;
+mod standby;
 
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
 pub use standalone::StandaloneWrapper;
+pub(crate) use standby::{Readiness, Standby, StandbySource};

@@ -47,6 +47,7 @@ pub(super) fn prepare_to_run(command: &Command) -> Result<Prepared, Error> {
 /// Every decision about a run, in order; only `effects` decides what is touched on the host.
 pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, Error> {
     check_command(command)?;
+    crate::spec::check_staged_files(&command.files)?;
     let sandbox = &command.sandbox;
     let (policy, options) = (&sandbox.policy, &sandbox.options);
     let selected = backend::select(policy)?;
@@ -81,6 +82,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
     backend::check_policy_paths(policy)?;
     let confinement = selected.backend.plan(&ctx)?;
+    check_files(command, &confinement, &workdir)?;
     let judged = judge(command, &selected, &confinement, scratch.as_ref(), &workdir);
     let tier0 = matches!(confinement, Confinement::Tier0);
     let spec = InitSpec {
@@ -104,6 +106,8 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         accepted_missing: judged.accepted(),
         tty: command.tty,
         scratch,
+        files: command.files.clone(),
+        warm: false,
     };
     let plan = describe::plan(&selected, &spec, &judged, &workdir.kind(command), policy);
     Ok(Prepared {
@@ -115,7 +119,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
 
 /// Refusals that need no plan: a command that cannot be represented, a program the policy
 /// does not allow, and backend `none` without its opt-in.
-fn check_command(command: &Command) -> Result<(), Error> {
+pub(super) fn check_command(command: &Command) -> Result<(), Error> {
     if command.argv.iter().any(|a| a.contains('\0')) {
         return Err(Error::Command(
             "arguments must not contain NUL bytes".into(),
@@ -134,6 +138,19 @@ fn check_command(command: &Command) -> Result<(), Error> {
     let opted_in = options.dev || options.trusted_profile || policy.origin().allows_no_boundary();
     if policy.backend == BackendChoice::None && !opted_in {
         return Err(Error::UnisolatedRefused);
+    }
+    Ok(())
+}
+
+/// Files are staged by the native sandbox's PID 1, into a workdir made for the run.
+fn check_files(command: &Command, confinement: &Confinement, workdir: &Workdir) -> Result<(), Error> {
+    if command.files.is_empty() {
+        return Ok(());
+    }
+    if !matches!(confinement, Confinement::Native(_)) || !workdir.fresh {
+        return Err(Error::Command(
+            "files are staged into a workdir the sandbox makes, by the native backend; use the native backend without a workdir of your own, or write the files into your workdir yourself".into(),
+        ));
     }
     Ok(())
 }

@@ -20,6 +20,9 @@ pub(super) struct Pipes {
     pub stdout: Option<OwnedFd>,
     pub stderr: Option<OwnedFd>,
     pub events: OwnedFd,
+    /// Stop reading events at `Finished` (a warm run's init sends it before its teardown and
+    /// keeps the pipe until it exits).
+    pub end_at_finished: bool,
 }
 
 /// Where each output stream goes and how much of it is kept.
@@ -56,6 +59,7 @@ pub(super) fn serve(pipes: Pipes, mut outputs: Outputs, mut on_overflow: impl Fn
     .filter_map(|(fd, target)| fd.map(|fd| (std::fs::File::from(fd), target)))
     .collect();
     let mut events = EventLog::default();
+    let end_at_finished = pipes.end_at_finished;
     let mut buffer = vec![0u8; CHUNK];
     while !readers.is_empty() {
         let ready = wait_ready(&readers, stdin.as_ref());
@@ -76,6 +80,9 @@ pub(super) fn serve(pipes: Pipes, mut outputs: Outputs, mut on_overflow: impl Fn
                 Target::Stderr => outputs.stderr.take(chunk),
                 Target::Events => {
                     events.feed(chunk);
+                    if end_at_finished && events.has_finished() {
+                        closed.push(index);
+                    }
                     false
                 }
             };
@@ -176,6 +183,13 @@ impl EventLog {
         &self.seen[before..]
     }
 
+    /// Whether the run's outcome has arrived.
+    pub fn has_finished(&self) -> bool {
+        self.seen
+            .iter()
+            .any(|event| matches!(event, InitEvent::Finished(_)))
+    }
+
     /// The events so far; the text after the last newline counts as a line.
     pub fn finish(mut self) -> Vec<InitEvent> {
         let rest = std::mem::take(&mut self.partial);
@@ -241,6 +255,7 @@ mod tests {
                 stdout: Some(stdout_read),
                 stderr: Some(stderr_read),
                 events: events_read,
+                end_at_finished: false,
             };
             let _ = done_tx.send(serve(pipes, outputs, || {}).stderr.total);
         });

@@ -182,6 +182,12 @@ pub(super) fn usage(dirs: &[RunDir]) -> CgroupUsage {
     }
 }
 
+/// Writing to `memory.max_usage_in_bytes` sets it to the current usage.
+pub(super) fn reset_peak_memory(dirs: &[RunDir]) -> bool {
+    dir_with(dirs, "memory")
+        .is_some_and(|dir| write_control(&dir.join("memory.max_usage_in_bytes"), "0", "").is_ok())
+}
+
 /// Freezes the run so its members cannot fork while being killed; false if there is no
 /// freezer (the caller then relies on repeated kill rounds).
 pub(super) fn freeze(dirs: &[RunDir]) -> bool {
