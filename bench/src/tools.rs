@@ -18,16 +18,19 @@ pub struct Tool {
     pub descriptors: Vec<(i32, PathBuf)>,
     /// The run directory of each workload's planned run, for tools that set it up.
     pub run_dirs: Vec<(&'static str, PathBuf)>,
+    /// A warm configuration: runs go to this pool's prepared sandboxes, in this process.
+    pub warm: Option<std::sync::Arc<airlock::warm::WarmPool>>,
 }
 
 impl Tool {
-    fn prefixed(name: &str, prefix: Vec<String>) -> Tool {
+    pub fn prefixed(name: &str, prefix: Vec<String>) -> Tool {
         Tool {
             name: name.to_string(),
             prefix,
             per_workload: Vec::new(),
             descriptors: Vec::new(),
             run_dirs: Vec::new(),
+            warm: None,
         }
     }
 

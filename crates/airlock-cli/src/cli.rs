@@ -119,6 +119,10 @@ pub struct RunArgs {
     /// nothing: no run directory, cgroup or process is created.
     #[arg(long)]
     pub dry_run: bool,
+    /// Run on a sandbox prepared ahead (the warm path a daemon uses; stdin is read to its end
+    /// first). One CLI call gains no time from it: it prepares the sandbox, then runs.
+    #[arg(long, conflicts_with_all = ["tty", "keep", "dry_run"])]
+    pub warm: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,

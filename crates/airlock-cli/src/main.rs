@@ -7,6 +7,7 @@ mod conformance_cmd;
 mod exec_cmd;
 mod run;
 mod sandbox_flags;
+mod warm_cmd;
 mod worker_cmd;
 
 use std::process::ExitCode;

@@ -15,12 +15,19 @@ pub fn run(args: RunArgs) -> Result<u8> {
         .command
         .split_first()
         .context("no program given after --")?;
-    let mut command = sandbox
-        .command(program.clone())
-        .args(rest.iter().cloned())
-        .stdin_from(Input::Inherit)
-        .keep_workdir(args.keep)
-        .tty(args.tty);
+    let pool = args
+        .warm
+        .then(|| crate::warm_cmd::one_sandbox(&sandbox))
+        .transpose()?;
+    let mut command = match &pool {
+        Some(pool) => pool
+            .command(program.clone())
+            .stdin(crate::warm_cmd::read_stdin()?),
+        None => sandbox.command(program.clone()).stdin_from(Input::Inherit),
+    }
+    .args(rest.iter().cloned())
+    .keep_workdir(args.keep)
+    .tty(args.tty);
     for (key, value) in &args.profile.env {
         command = command.env(key.clone(), value.clone());
     }

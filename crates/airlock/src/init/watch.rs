@@ -70,7 +70,7 @@ pub(super) fn supervise(
     let (report_read, report_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(pipe_failed)?;
     let tool_status = super::wrapped::status_pipe(spec)?;
-    let go = super::standby::go_pipe(spec)?;
+    let go = super::standby::inherited_go(spec)?;
     let start = Instant::now();
     let child = fork_child(
         spec,
@@ -80,13 +80,13 @@ pub(super) fn supervise(
         tool_status.as_ref().map(|(_, write)| write.as_raw_fd()),
         super::standby::go_placement(go.as_ref()),
     )?;
-    drop((setup_write, report_write));
+    drop((setup_write, report_write, go));
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
     let mut watch = Watch::new(spec, run, control, child, start, setup_read);
     watch.report = Some(std::fs::File::from(report_read));
-    if let Some((_read, write)) = go {
-        watch.await_go(write);
+    if spec.warm {
+        watch.await_go();
     }
     watch.run_until_exit();
     watch.kill_everything();
@@ -237,7 +237,7 @@ impl<'a> Watch<'a> {
             + 1
     }
 
-    fn read_control(&mut self) {
+    pub(super) fn read_control(&mut self) {
         let mut buffer = [0u8; 256];
         match self.control.read(&mut buffer) {
             Ok(0) | Err(_) => {
@@ -327,6 +327,10 @@ impl<'a> Watch<'a> {
     fn cpu_used(&self) -> Option<Duration> {
         let ns = self.run.cgroup.as_ref()?.usage().cpu_usage_ns?;
         Some(Duration::from_nanos(ns).saturating_sub(self.cpu_base))
+    }
+
+    pub(super) fn stop_cause(&self) -> Option<StopCause> {
+        self.stop.map(|(cause, _)| cause)
     }
 
     pub(super) fn begin_stop(&mut self, cause: StopCause) {

@@ -22,6 +22,9 @@ pub use wrap::{HiddenFile, StartEvidence, WrapSpec, WrapStep};
 pub const CONTROL_FD: RawFd = 3;
 /// The event pipe's descriptor in the init: one [`InitEvent`] per line.
 pub const EVENTS_FD: RawFd = 4;
+/// A warm init's descriptor for the read end of the command pipe, which it hands to the
+/// sandbox's PID 1; the supervisor writes one [`WarmGo`] into it and closes it.
+pub const GO_FD: RawFd = 5;
 
 /// What every run without a boundary (backend `none`) warns about.
 pub const TIER0_WARNING: &str =
@@ -104,8 +107,8 @@ pub fn check_staged_files(files: &[StagedFile]) -> Result<(), crate::error::Erro
     }
 }
 
-/// The part of a run a prepared sandbox learns last: sent length-prefixed on the control pipe
-/// once the init reported [`InitEvent::Ready`], relayed as is to the sandbox's PID 1.
+/// The part of a run a prepared sandbox learns last: written by the supervisor, once the init
+/// reported [`InitEvent::Ready`], into the command pipe that the sandbox's PID 1 reads.
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 pub struct WarmGo {
     pub argv: Vec<String>,

@@ -25,7 +25,7 @@ use super::serve;
 use crate::error::Error;
 use crate::init::INIT_ARG;
 use crate::linux::sys::{self, Forked};
-use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD};
+use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD, GO_FD};
 
 /// A run whose init has its spec: the control pipe and the pipes the supervisor serves.
 pub(super) struct Started {
@@ -47,6 +47,7 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
     let pipes = InitPipes {
         control: control_read,
         events: events_write,
+        go: None,
     };
     let mut init = start_init(&launch, stdio, pipes, &spec)?;
     let mut control = std::fs::File::from(control_write);
@@ -143,6 +144,7 @@ fn init_launch(options: &SandboxOptions) -> InitLaunch {
 pub(super) fn start_executed(
     options: &SandboxOptions,
     stdio: InitStdio,
+    go: OwnedFd,
     spec: &InitSpec,
 ) -> Result<(InitProcess, std::fs::File, OwnedFd), Error> {
     let (control_read, control_write) = pipe()?;
@@ -154,6 +156,7 @@ pub(super) fn start_executed(
     let pipes = InitPipes {
         control: control_read,
         events: events_write,
+        go: Some(go),
     };
     let mut init = spawn(&launch, stdio, pipes)?;
     let mut control = std::fs::File::from(control_write);
@@ -184,6 +187,8 @@ pub(super) struct InitStdio {
 struct InitPipes {
     control: OwnedFd,
     events: OwnedFd,
+    /// A warm init's command pipe (read end).
+    go: Option<OwnedFd>,
 }
 
 /// How to start the init: re-execute this binary, or fork when the supervisor allows it.
@@ -290,13 +295,18 @@ fn spawn(launch: &InitLaunch, stdio: InitStdio, pipes: InitPipes) -> Result<Init
     init.stdin(or_inherit(stdio.stdin));
     init.stdout(or_inherit(stdio.stdout));
     init.stderr(or_inherit(stdio.stderr));
-    sys::map_fds_on_spawn(
-        &mut init,
-        [
-            (pipes.control.as_raw_fd(), CONTROL_FD),
-            (pipes.events.as_raw_fd(), EVENTS_FD),
-        ],
-    );
+    let (control, events) = (pipes.control.as_raw_fd(), pipes.events.as_raw_fd());
+    match &pipes.go {
+        Some(go) => sys::map_fds_on_spawn(
+            &mut init,
+            [
+                (control, CONTROL_FD),
+                (events, EVENTS_FD),
+                (go.as_raw_fd(), GO_FD),
+            ],
+        ),
+        None => sys::map_fds_on_spawn(&mut init, [(control, CONTROL_FD), (events, EVENTS_FD)]),
+    }
     init.spawn()
         .map(InitProcess::Spawned)
         .map_err(|cause| Error::Spawn {

@@ -143,7 +143,11 @@ pub(super) fn check_command(command: &Command) -> Result<(), Error> {
 }
 
 /// Files are staged by the native sandbox's PID 1, into a workdir made for the run.
-fn check_files(command: &Command, confinement: &Confinement, workdir: &Workdir) -> Result<(), Error> {
+fn check_files(
+    command: &Command,
+    confinement: &Confinement,
+    workdir: &Workdir,
+) -> Result<(), Error> {
     if command.files.is_empty() {
         return Ok(());
     }

@@ -35,6 +35,8 @@ pub trait StandbySource: Send + Sync + std::fmt::Debug {
 pub struct Standby {
     init: InitProcess,
     control: std::fs::File,
+    /// The command pipe's write end; its read end is the sandbox's PID 1's.
+    go: std::fs::File,
     stdin: OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
@@ -61,17 +63,7 @@ impl Standby {
     /// Starts preparing a sandbox for `sandbox`'s policy and options: plans the run as a cold
     /// one (refusing what a cold run would refuse), then starts its init. Does not wait.
     pub fn prepare(sandbox: &Sandbox) -> Result<Standby, Error> {
-        let placeholder = sandbox.command("/bin/true");
-        let mut prepared = prepare::prepare(&placeholder, Effects::Run)?;
-        if let Some(refused) = prepared.plan.refusal() {
-            return Err(refused);
-        }
-        if !matches!(prepared.spec.confinement, Confinement::Native(_)) {
-            return Err(Error::BackendUnavailable {
-                backend: prepared.plan.backend.clone(),
-                reason: "warm pools prepare native sandboxes only; choose backend = \"native\" (or auto on a host that has it) or run cold".into(),
-            });
-        }
+        let mut prepared = plan_standby(sandbox, Effects::Run)?;
         prepared.spec.warm = true;
         prepared.spec.argv = Vec::new();
         let (stdin_read, stdin) = launch::pipe()?;
@@ -82,10 +74,13 @@ impl Standby {
             stdout: Some(stdout_write),
             stderr: Some(stderr_write),
         };
-        let (init, control, events) = launch::start_executed(&sandbox.options, stdio, &prepared.spec)?;
+        let (go_read, go) = launch::pipe()?;
+        let (init, control, events) =
+            launch::start_executed(&sandbox.options, stdio, go_read, &prepared.spec)?;
         Ok(Standby {
             init,
             control,
+            go: std::fs::File::from(go),
             stdin,
             stdout,
             stderr,
@@ -96,6 +91,12 @@ impl Standby {
             details: prepared.plan.details.clone(),
             warnings: prepared.warnings,
         })
+    }
+
+    /// Whether sandboxes of `sandbox` can be prepared: what a cold run would refuse, and
+    /// backends other than native, are refused. Creates nothing.
+    pub fn check(sandbox: &Sandbox) -> Result<(), Error> {
+        plan_standby(sandbox, Effects::None).map(drop)
     }
 
     /// The event pipe, to poll for readiness.
@@ -152,6 +153,21 @@ impl Standby {
     }
 }
 
+/// A cold run's plan and spec for `sandbox`, refused unless it runs natively.
+fn plan_standby(sandbox: &Sandbox, effects: Effects) -> Result<prepare::Prepared, Error> {
+    let prepared = prepare::prepare(&sandbox.command("/bin/true"), effects)?;
+    if let Some(refused) = prepared.plan.refusal() {
+        return Err(refused);
+    }
+    if !matches!(prepared.spec.confinement, Confinement::Native(_)) {
+        return Err(Error::BackendUnavailable {
+            backend: prepared.plan.backend.clone(),
+            reason: "warm pools prepare native sandboxes only; choose backend = \"native\" (or auto on a host that has it) or run cold".into(),
+        });
+    }
+    Ok(prepared)
+}
+
 fn setup_failed(error: SetupError) -> Error {
     Error::io(
         format!("preparing a warm sandbox failed at {:?}", error.step),
@@ -200,7 +216,8 @@ fn start_on(
 ) -> Result<(Started, Ending), Error> {
     let Standby {
         init,
-        mut control,
+        control,
+        go: mut command_pipe,
         stdin,
         stdout,
         stderr,
@@ -217,11 +234,13 @@ fn start_on(
         env: prepare::program_env(policy, &command.env, &workdir, None),
         files: command.files.clone(),
     };
-    let body = serde_json::to_vec(&go).map_err(|e| Error::io("cannot encode the command", e.into()))?;
-    let sent = control
-        .write_all(&(body.len() as u64).to_le_bytes())
-        .and_then(|()| control.write_all(&body));
+    let body =
+        serde_json::to_vec(&go).map_err(|e| Error::io("cannot encode the command", e.into()))?;
+    // Straight to PID 1, which reads it to EOF: the init learns the run started when the
+    // program reports its layers.
     let start = Instant::now();
+    let sent = command_pipe.write_all(&body);
+    drop(command_pipe);
     if let Err(e) = sent {
         source.retire(init.id());
         return Err(Error::io("the warm sandbox's init is gone", e));

@@ -99,7 +99,10 @@ fn wait(shared: &Shared, preparing: &[Preparing], backoff_until: Option<Instant>
     let flagged = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
     if flagged(&fds[preparing.len()]) {
         let mut sink = [0u8; 64];
-        while matches!(nix::unistd::read(shared.wake.0.as_raw_fd(), &mut sink), Ok(1..)) {}
+        while matches!(
+            nix::unistd::read(shared.wake.0.as_raw_fd(), &mut sink),
+            Ok(1..)
+        ) {}
     }
     (0..preparing.len()).filter(|&i| flagged(&fds[i])).collect()
 }

@@ -102,7 +102,9 @@ impl WarmBudget {
     fn release(&self) {
         let _ = self
             .used
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| used.checked_sub(1));
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                used.checked_sub(1)
+            });
     }
 }
 
@@ -113,6 +115,8 @@ pub struct WarmStats {
     pub ready: usize,
     /// Sandboxes being prepared now.
     pub preparing: usize,
+    /// Used or retired sandboxes whose init is still tearing them down.
+    pub tearing_down: usize,
     /// Runs served by a prepared sandbox.
     pub served: u64,
     /// Warm commands that found no sandbox ready and ran cold.
@@ -142,6 +146,8 @@ struct Shared {
     /// A byte here wakes the filler (a sandbox was taken, or the pool shuts down).
     wake: (OwnedFd, OwnedFd),
     reap: Mutex<Option<Sender<u32>>>,
+    /// Inits retired and not yet reaped.
+    tearing_down: Arc<AtomicUsize>,
 }
 
 #[derive(Debug, Default)]
@@ -162,14 +168,13 @@ impl Sandbox {
 impl WarmPool {
     /// Starts the pool's filler, which prepares sandboxes in the background.
     pub fn new(sandbox: Sandbox, options: WarmOptions) -> Result<WarmPool, Error> {
-        // A first plan now, so a policy no run could use is refused here, not in the filler.
-        sandbox.command("/bin/true").plan().and_then(|plan| match plan.refusal() {
-            Some(refused) => Err(refused),
-            None => Ok(()),
-        })?;
+        // Refused here what every preparation would refuse, not in the filler.
+        Standby::check(&sandbox)?;
         let wake = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
             .map_err(|e| Error::io("cannot create a pipe", e.into()))?;
         let (reap_tx, reap_rx) = channel::<u32>();
+        let tearing_down = Arc::new(AtomicUsize::new(0));
+        let reaped = Arc::clone(&tearing_down);
         let shared = Arc::new(Shared {
             sandbox,
             options,
@@ -177,8 +182,14 @@ impl WarmPool {
             changed: Condvar::new(),
             wake,
             reap: Mutex::new(Some(reap_tx)),
+            tearing_down,
         });
-        let reaper = std::thread::spawn(move || reap_rx.into_iter().for_each(reap));
+        let reaper = std::thread::spawn(move || {
+            for pid in reap_rx {
+                reap(pid);
+                reaped.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
         let filler_shared = Arc::clone(&shared);
         let filler = std::thread::spawn(move || fill::run(&filler_shared));
         Ok(WarmPool {
@@ -200,7 +211,26 @@ impl WarmPool {
         let state = self.shared.lock();
         WarmStats {
             ready: state.ready.len(),
+            tearing_down: self.shared.tearing_down.load(Ordering::SeqCst),
             ..state.stats.clone()
+        }
+    }
+
+    /// Waits until the pool is at rest: `target` sandboxes ready, none being prepared and
+    /// none being torn down (for benchmarks and tests that must not overlap with it); true
+    /// when it is.
+    pub fn wait_settled(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let stats = self.stats();
+            let target = self.shared.options.target;
+            if stats.ready >= target && stats.preparing == 0 && stats.tearing_down == 0 {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 
@@ -233,8 +263,11 @@ impl WarmPool {
         if let Some(filler) = self.filler.take() {
             let _ = filler.join();
         }
-        let retired: Vec<u32> = self.shared.lock().ready.drain(..).map(|(s, _)| s.retire()).collect();
-        retired.into_iter().for_each(|pid| self.shared.retire(pid));
+        let ready: Vec<(Standby, Instant)> = self.shared.lock().ready.drain(..).collect();
+        for (standby, _) in ready {
+            self.shared.release_budget();
+            self.shared.retire_standby(standby);
+        }
         self.shared.reap.lock().map(|mut tx| tx.take()).ok();
         if let Some(reaper) = self.reaper.take() {
             let _ = reaper.join();
@@ -250,7 +283,9 @@ impl Drop for WarmPool {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn wake_filler(&self) {
@@ -275,18 +310,25 @@ impl StandbySource for Shared {
         drop(state);
         if taken.is_some() {
             self.release_budget();
-            self.wake_filler();
         }
         taken
     }
 
+    /// Also where a used sandbox is replaced: after its run, not while it runs, so that the
+    /// preparation does not compete with the run it replaces for the CPU.
     fn retire(&self, init_pid: u32) {
+        self.tearing_down.fetch_add(1, Ordering::SeqCst);
+        self.wake_filler();
         let sender = self.reap.lock().ok().and_then(|tx| tx.clone());
-        match sender {
-            Some(tx) if tx.send(init_pid).is_ok() => {}
-            // The pool is gone: reap on a thread of its own.
-            _ => drop(std::thread::spawn(move || reap(init_pid))),
+        if sender.is_some_and(|tx| tx.send(init_pid).is_ok()) {
+            return;
         }
+        // The pool is shut down: reap on a thread of its own.
+        let reaped = Arc::clone(&self.tearing_down);
+        std::thread::spawn(move || {
+            reap(init_pid);
+            reaped.fetch_sub(1, Ordering::SeqCst);
+        });
     }
 }
 

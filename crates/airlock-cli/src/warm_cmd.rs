@@ -1,0 +1,37 @@
+//! `airlock run --warm`: the run goes to a sandbox prepared ahead, through the same library
+//! path a daemon's runs take (a prepared sandbox waiting for its command, the outcome before
+//! the teardown). A one-shot CLI prepares that sandbox itself, so it gains no time: the flag
+//! exists so that the warm path can be exercised end to end (the attack suite runs through
+//! it). Speed comes from a long-lived process that keeps the pool: the daemon.
+
+use std::io::Read;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use airlock::warm::{WarmOptions, WarmPool};
+use airlock::Sandbox;
+
+/// A pool holding one prepared sandbox, ready.
+pub fn one_sandbox(sandbox: &Sandbox) -> Result<WarmPool> {
+    let mut options = WarmOptions::new(1);
+    options.parallel = 1;
+    let pool = sandbox.warm(options)?;
+    if !pool.wait_ready(1, Duration::from_secs(30)) {
+        let stats = pool.stats();
+        bail!(
+            "no warm sandbox became ready: {}",
+            stats.last_error.as_deref().unwrap_or("timed out")
+        );
+    }
+    Ok(pool)
+}
+
+/// A warm run takes its stdin as bytes: the CLI's own, read to its end.
+pub fn read_stdin() -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut bytes)
+        .context("cannot read stdin for the warm run")?;
+    Ok(bytes)
+}
