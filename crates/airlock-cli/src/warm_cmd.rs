@@ -27,9 +27,14 @@ pub fn one_sandbox(sandbox: &Sandbox) -> Result<WarmPool> {
     Ok(pool)
 }
 
-/// A warm run takes its stdin as bytes: the CLI's own, read to its end.
+/// A warm run takes its stdin as bytes: the CLI's own, read to its end; a terminal is never
+/// handed over (the program gets empty stdin).
 pub fn read_stdin() -> Result<Vec<u8>> {
+    use std::io::IsTerminal;
     let mut bytes = Vec::new();
+    if std::io::stdin().is_terminal() {
+        return Ok(bytes);
+    }
     std::io::stdin()
         .read_to_end(&mut bytes)
         .context("cannot read stdin for the warm run")?;
