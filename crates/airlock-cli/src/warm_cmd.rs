@@ -16,6 +16,7 @@ use airlock::Sandbox;
 pub fn one_sandbox(sandbox: &Sandbox) -> Result<WarmPool> {
     let mut options = WarmOptions::new(1);
     options.parallel = 1;
+    options.refill = false;
     let pool = sandbox.warm(options)?;
     if !pool.wait_ready(1, Duration::from_secs(30)) {
         let stats = pool.stats();

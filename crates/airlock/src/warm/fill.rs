@@ -67,10 +67,13 @@ fn start_preparations(shared: &Shared, preparing: &mut Vec<Preparing>, failures:
             }
         }
         match Standby::prepare(&shared.sandbox) {
-            Ok(standby) => preparing.push(Preparing {
-                standby,
-                since: Instant::now(),
-            }),
+            Ok(standby) => {
+                shared.lock().started += 1;
+                preparing.push(Preparing {
+                    standby,
+                    since: Instant::now(),
+                })
+            }
             Err(error) => {
                 shared.release_budget();
                 *failures += 1;
@@ -163,7 +166,9 @@ fn expire_idle(shared: &Shared) {
 
 impl Shared {
     fn wants_more(&self, preparing: usize) -> bool {
-        self.lock().ready.len() + preparing < self.options.target
+        let state = self.lock();
+        let below_target = state.ready.len() + preparing < self.options.target;
+        below_target && (self.options.refill || state.started < self.options.target)
     }
 
     fn set_preparing(&self, count: usize) {

@@ -55,6 +55,9 @@ pub struct WarmOptions {
     pub ready_timeout: Duration,
     /// A cap shared with other pools on the sandboxes ready or being prepared.
     pub budget: Option<WarmBudget>,
+    /// Replace each sandbox used (or expired); false prepares `target` once (a one-shot
+    /// caller, a burst measurement).
+    pub refill: bool,
 }
 
 impl WarmOptions {
@@ -66,6 +69,7 @@ impl WarmOptions {
             idle_expiry: Some(Duration::from_secs(600)),
             ready_timeout: Duration::from_secs(30),
             budget: None,
+            refill: true,
         }
     }
 }
@@ -155,6 +159,8 @@ struct State {
     ready: VecDeque<(Standby, Instant)>,
     shutdown: bool,
     stats: WarmStats,
+    /// Preparations started so far (without refill, at most `target`).
+    started: usize,
 }
 
 impl Sandbox {
