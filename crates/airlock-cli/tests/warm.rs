@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use support::api::{
-    load_profile, ErrorKind, Policy, RunStatus, Sandbox, SandboxOptions, WarmBudget, WarmOptions,
-    WarmPool,
+    load_profile, ErrorKind, Policy, RunStatus, Sandbox, SandboxOptions, WarmBudget,
+    WarmInterpreter, WarmOptions, WarmPool,
 };
 
 /// The tests look for leftovers named after this process: one at a time.
@@ -375,4 +375,110 @@ fn leftovers(pid: u32) -> Vec<String> {
         }
     }
     found
+}
+
+fn python_pool(preload: &[&str], target: usize) -> Option<WarmPool> {
+    if !support::sandbox_available() {
+        eprintln!("skipped: the native backend cannot run here");
+        return None;
+    }
+    let mut options = WarmOptions::new(target);
+    options.interpreter = Some(WarmInterpreter::python(support::PYTHON, preload));
+    let pool = untrusted().warm(options).unwrap();
+    assert!(pool.wait_ready(target, READY), "{:?}", pool.stats());
+    Some(pool)
+}
+
+/// A started interpreter runs the code as `python3 -c` would, with its modules already
+/// imported, the command's arguments, environment and stdin, and a cold run's isolation.
+#[test]
+fn a_started_interpreter_runs_code_with_its_modules_imported() {
+    let _serial = serial();
+    let Some(pool) = python_pool(&["json", "re"], 1) else {
+        return;
+    };
+    let code = "import sys, os\nprint('json' in sys.modules, 're' in sys.modules, sys.argv, os.environ['GREETING'], sys.stdin.read(), __name__)";
+    let warm = pool
+        .code(code)
+        .unwrap()
+        .arg("one")
+        .env("GREETING", "hi")
+        .stdin("input")
+        .run()
+        .unwrap();
+    assert!(warm.success(), "{warm:?}");
+    assert_eq!(
+        warm.stdout.as_deref(),
+        Some("True True ['-c', 'one'] hi input __main__\n")
+    );
+    let cold = untrusted()
+        .command(support::PYTHON)
+        .args(["-c", "pass"])
+        .run()
+        .unwrap();
+    assert_eq!(warm.isolation, cold.isolation);
+    let failing = pool.code("raise SystemExit(3)").unwrap();
+    pool.wait_ready(1, READY);
+    assert_eq!(failing.run().unwrap().exit_code, Some(3));
+    pool.wait_ready(1, READY);
+    let error = pool.code("1/0").unwrap().run().unwrap();
+    assert_eq!(error.exit_code, Some(1));
+    assert!(error
+        .stderr
+        .unwrap_or_default()
+        .contains("ZeroDivisionError"));
+}
+
+/// Each interpreter serves one run: a module attribute, an environment change, a file, the
+/// random sequence and the hash seed of one run are not the next one's.
+#[test]
+fn nothing_passes_between_runs_of_started_interpreters() {
+    let _serial = serial();
+    let Some(pool) = python_pool(&["json", "random"], 2) else {
+        return;
+    };
+    let probe = "import json, os, random\nprint(hasattr(json, 'marker'), 'MARK' in os.environ, os.path.exists('/tmp/mark'), random.random(), hash('airlock'))\njson.marker = 1\nos.environ['MARK'] = '1'\nopen('/tmp/mark', 'w').write('x')";
+    let first = pool.code(probe).unwrap().run().unwrap();
+    let second = pool.code(probe).unwrap().run().unwrap();
+    assert!(first.success() && second.success(), "{first:?} {second:?}");
+    let fields = |r: &airlock::RunResult| -> Vec<String> {
+        r.stdout
+            .as_deref()
+            .unwrap_or("")
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    let (a, b) = (fields(&first), fields(&second));
+    assert_eq!(&a[..3], ["False", "False", "False"], "{first:?}");
+    assert_eq!(&b[..3], ["False", "False", "False"], "{second:?}");
+    assert_ne!(a[3], b[3], "the random sequence repeated");
+    assert_ne!(a[4], b[4], "the hash seed repeated");
+}
+
+#[test]
+fn an_interpreter_that_cannot_start_is_reported() {
+    let _serial = serial();
+    if !support::sandbox_available() {
+        return;
+    }
+    let mut options = WarmOptions::new(1);
+    options.interpreter = Some(WarmInterpreter::python(
+        support::PYTHON,
+        &["no_such_module_xyz"],
+    ));
+    let pool = untrusted().warm(options).unwrap();
+    assert!(!pool.wait_ready(1, Duration::from_secs(5)));
+    let stats = pool.stats();
+    assert!(stats.failed > 0, "{stats:?}");
+    assert!(
+        stats.last_error.unwrap_or_default().contains("preloaded"),
+        "{:?}",
+        pool.stats()
+    );
+    let plain = untrusted().warm(WarmOptions::new(0)).unwrap();
+    assert_eq!(
+        plain.code("pass").unwrap_err().kind(),
+        ErrorKind::CommandInvalid
+    );
 }

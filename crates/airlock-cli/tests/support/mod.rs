@@ -19,7 +19,7 @@ pub mod api {
     pub use airlock::internals::{KEPT_MARKER, SWEEP_STAMP};
     pub use airlock::interp::InterpreterRegistry;
     pub use airlock::policy::{load_profile, OutputLimitAction};
-    pub use airlock::warm::{WarmBudget, WarmOptions, WarmPool, WarmStats};
+    pub use airlock::warm::{WarmBudget, WarmInterpreter, WarmOptions, WarmPool, WarmStats};
     pub use airlock::worker::run::{run_worker, WorkerJob, WorkerUpdate};
     pub use airlock::worker::{InputFile, WorkerEvent};
     pub use airlock::{ErrorKind, Input, Policy, RunEvent, RunStatus, Sandbox, SandboxOptions};

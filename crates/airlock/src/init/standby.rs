@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::child::{send_setup, SetupMessage};
-use super::watch::Watch;
+use super::watch::{StopCause, Watch};
 use super::{Kind, Setup, Step};
 use crate::error::SetupError;
 use crate::linux::sys;
-use crate::spec::{InitEvent, InitSpec, StagedFile, WarmGo, GO_FD};
+use crate::spec::{InitEvent, InitSpec, StagedFile, StopReason, WarmGo, GO_FD, WARM_STARTED_LINE};
 
 /// The command pipe's read end in the sandbox's PID 1 (after the setup, report and
 /// tool-status descriptors).
@@ -55,6 +55,10 @@ pub(super) fn command_for(spec: &InitSpec) -> Setup<Cow<'_, InitSpec>> {
         return Ok(Cow::Borrowed(spec));
     }
     send_setup(&SetupMessage::Ready);
+    // The program (an interpreter) starts now and waits for its code on stdin.
+    if spec.warm_prestart {
+        return Ok(Cow::Borrowed(spec));
+    }
     // Placed at CHILD_GO_FD by fork_child for this process alone.
     let mut pipe =
         std::fs::File::from(sys::claim_inherited_fd(CHILD_GO_FD).map_err(|e| {
@@ -111,42 +115,70 @@ pub(super) fn stage_files(workdir: &Path, files: &[StagedFile]) -> Setup<()> {
 }
 
 impl Watch<'_> {
-    /// A warm run's wait before it starts: reports the sandbox ready, then waits for the
-    /// program's first word on the setup pipe (its layers, or PID 1's error) and starts the
-    /// run's clocks. Returns at once when the sandbox failed or was retired; the watch loop
-    /// then sees it end as it would any run.
+    /// A warm run's wait before it starts: reports the sandbox ready when PID 1 says so, then
+    /// waits for the supervisor's word that the run started (it wrote the command or the
+    /// code) and starts the run's clocks. What the setup pipe carries meanwhile (a started
+    /// interpreter's layers) stays for the watch loop, which reports it once the run is on.
+    /// Returns at once when the sandbox failed or was retired; the watch loop then sees it end
+    /// as it would any run.
     pub(super) fn await_go(&mut self) {
-        let mut ready = false;
-        while self.main.is_none() && self.setup_pipe.is_some() && self.stop_cause().is_none() {
-            let (signals, control, setup) = self.wait_while_idle();
+        let mut setup_open = true;
+        while self.main.is_none() && self.stop_cause().is_none() {
+            let (signals, control, setup) = self.wait_while_idle(setup_open);
             if signals {
                 self.drain_signals();
                 self.reap_all();
             }
-            if control {
-                self.read_control();
-            }
             if setup {
-                self.read_setup();
-                if !ready && self.take_ready_line() {
-                    ready = true;
-                    super::send_event(&InitEvent::Ready);
-                }
-                if ready && (!self.setup_buffer.is_empty() || self.setup_pipe.is_none()) {
-                    self.start_run();
-                    return;
-                }
+                setup_open = self.read_setup_while_idle();
+            }
+            if control && self.read_started_line() {
+                self.start_run();
+                return;
             }
         }
     }
 
-    fn wait_while_idle(&self) -> (bool, bool, bool) {
+    /// Reads what PID 1 sent (keeping it for the watch loop) and reports readiness; false at
+    /// EOF, which the watch loop will see again.
+    fn read_setup_while_idle(&mut self) -> bool {
+        let mut chunk = [0u8; 4096];
+        let read = match self.setup_pipe.as_mut().map(|pipe| pipe.read(&mut chunk)) {
+            Some(Ok(n)) => n,
+            _ => 0,
+        };
+        self.setup_buffer.extend_from_slice(&chunk[..read]);
+        if self.take_ready_line() {
+            super::send_event(&InitEvent::Ready);
+        }
+        read > 0
+    }
+
+    /// Reads the control pipe: true at the supervisor's "started"; EOF (the sandbox retired,
+    /// or its supervisor died) and stop requests begin a stop.
+    fn read_started_line(&mut self) -> bool {
+        let mut line = [0u8; WARM_STARTED_LINE.len()];
+        match self.control.read(&mut line) {
+            Ok(n) if line[..n] == *WARM_STARTED_LINE => true,
+            Ok(0) | Err(_) => {
+                self.control_open = false;
+                self.begin_stop(StopCause::SupervisorGone);
+                false
+            }
+            Ok(_) => {
+                self.begin_stop(StopCause::Requested(StopReason::Cancelled));
+                false
+            }
+        }
+    }
+
+    fn wait_while_idle(&self, setup_open: bool) -> (bool, bool, bool) {
         let mut fds = vec![PollFd::new(self.run.signals.as_fd(), PollFlags::POLLIN)];
         if self.control_open {
             fds.push(PollFd::new(self.control.as_fd(), PollFlags::POLLIN));
         }
         let setup_index = fds.len();
-        if let Some(pipe) = &self.setup_pipe {
+        if let Some(pipe) = self.setup_pipe.as_ref().filter(|_| setup_open) {
             fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
         }
         if poll(&mut fds, PollTimeout::NONE).unwrap_or(0) <= 0 {

@@ -237,7 +237,7 @@ impl<'a> Watch<'a> {
             + 1
     }
 
-    pub(super) fn read_control(&mut self) {
+    fn read_control(&mut self) {
         let mut buffer = [0u8; 256];
         match self.control.read(&mut buffer) {
             Ok(0) | Err(_) => {

@@ -75,6 +75,10 @@ pub struct InitSpec {
     /// (the command, relayed by the init from the control pipe) instead of using `argv`.
     #[serde(default)]
     pub warm: bool,
+    /// A warm sandbox whose program (`argv`: an interpreter with what it preloads) starts
+    /// ahead too, and then waits on its stdin for the code to run.
+    #[serde(default)]
+    pub warm_prestart: bool,
 }
 
 /// A file the sandbox's PID 1 writes into the workdir before the program starts.
@@ -95,6 +99,10 @@ impl StagedFile {
         parts.peek().is_some() && parts.all(|c| matches!(c, Component::Normal(_)))
     }
 }
+
+/// The control line with which the supervisor tells a warm init that its run has started
+/// (the command went to PID 1, or the code to the started interpreter).
+pub const WARM_STARTED_LINE: &[u8] = b"\"started\"\n";
 
 /// Refuses staged files whose paths could leave the workdir.
 pub fn check_staged_files(files: &[StagedFile]) -> Result<(), crate::error::Error> {

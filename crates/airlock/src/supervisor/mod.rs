@@ -27,4 +27,4 @@ mod standby;
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
 pub use standalone::StandaloneWrapper;
-pub(crate) use standby::{Readiness, Standby, StandbySource};
+pub(crate) use standby::{Prestart, Readiness, Standby, StandbySource};

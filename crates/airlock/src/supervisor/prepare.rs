@@ -108,6 +108,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         scratch,
         files: command.files.clone(),
         warm: false,
+        warm_prestart: false,
     };
     let plan = describe::plan(&selected, &spec, &judged, &workdir.kind(command), policy);
     Ok(Prepared {

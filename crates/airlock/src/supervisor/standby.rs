@@ -8,7 +8,7 @@
 //! The pool that keeps standbys ready is `crate::warm`; this file knows nothing of it.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,6 +20,15 @@ use super::prepare::{self, Effects};
 use super::serve;
 use crate::error::{Error, SetupError};
 use crate::spec::{Confinement, InitEvent, WarmGo};
+
+/// A program a standby starts ahead of its run (an interpreter that then reads its code on
+/// stdin: see `crate::warm`).
+#[derive(Debug, Clone)]
+pub struct Prestart {
+    pub argv: Vec<String>,
+    /// What the program writes on stdout when it is ready, before anything else.
+    pub ready_marker: &'static [u8],
+}
 
 /// Where a warm command gets its prepared sandbox, and where the sandbox's init goes to be
 /// reaped after the run. `crate::warm::WarmPool` is the implementation.
@@ -42,6 +51,9 @@ pub struct Standby {
     stderr: OwnedFd,
     events: std::fs::File,
     event_bytes: Vec<u8>,
+    /// A started interpreter's ready marker, when the sandbox has one, and what of it came.
+    prestart: Option<(&'static [u8], Vec<u8>)>,
+    init_ready: bool,
     workdir: PathBuf,
     backend: String,
     details: Vec<String>,
@@ -62,10 +74,14 @@ pub enum Readiness {
 impl Standby {
     /// Starts preparing a sandbox for `sandbox`'s policy and options: plans the run as a cold
     /// one (refusing what a cold run would refuse), then starts its init. Does not wait.
-    pub fn prepare(sandbox: &Sandbox) -> Result<Standby, Error> {
+    pub fn prepare(sandbox: &Sandbox, prestart: Option<&Prestart>) -> Result<Standby, Error> {
         let mut prepared = plan_standby(sandbox, Effects::Run)?;
         prepared.spec.warm = true;
         prepared.spec.argv = Vec::new();
+        if let Some(prestart) = prestart {
+            prepared.spec.argv = prestart.argv.clone();
+            prepared.spec.warm_prestart = true;
+        }
         let (stdin_read, stdin) = launch::pipe()?;
         let (stdout, stdout_write) = launch::pipe()?;
         let (stderr, stderr_write) = launch::pipe()?;
@@ -86,6 +102,8 @@ impl Standby {
             stderr,
             events: std::fs::File::from(events),
             event_bytes: Vec::new(),
+            prestart: prestart.map(|p| (p.ready_marker, Vec::new())),
+            init_ready: false,
             workdir: prepared.spec.workdir.clone(),
             backend: prepared.plan.backend.clone(),
             details: prepared.plan.details.clone(),
@@ -99,14 +117,20 @@ impl Standby {
         plan_standby(sandbox, Effects::None).map(drop)
     }
 
-    /// The event pipe, to poll for readiness.
-    pub fn events_fd(&self) -> BorrowedFd<'_> {
-        self.events.as_fd()
+    /// What to poll for readiness: the event pipe, then a started interpreter's stdout.
+    pub fn readiness_fd(&self) -> BorrowedFd<'_> {
+        match (&self.prestart, self.init_ready) {
+            (Some(_), true) => self.stdout.as_fd(),
+            _ => self.events.as_fd(),
+        }
     }
 
     /// Reads what the init has sent; call when [`Standby::events_fd`] is readable (it blocks
     /// otherwise).
     pub fn read_readiness(&mut self) -> Readiness {
+        if self.init_ready {
+            return self.read_marker();
+        }
         let mut chunk = [0u8; 4096];
         let n = match self.events.read(&mut chunk) {
             Ok(0) | Err(_) => 0,
@@ -124,12 +148,36 @@ impl Standby {
         if let Some(error) = self.setup_failure() {
             return Readiness::Failed(error);
         }
-        let ready = self.event_bytes.ends_with(b"\n")
+        self.init_ready = self.event_bytes.ends_with(b"\n")
             && self.lines().any(|event| matches!(event, InitEvent::Ready));
-        if ready {
-            Readiness::Ready
-        } else {
-            Readiness::Pending
+        match (self.init_ready, &self.prestart) {
+            (true, None) => Readiness::Ready,
+            _ => Readiness::Pending,
+        }
+    }
+
+    /// A started interpreter's ready marker on stdout, read exactly (what follows is the
+    /// run's output).
+    fn read_marker(&mut self) -> Readiness {
+        let Some((marker, seen)) = self.prestart.as_mut() else {
+            return Readiness::Ready;
+        };
+        let mut chunk = vec![0u8; marker.len() - seen.len()];
+        let n = nix::unistd::read(self.stdout.as_raw_fd(), &mut chunk).unwrap_or(0);
+        if n == 0 {
+            return Readiness::Failed(Error::io(
+                "the warm sandbox's interpreter exited before it was ready (does every preloaded module import?)",
+                std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+            ));
+        }
+        seen.extend_from_slice(&chunk[..n]);
+        match (seen.len() == marker.len(), seen == marker) {
+            (false, _) => Readiness::Pending,
+            (true, true) => Readiness::Ready,
+            (true, false) => Readiness::Failed(Error::io(
+                "the warm sandbox's interpreter wrote something else than its ready marker",
+                std::io::Error::from(std::io::ErrorKind::InvalidData),
+            )),
         }
     }
 
@@ -168,6 +216,28 @@ fn plan_standby(sandbox: &Sandbox, effects: Effects) -> Result<prepare::Prepared
     Ok(prepared)
 }
 
+/// What a started interpreter reads on stdin: the length, then JSON of the code (argv
+/// `[interpreter, "-c", code, args...]`), its arguments and its environment.
+fn code_request(go: &WarmGo) -> Result<Vec<u8>, Error> {
+    let (Some("-c"), Some(code)) = (go.argv.get(1).map(String::as_str), go.argv.get(2)) else {
+        return Err(Error::Command(
+            "a pool with a started interpreter runs code: use WarmPool::code".into(),
+        ));
+    };
+    if !go.files.is_empty() {
+        return Err(Error::Command(
+            "a pool with a started interpreter does not stage files; use a warm pool without one"
+                .into(),
+        ));
+    }
+    let request = serde_json::json!({ "code": code, "args": &go.argv[3..], "env": &go.env });
+    let body =
+        serde_json::to_vec(&request).map_err(|e| Error::io("cannot encode the code", e.into()))?;
+    let mut framed = (body.len() as u64).to_le_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    Ok(framed)
+}
+
 fn setup_failed(error: SetupError) -> Error {
     Error::io(
         format!("preparing a warm sandbox failed at {:?}", error.step),
@@ -186,7 +256,7 @@ pub(super) fn start_warm(command: &Command) -> Result<Option<(Started, Ending)>,
     let Some(standby) = source.take() else {
         return Ok(None);
     };
-    Ok(start_on(command, standby, source).ok())
+    start_on(command, standby, source)
 }
 
 /// What a warm run cannot do, refused before a standby is spent.
@@ -208,15 +278,17 @@ fn check_warm_command(command: &Command) -> Result<(), Error> {
     prepare::check_command(command)
 }
 
-/// Hands `command` to a ready standby and returns the run as a cold start would.
+/// Hands `command` to a ready standby and returns the run as a cold start would; `None` when
+/// the standby's init is gone (the command then runs cold).
 fn start_on(
     command: &Command,
     standby: Standby,
     source: Arc<dyn StandbySource>,
-) -> Result<(Started, Ending), Error> {
+) -> Result<Option<(Started, Ending)>, Error> {
+    let prestarted = standby.prestart.is_some();
     let Standby {
         init,
-        control,
+        mut control,
         go: mut command_pipe,
         stdin,
         stdout,
@@ -234,21 +306,35 @@ fn start_on(
         env: prepare::program_env(policy, &command.env, &workdir, None),
         files: command.files.clone(),
     };
-    let body =
-        serde_json::to_vec(&go).map_err(|e| Error::io("cannot encode the command", e.into()))?;
-    // Straight to PID 1, which reads it to EOF: the init learns the run started when the
-    // program reports its layers.
     let start = Instant::now();
-    let sent = command_pipe.write_all(&body);
-    drop(command_pipe);
-    if let Err(e) = sent {
-        source.retire(init.id());
-        return Err(Error::io("the warm sandbox's init is gone", e));
-    }
-    let stdin = match &command.stdin {
-        Input::Bytes(bytes) => Some((stdin, bytes.clone())),
-        _ => None,
+    let mut stdin_bytes = match &command.stdin {
+        Input::Bytes(bytes) => bytes.clone(),
+        _ => Vec::new(),
     };
+    // The command goes straight to PID 1 (which reads it to EOF), or the code to the
+    // interpreter started in the sandbox (ahead of the program's own stdin); then the init
+    // starts the run's clocks.
+    let sent = if prestarted {
+        match code_request(&go) {
+            Ok(request) => drop(stdin_bytes.splice(0..0, request)),
+            Err(e) => {
+                source.retire(init.id());
+                return Err(e);
+            }
+        }
+        Ok(())
+    } else {
+        serde_json::to_vec(&go)
+            .map_err(std::io::Error::from)
+            .and_then(|body| command_pipe.write_all(&body))
+    };
+    drop(command_pipe);
+    let sent = sent.and_then(|()| control.write_all(crate::spec::WARM_STARTED_LINE));
+    if sent.is_err() {
+        source.retire(init.id());
+        return Ok(None);
+    }
+    let stdin = (!stdin_bytes.is_empty()).then_some((stdin, stdin_bytes));
     let started = Started {
         control,
         pipes: serve::Pipes {
@@ -272,5 +358,5 @@ fn start_on(
         keep: false,
         retire: Some(source),
     };
-    Ok((started, ending))
+    Ok(Some((started, ending)))
 }

@@ -66,7 +66,7 @@ fn start_preparations(shared: &Shared, preparing: &mut Vec<Preparing>, failures:
                 return;
             }
         }
-        match Standby::prepare(&shared.sandbox) {
+        match Standby::prepare(&shared.sandbox, shared.prestart.as_ref()) {
             Ok(standby) => {
                 shared.lock().started += 1;
                 preparing.push(Preparing {
@@ -88,7 +88,7 @@ fn start_preparations(shared: &Shared, preparing: &mut Vec<Preparing>, failures:
 fn wait(shared: &Shared, preparing: &[Preparing], backoff_until: Option<Instant>) -> Vec<usize> {
     let mut fds: Vec<PollFd> = preparing
         .iter()
-        .map(|entry| PollFd::new(entry.standby.events_fd(), PollFlags::POLLIN))
+        .map(|entry| PollFd::new(entry.standby.readiness_fd(), PollFlags::POLLIN))
         .collect();
     fds.push(PollFd::new(shared.wake.0.as_fd(), PollFlags::POLLIN));
     let mut timeout = TICK;

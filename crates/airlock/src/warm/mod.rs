@@ -28,6 +28,9 @@
 //! holding the pool dies, each init sees its control pipe close and tears its sandbox down.
 
 mod fill;
+mod interpreter;
+
+pub use interpreter::WarmInterpreter;
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
@@ -38,7 +41,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::supervisor::{Standby, StandbySource};
+use crate::supervisor::{Prestart, Standby, StandbySource};
 use crate::{Command, Sandbox};
 
 /// How a pool keeps its prepared sandboxes.
@@ -58,6 +61,9 @@ pub struct WarmOptions {
     /// Replace each sandbox used (or expired); false prepares `target` once (a one-shot
     /// caller, a burst measurement).
     pub refill: bool,
+    /// Start this interpreter in each sandbox ahead too, with its modules imported; the
+    /// pool then runs code ([`WarmPool::code`]).
+    pub interpreter: Option<WarmInterpreter>,
 }
 
 impl WarmOptions {
@@ -70,6 +76,7 @@ impl WarmOptions {
             ready_timeout: Duration::from_secs(30),
             budget: None,
             refill: true,
+            interpreter: None,
         }
     }
 }
@@ -145,6 +152,7 @@ pub struct WarmPool {
 struct Shared {
     sandbox: Sandbox,
     options: WarmOptions,
+    prestart: Option<Prestart>,
     state: Mutex<State>,
     changed: Condvar,
     /// A byte here wakes the filler (a sandbox was taken, or the pool shuts down).
@@ -181,9 +189,14 @@ impl WarmPool {
         let (reap_tx, reap_rx) = channel::<u32>();
         let tearing_down = Arc::new(AtomicUsize::new(0));
         let reaped = Arc::clone(&tearing_down);
+        let prestart = match &options.interpreter {
+            Some(interpreter) => Some(interpreter.prestart()?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             sandbox,
             options,
+            prestart,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             wake,
@@ -210,6 +223,18 @@ impl WarmPool {
     pub fn command(&self, program: impl Into<String>) -> Command {
         let source: Arc<dyn StandbySource> = self.shared.clone();
         self.shared.sandbox.command(program).with_standby(source)
+    }
+
+    /// A command running `code` with the pool's started interpreter (as its `-c` would); the
+    /// program's arguments follow with [`Command::args`]. Refused for a pool without one.
+    pub fn code(&self, code: impl Into<String>) -> Result<Command, Error> {
+        let Some(interpreter) = &self.shared.options.interpreter else {
+            return Err(Error::Command(
+                "this warm pool starts no interpreter; set WarmOptions::interpreter".into(),
+            ));
+        };
+        let program = interpreter.program.display().to_string();
+        Ok(self.command(program).args(["-c".to_string(), code.into()]))
     }
 
     /// The pool's counters now.
