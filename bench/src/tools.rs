@@ -50,6 +50,8 @@ pub struct Workload {
     pub argv: Vec<String>,
 }
 
+/// A Python snippet whose modules a warm interpreter imports ahead.
+pub const SNIPPET: &str = "python3 -c 'import json, re'";
 /// The reference for "bare exec" ratios.
 pub const BARE: &str = "bare";
 /// The reference for "vs bubblewrap" ratios.
@@ -460,6 +462,10 @@ pub fn all_workloads() -> Vec<Workload> {
         Workload {
             name: "python3 -c pass",
             argv: strings(&["/usr/bin/python3", "-c", "pass"]),
+        },
+        Workload {
+            name: SNIPPET,
+            argv: strings(&["/usr/bin/python3", "-c", "import json, re"]),
         },
     ]
 }

@@ -7,40 +7,53 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock::warm::{WarmOptions, WarmPool};
+use airlock::warm::{WarmInterpreter, WarmOptions, WarmPool};
 use airlock::{Sandbox, SandboxOptions};
 
-use crate::tools::Tool;
+use crate::tools::{Tool, SNIPPET};
 
 /// The warm configuration the targets are about: profile `untrusted`, every layer.
 pub const WARM: &str = "airlock-warm";
+/// The same with Python started in each sandbox, `json` and `re` imported: the snippet's
+/// code is all a run hands it.
+pub const WARM_PYTHON: &str = "airlock-warm-python";
 
 /// Prepared sandboxes kept by each warm configuration.
 const TARGET: usize = 2;
 
 /// The warm tools, or a note on why there are none.
 pub fn tools(airlock: &Path, notes: &mut Vec<String>) -> Vec<Tool> {
-    match pool(airlock) {
-        Ok(pool) => {
-            let mut tool = Tool::prefixed(WARM, Vec::new());
-            tool.warm = Some(Arc::new(pool));
-            vec![tool]
-        }
-        Err(why) => {
-            notes.push(format!("{WARM}: {why}, skipped"));
-            Vec::new()
+    let python = WarmInterpreter::python("/usr/bin/python3", &["json", "re"]);
+    let mut tools = Vec::new();
+    for (name, interpreter) in [(WARM, None), (WARM_PYTHON, Some(python))] {
+        match pool(airlock, interpreter.clone()) {
+            Ok(pool) => {
+                let mut tool = Tool::prefixed(name, Vec::new());
+                if interpreter.is_some() {
+                    let snippet = crate::tools::all_workloads()
+                        .into_iter()
+                        .find(|w| w.name == SNIPPET);
+                    tool.per_workload = snippet.into_iter().map(|w| (w.name, w.argv)).collect();
+                }
+                tool.warm = Some(Arc::new(pool));
+                tools.push(tool);
+            }
+            Err(why) => notes.push(format!("{name}: {why}, skipped")),
         }
     }
+    tools
 }
 
-fn pool(airlock: &Path) -> Result<WarmPool, String> {
+fn pool(airlock: &Path, interpreter: Option<WarmInterpreter>) -> Result<WarmPool, String> {
     let policy = airlock::policy::load_profile("untrusted").map_err(|e| e.to_string())?;
     let options = SandboxOptions {
         init_program: Some(airlock.to_path_buf()),
         ..SandboxOptions::default()
     };
+    let mut warm = WarmOptions::new(TARGET);
+    warm.interpreter = interpreter;
     let pool = Sandbox::with_options(policy, options)
-        .and_then(|sandbox| sandbox.warm(WarmOptions::new(TARGET)))
+        .and_then(|sandbox| sandbox.warm(warm))
         .map_err(|e| e.to_string())?;
     if !pool.wait_ready(TARGET, Duration::from_secs(30)) {
         return Err(format!("no sandbox became ready: {:?}", pool.stats()));
@@ -59,11 +72,15 @@ pub fn settle(tools: &[&WarmPool]) {
 pub fn time_once(pool: &WarmPool, argv: &[String]) -> Result<(Duration, Duration), String> {
     let (program, rest) = argv.split_first().ok_or("empty argv")?;
     let start = Instant::now();
-    let result = pool
-        .command(program.clone())
-        .args(rest.iter().cloned())
-        .discard_output()
-        .run();
+    // A pool with a started interpreter takes `python3 -c CODE` as the code to hand it.
+    let command = match (
+        pool.code(rest.get(1).cloned().unwrap_or_default()),
+        rest.first(),
+    ) {
+        (Ok(code), Some(flag)) if flag == "-c" => code,
+        _ => pool.command(program.clone()).args(rest.iter().cloned()),
+    };
+    let result = command.discard_output().run();
     let elapsed = start.elapsed();
     let result = result.map_err(|e| e.to_string())?;
     if !result.success() {

@@ -28,6 +28,13 @@ pub struct ExecArgs {
     /// Print one JSON result object instead of streaming the program's output.
     #[arg(long)]
     pub json: bool,
+    /// Run on a sandbox prepared ahead, with Python started in it (see `run --warm`; stdin
+    /// is read to its end first).
+    #[arg(long)]
+    pub warm: bool,
+    /// With --warm and Python: modules the started interpreter imports first.
+    #[arg(long, value_name = "MODULES", value_delimiter = ',', requires = "warm")]
+    pub preload: Vec<String>,
     /// The interpreter, e.g. python, node, bash.
     pub interpreter: String,
     /// The code to run.
@@ -46,10 +53,19 @@ pub fn exec(args: ExecArgs) -> Result<u8> {
         .argv
         .split_first()
         .context("interpreter argv is empty")?;
-    let mut command = sandbox.command(program.clone()).args(rest.iter().cloned());
-    command = match invocation.stdin {
-        Some(code) => command.stdin(code),
-        None => command.stdin_from(Input::Inherit),
+    let pool = args
+        .warm
+        .then(|| crate::warm_cmd::pool_for_code(&sandbox, &invocation.argv, &args.preload))
+        .transpose()?;
+    let mut command = match &pool {
+        Some(pool) => pool.command(program.clone()),
+        None => sandbox.command(program.clone()),
+    }
+    .args(rest.iter().cloned());
+    command = match (invocation.stdin, &pool) {
+        (Some(code), _) => command.stdin(code),
+        (None, Some(_)) => command.stdin(crate::warm_cmd::read_stdin()?),
+        (None, None) => command.stdin_from(Input::Inherit),
     };
     for (key, value) in &args.sandbox.env {
         command = command.env(key.clone(), value.clone());

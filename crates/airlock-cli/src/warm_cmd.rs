@@ -9,14 +9,38 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use airlock::warm::{WarmOptions, WarmPool};
+use airlock::warm::{WarmInterpreter, WarmOptions, WarmPool};
 use airlock::Sandbox;
 
 /// A pool holding one prepared sandbox, ready.
 pub fn one_sandbox(sandbox: &Sandbox) -> Result<WarmPool> {
+    one_ready(sandbox, None)
+}
+
+/// A pool for `airlock exec --warm`: with Python started in the sandbox when the invocation
+/// is `python -c CODE ...` (the shape the started interpreter runs), else a plain one.
+pub fn pool_for_code(sandbox: &Sandbox, argv: &[String], preload: &[String]) -> Result<WarmPool> {
+    let is_python = argv.get(1).is_some_and(|a| a == "-c")
+        && argv.first().is_some_and(|p| {
+            p.rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with("python"))
+        });
+    if !is_python && !preload.is_empty() {
+        bail!("--preload needs a Python interpreter run as `python -c CODE`");
+    }
+    let interpreter = is_python.then(|| {
+        let modules: Vec<&str> = preload.iter().map(String::as_str).collect();
+        WarmInterpreter::python(&argv[0], &modules)
+    });
+    one_ready(sandbox, interpreter)
+}
+
+fn one_ready(sandbox: &Sandbox, interpreter: Option<WarmInterpreter>) -> Result<WarmPool> {
     let mut options = WarmOptions::new(1);
     options.parallel = 1;
     options.refill = false;
+    options.interpreter = interpreter;
     let pool = sandbox.warm(options)?;
     if !pool.wait_ready(1, Duration::from_secs(30)) {
         let stats = pool.stats();

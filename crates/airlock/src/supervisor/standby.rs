@@ -216,8 +216,10 @@ fn plan_standby(sandbox: &Sandbox, effects: Effects) -> Result<prepare::Prepared
     Ok(prepared)
 }
 
-/// What a started interpreter reads on stdin: the length, then JSON of the code (argv
-/// `[interpreter, "-c", code, args...]`), its arguments and its environment.
+/// What a started interpreter reads on stdin: the length, then NUL-separated fields: the code
+/// (argv `[interpreter, "-c", code, args...]`), the number of arguments, the arguments and
+/// the environment as `KEY=VALUE` (plain bytes, so that the interpreter needs no module to
+/// read them).
 fn code_request(go: &WarmGo) -> Result<Vec<u8>, Error> {
     let (Some("-c"), Some(code)) = (go.argv.get(1).map(String::as_str), go.argv.get(2)) else {
         return Err(Error::Command(
@@ -230,9 +232,16 @@ fn code_request(go: &WarmGo) -> Result<Vec<u8>, Error> {
                 .into(),
         ));
     }
-    let request = serde_json::json!({ "code": code, "args": &go.argv[3..], "env": &go.env });
-    let body =
-        serde_json::to_vec(&request).map_err(|e| Error::io("cannot encode the code", e.into()))?;
+    let args = &go.argv[3..];
+    let mut fields = vec![code.clone(), args.len().to_string()];
+    fields.extend(args.iter().cloned());
+    fields.extend(go.env.iter().map(|(key, value)| format!("{key}={value}")));
+    if fields.iter().any(|f| f.contains('\0')) || go.env.iter().any(|(k, _)| k.contains('=')) {
+        return Err(Error::Command(
+            "code, arguments and environment must not contain NUL bytes (nor names `=`)".into(),
+        ));
+    }
+    let body = fields.join("\0").into_bytes();
     let mut framed = (body.len() as u64).to_le_bytes().to_vec();
     framed.extend_from_slice(&body);
     Ok(framed)

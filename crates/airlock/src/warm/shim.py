@@ -1,9 +1,11 @@
 # The interpreter a warm pool starts ahead, inside the sandbox, after every confinement step
 # (namespaces, root, cgroup, Landlock, seccomp, capabilities, uid): it imports the modules
 # named in argv[1], says it is ready on stdout, then reads one request from stdin (an 8-byte
-# little-endian length and JSON: code, args, env) and runs the code as `python3 -c` would,
-# with the rest of stdin left to it. Each interpreter serves exactly one run. Standard library
-# only.
+# little-endian length, then NUL-separated fields: the code, the number of arguments, the
+# arguments, the environment as KEY=VALUE) and runs the code as `python3 -c` would, with the
+# rest of stdin left to it. It imports nothing besides what it is told to preload (os and sys
+# are imported by every interpreter's start), so the code finds sys.modules as under
+# `python3 -c` plus the preloads. Each interpreter serves exactly one run.
 import os
 import sys
 
@@ -24,13 +26,14 @@ def main():
     for name in filter(None, sys.argv[1].split(",")):
         __import__(name)
     os.write(1, MARKER)
-    import json
-
-    request = json.loads(read_exact(int.from_bytes(read_exact(8), "little")))
+    size = int.from_bytes(read_exact(8), "little")
+    fields = [f.decode("utf-8", "surrogateescape") for f in read_exact(size).split(b"\0")]
+    code, count = fields[0], int(fields[1])
+    args, env = fields[2 : 2 + count], fields[2 + count :]
     os.environ.clear()
-    os.environ.update(dict(request["env"]))
-    sys.argv = ["-c"] + request["args"]
-    code = compile(request["code"], "<string>", "exec")
+    os.environ.update(item.split("=", 1) for item in env)
+    sys.argv = ["-c"] + args
+    code = compile(code, "<string>", "exec")
     main_module = type(sys)("__main__")
     main_module.__builtins__ = __builtins__
     sys.modules["__main__"] = main_module
