@@ -482,3 +482,29 @@ fn an_interpreter_that_cannot_start_is_reported() {
         ErrorKind::CommandInvalid
     );
 }
+
+/// `airlock exec --warm` hands Python code to an interpreter started in a prepared sandbox:
+/// the code sees what `python3 -c` would (plus the preloads), and the CLI leaves nothing
+/// behind.
+#[test]
+fn exec_warm_runs_code_on_a_started_interpreter() {
+    let _serial = serial();
+    if !support::sandbox_available() {
+        return;
+    }
+    let code = "import sys; print('csv' in sys.modules, 'json' in sys.modules, sys.argv[1:])";
+    let run = |flags: &[&str]| {
+        let mut args = vec!["exec", "--json"];
+        args.extend_from_slice(flags);
+        args.extend(["python", code, "x"]);
+        let out = support::airlock(&args);
+        let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (result["stdout"].as_str().unwrap_or("").to_string(), result)
+    };
+    let (warm, result) = run(&["--warm", "--preload", "csv"]);
+    assert_eq!(warm, "True False ['x']\n", "{result}");
+    let (plain, _) = run(&["--warm"]);
+    let (cold, _) = run(&[]);
+    assert_eq!(plain, cold);
+    assert_eq!(cold, "False False ['x']\n");
+}
