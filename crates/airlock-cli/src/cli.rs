@@ -36,6 +36,12 @@ pub enum Commands {
     Call(Box<crate::call_cmd::CallArgs>),
     /// Run code given as a string: `airlock exec python 'print(1)'`.
     Exec(Box<crate::exec_cmd::ExecArgs>),
+    /// Serve the sandbox as MCP tools over stdio: runs `airlock-mcp ARGS` (see `airlock mcp --help`).
+    #[command(disable_help_flag = true)]
+    Mcp {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -152,7 +158,24 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Commands::Worker(args) => crate::worker_cmd::worker(*args),
         Commands::Call(args) => crate::call_cmd::call_tool(*args),
         Commands::Exec(args) => crate::exec_cmd::exec(*args),
+        Commands::Mcp { args } => mcp(&args),
     }
+}
+
+/// Replaces this process with `airlock-mcp` (next to this binary, else on PATH): the MCP
+/// server lives in its own crate so that the per-run init stays this lean binary.
+fn mcp(args: &[String]) -> Result<u8> {
+    use std::os::unix::process::CommandExt;
+    let program = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("airlock-mcp")))
+        .filter(|path| path.is_file())
+        .unwrap_or_else(|| PathBuf::from("airlock-mcp"));
+    let error = std::process::Command::new(&program).args(args).exec();
+    anyhow::bail!(
+        "cannot run {}: {error}; install airlock-mcp next to airlock or on PATH",
+        program.display()
+    )
 }
 
 fn doctor(json: bool) -> Result<u8> {

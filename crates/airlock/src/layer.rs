@@ -95,8 +95,13 @@ pub(crate) fn names(layers: &[Layer]) -> String {
 
 /// The snake_case name of a layer, as in JSON.
 pub fn layer_name(layer: Layer) -> String {
-    serde_json::to_value(layer)
+    serde_name(&layer)
+}
+
+/// The name of an enum value as serde writes it (JSON, profiles): `user_ns`, `user-kernel`.
+pub(crate) fn serde_name<T: Serialize + std::fmt::Debug>(value: &T) -> String {
+    serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| format!("{layer:?}"))
+        .unwrap_or_else(|| format!("{value:?}"))
 }

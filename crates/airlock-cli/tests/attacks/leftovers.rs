@@ -17,17 +17,30 @@ pub fn leftovers(id: &str, mounts_before: &[String], cli_pids: &[u32]) -> Vec<St
         problems.push(format!("stray process {pid} outlived the suite: {cmdline}"));
         kill(pid);
     }
+    let prefixes: Vec<String> = cli_pids.iter().map(|pid| format!("run-{pid}-")).collect();
     let before: HashSet<&String> = mounts_before.iter().collect();
     for line in host_mountinfo() {
-        if !before.contains(&line) && (line.contains(id) || line.contains("airlock")) {
+        if !before.contains(&line) && is_this_suites_mount(&line, id, &prefixes) {
             problems.push(format!("mount left behind: {line}"));
         }
     }
-    let prefixes: Vec<String> = cli_pids.iter().map(|pid| format!("run-{pid}-")).collect();
     for path in run_entries(|name| prefixes.iter().any(|p| name.starts_with(p))) {
         problems.push(format!("left behind by a run: {}", path.display()));
     }
     problems
+}
+
+/// A new mount line this suite's runs made: one naming the suite, one inside a run directory
+/// of its CLIs, or one covering a runtime directory itself (the in-memory run directory
+/// escaping the init's mount namespace). Other airlock users' mounts (a daemon's session
+/// workspaces, other suites running at the same time) are not this suite's leftovers.
+fn is_this_suites_mount(line: &str, id: &str, run_prefixes: &[String]) -> bool {
+    let mount_point = line.split(' ').nth(4).unwrap_or("");
+    line.contains(id)
+        || run_prefixes.iter().any(|p| line.contains(p.as_str()))
+        || runtime_dirs()
+            .iter()
+            .any(|dir| Path::new(mount_point) == dir)
 }
 
 /// The run directories and cgroups of the runs a CLI with this pid started, removed.

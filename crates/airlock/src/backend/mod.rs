@@ -199,10 +199,7 @@ fn select_auto(min: IsolationLevel, backends: Vec<Box<dyn Backend>>) -> Result<S
 
 /// The name of a level as written in profiles.
 pub fn level_name(level: IsolationLevel) -> String {
-    serde_json::to_value(level)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| format!("{level:?}"))
+    crate::layer::serde_name(&level)
 }
 
 /// The Tier-0 layers every backend gets from the init.

@@ -6,7 +6,7 @@
 //! entries and the generated identity files are bound read-only at their own paths, the
 //! workdir and the policy's `read_write` paths read-write. The seccomp section is airlock's own
 //! policy translated to OCI: the allowlist and refusal lists are those of
-//! `confine/seccomp/mod.rs`, by name, so both sandboxes share one list.
+//! `confine/seccomp/lists.rs`, by name, so both sandboxes share one list.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -337,7 +337,7 @@ fn resources(r: &OciResources) -> Value {
 
 // ---------------------------------------------------------------------------------------------
 // Seccomp: airlock's allowlist (ENOSYS for anything unlisted) and refusals (EPERM), as in
-// `confine/seccomp/mod.rs`, expressed as one libseccomp-style profile.
+// `confine/seccomp/lists.rs`, expressed as one libseccomp-style profile.
 // ---------------------------------------------------------------------------------------------
 
 const ENOSYS: u32 = libc::ENOSYS as u32;
@@ -473,7 +473,7 @@ pub struct SeccompLists {
     pub refused: BTreeSet<String>,
 }
 
-/// The allow and refuse lists of `confine/seccomp/mod.rs`, by name, so the two sandboxes
+/// The allow and refuse lists of `confine/seccomp/lists.rs`, by name, so the two sandboxes
 /// share one policy.
 pub fn seccomp_lists() -> &'static SeccompLists {
     static LISTS: OnceLock<SeccompLists> = OnceLock::new();

@@ -4,7 +4,7 @@
 //! pipe (see `supervisor::launch`). It creates the run's directory and cgroup, forks the
 //! child that hardens itself and execs the program, then watches: wall clock, CPU time,
 //! cancellation, the supervisor's death. At the end it kills every process the run left,
-//! removes what it created and reports one [`Outcome`].
+//! removes what it created and reports one `Outcome`.
 //!
 //! Descriptors: 3 is the control pipe from the supervisor (the spec, unless the supervisor
 //! forked the init with it in memory, then stop requests; EOF means the supervisor died), 4 is

@@ -359,7 +359,7 @@ impl Policy {
         self.network.mode == NetworkMode::Host
     }
 
-    /// Whether the policy lets `program` (argv[0] as given) run.
+    /// Whether the policy lets `program` (`argv[0]` as given) run.
     pub fn allows_program(&self, program: &str) -> bool {
         let Some(allowed) = &self.allowed_programs else {
             return true;

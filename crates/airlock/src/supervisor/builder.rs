@@ -27,14 +27,16 @@ pub struct SandboxOptions {
     /// The binary to execute as the init when the supervisor has threads (default:
     /// `AIRLOCK_INIT`, else the current executable); when set, it is always executed.
     pub init_program: Option<PathBuf>,
-    /// Where per-run directories are made (default: see [`crate::rundir::runtime_dir`]).
+    /// Where per-run directories are made (default: `/run/airlock` for root,
+    /// `$XDG_RUNTIME_DIR/airlock` or `/tmp/airlock-<uid>` otherwise).
     pub runtime_dir: Option<PathBuf>,
     /// Where per-run cgroups are made; `None` uses the default parent `airlock`.
     pub cgroup: Option<CgroupConfig>,
     /// Do not use cgroups even when available.
     pub no_cgroup: bool,
     /// Keep the run directory on the runtime directory's filesystem even when the init could
-    /// keep it in memory (see [`crate::rundir::MemoryScratch`]).
+    /// keep it in memory (a tmpfs in the init's own mount namespace, with capped mounts for the
+    /// workdir, `/tmp` and `/dev/shm`).
     pub disk_run_dir: bool,
     /// Also allow backend `none`, as a policy from the built-in `trusted` profile does. The
     /// policy's own origin decides that now; this stays for callers that set it.

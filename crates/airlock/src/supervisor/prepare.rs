@@ -48,74 +48,105 @@ pub(super) fn prepare_to_run(command: &Command) -> Result<Prepared, Error> {
 pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, Error> {
     check_command(command)?;
     crate::spec::check_staged_files(&command.files)?;
-    let sandbox = &command.sandbox;
-    let (policy, options) = (&sandbox.policy, &sandbox.options);
+    let policy = &command.sandbox.policy;
     let selected = backend::select(policy)?;
-    let run_id = rundir::new_run_id();
-    let runtime = runtime_dir(command, effects)?;
-    let run_dir = runtime.join(&run_id);
-    let workdir = Workdir::of(command, &run_dir)?;
-    let cgroup = cgroup_request(command, &run_id);
-    let scratch = plan_scratch(
-        command,
-        selected.backend.as_ref(),
-        &runtime,
-        &run_dir,
-        &workdir,
-    );
-    let plan_env = program_env(policy, &command.env, &workdir.path, None);
-    let tool_cache = runtime.exists().then_some(runtime.as_path());
-    let ctx = PlanContext {
-        policy,
-        workdir: &workdir.path,
-        fresh_workdir: workdir.fresh,
-        keep: command.keep,
-        tty: command.tty,
-        run_dir: &run_dir,
-        tool_cache,
-        run_id: &run_id,
-        argv: &command.argv,
-        env: &plan_env,
-        cgroup: cgroup.as_ref(),
-        scratch: scratch.as_ref(),
-    };
+    let placement = Placement::of(command, selected.backend.as_ref(), effects)?;
+    let plan_env = program_env(policy, &command.env, &placement.workdir.path, None);
     // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
     backend::check_policy_paths(policy)?;
-    let confinement = selected.backend.plan(&ctx)?;
-    check_files(command, &confinement, &workdir)?;
-    let judged = judge(command, &selected, &confinement, scratch.as_ref(), &workdir);
-    let tier0 = matches!(confinement, Confinement::Tier0);
-    let spec = InitSpec {
-        argv: command.argv.clone(),
-        env: program_env(
-            policy,
-            &command.env,
-            &workdir.path,
-            tier0.then(|| rundir::tmp_dir(&run_dir)),
-        ),
-        run_dir,
-        workdir: workdir.path.clone(),
-        workdir_is_callers: !workdir.fresh,
-        keep: command.keep,
-        limits: spec_limits(policy),
-        credentials: credentials(policy),
-        cgroup,
-        confinement,
-        require: judged.require.clone(),
-        allow_degraded: options.allow_degraded,
-        accepted_missing: judged.accepted(),
-        tty: command.tty,
-        scratch,
-        files: command.files.clone(),
-        warm: false,
-        warm_prestart: false,
-    };
-    let plan = describe::plan(&selected, &spec, &judged, &workdir.kind(command), policy);
+    let confinement = selected
+        .backend
+        .plan(&placement.context(command, &plan_env))?;
+    check_files(command, &confinement, &placement.workdir)?;
+    let judged = judge(command, &selected, &confinement, &placement);
+    let workdir_kind = placement.workdir.kind(command);
+    let spec = init_spec(command, placement, confinement, &judged);
+    let plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy);
     Ok(Prepared {
         plan,
         spec,
         warnings: judged.warnings,
     })
+}
+
+/// Where a run is placed on the host, decided before the backend plans it.
+pub(super) struct Placement {
+    run_id: String,
+    run_dir: PathBuf,
+    /// Where the host's tools' versions are remembered (the runtime directory, if it exists).
+    tool_cache: Option<PathBuf>,
+    pub workdir: Workdir,
+    cgroup: Option<CgroupRequest>,
+    pub scratch: Option<MemoryScratch>,
+}
+
+impl Placement {
+    fn of(command: &Command, backend: &dyn Backend, effects: Effects) -> Result<Placement, Error> {
+        let run_id = rundir::new_run_id();
+        let runtime = runtime_dir(command, effects)?;
+        let run_dir = runtime.join(&run_id);
+        let workdir = Workdir::of(command, &run_dir)?;
+        let scratch = plan_scratch(command, backend, &runtime, &run_dir, &workdir);
+        Ok(Placement {
+            cgroup: cgroup_request(command, &run_id),
+            tool_cache: runtime.exists().then_some(runtime),
+            run_id,
+            run_dir,
+            workdir,
+            scratch,
+        })
+    }
+
+    /// The facts a backend plans from.
+    fn context<'a>(&'a self, command: &'a Command, env: &'a [(String, String)]) -> PlanContext<'a> {
+        PlanContext {
+            policy: &command.sandbox.policy,
+            workdir: &self.workdir.path,
+            fresh_workdir: self.workdir.fresh,
+            keep: command.keep,
+            tty: command.tty,
+            run_dir: &self.run_dir,
+            tool_cache: self.tool_cache.as_deref(),
+            run_id: &self.run_id,
+            argv: &command.argv,
+            env,
+            cgroup: self.cgroup.as_ref(),
+            scratch: self.scratch.as_ref(),
+        }
+    }
+}
+
+/// The init's spec: the plan's confinement, placement and judged layers, in the init's terms.
+fn init_spec(
+    command: &Command,
+    placement: Placement,
+    confinement: Confinement,
+    judged: &Judged,
+) -> InitSpec {
+    let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
+    let tier0 = matches!(confinement, Confinement::Tier0);
+    let workdir = placement.workdir;
+    let tmpdir = tier0.then(|| rundir::tmp_dir(&placement.run_dir));
+    InitSpec {
+        argv: command.argv.clone(),
+        env: program_env(policy, &command.env, &workdir.path, tmpdir),
+        run_dir: placement.run_dir,
+        workdir_is_callers: !workdir.fresh,
+        workdir: workdir.path,
+        keep: command.keep,
+        limits: spec_limits(policy),
+        credentials: credentials(policy),
+        cgroup: placement.cgroup,
+        confinement,
+        require: judged.require.clone(),
+        allow_degraded: options.allow_degraded,
+        accepted_missing: judged.accepted(),
+        tty: command.tty,
+        scratch: placement.scratch,
+        files: command.files.clone(),
+        warm: false,
+        warm_prestart: false,
+    }
 }
 
 /// Refusals that need no plan: a command that cannot be represented, a program the policy
@@ -292,13 +323,12 @@ fn judge(
     command: &Command,
     selected: &Selected,
     confinement: &Confinement,
-    scratch: Option<&MemoryScratch>,
-    workdir: &Workdir,
+    placement: &Placement,
 ) -> Judged {
     let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
-    let backend = selected.backend.as_ref();
-    let probe = backend.quick_probe();
-    let layers = describe::planned_layers(confinement, &probe, scratch, workdir);
+    let probe = selected.backend.quick_probe();
+    let workdir = &placement.workdir;
+    let layers = describe::planned_layers(confinement, &probe, placement.scratch.as_ref(), workdir);
     let require = required_layers(policy, workdir.owned);
     // The cgroup is left to the init, which knows whether one could be created (rlimits
     // stand in for it otherwise).

@@ -5,7 +5,7 @@
 //! state (its database, storage, locks, conmon's files) lives under the run directory
 //! (`--root`/`--runroot`/`--tmpdir`), so the init's removal of the run directory removes it
 //! too and the host's `podman ps -a` never lists a run. conmon daemonizes: podman runs under
-//! a guard (`WrapSpec::guard_tool_tree`), a child subreaper that conmon and the container are
+//! a guard (`WrapStep::GuardToolTree`), a child subreaper that conmon and the container are
 //! reparented to, which the init kills with its tree and which kills them itself if the init
 //! is SIGKILLed.
 //!

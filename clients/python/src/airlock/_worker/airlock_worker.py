@@ -1,0 +1,1 @@
+../../../../../python/airlock_worker.py

@@ -1,0 +1,68 @@
+"""WorkerRuntime: the plugin platform's worker contract through `airlock worker`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from airlock import Progress, Status, WorkerRuntime
+
+
+@pytest.fixture
+def worker(shared_dir: Path) -> Path:
+    path = shared_dir / "worker.py"
+    shutil.copy(FIXTURES / "worker.py", path)
+    path.chmod(0o644)
+    return path
+
+
+def test_a_worker_turns_inputs_into_outputs_with_progress(worker: Path) -> None:
+    seen: list[Progress] = []
+    result = WorkerRuntime(memory="256MiB", wall="30s").run(
+        worker=str(worker),
+        inputs={"a.csv": b"x,y\n1,2\n", "b.txt": b"hello"},
+        options={"mode": "fast"},
+        on_progress=seen.append,
+    )
+    assert result.success and result.failure is None, (result.failure, result.stderr)
+    assert result.outputs == {"a.csv.out": b"X,Y\n1,2\n", "b.txt.out": b"HELLO"}
+    assert seen == result.progress and seen[-1] == Progress(1.0, "done")
+    assert seen[0].message == "processing a.csv"
+    assert result.logs == ["2 inputs, mode fast"]
+
+
+def test_a_misbehaving_worker_cannot_smuggle_a_symlink_out(worker: Path) -> None:
+    result = WorkerRuntime().run(worker, {"a": b"1"}, {"mode": "misbehave"})
+    assert result.success
+    assert "escape" not in result.outputs and result.outputs == {"a.out": b"1"}
+    assert [s["reason"] for s in result.skipped] == ["symlink"]
+    assert any("hello from a bare print" in line for line in result.bad_lines)
+
+
+def test_a_failing_worker_is_a_typed_failure(worker: Path) -> None:
+    result = WorkerRuntime().run(worker, {"a": b"1"}, {"mode": "fail"})
+    assert not result.success and result.exit_code == 3
+    assert result.failure is not None and result.failure.kind == "crashed"
+    assert result.outputs == {"a.out": b"1"}
+
+
+def test_a_hung_worker_times_out(worker: Path) -> None:
+    result = WorkerRuntime(wall="2s").run(worker, {"a": b"1"}, {"mode": "hang"})
+    assert result.status == Status.TIMEOUT
+    assert result.failure is not None and result.failure.kind == "timeout"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_backend_is_chosen_by_the_platform(worker: Path) -> None:
+    result = WorkerRuntime(backend="bwrap").run(worker, {"a": b"q"})
+    assert result.success, (result.failure, result.stderr)
+    assert result.outputs == {"a.out": b"Q"}
+
+
+def test_bad_input_names_are_refused_before_anything_runs(worker: Path) -> None:
+    result = WorkerRuntime().run(worker, {"../evil": b"1"})
+    assert not result.success and result.failure is not None
+    assert result.failure.kind == "sandbox_error" and "../evil" in result.failure.message
