@@ -14,6 +14,7 @@ mod child;
 mod native;
 mod run;
 mod standby;
+mod status;
 mod watch;
 mod wrapped;
 
