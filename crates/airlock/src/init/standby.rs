@@ -1,14 +1,14 @@
 //! A prepared (warm) sandbox, the init's half. The init sets the sandbox up exactly as for a
 //! cold run; the sandbox's PID 1 then reports ready and waits on the command pipe (whose
-//! write end the supervisor holds) instead of using the spec's command. The init waits too,
-//! with no clock running. When the supervisor writes the command ([`WarmGo`]) PID 1 forks the
-//! program; the init learns the run started when the program reports its layers, and starts
-//! the run's clocks and accounting then, so that the result is the run's, not the
-//! preparation's.
+//! write end the supervisor holds) instead of using the spec's command, or, for a started
+//! interpreter, forks it at once to wait for its code on stdin. The init waits too, with no
+//! clock running. When the supervisor has handed over the command ([`WarmGo`]) or the code, it
+//! says `"started"` on the control pipe, and the init starts the run's clocks and accounting
+//! then, so that the result is the run's, not the preparation's.
 //!
-//! A prepared sandbox the supervisor gives up (it closes the command pipe unwritten) never
-//! starts: PID 1 reads an empty command and exits, and the init tears everything down as after
-//! any run.
+//! A prepared sandbox the supervisor gives up (it closes its pipes unwritten) never starts:
+//! PID 1 (or the interpreter) reads nothing and exits, and the init tears everything down as
+//! after any run.
 
 use std::borrow::Cow;
 use std::io::{Read, Write};
