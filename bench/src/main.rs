@@ -5,6 +5,7 @@
 //!
 //! `cargo build --release && cargo run --release -p airlock-bench -- --runs 200 [--markdown]`
 
+mod egress;
 mod report;
 mod stats;
 mod tools;
@@ -43,6 +44,9 @@ struct Args {
     /// Print a markdown table (for BENCHMARKS.md) instead of plain text.
     #[arg(long)]
     markdown: bool,
+    /// Rounds of the egress gate's throughput and latency measurements (0: skip them).
+    #[arg(long, default_value_t = 5)]
+    egress_rounds: usize,
 }
 
 /// One (tool, workload) combination and its samples.
@@ -126,10 +130,27 @@ fn bench(args: Args) -> ExitCode {
         .filter_map(|p| Row::new(&p.tool.name, p.workload.name, &p.samples, &p.cpu))
         .collect();
     let table = report::with_ratios(rows);
+    let mut egress_lines = Vec::new();
+    if args.egress_rounds > 0 {
+        eprintln!(
+            "airlock-bench: the egress gate, {} rounds",
+            args.egress_rounds
+        );
+        match egress::measure(args.egress_rounds) {
+            Ok(lines) => egress_lines = lines,
+            Err(why) => notes.push(why),
+        }
+    }
     if args.markdown {
-        print!("{}", report::markdown(&table, args.runs, &notes));
+        print!(
+            "{}",
+            report::markdown(&table, args.runs, &egress_lines, &notes)
+        );
     } else {
-        print!("{}", report::plain(&table, args.runs, &notes));
+        print!(
+            "{}",
+            report::plain(&table, args.runs, &egress_lines, &notes)
+        );
     }
     ExitCode::SUCCESS
 }

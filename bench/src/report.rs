@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use crate::stats::{ms, summarize, Summary};
 use crate::tools::{
-    BARE, BWRAP, BWRAP_FLOOR, BWRAP_SAME_ARGS, CRUN_SAME_BUNDLE, NATIVE, PODMAN_SAME_ARGV,
-    RUNC_SAME_BUNDLE, RUNSC_SAME_BUNDLE, RUNSC_SAME_BUNDLE_PRESIZED, SNIPPET,
+    BARE, BWRAP, BWRAP_FLOOR, BWRAP_SAME_ARGS, CRUN_SAME_BUNDLE, NATIVE, NATIVE_ALLOWLIST,
+    PODMAN_SAME_ARGV, RUNC_SAME_BUNDLE, RUNSC_SAME_BUNDLE, RUNSC_SAME_BUNDLE_PRESIZED, SNIPPET,
 };
 use crate::warm::{WARM, WARM_PYTHON};
 
 const TARGET_WORKLOAD: &str = "/bin/true";
 const PYTHON_WORKLOAD: &str = "python3 -c pass";
+/// At most this many milliseconds for a gated run over the same run without network.
+const TARGET_GATE_START_MS: f64 = 2.0;
 
 /// What a target holds a row's median (or CPU median) against.
 #[derive(Clone, Copy)]
@@ -154,7 +156,7 @@ fn caption(runs: usize) -> String {
     )
 }
 
-pub fn plain(rows: &[Row], runs: usize, notes: &[String]) -> String {
+pub fn plain(rows: &[Row], runs: usize, egress: &[String], notes: &[String]) -> String {
     let mut out = caption(runs) + "\n";
     let line = |cells: &[String]| {
         format!(
@@ -177,6 +179,7 @@ pub fn plain(rows: &[Row], runs: usize, notes: &[String]) -> String {
     for text in target_lines(rows)
         .into_iter()
         .chain(wrapper_lines(rows))
+        .chain(egress.iter().cloned())
         .chain(notes.iter().map(|n| format!("note: {n}")))
     {
         let _ = writeln!(out, "{text}");
@@ -184,7 +187,7 @@ pub fn plain(rows: &[Row], runs: usize, notes: &[String]) -> String {
     out
 }
 
-pub fn markdown(rows: &[Row], runs: usize, notes: &[String]) -> String {
+pub fn markdown(rows: &[Row], runs: usize, egress: &[String], notes: &[String]) -> String {
     let mut out = caption(runs) + ".\n\n";
     let _ = writeln!(out, "| {} |", HEADER.join(" | "));
     let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
@@ -197,6 +200,7 @@ pub fn markdown(rows: &[Row], runs: usize, notes: &[String]) -> String {
     for text in target_lines(rows)
         .into_iter()
         .chain(wrapper_lines(rows))
+        .chain(egress.iter().cloned())
         .chain(notes.iter().map(|n| format!("note: {n}")))
     {
         let _ = writeln!(out, "- {text}");
@@ -219,7 +223,7 @@ fn target_lines(rows: &[Row]) -> Vec<String> {
             .find(|r| r.tool == tool && r.workload == workload)
             .map(|r| ms(r.summary.median))
     };
-    let mut lines = Vec::new();
+    let mut lines = gate_start_lines(rows);
     for (name, workload, bound) in TARGETS {
         for r in rows
             .iter()
@@ -261,6 +265,29 @@ fn target_lines(rows: &[Row]) -> Vec<String> {
     lines
 }
 
+/// The start-up cost of the egress gate: a gated run (`--allow-net`) over the same run without
+/// network, on `/bin/true`.
+fn gate_start_lines(rows: &[Row]) -> Vec<String> {
+    let median = |tool: &str| {
+        rows.iter()
+            .find(|r| r.tool == tool && r.workload == TARGET_WORKLOAD)
+            .map(|r| ms(r.summary.median))
+    };
+    let (Some(gated), Some(plain)) = (median(NATIVE_ALLOWLIST), median(NATIVE)) else {
+        return Vec::new();
+    };
+    let over = gated - plain;
+    let verdict = if over <= TARGET_GATE_START_MS {
+        "met"
+    } else {
+        "NOT met"
+    };
+    vec![format!(
+        "target {NATIVE_ALLOWLIST} <= {NATIVE} + {TARGET_GATE_START_MS} ms on {TARGET_WORKLOAD}: {verdict} ({over:+.2} ms)"
+    )]
+}
+
+/// Each wrapping backend over the peers it drives, per workload, with the target's verdict.
 /// Each wrapping backend over the peers it drives, per workload, with the target's verdict.
 fn wrapper_lines(rows: &[Row]) -> Vec<String> {
     let median = |tool: &str, workload: &str| {
@@ -371,5 +398,22 @@ mod tests {
     fn targets_apply_to_their_configuration_and_its_baseline_only() {
         assert!(is_tool("airlock-native", NATIVE) && is_tool("airlock-native@baseline", NATIVE));
         assert!(!is_tool("airlock-native-nocg", NATIVE) && !is_tool("airlock-none", NATIVE));
+    }
+
+    #[test]
+    fn the_gates_start_up_is_judged_against_the_same_run_without_network() {
+        let rows = vec![
+            row(NATIVE, TARGET_WORKLOAD, 10),
+            row(NATIVE_ALLOWLIST, TARGET_WORKLOAD, 11),
+        ];
+        assert_eq!(
+            gate_start_lines(&rows),
+            ["target airlock-native-allowlist <= airlock-native + 2 ms on /bin/true: met (+1.00 ms)"]
+        );
+        let slow = vec![
+            row(NATIVE, TARGET_WORKLOAD, 10),
+            row(NATIVE_ALLOWLIST, TARGET_WORKLOAD, 13),
+        ];
+        assert!(gate_start_lines(&slow)[0].contains("NOT met"));
     }
 }

@@ -58,6 +58,8 @@ pub const BARE: &str = "bare";
 pub const BWRAP: &str = "bwrap";
 /// The configuration the targets are about.
 pub const NATIVE: &str = "airlock-native";
+/// The same with the egress gate (`--allow-net`), whose start-up cost is a target.
+pub const NATIVE_ALLOWLIST: &str = "airlock-native-allowlist";
 /// Appended to the names of the `--baseline` build's configurations.
 pub const BASELINE_SUFFIX: &str = "@baseline";
 
@@ -364,6 +366,8 @@ fn airlock_tools(airlock: &Path, suffix: &str) -> Vec<Tool> {
         tool("airlock-none", &["--dev", "--backend", "none"]),
         tool("airlock-native-nocg", &["--no-cgroup"]),
         tool(NATIVE, &[]),
+        // A gated run that makes no connection: the start-up cost of the egress gate.
+        tool(NATIVE_ALLOWLIST, &["--allow-net", "api.example.com"]),
         tool("airlock-native-disk", &disk),
         tool("airlock-bwrap", &["--backend", "bwrap"]),
         // On disk, bwrap, podman and gVisor cannot cap inodes: a gap the profile refuses by

@@ -62,12 +62,6 @@ pub enum BackendArg {
     Container,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy)]
-pub enum NetworkArg {
-    None,
-    Host,
-}
-
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The profile, limits, `--ro`, `--env` and set-up flags shared with worker, call and exec.
@@ -79,9 +73,6 @@ pub struct RunArgs {
     /// Backend override.
     #[arg(long, value_enum)]
     pub backend: Option<BackendArg>,
-    /// Network override.
-    #[arg(long, value_enum)]
-    pub network: Option<NetworkArg>,
     /// Open files per process.
     #[arg(long, value_name = "N")]
     pub nofile: Option<u64>,

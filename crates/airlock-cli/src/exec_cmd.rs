@@ -94,11 +94,17 @@ fn registry(args: &ExecArgs) -> Result<InterpreterRegistry> {
 }
 
 fn report(args: &ExecArgs, result: &RunResult) -> Result<()> {
+    args.sandbox.network.write_log(result.network.as_ref())?;
     print_warnings(&result.warnings);
     if args.json {
         println!("{}", serde_json::to_string_pretty(result)?);
-    } else if let Some(error) = &result.error {
+        return Ok(());
+    }
+    if let Some(error) = &result.error {
         eprintln!("airlock: sandbox error: {error}");
+    }
+    if let Some(network) = &result.network {
+        crate::net_flags::print_report(network);
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ mod call_cmd;
 mod cli;
 mod conformance_cmd;
 mod exec_cmd;
+mod net_flags;
 mod run;
 mod sandbox_flags;
 mod warm_cmd;

@@ -2,10 +2,10 @@
 
 use anyhow::{bail, Context, Result};
 
-use airlock::policy::{self, BackendChoice, NetworkMode, Policy};
+use airlock::policy::{self, BackendChoice, Policy};
 use airlock::{Input, RunResult, Sandbox};
 
-use crate::cli::{BackendArg, NetworkArg, RunArgs};
+use crate::cli::{BackendArg, RunArgs};
 use crate::sandbox_flags::print_warnings;
 
 pub fn run(args: RunArgs) -> Result<u8> {
@@ -63,10 +63,14 @@ fn report(args: &RunArgs, result: &RunResult) -> Result<()> {
         std::fs::write(path, format!("{json}\n"))
             .with_context(|| format!("cannot write the result to {}", path.display()))?;
     }
+    args.profile.network.write_log(result.network.as_ref())?;
     print_warnings(&result.warnings);
     if args.json {
         println!("{json}");
         return Ok(());
+    }
+    if let Some(network) = &result.network {
+        crate::net_flags::print_report(network);
     }
     if let Some(error) = &result.error {
         eprintln!("airlock: sandbox error: {error}");
@@ -107,12 +111,6 @@ fn build_policy(args: &RunArgs) -> Result<Policy> {
             BackendArg::None => BackendChoice::None,
             BackendArg::Gvisor => BackendChoice::Gvisor,
             BackendArg::Container => BackendChoice::Container,
-        };
-    }
-    if let Some(network) = args.network {
-        policy.network.mode = match network {
-            NetworkArg::None => NetworkMode::None,
-            NetworkArg::Host => NetworkMode::Host,
         };
     }
     // After the tier, so flags override it.

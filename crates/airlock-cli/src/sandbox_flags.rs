@@ -91,6 +91,8 @@ pub struct ProfileFlags {
     #[arg(long, value_name = "NAME")]
     pub container_runtime: Option<policy::ContainerRuntime>,
     #[command(flatten)]
+    pub network: crate::net_flags::NetworkFlags,
+    #[command(flatten)]
     pub setup: SetupFlags,
 }
 
@@ -106,6 +108,7 @@ impl ProfileFlags {
     /// library's check (its error names the key and the fix).
     pub fn adjust(&self, policy: &mut Policy) -> Result<()> {
         self.limits.apply(policy);
+        self.network.apply(policy);
         if let Some(runtime) = self.container_runtime {
             policy.container.runtime = runtime;
         }

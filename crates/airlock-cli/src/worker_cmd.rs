@@ -61,6 +61,9 @@ pub fn worker(args: WorkerArgs) -> Result<u8> {
         display.update(update)
     })?;
     display.finish(&outcome, &job.out_dir)?;
+    args.sandbox
+        .network
+        .write_log(outcome.result.network.as_ref())?;
     Ok(exit_code(&outcome))
 }
 
@@ -174,10 +177,13 @@ impl Display {
         print_warnings(&outcome.result.warnings);
         print_warnings(&outcome.warnings);
         if self.terminal {
+            if let Some(network) = &outcome.result.network {
+                crate::net_flags::print_report(network);
+            }
             eprintln!("{}", summary(outcome, out_dir));
             return Ok(());
         }
-        let line = json!({
+        let mut line = json!({
             "event": "result",
             "success": outcome.success,
             "done_seen": outcome.done_seen,
@@ -189,6 +195,9 @@ impl Display {
             "ingest": outcome.ingest,
             "v": PROTOCOL_VERSION,
         });
+        if let Some(network) = &outcome.result.network {
+            line["network"] = json!(network);
+        }
         println!("{line}");
         Ok(())
     }

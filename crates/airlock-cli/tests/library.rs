@@ -98,7 +98,7 @@ fn output_streams_as_events_before_the_run_ends() {
             match event {
                 RunEvent::Started { layers } => started = !layers.is_empty(),
                 RunEvent::Stdout(bytes) => seen.push_str(&String::from_utf8_lossy(&bytes)),
-                RunEvent::Stderr(_) => {}
+                _ => {}
             }
             if seen.contains('2') {
                 break;

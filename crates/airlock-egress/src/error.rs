@@ -67,6 +67,7 @@ pub enum EgressError {
 }
 
 impl EgressError {
+    #[cfg(target_os = "linux")]
     pub(crate) fn setup(step: impl Into<String>) -> impl FnOnce(io::Error) -> EgressError {
         let step = step.into();
         move |source| EgressError::Setup { step, source }

@@ -53,34 +53,52 @@
 //! with splice(2).
 #![forbid(unsafe_code)]
 
+// The policy model, the plan and the report: every platform (airlock's portable policy
+// model and results use them).
 pub mod address;
-mod audit;
-mod dns;
 pub mod env;
 pub mod error;
-mod flow;
-pub mod gate;
 pub mod host;
-mod meter;
-mod own_addresses;
 pub mod plan;
 pub mod policy;
-mod proxy;
-mod relay;
 pub mod report;
-mod resolve;
 pub mod rules;
-#[cfg(target_os = "linux")]
-pub mod sandbox_side;
-mod sniff;
-pub mod sockets;
 pub mod unix_sockets;
 
+// The gate itself and the sandbox's side: Linux (network namespaces, splice, SCM_RIGHTS).
+#[cfg(target_os = "linux")]
+mod audit;
+#[cfg(target_os = "linux")]
+mod dns;
+#[cfg(target_os = "linux")]
+mod flow;
+#[cfg(target_os = "linux")]
+pub mod gate;
+#[cfg(target_os = "linux")]
+mod meter;
+#[cfg(target_os = "linux")]
+mod own_addresses;
+#[cfg(target_os = "linux")]
+mod proxy;
+#[cfg(target_os = "linux")]
+mod relay;
+#[cfg(target_os = "linux")]
+mod resolve;
+#[cfg(target_os = "linux")]
+pub mod sandbox_side;
+#[cfg(target_os = "linux")]
+mod sniff;
+#[cfg(target_os = "linux")]
+pub mod sockets;
+
+#[cfg(target_os = "linux")]
 pub use audit::{EventSink, MAX_RECORDS};
 pub use error::{EgressError, RuleError};
+#[cfg(target_os = "linux")]
 pub use gate::{Gate, RunningGate};
 pub use plan::SandboxPlan;
 pub use policy::{EgressConfig, EgressPolicy, GateMode, Limits, Resolver};
 pub use report::{DecisionRecord, GateEvent, NetworkReport};
+#[cfg(target_os = "linux")]
 pub use sockets::SandboxSockets;
 pub use unix_sockets::expand as expand_unix_sockets;

@@ -11,19 +11,24 @@ use serde::{Deserialize, Serialize};
 use crate::policy::GateMode;
 use crate::rules::DEFAULT_PORTS;
 
-/// A per-run cap.
+/// A per-run cap, named as the reason a refusal records (`limit:bytes_out`), so a result's
+/// `limits_hit` and its decisions use the same words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
 pub enum LimitKind {
     /// Connections in total.
+    #[serde(rename = "limit:connections")]
     Connections,
     /// Connections at once.
+    #[serde(rename = "limit:concurrent")]
     Concurrent,
     /// Bytes sent by the sandbox.
+    #[serde(rename = "limit:bytes_out")]
     BytesOut,
     /// Bytes received by the sandbox.
+    #[serde(rename = "limit:bytes_in")]
     BytesIn,
     /// DNS queries.
+    #[serde(rename = "limit:dns_queries")]
     DnsQueries,
 }
 
@@ -321,6 +326,16 @@ mod tests {
     #[test]
     fn reasons_serialise_as_the_issue_spells_them() {
         assert_eq!(Reason::LimitBytesOut.as_str(), "limit:bytes_out");
+        for kind in [
+            LimitKind::Connections,
+            LimitKind::Concurrent,
+            LimitKind::BytesOut,
+            LimitKind::BytesIn,
+            LimitKind::DnsQueries,
+        ] {
+            let named = serde_json::to_value(kind).unwrap();
+            assert_eq!(named, Reason::limit(kind).as_str(), "{kind:?}");
+        }
         assert_eq!(Reason::NonPublicAddress.as_str(), "non_public_address");
         assert_eq!(Reason::SniMismatch.as_str(), "sni_mismatch");
     }

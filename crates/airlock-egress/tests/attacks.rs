@@ -3,6 +3,8 @@
 
 mod world;
 
+use world::GateWorld as _;
+
 use std::time::{Duration, Instant};
 
 use airlock_egress::report::{Channel, Decision, Reason};

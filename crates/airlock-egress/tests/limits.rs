@@ -2,6 +2,8 @@
 
 mod world;
 
+use world::GateWorld as _;
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

@@ -68,6 +68,7 @@ mod tests {
             warnings: vec![],
             details: vec![],
             workdir: None,
+            network: None,
         }
     }
 

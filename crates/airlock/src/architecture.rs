@@ -31,6 +31,8 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "confine", "error", "golden", "layer", "policy", "rundir", "spec",
         ],
     ),
+    // The egress gate's host side for a run: the policy's gate, the plan's view of it.
+    ("net", &["error", "plan", "policy"]),
     // The init executes a spec; it never imports the supervisor or the backends.
     (
         "init",
@@ -42,8 +44,8 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     (
         "supervisor",
         &[
-            "backend", "confine", "error", "init", "layer", "linux", "plan", "policy", "result",
-            "rundir", "spec",
+            "backend", "confine", "error", "init", "layer", "linux", "net", "plan", "policy",
+            "result", "rundir", "spec",
         ],
     ),
     // Features on top of the API.
@@ -278,7 +280,12 @@ fn dependency_names(manifest: &str) -> Vec<String> {
 #[test]
 fn the_binary_the_init_runs_from_stays_lean() {
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for manifest in ["airlock/Cargo.toml", "airlock-cli/Cargo.toml"] {
+    // The egress gate is linked too: the library starts it for gated runs.
+    for manifest in [
+        "airlock/Cargo.toml",
+        "airlock-cli/Cargo.toml",
+        "airlock-egress/Cargo.toml",
+    ] {
         let text = std::fs::read_to_string(crates.join(manifest)).unwrap();
         let heavy: Vec<String> = dependency_names(&text)
             .into_iter()
@@ -290,6 +297,59 @@ fn the_binary_the_init_runs_from_stays_lean() {
              every run of a threaded caller (see docs/architecture.md)"
         );
     }
+}
+
+/// The egress gate is a leaf: it knows nothing of airlock.
+#[test]
+fn the_egress_gate_depends_on_nothing_of_airlock() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../airlock-egress/Cargo.toml");
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let ours: Vec<String> = dependency_names(&text)
+        .into_iter()
+        .filter(|name| name.starts_with("airlock"))
+        .collect();
+    assert!(ours.is_empty(), "airlock-egress depends on {ours:?}");
+}
+
+/// Where the gate's crate is reached: the gate itself (`Gate`, `RunningGate`, the transfer of
+/// its sockets) only from `net/`, the host side of a run; the sandbox's side
+/// (`sandbox_side`, `SandboxSockets::send`) only from `init/egress.rs`; elsewhere only its
+/// policy, plan and report types.
+const EGRESS_ROOMS: &[(&str, &str)] = &[
+    ("airlock_egress::gate", "net"),
+    ("Gate::start", "net"),
+    ("RunningGate", "net"),
+    ("SandboxSockets", "net"),
+    ("sandbox_side", "init/egress.rs"),
+];
+
+#[test]
+fn the_egress_gate_is_reached_from_its_rooms_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    for file in source_files() {
+        if file.ends_with("architecture.rs") {
+            continue;
+        }
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (number, line) in code_lines(&text) {
+            for (item, room) in EGRESS_ROOMS {
+                if line.contains(item) && !relative.starts_with(room) {
+                    broken.push(place(&file, number, line));
+                }
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "the egress gate reached outside net/ and init/egress.rs:\n{}",
+        broken.join("\n")
+    );
 }
 
 #[test]

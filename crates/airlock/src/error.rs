@@ -69,6 +69,15 @@ pub enum Error {
         missing: Vec<Layer>,
         reason: String,
     },
+    /// The backend cannot give the network the policy asks for (an egress-gated mode, or
+    /// host Unix sockets without a filesystem boundary); never run with another network.
+    #[error("backend {backend} cannot run network mode \"{mode}\"{sockets}: {reason}", sockets = if *.unix_sockets { " with unix_sockets" } else { "" })]
+    NetworkUnsupported {
+        backend: String,
+        mode: String,
+        unix_sockets: bool,
+        reason: String,
+    },
     /// A path the policy names does not exist or is unusable.
     #[error("{what} {path}: {reason}")]
     BadPath {
@@ -121,6 +130,8 @@ pub enum ErrorKind {
     BackendUnavailable,
     /// Required layers would be missing.
     Degraded,
+    /// The backend cannot give the network the policy asks for.
+    NetworkUnsupported,
     /// A path the policy names is missing or unusable.
     BadPath,
     /// The program is not in the policy's `allowed_programs`.
@@ -153,6 +164,7 @@ impl ErrorKind {
             ErrorKind::UnisolatedRefused => "unisolated_refused",
             ErrorKind::BackendUnavailable => "backend_unavailable",
             ErrorKind::Degraded => "degraded",
+            ErrorKind::NetworkUnsupported => "network_unsupported",
             ErrorKind::BadPath => "bad_path",
             ErrorKind::ProgramNotAllowed => "program_not_allowed",
             ErrorKind::CommandInvalid => "command_invalid",
@@ -188,6 +200,7 @@ impl Error {
             Error::UnisolatedRefused => ErrorKind::UnisolatedRefused,
             Error::BackendUnavailable { .. } => ErrorKind::BackendUnavailable,
             Error::Degraded { .. } => ErrorKind::Degraded,
+            Error::NetworkUnsupported { .. } => ErrorKind::NetworkUnsupported,
             Error::BadPath { .. } => ErrorKind::BadPath,
             Error::ProgramNotAllowed { .. } => ErrorKind::ProgramNotAllowed,
             Error::Command(_) => ErrorKind::CommandInvalid,
@@ -244,6 +257,8 @@ pub enum SetupStep {
     Credentials,
     /// Creating namespaces and mapping ids.
     Namespaces,
+    /// Preparing the sandbox's network for the egress gate and handing it its sockets.
+    Network,
     /// Building the root filesystem.
     Rootfs,
     /// Setting the hostname.
@@ -301,6 +316,9 @@ pub enum SetupErrorKind {
     ToolFailedToStart,
     /// The init itself failed (a pipe, a fork, a signal) or ended without a report.
     InitFailed,
+    /// The sandbox's network could not be prepared for the egress gate, or the gate could not
+    /// start.
+    NetworkFailed,
 }
 
 impl SetupError {
@@ -339,6 +357,7 @@ impl SetupStep {
             SetupStep::Rlimits => SetupErrorKind::RlimitFailed,
             SetupStep::Credentials => SetupErrorKind::CredentialsFailed,
             SetupStep::Namespaces => SetupErrorKind::UserNamespacesRefused,
+            SetupStep::Network => SetupErrorKind::NetworkFailed,
             SetupStep::Rootfs => SetupErrorKind::MountFailed,
             SetupStep::Landlock => SetupErrorKind::LandlockFailed,
             SetupStep::Privileges => SetupErrorKind::PrivilegesFailed,

@@ -32,6 +32,10 @@ pub enum Layer {
     PidNs,
     /// A new, empty network namespace.
     NetNs,
+    /// The network namespace's only way out is airlock's egress gate (network `allowlist` or
+    /// `report`): DNS is answered by the gate, every connection is checked against the rules,
+    /// tied to its name, counted and recorded.
+    EgressGate,
     /// A new IPC namespace.
     IpcNs,
     /// A new UTS namespace with a fixed hostname.

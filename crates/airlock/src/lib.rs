@@ -32,7 +32,8 @@
 //! outputs), [`pool`] (admission and scheduling), [`warm`] (sandboxes prepared ahead of their
 //! runs), [`interp`] (code strings by interpreter),
 //! [`doctor`] (what this host supports), [`init`] (the entry point of the init process) and
-//! [`macos`] (Seatbelt). Everything else is the machinery of a run (see
+//! [`macos`] (Seatbelt); [`network`] names what the egress gate reports. Everything else is
+//! the machinery of a run (the egress gate's host side among it, see
 //! `docs/architecture.md`), private; [`internals`] lends a few of its pieces to airlock's own
 //! tests, examples and tools, without any compatibility promise.
 
@@ -71,6 +72,8 @@ mod golden;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
+mod net;
+#[cfg(target_os = "linux")]
 mod rundir;
 #[cfg(target_os = "linux")]
 mod spec;
@@ -82,6 +85,7 @@ pub use confine::cgroup::CgroupConfig;
 pub use error::{Error, ErrorKind, PolicyError, SetupError, SetupErrorKind, SetupStep};
 pub use layer::{IsolationLevel, Layer};
 pub use macos::seatbelt;
+pub use network::{DecisionRecord, GateEvent, NetworkReport};
 pub use plan::Plan;
 pub use policy::Policy;
 pub use result::{RunResult, RunStatus};
@@ -89,6 +93,17 @@ pub use result::{RunResult, RunStatus};
 pub use supervisor::{
     Canceller, Command, Input, RunEvent, RunHandle, Sandbox, SandboxOptions, StandaloneWrapper,
 };
+
+/// What the egress gate reports (network `allowlist` and `report`): the result's
+/// [`RunResult::network`], the live [`RunEvent::Network`] decisions, and the words they use.
+/// The types come from the `airlock-egress` crate, which holds the gate.
+pub mod network {
+    pub use airlock_egress::report::{
+        Channel, Counters, Decision, DecisionRecord, GateEvent, LimitKind, NetworkReport, Protocol,
+        Reason,
+    };
+    pub use airlock_egress::{GateMode, Limits, Resolver};
+}
 
 /// The old name of [`call`], kept for callers written before the rename.
 #[cfg(target_os = "linux")]

@@ -39,6 +39,14 @@ pub struct Plan {
     pub verdict: Verdict,
     /// The network the program gets.
     pub network: NetworkMode,
+    /// The egress gate, for network `allowlist` or `report`: its rules, resolver and limits,
+    /// and what the sandbox gets (the captured ports, the DNS stub, the proxy endpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<PlannedEgress>,
+    /// The host Unix sockets the program sees (`network.unix_sockets`, expanded), each at the
+    /// same path; no other host socket is reachable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unix_sockets: Vec<PathBuf>,
     /// The program's working directory (the same path inside and outside).
     pub workdir: PathBuf,
     /// Whose that directory is.
@@ -70,6 +78,31 @@ pub struct Plan {
     /// for wrapping backends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wrapper_argv: Option<Vec<String>>,
+}
+
+/// The egress gate of a planned run.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PlannedEgress {
+    /// Allowlist or report.
+    pub mode: airlock_egress::GateMode,
+    /// The allow rules, as written.
+    pub allow: Vec<String>,
+    /// The deny rules, as written; they win over allow rules.
+    pub deny: Vec<String>,
+    /// Where the gate resolves allowed names (on the host).
+    pub resolver: airlock_egress::Resolver,
+    /// The per-run caps.
+    pub limits: airlock_egress::Limits,
+    /// TCP ports captured inside the sandbox: a connection to an allowed name (its placeholder
+    /// address from the DNS stub) or an allowed range on these ports reaches the gate.
+    pub capture_ports: Vec<u16>,
+    /// Allowed address ranges, routed to the gate inside the sandbox.
+    pub local_ranges: Vec<String>,
+    /// The gate's DNS stub inside the sandbox (`/etc/resolv.conf`).
+    pub dns: String,
+    /// The proxy endpoint inside the sandbox (HTTP CONNECT, absolute-form HTTP, SOCKS5), named
+    /// by the proxy variables in the program's environment.
+    pub proxy: String,
 }
 
 /// Whether a planned run goes ahead.

@@ -75,6 +75,11 @@ pub struct RunResult {
     /// The working directory, when it was kept after the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<PathBuf>,
+    /// The egress gate's report (network `allowlist` or `report`): the mode, counters, the
+    /// limits hit (`limit:bytes_out`, ...), one record per decision and, in report mode, a
+    /// suggested allow list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<airlock_egress::NetworkReport>,
 }
 
 impl RunResult {

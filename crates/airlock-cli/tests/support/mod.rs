@@ -18,6 +18,8 @@ pub mod api {
     pub use airlock::call::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
     pub use airlock::internals::{KEPT_MARKER, SWEEP_STAMP};
     pub use airlock::interp::InterpreterRegistry;
+    pub use airlock::network::{Decision, GateEvent};
+    pub use airlock::policy::NetworkMode;
     pub use airlock::policy::{load_profile, OutputLimitAction};
     pub use airlock::warm::{WarmBudget, WarmInterpreter, WarmOptions, WarmPool, WarmStats};
     pub use airlock::worker::run::{run_worker, WorkerJob, WorkerUpdate};

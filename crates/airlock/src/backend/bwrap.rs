@@ -24,11 +24,11 @@ pub const BWRAP_HOSTNAME: &str = super::native::SANDBOX_HOSTNAME;
 
 /// Descriptors at which the init hands bwrap our seccomp filters (syscall table, then argument
 /// checks).
-pub const SECCOMP_FDS: [i32; 2] = [10, 11];
+pub const SECCOMP_FDS: [i32; 2] = crate::spec::fds::BWRAP_SECCOMP_FDS;
 
 /// The descriptor bwrap writes its JSON status to, so that a bwrap that fails before the
 /// program starts is reported as a setup failure, not as the program exiting 1.
-pub const STATUS_FD: i32 = 12;
+pub const STATUS_FD: i32 = crate::spec::fds::BWRAP_STATUS_FD;
 
 /// Where bwrap is looked for before `PATH`.
 const BWRAP_CANDIDATES: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
@@ -166,6 +166,9 @@ impl Backend for BwrapBackend {
         if !ctx.policy.has_network() {
             layers.push(Layer::NetNs);
         }
+        if ctx.egress.is_some() {
+            layers.push(Layer::EgressGate);
+        }
         if ctx.sandbox_owns_workdir() {
             layers.push(Layer::DiskQuota);
             if ctx.scratch.is_some() {
@@ -181,6 +184,13 @@ impl Backend for BwrapBackend {
             .into_iter()
             .map(|(file, _)| WrapStep::WriteFile(file))
             .collect();
+        // bwrap runs without root (the init dropped it), so the gate's namespace belongs to
+        // a user namespace of the sandbox user's own; bwrap nests its own inside.
+        if ctx.egress.is_some() {
+            steps.push(WrapStep::EgressNamespace {
+                own_user_namespace: true,
+            });
+        }
         // A setuid bwrap must not run under no_new_privs (it sets it itself, see above).
         if !install.setuid {
             steps.push(WrapStep::NoNewPrivs);
@@ -188,6 +198,7 @@ impl Backend for BwrapBackend {
         steps.push(WrapStep::SeccompFds {
             config: SeccompConfig {
                 allow_network: ctx.policy.has_network(),
+                allow_inet: ctx.egress.is_some(),
             },
             fds: SECCOMP_FDS.to_vec(),
         });
@@ -207,7 +218,8 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
     let mut args = Args(vec![install.path.display().to_string()]);
     args.flag("--unshare-all");
     args.flag("--unshare-user");
-    if policy.has_network() {
+    // A gated run keeps the namespace the init prepared for the gate.
+    if policy.has_network() || ctx.egress.is_some() {
         args.flag("--share-net");
     }
     if install.version >= (0, 8, 0) {
@@ -242,7 +254,7 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
         Path::new("/dev/shm"),
         shm,
     );
-    for path in &policy.filesystem.read_only {
+    for path in policy.filesystem.read_only.iter().chain(ctx.unix_sockets) {
         args.paths("--ro-bind", path, path);
     }
     for path in &policy.filesystem.read_write {
@@ -336,7 +348,9 @@ fn identity_files(ctx: &PlanContext) -> Vec<(RunFile, PathBuf)> {
         ),
         ("hostname", format!("{BWRAP_HOSTNAME}\n")),
     ];
-    if ctx.policy.has_network() {
+    if ctx.egress.is_some() {
+        files.push(("resolv.conf", super::GATED_RESOLV_CONF.into()));
+    } else if ctx.policy.has_network() {
         if let Ok(resolv) = std::fs::read_to_string("/etc/resolv.conf") {
             files.push(("resolv.conf", resolv));
         }

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::container::{
-    bind_scratch_mounts, bundle_steps, container_id, find_binary, rlimits, rootless,
-    runtime_cgroup_dirs, Bundle,
+    bind_scratch_mounts, bundle_steps, container_id, find_binary, gate_for_rootful_tool, rlimits,
+    rootless, runtime_cgroup_dirs, Bundle,
 };
 use super::oci::{OciRlimit, OciSeccomp};
 use super::{tier0_layers, Backend, PlanContext, Probe};
@@ -61,6 +61,14 @@ impl Backend for GvisorBackend {
             });
         };
         let rootless = rootless::is_rootless();
+        let gate = gate_for_rootful_tool(ctx, "gvisor", "runsc", rootless)?;
+        if !ctx.unix_sockets.is_empty() {
+            return Err(crate::backend::network_unsupported(
+                "gvisor",
+                ctx.policy,
+                "gVisor's sentry reaches host Unix sockets only through its gofer, which airlock does not set up: use the native, bwrap or container backend for unix_sockets",
+            ));
+        }
         let platform = choose_platform(&runsc, ctx.tool_cache);
         let bundle = Bundle::new(ctx);
         let mut input = bundle.oci_input(ctx);
@@ -76,6 +84,7 @@ impl Backend for GvisorBackend {
         }
         input.seccomp = Some(OciSeccomp {
             allow_network: ctx.policy.has_network(),
+            allow_inet: ctx.egress.is_some(),
             allow_clone3: true,
         });
         let mut files = bundle.skeleton_files(&input);
@@ -92,7 +101,11 @@ impl Backend for GvisorBackend {
         if rootless {
             notes.push(ROOTLESS_NOTE.into());
         }
+        if ctx.egress.is_some() {
+            notes.push(GATED_NOTE.into());
+        }
         let mut steps = bundle_steps(files);
+        steps.extend(gate);
         steps.extend([WrapStep::NoCgroupPidsLimit, WrapStep::PresizeFdTable]);
         steps.push(WrapStep::CheckStarted(StartEvidence {
             tool: "runsc".into(),
@@ -113,7 +126,7 @@ impl Backend for GvisorBackend {
             wrapper_argv,
             argv_in_files: true,
             layers: gvisor_layers(
-                ctx.policy.has_network(),
+                network_of(ctx),
                 ctx.sandbox_owns_workdir().then_some(capped),
             ),
             notes,
@@ -138,7 +151,9 @@ fn runsc_argv(
     rootless: bool,
 ) -> Vec<String> {
     let dir = |name: &str| bundle.dir.join(name).display().to_string();
-    let network = if ctx.policy.has_network() {
+    // A gated run: the sentry uses the network of the namespace the init prepared and
+    // started runsc in (hostinet), whose only way out is the gate.
+    let network = if ctx.policy.has_network() || ctx.egress.is_some() {
         "--network=host"
     } else {
         "--network=none"
@@ -194,20 +209,40 @@ fn probe_runsc(platform: bool) -> Probe {
     }
     Probe {
         available: runsc.is_some() && userns.is_none(),
-        layers: gvisor_layers(false, Some(capped)),
+        layers: gvisor_layers(SentryNetwork::None, Some(capped)),
         problems,
         notes,
     }
 }
 
+const GATED_NOTE: &str = "gvisor (network allowlist or report): the sentry reaches the egress gate's namespace through hostinet (--network=host), and runsc then gives it no user namespace of its own: no user_ns (the program still runs under gVisor's kernel, as nobody)";
 const ROOTLESS_NOTE: &str = "gvisor (rootless): airlock is not root, so runsc runs with --rootless: no uid_drop (the sentry and its helpers run as your uid on the host) and no cgroup (none is delegated to a non-root user here): memory is capped per process inside the sentry (RLIMIT_AS: an allocation past it fails inside the program), processes by RLIMIT_NPROC, and the result has no cgroup accounting; run airlock as root for both";
 const INODES_NOTE: &str = "gvisor: runsc's tmpfs ignores nr_inodes, so limits.files is not enforced (file counts are bounded only by the memory limit) unless airlock can mount (CAP_SYS_ADMIN) and premounts capped tmpfs mounts for runsc to bind: run as root, or use the native or container backend for it";
 const PIDS_NOTE: &str = "gvisor: limits.processes is enforced inside the sandbox as RLIMIT_NPROC, not by the host cgroup (runsc's stub processes would count against a cgroup pids limit and kill the whole sandbox)";
 
+/// The network the sentry's host side (hostinet or none) sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SentryNetwork {
+    /// `--network=none`.
+    None,
+    /// `--network=host` in the host's namespace.
+    Host,
+    /// `--network=host` in the egress gate's namespace, prepared by the init.
+    Gated,
+}
+
+fn network_of(ctx: &PlanContext) -> SentryNetwork {
+    match (ctx.policy.has_network(), ctx.egress.is_some()) {
+        (true, _) => SentryNetwork::Host,
+        (false, true) => SentryNetwork::Gated,
+        (false, false) => SentryNetwork::None,
+    }
+}
+
 /// What the sentry gives: its own kernel behind the OCI namespaces, with the bundle as root.
 /// `owned_workdir` is `Some(capped)` when the run owns its workdir: its own tmpfs honours
 /// `size` but not `nr_inodes`, so the inode cap holds only on the init's capped mounts.
-fn gvisor_layers(host_network: bool, owned_workdir: Option<bool>) -> Vec<Layer> {
+fn gvisor_layers(network: SentryNetwork, owned_workdir: Option<bool>) -> Vec<Layer> {
     let mut layers = tier0_layers();
     layers.extend([
         Layer::MountNs,
@@ -218,10 +253,13 @@ fn gvisor_layers(host_network: bool, owned_workdir: Option<bool>) -> Vec<Layer> 
         Layer::CapsDropped,
         Layer::Seccomp,
     ]);
-    if !host_network {
+    match network {
         // Without host networking runsc starts the sandbox in a new user namespace that maps
         // only nobody (65534) to nobody (rootless: to the caller); the sentry runs as that uid.
-        layers.extend([Layer::NetNs, Layer::UserNs]);
+        SentryNetwork::None => layers.extend([Layer::NetNs, Layer::UserNs]),
+        // With hostinet it makes none; the namespace is the gate's, made by the init.
+        SentryNetwork::Gated => layers.extend([Layer::NetNs, Layer::EgressGate]),
+        SentryNetwork::Host => {}
     }
     match owned_workdir {
         Some(true) => layers.extend([Layer::DiskQuota, Layer::InodeQuota]),

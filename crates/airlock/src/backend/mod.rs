@@ -64,6 +64,46 @@ pub struct PlanContext<'a> {
     /// runs in the init's mount namespace; a backend may bind them instead of asking its tool
     /// for a tmpfs it cannot cap.
     pub scratch: Option<&'a crate::rundir::MemoryScratch>,
+    /// What the sandbox's network namespace must hold for the egress gate (network
+    /// `allowlist` or `report`): a backend gives the program a namespace of its own prepared
+    /// by the init (`InitSpec::egress`), or refuses with [`Error::NetworkUnsupported`].
+    pub egress: Option<&'a airlock_egress::SandboxPlan>,
+    /// The host Unix sockets (`network.unix_sockets`, expanded) the program sees at the same
+    /// path, read-only binds (connecting to a socket needs no write access to its mount).
+    pub unix_sockets: &'a [PathBuf],
+}
+
+/// The TCP ports a gated sandbox may connect to (Landlock's port rules): the gate's
+/// captured ports, its DNS stub (over TCP) and the proxy endpoint.
+pub(crate) fn gate_ports(plan: &airlock_egress::SandboxPlan) -> Vec<u16> {
+    let mut ports = plan.capture_ports.clone();
+    ports.extend([DNS_PORT, plan.proxy_port]);
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// The port of the gate's DNS stub inside the sandbox.
+const DNS_PORT: u16 = 53;
+
+/// The generated `/etc/resolv.conf` of a sandbox whose network goes through the gate: its DNS
+/// stub, which answers allowed names at once and refuses the rest at once.
+pub(crate) const GATED_RESOLV_CONF: &str =
+    "# airlock: the egress gate's DNS stub\nnameserver 127.0.0.1\noptions timeout:2 attempts:2\n";
+
+/// The refusal of a gated network mode (or host Unix sockets) by a backend that cannot give
+/// it, with the reason: the run never goes ahead with another network.
+pub(crate) fn network_unsupported(
+    backend: &str,
+    policy: &Policy,
+    reason: impl Into<String>,
+) -> Error {
+    Error::NetworkUnsupported {
+        backend: backend.into(),
+        mode: policy.network.mode.name().into(),
+        unix_sockets: !policy.network.unix_sockets.is_empty() && !policy.network.mode.is_gated(),
+        reason: reason.into(),
+    }
 }
 
 impl PlanContext<'_> {

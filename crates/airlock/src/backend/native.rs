@@ -62,10 +62,17 @@ impl Backend for NativeBackend {
         }
     }
 
+    /// A gated network: the init's child configures the new network namespace right after
+    /// creating it (it holds CAP_NET_ADMIN there until PID 1 drops every capability) and
+    /// hands the gate its sockets; seccomp allows IP stream and datagram sockets only, and
+    /// Landlock lets TCP connect only to the gate's ports.
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
         let policy = ctx.policy;
         let rootfs = rootfs_plan(ctx);
-        let landlock = landlock_rules(policy, &rootfs, ctx.workdir);
+        let mut landlock = landlock_rules(policy, &rootfs, ctx.workdir);
+        if let Some(egress) = ctx.egress {
+            landlock.connect_tcp_ports = super::gate_ports(egress);
+        }
         Ok(Confinement::Native(NativeSpec {
             new_net: !policy.has_network(),
             hostname: SANDBOX_HOSTNAME.into(),
@@ -73,6 +80,7 @@ impl Backend for NativeBackend {
             landlock,
             seccomp: SeccompConfig {
                 allow_network: policy.has_network(),
+                allow_inet: ctx.egress.is_some(),
             },
         }))
     }
@@ -141,11 +149,13 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
             host: ctx.workdir.to_path_buf(),
         }
     };
+    let mut read_only = ctx.policy.filesystem.read_only.clone();
+    read_only.extend(ctx.unix_sockets.iter().cloned());
     RootfsPlan {
         system_ro: default_system_ro(),
         etc_files: default_etc_files(),
         generated_files: identity_files(ctx),
-        read_only: ctx.policy.filesystem.read_only.clone(),
+        read_only,
         read_write: ctx.policy.filesystem.read_write.clone(),
         workdir,
         tmp: tmpfs,
@@ -179,7 +189,9 @@ fn identity_files(ctx: &PlanContext) -> Vec<GeneratedFile> {
         ),
         file("/etc/hostname", format!("{SANDBOX_HOSTNAME}\n")),
     ];
-    if ctx.policy.has_network() {
+    if ctx.egress.is_some() {
+        files.push(file("/etc/resolv.conf", super::GATED_RESOLV_CONF.into()));
+    } else if ctx.policy.has_network() {
         if let Ok(resolv) = std::fs::read_to_string("/etc/resolv.conf") {
             files.push(file("/etc/resolv.conf", resolv));
         }
@@ -220,6 +232,7 @@ fn landlock_rules(policy: &Policy, rootfs: &RootfsPlan, workdir: &Path) -> Landl
         read_exec,
         read_write,
         deny_tcp: !policy.has_network(),
+        connect_tcp_ports: Vec::new(),
         scope_ipc: true,
         exec_writable: policy.filesystem.exec_writable,
     }

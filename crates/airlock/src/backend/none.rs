@@ -27,7 +27,24 @@ impl Backend for NoneBackend {
         }
     }
 
-    fn plan(&self, _ctx: &PlanContext) -> Result<Confinement, Error> {
+    /// Tier 0 has no network namespace (the program has the host's network) and no
+    /// filesystem boundary (it sees every host socket): a gated network or `unix_sockets`
+    /// cannot be honoured, and is refused rather than run with the host's network.
+    fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error> {
+        if ctx.egress.is_some() {
+            return Err(super::network_unsupported(
+                self.name(),
+                ctx.policy,
+                "Tier 0 has no network namespace, so nothing can route its traffic through the egress gate: use a boundary backend (native, bwrap, container, gvisor)",
+            ));
+        }
+        if !ctx.unix_sockets.is_empty() {
+            return Err(super::network_unsupported(
+                self.name(),
+                ctx.policy,
+                "Tier 0 has no filesystem boundary: every host socket stays reachable, so listing some cannot restrict it",
+            ));
+        }
         Ok(Confinement::Tier0)
     }
 }

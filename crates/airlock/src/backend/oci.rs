@@ -8,14 +8,17 @@
 //! policy translated to OCI: the allowlist and refusal lists are those of
 //! `confine/seccomp/lists.rs`, by name, so both sandboxes share one list.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
 /// The OCI spec version we write.
 pub const OCI_VERSION: &str = "1.0.2";
+
+mod seccomp;
+
+pub use seccomp::docker_seccomp_profile;
+use seccomp::seccomp_section;
 
 /// Everything [`oci_spec`] needs, already resolved against the host.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,8 +33,16 @@ pub struct OciInput {
     /// The root directory: an empty directory, absolute or relative to the bundle.
     pub rootfs: PathBuf,
     pub mounts: OciMounts,
-    /// Keep the host network (no network namespace).
+    /// No network namespace of the container's own: the host's network, or the egress gate's
+    /// namespace the runtime was started in.
     pub host_network: bool,
+    /// The runtime is started in the egress gate's network namespace, which the init prepared
+    /// (network `allowlist` or `report`): the container keeps it (`host_network` is set too),
+    /// and an engine is told `--network host`, never to make its own.
+    pub gated: bool,
+    /// `/etc/resolv.conf` generated into the root (the egress gate's DNS stub), instead of
+    /// none (no network) or the host's (host network).
+    pub resolv_conf: Option<String>,
     pub resources: OciResources,
     /// `process.rlimits`; callers keep them at or below their own hard limits (raising needs
     /// CAP_SYS_RESOURCE, which the runtime may lack).
@@ -109,8 +120,11 @@ pub struct OciRlimit {
 /// The knobs of the translated seccomp policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OciSeccomp {
-    /// Allow sockets of every family; when false only `AF_UNIX` sockets may be made.
+    /// Allow sockets of every family; when false only `AF_UNIX` sockets may be made (and IP
+    /// stream and datagram ones with `allow_inet`).
     pub allow_network: bool,
+    /// IP stream and datagram sockets, nothing else (the egress gate's sandboxes).
+    pub allow_inet: bool,
     /// Allow `clone3`. Needed under gVisor, which turns every seccomp refusal into EPERM, so the
     /// ENOSYS that makes glibc fall back to `clone` never arrives and no thread can start. Safe
     /// there: a namespace created inside gVisor belongs to its user-space kernel.
@@ -335,158 +349,6 @@ fn resources(r: &OciResources) -> Value {
     resources
 }
 
-// ---------------------------------------------------------------------------------------------
-// Seccomp: airlock's allowlist (ENOSYS for anything unlisted) and refusals (EPERM), as in
-// `confine/seccomp/lists.rs`, expressed as one libseccomp-style profile.
-// ---------------------------------------------------------------------------------------------
-
-const ENOSYS: u32 = libc::ENOSYS as u32;
-const EPERM: u32 = libc::EPERM as u32;
-const EAFNOSUPPORT: u32 = libc::EAFNOSUPPORT as u32;
-
-/// Allowed syscalls that get argument rules instead of a plain allow.
-const NARROWED: &[&str] = &[
-    "clone",
-    "socket",
-    "socketpair",
-    "personality",
-    "mknod",
-    "mknodat",
-];
-
-fn seccomp_section(cfg: &OciSeccomp) -> Value {
-    let lists = seccomp_lists();
-    let plain: Vec<&str> = lists
-        .allowed
-        .iter()
-        .map(String::as_str)
-        .filter(|name| !NARROWED.contains(name))
-        .collect();
-    let refused: Vec<&str> = lists.refused.iter().map(String::as_str).collect();
-    let mut rules = vec![
-        json!({ "names": plain, "action": "SCMP_ACT_ALLOW" }),
-        json!({ "names": refused, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM }),
-    ];
-    rules.extend(clone_rules());
-    if cfg.allow_clone3 {
-        rules.push(json!({ "names": ["clone3"], "action": "SCMP_ACT_ALLOW" }));
-    }
-    rules.extend(personality_rules());
-    rules.extend(device_node_rules());
-    rules.extend(socket_rules(cfg.allow_network));
-    json!({
-        "defaultAction": "SCMP_ACT_ERRNO",
-        "defaultErrnoRet": ENOSYS,
-        "architectures": architectures(),
-        "syscalls": rules,
-    })
-}
-
-/// airlock's seccomp policy as a Docker/podman seccomp profile (`--security-opt seccomp=FILE`).
-/// That format is the OCI section's own field for field (`defaultAction`, `defaultErrnoRet`,
-/// `architectures`, `syscalls[].names/action/errnoRet/args[].index/value/valueTwo/op`): the
-/// engines parse it into the same structure they later write into the runtime's spec.
-pub fn docker_seccomp_profile(cfg: &OciSeccomp) -> Value {
-    seccomp_section(cfg)
-}
-
-/// `clone` without any namespace flag is allowed; with one it is refused. `clone3` stays
-/// unlisted (ENOSYS), so glibc falls back to `clone`, whose flags seccomp can read.
-fn clone_rules() -> Vec<Value> {
-    let flags = [
-        libc::CLONE_NEWNS,
-        libc::CLONE_NEWCGROUP,
-        libc::CLONE_NEWUTS,
-        libc::CLONE_NEWIPC,
-        libc::CLONE_NEWUSER,
-        libc::CLONE_NEWPID,
-        libc::CLONE_NEWNET,
-    ]
-    .map(|f| f as u64);
-    let all = flags.iter().fold(0, |acc, f| acc | f);
-    // libseccomp's MASKED_EQ takes the mask in `value` and the expected bits in `valueTwo`.
-    let mut rules = vec![json!({ "names": ["clone"], "action": "SCMP_ACT_ALLOW",
-        "args": [{ "index": 0, "value": all, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }] })];
-    rules.extend(flags.iter().map(|flag| {
-        json!({ "names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM,
-            "args": [{ "index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ" }] })
-    }));
-    rules
-}
-
-/// Only querying the persona (0xffffffff) or asking for the default (`PER_LINUX`, 0).
-fn personality_rules() -> Vec<Value> {
-    [0u64, 0xffff_ffff]
-        .iter()
-        .map(|value| json!({ "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": value, "op": "SCMP_CMP_EQ" }] }))
-        .collect()
-}
-
-/// mknod of files, FIFOs and sockets only: a device node is refused even where the kernel
-/// behind the program would allow it (gVisor's tmpfs does, for an unprivileged program).
-fn device_node_rules() -> Vec<Value> {
-    let file_type = u64::from(libc::S_IFMT);
-    let rule = |name: &str, index: u32, kind: libc::mode_t, refuse: bool| {
-        let args = json!([{ "index": index, "value": file_type, "valueTwo": u64::from(kind), "op": "SCMP_CMP_MASKED_EQ" }]);
-        if refuse {
-            json!({ "names": [name], "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM, "args": args })
-        } else {
-            json!({ "names": [name], "action": "SCMP_ACT_ALLOW", "args": args })
-        }
-    };
-    let mut rules = Vec::new();
-    for (name, index) in [("mknod", 1), ("mknodat", 2)] {
-        for kind in [0, libc::S_IFREG, libc::S_IFIFO, libc::S_IFSOCK] {
-            rules.push(rule(name, index, kind, false));
-        }
-        for kind in [libc::S_IFCHR, libc::S_IFBLK] {
-            rules.push(rule(name, index, kind, true));
-        }
-    }
-    rules
-}
-
-fn socket_rules(allow_network: bool) -> Vec<Value> {
-    if allow_network {
-        return vec![json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW" })];
-    }
-    let unix = libc::AF_UNIX as u64;
-    vec![
-        json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": unix, "op": "SCMP_CMP_EQ" }] }),
-        json!({ "names": ["socket", "socketpair"], "action": "SCMP_ACT_ERRNO", "errnoRet": EAFNOSUPPORT,
-            "args": [{ "index": 0, "value": unix, "op": "SCMP_CMP_NE" }] }),
-    ]
-}
-
-fn architectures() -> Vec<&'static str> {
-    if cfg!(target_arch = "aarch64") {
-        vec!["SCMP_ARCH_AARCH64"]
-    } else {
-        vec!["SCMP_ARCH_X86_64"]
-    }
-}
-
-/// Syscall names of airlock's seccomp policy.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct SeccompLists {
-    pub allowed: BTreeSet<String>,
-    pub refused: BTreeSet<String>,
-}
-
-/// The allow and refuse lists of `confine/seccomp/lists.rs`, by name, so the two sandboxes
-/// share one policy.
-pub fn seccomp_lists() -> &'static SeccompLists {
-    static LISTS: OnceLock<SeccompLists> = OnceLock::new();
-    LISTS.get_or_init(|| {
-        let (allowed, refused) = crate::confine::seccomp::syscall_names();
-        let owned = |names: Vec<&str>| names.into_iter().map(str::to_string).collect();
-        SeccompLists {
-            allowed: owned(allowed),
-            refused: owned(refused),
-        }
-    })
-}
-
 /// Paths of `candidates` that exist on this host (symlinks count: binding follows them).
 pub fn existing(candidates: &[PathBuf]) -> Vec<PathBuf> {
     candidates.iter().filter(|p| p.exists()).cloned().collect()
@@ -528,6 +390,8 @@ mod tests {
                 scratch_binds: None,
             },
             host_network: false,
+            gated: false,
+            resolv_conf: None,
             resources: OciResources {
                 memory_bytes: Some(512 << 20),
                 pids: Some(64),
@@ -574,6 +438,7 @@ mod tests {
         let mut input = sample();
         input.seccomp = Some(OciSeccomp {
             allow_network: false,
+            allow_inet: false,
             allow_clone3: false,
         });
         golden("sample-seccomp.json", &oci_spec(&input));
@@ -731,52 +596,5 @@ mod tests {
             .collect();
         let position = |p: &str| order.iter().position(|d| *d == p).unwrap();
         assert!(position("/usr") < position("/usr/share/x"));
-    }
-
-    #[test]
-    fn seccomp_lists_come_from_the_native_policy() {
-        let lists = seccomp_lists();
-        for name in ["read", "execve", "futex", "clone", "openat", "exit_group"] {
-            assert!(lists.allowed.contains(name), "{name} should be allowed");
-        }
-        for name in [
-            "mount",
-            "unshare",
-            "setns",
-            "bpf",
-            "ptrace",
-            "keyctl",
-            "kexec_load",
-        ] {
-            assert!(lists.refused.contains(name), "{name} should be refused");
-        }
-        assert!(
-            lists.allowed.len() > 150,
-            "only {} allowed syscalls parsed",
-            lists.allowed.len()
-        );
-        assert!(lists.allowed.is_disjoint(&lists.refused));
-        assert!(!lists.allowed.contains("clone3"), "clone3 must stay ENOSYS");
-    }
-
-    #[test]
-    fn seccomp_section_refuses_namespaces_and_foreign_sockets() {
-        let section = seccomp_section(&OciSeccomp {
-            allow_network: false,
-            allow_clone3: false,
-        });
-        assert_eq!(section["defaultAction"], "SCMP_ACT_ERRNO");
-        assert_eq!(section["defaultErrnoRet"], ENOSYS);
-        let rules = section["syscalls"].as_array().unwrap();
-        let plain = rules[0]["names"].as_array().unwrap();
-        assert!(!plain.contains(&json!("clone")) && !plain.contains(&json!("socket")));
-        let clone_refusals = rules
-            .iter()
-            .filter(|r| r["names"] == json!(["clone"]) && r["action"] == "SCMP_ACT_ERRNO")
-            .count();
-        assert_eq!(clone_refusals, 7);
-        assert!(rules.iter().any(
-            |r| r["names"] == json!(["socket", "socketpair"]) && r["errnoRet"] == EAFNOSUPPORT
-        ));
     }
 }

@@ -6,9 +6,9 @@
 //! caller can log it or refuse to run.
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, LandlockStatus, PathBeneath, PathFd, RestrictSelf,
-    RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
-    Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, LandlockStatus, NetPort, PathBeneath, PathFd,
+    RestrictSelf, RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
+    RulesetStatus, Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -27,8 +27,13 @@ pub struct LandlockRules {
     /// Whether files under `read_write` may also be executed. Off means code the sandbox
     /// writes can still be interpreted (`python3 x.py`) but not executed directly.
     pub exec_writable: bool,
-    /// Refuse every TCP `bind` and `connect` (ABI 4+).
+    /// Refuse every TCP `bind` and `connect` (ABI 4+), except connecting to
+    /// `connect_tcp_ports`.
     pub deny_tcp: bool,
+    /// With `deny_tcp`: the ports a TCP `connect` may still reach (the egress gate's listeners
+    /// in the sandbox: its captured ports, DNS and the proxy endpoint).
+    #[serde(default)]
+    pub connect_tcp_ports: Vec<u16>,
     /// Refuse connecting to abstract unix sockets and signalling processes created outside
     /// the sandbox (ABI 6+).
     pub scope_ipc: bool,
@@ -82,6 +87,12 @@ pub enum LandlockError {
         #[source]
         source: landlock::RulesetError,
     },
+    #[error("failed to allow TCP connections to port {port} with landlock: {source}")]
+    AddPortRule {
+        port: u16,
+        #[source]
+        source: landlock::RulesetError,
+    },
     #[error("failed to restrict the calling thread with landlock: {0}")]
     RestrictSelf(#[source] landlock::RulesetError),
 }
@@ -120,6 +131,13 @@ pub fn restrict_self(rules: &LandlockRules) -> Result<LandlockReport, LandlockEr
                 ruleset = next;
                 skipped_paths.push(path.clone());
             }
+        }
+    }
+    if rules.deny_tcp {
+        for &port in &rules.connect_tcp_ports {
+            ruleset = ruleset
+                .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+                .map_err(|source| LandlockError::AddPortRule { port, source })?;
         }
     }
     let status = ruleset
@@ -298,6 +316,7 @@ mod tests {
             read_write: vec![targets.inside.path().to_path_buf()],
             exec_writable: false,
             deny_tcp: true,
+            connect_tcp_ports: Vec::new(),
             scope_ipc: true,
         }
     }
@@ -343,6 +362,38 @@ mod tests {
         assert_eq!(free.write_outside, Ok(()));
         assert_eq!(free.tcp_connect, Ok(()));
         assert_eq!(free.abstract_connect, Ok(()));
+    }
+
+    /// The egress gate's sandboxes: TCP connect reaches the listed ports only, bind nothing.
+    #[test]
+    fn tcp_connect_reaches_only_the_listed_ports() {
+        if skip_below(4) {
+            return;
+        }
+        let allowed = TcpListener::bind("127.0.0.1:0").unwrap();
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = |l: &TcpListener| l.local_addr().unwrap().port();
+        let rules = LandlockRules {
+            deny_tcp: true,
+            connect_tcp_ports: vec![port(&allowed)],
+            ..LandlockRules::default()
+        };
+        let (allowed_at, other_at) = (allowed.local_addr().unwrap(), other.local_addr().unwrap());
+        let (report, to_allowed, to_other, bound) = std::thread::spawn(move || {
+            let report = restrict_self(&rules).unwrap();
+            (
+                report,
+                kind(TcpStream::connect(allowed_at)),
+                kind(TcpStream::connect(other_at)),
+                kind(TcpListener::bind("127.0.0.1:0")),
+            )
+        })
+        .join()
+        .unwrap();
+        assert_eq!(report.network, Enforcement::Full);
+        assert_eq!(to_allowed, Ok(()));
+        assert_eq!(to_other, Err(ErrorKind::PermissionDenied));
+        assert_eq!(bound, Err(ErrorKind::PermissionDenied));
     }
 
     /// Runs a copy of `true` placed in a writable directory from a restricted thread.

@@ -5,7 +5,7 @@
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -23,13 +23,8 @@ use crate::linux::sys;
 use crate::plan::Verdict;
 use crate::spec::{Confinement, InitSpec, WrapStep};
 
-/// Descriptor of the setup pipe in the child (close-on-exec: EOF at exec means success).
-pub(super) const SETUP_FD: RawFd = 3;
-/// Descriptor of the exit-report pipe from the native sandbox's PID 1.
-pub(super) const REPORT_FD: RawFd = 4;
-/// The write end of a wrapped tool's status pipe in the child, until it is moved to the
-/// descriptor the tool expects.
-pub(super) const TOOL_STATUS_FD: RawFd = 5;
+use crate::spec::fds::PRESIZED_FD;
+pub(super) use crate::spec::fds::{GATE_FD, REPORT_FD, SETUP_FD, TOOL_STATUS_FD};
 
 /// One line on the setup pipe.
 #[derive(Serialize, Deserialize, Debug)]
@@ -48,6 +43,8 @@ pub(super) struct ChildContext<'a> {
     pub cgroup: Option<&'a RunCgroup>,
     /// The write end of a wrapped tool's status pipe, placed at the tool's `status_fd`.
     pub tool_status: Option<RawFd>,
+    /// The egress gate's channel, at [`GATE_FD`], for a run with `InitSpec::egress`.
+    pub gate: Option<&'a OwnedFd>,
 }
 
 /// Entry point of the forked child; never returns.
@@ -108,8 +105,8 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
             }
             finish_and_exec(spec, layers)
         }
-        Confinement::Native(native) => super::native::enter(spec, native, layers),
-        Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers, ctx.tool_status),
+        Confinement::Native(native) => super::native::enter(spec, native, layers, ctx.gate),
+        Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers, ctx),
     }
 }
 
@@ -339,8 +336,6 @@ pub(super) fn presized_fd() -> Option<RawFd> {
     let highest = PRESIZED_FD.min(limit.saturating_sub(1));
     (highest >= 64).then_some(highest)
 }
-
-const PRESIZED_FD: RawFd = 1023;
 
 /// Grows this (single-threaded) process's descriptor table, which the program keeps across
 /// exec, and leaves no descriptor behind. Only speed depends on it.

@@ -11,6 +11,7 @@
 //! the event pipe to the supervisor (one JSON line each).
 
 mod child;
+mod egress;
 mod native;
 mod run;
 mod standby;
@@ -231,8 +232,9 @@ pub(crate) fn any_file_at_least(dirs: &[PathBuf], size: u64) -> bool {
     false
 }
 
-/// Forks the child that becomes the program, with the setup pipe on descriptor 3 and the
-/// exit-report pipe on 4; every other inherited descriptor is closed.
+/// Forks the child that becomes the program, with its pipes at the numbers of `spec::fds`
+/// (setup, exit report, and the gate's channel, a tool's status or a warm run's command pipe
+/// when the run has them); every other inherited descriptor is closed.
 pub(crate) fn fork_child(
     spec: &InitSpec,
     run: &PreparedRun,
@@ -251,19 +253,18 @@ pub(crate) fn fork_child(
                 (setup.as_raw_fd(), child::SETUP_FD),
                 (report.as_raw_fd(), child::REPORT_FD),
             ];
+            keep.extend(run.gate.as_ref().map(|fd| (fd.as_raw_fd(), child::GATE_FD)));
             keep.extend(tool_status.map(|fd| (fd, child::TOOL_STATUS_FD)));
             keep.extend(go);
+            // Closes every other descriptor, the gaps between these included.
             if sys::place_fds(&keep).is_err() {
                 sys::exit_now(125);
-            }
-            // Below a warm run's command pipe: nothing of the init's may stay open there.
-            if tool_status.is_none() {
-                let _ = nix::unistd::close(child::TOOL_STATUS_FD);
             }
             let ctx = child::ChildContext {
                 init_pid,
                 cgroup: run.cgroup.as_ref(),
                 tool_status: tool_status.map(|_| child::TOOL_STATUS_FD),
+                gate: run.gate.as_ref(),
             };
             child::run_child(spec, &ctx)
         }

@@ -10,6 +10,7 @@
 //!    itself, which makes the kernel kill whatever is left in the namespace.
 
 use std::convert::Infallible;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::Signal;
@@ -31,11 +32,17 @@ pub(super) fn enter(
     spec: &InitSpec,
     native: &NativeSpec,
     mut layers: Vec<Layer>,
+    gate: Option<&OwnedFd>,
 ) -> Setup<Infallible> {
     enter_namespaces(native.new_net)?;
     layers.extend(Layer::NAMESPACES_BUT_NET);
     if native.new_net {
         layers.push(Layer::NetNs);
+    }
+    if let (Some(plan), Some(gate)) = (&spec.egress, gate) {
+        super::egress::hand_over(plan, gate)?;
+        let _ = nix::unistd::close(gate.as_raw_fd());
+        layers.push(Layer::EgressGate);
     }
     // The mirror process must outlive PID 1 and must not die of the graceful SIGTERM the init
     // sends to the whole tree, or PID 1's parent-death signal would skip the grace period.
@@ -51,16 +58,23 @@ pub(super) fn enter(
 }
 
 fn enter_namespaces(new_net: bool) -> Setup<()> {
-    let (uid, gid) = (getuid(), getgid());
-    let mut flags = CloneFlags::CLONE_NEWUSER
-        | CloneFlags::CLONE_NEWNS
+    let mut others = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP;
     if new_net {
-        flags |= CloneFlags::CLONE_NEWNET;
+        others |= CloneFlags::CLONE_NEWNET;
     }
+    enter_user_namespace(others)
+}
+
+/// Unshares a new user namespace together with `others`, so the new user namespace owns
+/// them all, and maps only our own (already unprivileged) uid and gid in it, which needs no
+/// privilege at all.
+pub(super) fn enter_user_namespace(others: CloneFlags) -> Setup<()> {
+    let (uid, gid) = (getuid(), getgid());
+    let flags = CloneFlags::CLONE_NEWUSER | others;
     unshare(flags).map_err(|e| {
         SetupError::at(
             Step::Namespaces,

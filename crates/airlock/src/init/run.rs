@@ -2,6 +2,7 @@
 //! descriptor, the run directory (in memory when planned so, with the files a wrapping tool
 //! reads), the run's cgroup and the host files hidden from a tool.
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -10,14 +11,19 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use super::{Kind, Setup, Step};
 use crate::confine::cgroup::RunCgroup;
 use crate::error::SetupError;
+use crate::linux::sys;
 use crate::rundir::{self, MemoryScratch, NewRunDir, RunDirError};
-use crate::spec::{CgroupRequest, Confinement, InitSpec, WrapStep};
+use crate::spec::{CgroupRequest, Confinement, InitSpec, WrapStep, GATE_FD};
 
 /// What the init created for a run and must remove.
 pub(crate) struct PreparedRun {
     pub cgroup: Option<RunCgroup>,
     pub cgroup_warning: Option<String>,
     pub signals: SignalFd,
+    /// The egress gate's channel ([`crate::spec::GATE_FD`]) until the child is forked with
+    /// it; the init keeps no copy after that, so the supervisor sees it close if the child
+    /// fails before handing the sockets over.
+    pub gate: Option<OwnedFd>,
 }
 
 impl PreparedRun {
@@ -28,6 +34,15 @@ impl PreparedRun {
             .map_err(|e| SetupError::at(Step::Init, format!("cannot block SIGCHLD: {e}")))?;
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .map_err(|e| SetupError::at(Step::Init, format!("signalfd: {e}")))?;
+        let gate = match spec.egress {
+            Some(_) => Some(sys::claim_inherited_fd(GATE_FD).map_err(|e| {
+                SetupError::at(
+                    Step::Init,
+                    format!("cannot take the egress gate's channel: {e}"),
+                )
+            })?),
+            None => None,
+        };
         if let Some(scratch) = &spec.scratch {
             crate::confine::rootfs::enter_private_runtime(&scratch.runtime_dir).map_err(|e| {
                 SetupError::at(Step::RunDir, e.to_string()).of_kind(Kind::MountFailed)
@@ -58,6 +73,7 @@ impl PreparedRun {
             cgroup,
             cgroup_warning,
             signals,
+            gate,
         })
     }
 

@@ -23,11 +23,8 @@ use super::watch::{StopCause, Watch};
 use super::{Kind, Setup, Step};
 use crate::error::SetupError;
 use crate::linux::sys;
-use crate::spec::{InitEvent, InitSpec, StagedFile, StopReason, WarmGo, GO_FD, WARM_STARTED_LINE};
-
-/// The command pipe's read end in the sandbox's PID 1 (after the setup, report and
-/// tool-status descriptors).
-pub(super) const CHILD_GO_FD: RawFd = 6;
+use crate::spec::fds::{CHILD_GO_FD, GO_FD};
+use crate::spec::{InitEvent, InitSpec, StagedFile, StopReason, WarmGo, WARM_STARTED_LINE};
 
 /// The largest command (argv, environment and staged files) PID 1 reads.
 const MAX_GO_BYTES: u64 = 64 << 20;

@@ -80,7 +80,7 @@ pub(super) fn supervise(
         tool_status.as_ref().map(|(_, write)| write.as_raw_fd()),
         super::standby::go_placement(go.as_ref()),
     )?;
-    drop((setup_write, report_write, go));
+    drop((setup_write, report_write, go, run.gate.take()));
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
     let mut watch = Watch::new(spec, run, control, child, start, setup_read);

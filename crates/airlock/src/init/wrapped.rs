@@ -15,7 +15,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
-use super::child::{finish_and_exec_with, send_setup, SetupMessage};
+use super::child::{finish_and_exec_with, send_setup, ChildContext, SetupMessage};
 use super::run::{new_run_dir, run_dir_failed};
 use super::{Kind, Setup, Step};
 use crate::confine::seccomp;
@@ -71,13 +71,17 @@ pub(super) fn exec(
     spec: &InitSpec,
     wrap: &WrapSpec,
     mut layers: Vec<Layer>,
-    tool_status: Option<RawFd>,
+    ctx: &ChildContext,
 ) -> Setup<Infallible> {
     // Descriptors to place at the numbers the tool expects, and the filters' owners.
     let mut placed: Vec<(RawFd, RawFd)> = Vec::new();
     let mut filters: Vec<OwnedFd> = Vec::new();
+    let tool_status = ctx.tool_status;
     for step in &wrap.steps {
         match step {
+            WrapStep::EgressNamespace { own_user_namespace } => {
+                prepare_egress(spec, ctx.gate, *own_user_namespace)?
+            }
             WrapStep::NoNewPrivs => {
                 nix::sys::prctl::set_no_new_privs().map_err(|e| {
                     SetupError::at(Step::Privileges, format!("cannot set no_new_privs: {e}"))
@@ -127,6 +131,22 @@ pub(super) fn exec(
         }
         Ok((Path::new(tool).to_path_buf(), argv.clone()))
     })
+}
+
+/// The network namespace the tool will inherit, configured for the egress gate, whose
+/// sockets are handed over before the channel is closed (the tool never holds it).
+fn prepare_egress(spec: &InitSpec, gate: Option<&OwnedFd>, own_user_namespace: bool) -> Setup<()> {
+    let (Some(plan), Some(gate)) = (&spec.egress, gate) else {
+        return Err(SetupError::at(
+            Step::Spec,
+            "the plan prepares a network for the egress gate, but the run has no gate",
+        )
+        .of_kind(Kind::SpecInvalid));
+    };
+    super::egress::enter_namespace(own_user_namespace)?;
+    super::egress::hand_over(plan, gate)?;
+    let _ = nix::unistd::close(gate.as_raw_fd());
+    Ok(())
 }
 
 /// Leaves `/dev/null` open (read-only, inherited across exec) at a high descriptor, so that

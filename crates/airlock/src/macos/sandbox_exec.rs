@@ -24,6 +24,10 @@ pub enum SeatbeltError {
     },
     #[error("the command is empty")]
     EmptyCommand,
+    /// Network `allowlist`, `report` or `unix_sockets`: macOS has no egress gate, and the run
+    /// never goes ahead with all of the network or none of it instead.
+    #[error("network mode \"{0}\" (or unix_sockets) needs airlock's egress gate, which Seatbelt does not have: use mode none or host on macOS")]
+    NetworkUnsupported(&'static str),
 }
 
 /// Whether this Mac can run seatbelt sandboxes.
@@ -46,6 +50,10 @@ pub fn command(
     }
     if argv.is_empty() {
         return Err(SeatbeltError::EmptyCommand);
+    }
+    let network = &policy.network;
+    if network.mode.is_gated() || !network.unix_sockets.is_empty() {
+        return Err(SeatbeltError::NetworkUnsupported(network.mode.name()));
     }
     let resolve = |path: &Path| {
         path.canonicalize()

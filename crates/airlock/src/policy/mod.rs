@@ -2,6 +2,7 @@
 //! (every value concrete); profiles on disk are partial and layer on top of a base policy.
 
 mod builtin;
+mod network;
 mod profile;
 pub mod units;
 
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use builtin::{builtin, builtin_names, tier, tier_names};
+pub use network::{NetworkLimits, NetworkMode, NetworkPolicy};
 pub use profile::{load_profile, parse_profile, ContainerSection, ProfileFile};
 
 pub use crate::error::InvalidValue;
@@ -95,16 +97,6 @@ impl std::str::FromStr for ContainerRuntime {
 pub struct ContainerPolicy {
     /// Which program starts the container.
     pub runtime: ContainerRuntime,
-}
-
-/// Network access of the sandbox.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum NetworkMode {
-    /// No network at all: an empty namespace and socket() limited to AF_UNIX.
-    None,
-    /// The host's network, unrestricted. Only when asked for explicitly.
-    Host,
 }
 
 /// What happens when the program writes more than its output cap.
@@ -213,14 +205,6 @@ pub struct FsPolicy {
     pub workdir: Option<PathBuf>,
     /// Allow executing files from writable places (workdir, /tmp).
     pub exec_writable: bool,
-}
-
-/// Network rules.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct NetworkPolicy {
-    /// The network mode.
-    pub mode: NetworkMode,
 }
 
 /// Environment rules: nothing from the caller passes unless named here.
@@ -340,7 +324,7 @@ impl Policy {
                 "a variable name without '=' or NUL",
             )?;
         }
-        Ok(())
+        self.network.validate()
     }
 
     /// Where the policy came from.
@@ -354,7 +338,9 @@ impl Policy {
         self
     }
 
-    /// True when the program may reach the network.
+    /// True when the program gets the host's network, unfiltered (`network.mode = "host"`).
+    /// An allowlist or report run keeps a network namespace of its own: see
+    /// [`NetworkMode::is_gated`].
     pub fn has_network(&self) -> bool {
         self.network.mode == NetworkMode::Host
     }

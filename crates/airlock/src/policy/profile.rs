@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::units::{ByteSize, Seconds};
 use super::{
-    builtin, BackendChoice, ContainerRuntime, NetworkMode, OutputLimitAction, Policy, PolicyOrigin,
+    builtin, BackendChoice, ContainerRuntime, NetworkLimits, NetworkMode, NetworkPolicy,
+    OutputLimitAction, Policy, PolicyOrigin,
 };
 use crate::error::PolicyError;
 use crate::layer::{IsolationLevel, Layer};
@@ -48,11 +49,18 @@ pub struct FsSection {
     pub exec_writable: Option<bool>,
 }
 
-/// `[network]`.
+/// `[network]`: lists add to the base profile's lists, other keys replace; `allow` rules in a
+/// profile whose network would otherwise be `none` make it `allowlist` (rules are never
+/// silently ignored).
 #[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkSection {
     pub mode: Option<NetworkMode>,
+    pub allow: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
+    pub unix_sockets: Option<Vec<String>>,
+    pub resolver: Option<String>,
+    pub limits: Option<NetworkLimits>,
 }
 
 /// `[env]`: `pass` adds names, `set` adds or replaces values.
@@ -177,7 +185,7 @@ pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
         set(&mut policy.filesystem.exec_writable, fs.exec_writable);
     }
     if let Some(net) = file.network {
-        set(&mut policy.network.mode, net.mode);
+        apply_network(&mut policy.network, net);
     }
     if let Some(env) = file.env {
         policy.env.pass.extend(env.pass.unwrap_or_default());
@@ -198,6 +206,33 @@ pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
         set(&mut policy.container.runtime, container.runtime);
     }
     policy
+}
+
+fn apply_network(network: &mut NetworkPolicy, section: NetworkSection) {
+    let adds_rules = section
+        .allow
+        .as_ref()
+        .is_some_and(|rules| !rules.is_empty());
+    if section.mode.is_none() && adds_rules && network.mode == NetworkMode::None {
+        network.mode = NetworkMode::Allowlist;
+    }
+    set(&mut network.mode, section.mode);
+    network.allow.extend(section.allow.unwrap_or_default());
+    network.deny.extend(section.deny.unwrap_or_default());
+    network
+        .unix_sockets
+        .extend(section.unix_sockets.unwrap_or_default());
+    if section.resolver.is_some() {
+        network.resolver = section.resolver;
+    }
+    if let Some(limits) = section.limits {
+        let current = &mut network.limits;
+        set(&mut current.connections, limits.connections.map(Some));
+        set(&mut current.concurrent, limits.concurrent.map(Some));
+        set(&mut current.bytes_out, limits.bytes_out.map(Some));
+        set(&mut current.bytes_in, limits.bytes_in.map(Some));
+        set(&mut current.dns_queries, limits.dns_queries.map(Some));
+    }
 }
 
 pub(crate) fn apply_limits(l: &mut super::Limits, s: LimitsSection) {
@@ -246,6 +281,39 @@ mod tests {
             unknown_runtime.to_string().contains("lxc"),
             "{unknown_runtime}"
         );
+    }
+
+    #[test]
+    fn a_network_section_adds_rules_and_turns_none_into_allowlist() {
+        let text = r#"
+[network]
+allow = ["api.example.com", "203.0.113.0/24:8080"]
+deny = ["uploads.example.com"]
+unix_sockets = ["/run/app/*.sock"]
+resolver = "192.0.2.53"
+[network.limits]
+bytes_out = "64MiB"
+connections = 10
+"#;
+        let policy = apply(
+            builtin("untrusted").unwrap(),
+            parse_profile(text, "t").unwrap(),
+        );
+        let network = &policy.network;
+        assert_eq!(network.mode, NetworkMode::Allowlist);
+        assert_eq!(network.allow.len(), 2);
+        assert_eq!(network.limits.connections, Some(10));
+        policy.validate().unwrap();
+        let explicit = "[network]\nmode = \"report\"\nallow = [\"a.example\"]\n";
+        let policy = apply(
+            builtin("untrusted").unwrap(),
+            parse_profile(explicit, "t").unwrap(),
+        );
+        assert_eq!(policy.network.mode, NetworkMode::Report);
+        let back: Policy = toml::from_str(&policy.to_toml()).unwrap();
+        assert_eq!(back.network, policy.network);
+        let unknown = parse_profile("[network]\nallowed = []\n", "t").unwrap_err();
+        assert!(unknown.to_string().contains("allowed"), "{unknown}");
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! What the supervisor hands the init (`airlock __init`) over a pipe, and what the init
 //! reports back. Plain data: the policy has been resolved and checked on the host side.
 
-use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,18 +12,12 @@ use crate::layer::Layer;
 use crate::result::RunStatus;
 use crate::rundir::MemoryScratch;
 
+pub mod fds;
 mod wrap;
 
 pub use wrap::{HiddenFile, StartEvidence, WrapSpec, WrapStep};
 
-/// The control pipe's descriptor in the init: the spec (when the init was executed rather than
-/// forked with it in memory), then one [`StopReason`] per line; EOF means the supervisor died.
-pub const CONTROL_FD: RawFd = 3;
-/// The event pipe's descriptor in the init: one [`InitEvent`] per line.
-pub const EVENTS_FD: RawFd = 4;
-/// A warm init's descriptor for the read end of the command pipe, which it hands to the
-/// sandbox's PID 1; the supervisor writes one [`WarmGo`] into it and closes it.
-pub const GO_FD: RawFd = 5;
+pub use fds::{CONTROL_FD, EVENTS_FD, GATE_FD, GO_FD};
 
 /// What every run without a boundary (backend `none`) warns about.
 pub const TIER0_WARNING: &str =
@@ -79,6 +72,10 @@ pub struct InitSpec {
     /// ahead too, and then waits on its stdin for the code to run.
     #[serde(default)]
     pub warm_prestart: bool,
+    /// What the sandbox's network namespace holds for the egress gate (network `allowlist`
+    /// or `report`): the setup configures it and sends the gate's sockets on [`GATE_FD`].
+    #[serde(default)]
+    pub egress: Option<airlock_egress::SandboxPlan>,
 }
 
 /// A file the sandbox's PID 1 writes into the workdir before the program starts.

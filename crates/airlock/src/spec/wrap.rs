@@ -73,6 +73,14 @@ pub enum WrapStep {
     /// without an `exit-code` document means the tool failed before the program ran, which
     /// the init reports as a setup failure instead of the program's exit.
     StatusFd(i32),
+    /// Makes the network namespace the tool inherits for the egress gate, configures it and
+    /// sends the gate its sockets (see `InitSpec::egress`): the tool then keeps the current
+    /// namespace (bwrap `--share-net`, no OCI network namespace, runsc and podman
+    /// `--network=host`), which is the prepared one. With `own_user_namespace` the namespace
+    /// belongs to a new user namespace mapping only the process's own ids (for a tool run
+    /// without root, such as bwrap after the uid drop); without it, to the init's (a tool that
+    /// keeps root: the container's user namespace, made by the tool, cannot change it).
+    EgressNamespace { own_user_namespace: bool },
     /// Starts the tool with a descriptor table already large: its processes are threaded and
     /// open hundreds of descriptors (runsc's sandbox and gofer), and growing a table that
     /// threads share waits for an RCU grace period (about 10 ms here) each time (see

@@ -61,8 +61,10 @@ pub enum Input {
     Bytes(Vec<u8>),
 }
 
-/// Something that happens during a run, for callers that stream.
+/// Something that happens during a run, for callers that stream. New kinds may come: match
+/// with a wildcard arm.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum RunEvent {
     /// The program was exec'd with these layers in force.
     Started { layers: Vec<Layer> },
@@ -70,6 +72,10 @@ pub enum RunEvent {
     Stdout(Vec<u8>),
     /// A chunk of stderr (within the cap).
     Stderr(Vec<u8>),
+    /// A decision of the egress gate as it was made (a DNS answer, a refused or allowed
+    /// connection), or an allowed connection that closed with its bytes and duration
+    /// (network `allowlist` or `report`).
+    Network(airlock_egress::GateEvent),
 }
 
 /// One program to run in the sandbox.
@@ -236,21 +242,44 @@ impl Command {
 
     /// Runs to completion, serving the run's pipes from the calling thread.
     pub fn run(self) -> Result<RunResult, Error> {
-        if let Some((started, ending)) = standby::start_warm(&self)? {
-            return finish::serve_in_this_thread(&self, started, ending);
+        if let Some(warm) = standby::start_warm(&self)? {
+            return finish::serve_in_this_thread(&self, warm.started, warm.ending);
         }
         let prepared = prepare::prepare_to_run(&self)?;
-        let (started, ending) = launch::start(&self, prepared)?;
+        let (started, ending) = launch::start(&self, prepared, None)?;
         finish::serve_in_this_thread(&self, started, ending)
     }
 
     /// Starts the run and returns a handle to stream, cancel and wait for it.
     pub fn spawn(self) -> Result<handle::RunHandle, Error> {
-        if let Some((started, ending)) = standby::start_warm(&self)? {
-            return Ok(handle::serve_from_threads(&self, started, ending));
+        let (events, receiver) = std::sync::mpsc::channel();
+        if let Some(warm) = standby::start_warm(&self)? {
+            if let Some(network) = &warm.network {
+                *network.lock().unwrap_or_else(|e| e.into_inner()) = Some(events.clone());
+            }
+            return Ok(handle::serve_from_threads(
+                &self,
+                warm.started,
+                warm.ending,
+                (events, receiver),
+                warm.network,
+            ));
         }
         let prepared = prepare::prepare_to_run(&self)?;
-        let (started, ending) = launch::start(&self, prepared)?;
-        Ok(handle::serve_from_threads(&self, started, ending))
+        let (on_network, network) = match prepared.egress.is_some() {
+            true => {
+                let (sink, sender) = handle::network_events(events.clone());
+                (Some(sink), Some(sender))
+            }
+            false => (None, None),
+        };
+        let (started, ending) = launch::start(&self, prepared, on_network)?;
+        Ok(handle::serve_from_threads(
+            &self,
+            started,
+            ending,
+            (events, receiver),
+            network,
+        ))
     }
 }

@@ -7,6 +7,7 @@ use super::prepare::{Judged, Workdir};
 use crate::backend::{tier0_layers, Probe, Selected};
 use crate::confine::rootfs::{default_system_ro, RootfsPlan, Workdir as RootfsWorkdir};
 use crate::layer::Layer;
+use crate::net::EgressPlan;
 use crate::plan::{Plan, PlannedMount, WorkdirKind};
 use crate::policy::Policy;
 use crate::rundir::MemoryScratch;
@@ -20,6 +21,7 @@ pub(super) fn planned_layers(
     probe: &Probe,
     scratch: Option<&MemoryScratch>,
     workdir: &Workdir,
+    gated: bool,
 ) -> Vec<Layer> {
     let mut layers = match confinement {
         Confinement::Wrapped(wrap) => {
@@ -36,6 +38,9 @@ pub(super) fn planned_layers(
                 Layer::DiskQuota | Layer::InodeQuota => capped_workdir,
                 _ => true,
             });
+            if gated {
+                layers.push(Layer::EgressGate);
+            }
             layers
         }
         Confinement::Tier0 => {
@@ -51,6 +56,13 @@ pub(super) fn planned_layers(
     layers
 }
 
+/// The network part of a prepared run, as the plan shows it.
+pub(super) struct PlannedNetwork<'a> {
+    pub egress: Option<&'a EgressPlan>,
+    /// The host Unix sockets, expanded.
+    pub unix_sockets: Vec<PathBuf>,
+}
+
 /// The plan as the caller reads it.
 pub(super) fn plan(
     selected: &Selected,
@@ -58,6 +70,7 @@ pub(super) fn plan(
     judged: &Judged,
     workdir_kind: &WorkdirKind,
     policy: &Policy,
+    network: PlannedNetwork,
 ) -> Plan {
     let backend = selected.backend.as_ref();
     let (warnings, details, wrapper_argv) = match &spec.confinement {
@@ -77,6 +90,10 @@ pub(super) fn plan(
         }
         Confinement::Native(_) => (judged.warnings.clone(), Vec::new(), None),
     };
+    let mut mounts = mounts(spec, policy, &judged.layers);
+    if !matches!(spec.confinement, Confinement::Tier0) {
+        mounts.extend(network.unix_sockets.iter().map(|p| bind(p, false)));
+    }
     Plan {
         backend: backend.name().into(),
         backend_reason: selected.reason.clone(),
@@ -88,11 +105,13 @@ pub(super) fn plan(
         missing_reason: judged.reason.clone(),
         verdict: judged.verdict,
         network: policy.network.mode,
+        egress: network.egress.map(crate::net::planned),
+        unix_sockets: network.unix_sockets,
         workdir: spec.workdir.clone(),
         workdir_kind: *workdir_kind,
         run_dir: spec.run_dir.clone(),
         run_dir_in_memory: spec.scratch.is_some(),
-        mounts: mounts(spec, policy, &judged.layers),
+        mounts,
         limits: policy.limits.clone(),
         cgroup: spec
             .cgroup

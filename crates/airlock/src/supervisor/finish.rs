@@ -10,6 +10,7 @@ use super::launch::{InitProcess, Started};
 use super::output::{Collector, Drained, StreamKind};
 use super::serve;
 use crate::error::{Error, SetupErrorKind};
+use crate::net::RunGate;
 use crate::policy::OutputLimitAction;
 use crate::result::{RunResult, RunStatus};
 use crate::spec::{InitEvent, Outcome, StopReason};
@@ -19,6 +20,8 @@ use crate::spec::{InitEvent, Outcome, StopReason};
 #[derive(Debug)]
 pub(super) struct Ending {
     pub init: InitProcess,
+    /// The egress gate serving a gated run, finished once the init is reaped.
+    pub gate: Option<RunGate>,
     pub backend: String,
     /// Warnings of the supervisor's own (an accepted degradation), before the init's.
     pub warnings: Vec<String>,
@@ -78,6 +81,8 @@ impl Ending {
         };
         let wall_ms = self.start.elapsed().as_millis() as u64;
         let mut result = assemble(&served.events, init_status, &self.backend, wall_ms);
+        // Every process of the run is gone: whatever the gate still holds open is closed now.
+        result.network = self.gate.take().map(RunGate::finish);
         result.warnings.splice(0..0, self.warnings.clone());
         result.details = self.details.clone();
         if !self.keep {
@@ -120,6 +125,7 @@ fn assemble(
         warnings: Vec::new(),
         details: Vec::new(),
         workdir: None,
+        network: None,
     };
     for event in events {
         match event {

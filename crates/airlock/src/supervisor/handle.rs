@@ -3,7 +3,9 @@
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::{Receiver, Sender};
+
+use airlock_egress::EventSink;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -50,8 +52,41 @@ pub(super) fn send_stop(control: &Mutex<std::fs::File>, reason: StopReason) {
     }
 }
 
-/// Starts a thread for each pipe of a started run.
-pub(super) fn serve_from_threads(command: &Command, started: Started, ending: Ending) -> RunHandle {
+/// The egress gate's sender of [`RunEvent::Network`]s, taken away when the init is gone (the
+/// gate itself lives until `wait`): the event channel then closes with the run, as a caller
+/// reading it to the end before waiting expects. Later events are in the result's report.
+pub(super) type NetworkSender = Arc<Mutex<Option<Sender<RunEvent>>>>;
+
+/// The egress gate's decisions as [`RunEvent::Network`]s on the handle's event channel.
+pub(super) fn network_events(events: Sender<RunEvent>) -> (EventSink, NetworkSender) {
+    let (sink, sender) = network_slot();
+    *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(events);
+    (sink, sender)
+}
+
+/// A sink for the gate's decisions whose channel is set later: a warm sandbox's gate starts
+/// while the sandbox is prepared, before any run has a handle. Decisions made while the slot
+/// is empty are only in the result's report.
+pub(super) fn network_slot() -> (EventSink, NetworkSender) {
+    let sender: NetworkSender = Arc::new(Mutex::new(None));
+    let slot = Arc::clone(&sender);
+    let sink: EventSink = Box::new(move |event| {
+        let guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(events) = guard.as_ref() {
+            let _ = events.send(RunEvent::Network(event.clone()));
+        }
+    });
+    (sink, sender)
+}
+
+/// Starts a thread for each pipe of a started run; `channel` carries the run's events.
+pub(super) fn serve_from_threads(
+    command: &Command,
+    started: Started,
+    ending: Ending,
+    channel: (Sender<RunEvent>, Receiver<RunEvent>),
+    network: Option<NetworkSender>,
+) -> RunHandle {
     let policy = &command.sandbox.policy;
     let control = Arc::new(Mutex::new(started.control));
     let pipes = started.pipes;
@@ -60,7 +95,7 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
             let _ = std::fs::File::from(pipe).write_all(&bytes);
         })
     });
-    let (event_tx, event_rx) = channel();
+    let (event_tx, event_rx) = channel;
     let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
     let reader = |pipe: Option<OwnedFd>, sink: Sink, kind: StreamKind, cap: u64| {
         pipe.map(|fd| {
@@ -90,7 +125,7 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
         StreamKind::Stderr,
         policy.limits.stderr.0,
     );
-    let events_reader = spawn_event_reader(pipes.events, pipes.end_at_finished, event_tx);
+    let events_reader = spawn_event_reader(pipes.events, pipes.end_at_finished, event_tx, network);
     RunHandle {
         ending,
         control,
@@ -105,7 +140,8 @@ pub(super) fn serve_from_threads(command: &Command, started: Started, ending: En
 fn spawn_event_reader(
     events: OwnedFd,
     end_at_finished: bool,
-    tx: std::sync::mpsc::Sender<RunEvent>,
+    tx: Sender<RunEvent>,
+    network: Option<NetworkSender>,
 ) -> JoinHandle<Vec<InitEvent>> {
     std::thread::spawn(move || {
         let mut log = serve::EventLog::default();
@@ -122,6 +158,9 @@ fn spawn_event_reader(
             if end_at_finished && log.has_finished() {
                 break;
             }
+        }
+        if let Some(network) = network {
+            network.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
         log.finish()
     })

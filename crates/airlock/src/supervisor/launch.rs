@@ -25,7 +25,9 @@ use super::serve;
 use crate::error::Error;
 use crate::init::INIT_ARG;
 use crate::linux::sys::{self, Forked};
-use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD, GO_FD};
+use crate::net;
+use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD, GATE_FD, GO_FD};
+use airlock_egress::EventSink;
 
 /// A run whose init has its spec: the control pipe and the pipes the supervisor serves.
 pub(super) struct Started {
@@ -33,20 +35,32 @@ pub(super) struct Started {
     pub pipes: serve::Pipes,
 }
 
-/// Starts the init and sends it the spec.
-pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, Ending), Error> {
+/// Starts the init and sends it the spec; for a gated run, starts the egress gate once the
+/// sandbox hands it its sockets (`on_network` receives the gate's decisions as they happen).
+pub(super) fn start(
+    command: &Command,
+    prepared: Prepared,
+    on_network: Option<EventSink>,
+) -> Result<(Started, Ending), Error> {
     let Prepared {
         plan,
         spec,
         warnings,
+        egress,
     } = prepared;
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
     let (stdio, stdin_pipe, out_pipes) = stdio_for(command)?;
     let launch = init_launch(&command.sandbox.options);
+    let channel = egress.as_ref().map(|_| net::Channel::new()).transpose()?;
+    let (gate_end, sandbox_end) = match channel {
+        Some(channel) => (Some(channel.gate_end), Some(channel.sandbox_end)),
+        None => (None, None),
+    };
     let pipes = InitPipes {
         control: control_read,
         events: events_write,
+        gate: sandbox_end,
         go: None,
     };
     let mut init = start_init(&launch, stdio, pipes, &spec)?;
@@ -58,6 +72,17 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
             return Err(Error::io("cannot send the run spec to the init", e));
         }
     }
+    let gate = match (egress, gate_end) {
+        (Some(egress), Some(gate_end)) => match net::start(egress, &gate_end, on_network) {
+            Ok(gate) => gate,
+            Err(e) => {
+                init.kill();
+                let _ = init.wait();
+                return Err(e);
+            }
+        },
+        _ => None,
+    };
     let stdin = match (&command.stdin, stdin_pipe) {
         (Input::Bytes(bytes), Some(pipe)) => Some((pipe, bytes.clone())),
         _ => None,
@@ -74,6 +99,7 @@ pub(super) fn start(command: &Command, prepared: Prepared) -> Result<(Started, E
     };
     let ending = Ending {
         init,
+        gate,
         backend: plan.backend,
         warnings,
         details: plan.details,
@@ -139,12 +165,14 @@ fn init_launch(options: &SandboxOptions) -> InitLaunch {
 }
 
 /// Executes an init (never forks one: a warm sandbox's init outlives the moment it was
-/// started in) with `stdio`, sends it `spec`, and returns it with its control pipe and the
+/// started in) with `stdio`, its command pipe and, for a gated run, the gate's channel, sends
+/// it `spec`, and returns it with its control pipe and the
 /// read end of its event pipe.
 pub(super) fn start_executed(
     options: &SandboxOptions,
     stdio: InitStdio,
     go: OwnedFd,
+    gate: Option<OwnedFd>,
     spec: &InitSpec,
 ) -> Result<(InitProcess, std::fs::File, OwnedFd), Error> {
     let (control_read, control_write) = pipe()?;
@@ -156,6 +184,7 @@ pub(super) fn start_executed(
     let pipes = InitPipes {
         control: control_read,
         events: events_write,
+        gate,
         go: Some(go),
     };
     let mut init = spawn(&launch, stdio, pipes)?;
@@ -182,13 +211,28 @@ pub(super) struct InitStdio {
     pub stderr: Option<OwnedFd>,
 }
 
-/// The pipe ends the init keeps at [`CONTROL_FD`] and [`EVENTS_FD`].
+/// The pipe ends the init keeps at [`CONTROL_FD`] and [`EVENTS_FD`], and the egress gate's
+/// channel at [`GATE_FD`] for a gated run.
 #[derive(Debug)]
 struct InitPipes {
     control: OwnedFd,
     events: OwnedFd,
+    gate: Option<OwnedFd>,
     /// A warm init's command pipe (read end).
     go: Option<OwnedFd>,
+}
+
+impl InitPipes {
+    /// Where each descriptor goes in the init.
+    fn placements(&self) -> Vec<(RawFd, RawFd)> {
+        let mut placed = vec![
+            (self.control.as_raw_fd(), CONTROL_FD),
+            (self.events.as_raw_fd(), EVENTS_FD),
+        ];
+        placed.extend(self.gate.as_ref().map(|fd| (fd.as_raw_fd(), GATE_FD)));
+        placed.extend(self.go.as_ref().map(|fd| (fd.as_raw_fd(), GO_FD)));
+        placed
+    }
 }
 
 /// How to start the init: re-execute this binary, or fork when the supervisor allows it.
@@ -270,17 +314,19 @@ fn start_init(
 /// In the forked child: the descriptors go where an exec'd init finds them, signal handlers
 /// are reset as exec would, and the child never returns into the supervisor's code.
 fn become_init(stdio: &InitStdio, pipes: &InitPipes, spec: &InitSpec) -> ! {
-    let mut placed: Vec<(RawFd, RawFd)> = vec![
-        (pipes.control.as_raw_fd(), CONTROL_FD),
-        (pipes.events.as_raw_fd(), EVENTS_FD),
-    ];
+    let mut placed = pipes.placements();
+    let highest = placed
+        .iter()
+        .map(|(_, target)| *target)
+        .max()
+        .unwrap_or(EVENTS_FD);
     let standard = [&stdio.stdin, &stdio.stdout, &stdio.stderr];
     for (target, fd) in standard.into_iter().enumerate() {
         if let Some(fd) = fd {
             placed.push((fd.as_raw_fd(), target as RawFd));
         }
     }
-    if sys::place_fds_inheritable(&placed).is_err() || sys::close_from(EVENTS_FD + 1).is_err() {
+    if sys::place_fds_inheritable(&placed).is_err() || sys::close_from(highest + 1).is_err() {
         sys::exit_now(127);
     }
     sys::reset_caught_signals();
@@ -295,18 +341,7 @@ fn spawn(launch: &InitLaunch, stdio: InitStdio, pipes: InitPipes) -> Result<Init
     init.stdin(or_inherit(stdio.stdin));
     init.stdout(or_inherit(stdio.stdout));
     init.stderr(or_inherit(stdio.stderr));
-    let (control, events) = (pipes.control.as_raw_fd(), pipes.events.as_raw_fd());
-    match &pipes.go {
-        Some(go) => sys::map_fds_on_spawn(
-            &mut init,
-            [
-                (control, CONTROL_FD),
-                (events, EVENTS_FD),
-                (go.as_raw_fd(), GO_FD),
-            ],
-        ),
-        None => sys::map_fds_on_spawn(&mut init, [(control, CONTROL_FD), (events, EVENTS_FD)]),
-    }
+    sys::map_fds_on_spawn(&mut init, &pipes.placements());
     init.spawn()
         .map(InitProcess::Spawned)
         .map_err(|cause| Error::Spawn {

@@ -21,6 +21,7 @@ mod launch;
 mod output;
 mod prepare;
 mod serve;
+mod staged;
 mod standalone;
 mod standby;
 

@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 
 use super::builder::Command;
 use super::describe;
+use super::staged;
 use crate::backend::{self, Backend, PlanContext, Selected};
 use crate::confine::cgroup::CgroupLimits;
 use crate::confine::Credentials;
 use crate::error::Error;
 use crate::layer::{self, Layer};
+use crate::net::{self, EgressPlan};
 use crate::plan::{Plan, Verdict};
-use crate::policy::{BackendChoice, Policy};
+use crate::policy::{BackendChoice, NetworkMode, Policy};
 use crate::rundir::{self, MemoryScratch};
 use crate::spec::{CgroupRequest, Confinement, InitSpec, SpecLimits};
 
@@ -32,6 +34,8 @@ pub(super) struct Prepared {
     pub spec: InitSpec,
     /// Warnings the supervisor adds to the result (the init reports the others).
     pub warnings: Vec<String>,
+    /// The egress gate the supervisor starts once the sandbox hands it its sockets.
+    pub egress: Option<EgressPlan>,
 }
 
 /// Prepares a run, refusing a plan whose required layers are missing unless the caller
@@ -47,26 +51,57 @@ pub(super) fn prepare_to_run(command: &Command) -> Result<Prepared, Error> {
 /// Every decision about a run, in order; only `effects` decides what is touched on the host.
 pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, Error> {
     check_command(command)?;
-    crate::spec::check_staged_files(&command.files)?;
     let policy = &command.sandbox.policy;
     let selected = backend::select(policy)?;
+    let network = Network::of(policy)?;
     let placement = Placement::of(command, selected.backend.as_ref(), effects)?;
-    let plan_env = program_env(policy, &command.env, &placement.workdir.path, None);
+    let plan_env = program_env(
+        policy,
+        &command.env,
+        &placement.workdir.path,
+        None,
+        &network.env,
+    );
     // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
     backend::check_policy_paths(policy)?;
     let confinement = selected
         .backend
-        .plan(&placement.context(command, &plan_env))?;
-    check_files(command, &confinement, &placement.workdir)?;
-    let judged = judge(command, &selected, &confinement, &placement);
+        .plan(&placement.context(command, &plan_env, &network))?;
+    staged::check(command, &confinement, placement.workdir.fresh)?;
+    let judged = judge(command, &selected, &confinement, &placement, &network);
     let workdir_kind = placement.workdir.kind(command);
-    let spec = init_spec(command, placement, confinement, &judged);
-    let plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy);
+    let spec = init_spec(command, placement, confinement, &judged, &network);
+    let planned = describe::PlannedNetwork {
+        egress: network.egress.as_ref(),
+        unix_sockets: network.unix_sockets.clone(),
+    };
+    let plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy, planned);
     Ok(Prepared {
         plan,
         spec,
         warnings: judged.warnings,
+        egress: network.egress,
     })
+}
+
+/// The network of a run, decided before the backend plans it: the egress gate's plan (network
+/// `allowlist` or `report`), the host Unix sockets the program sees, and the proxy variables
+/// of its environment.
+pub(super) struct Network {
+    pub egress: Option<EgressPlan>,
+    pub unix_sockets: Vec<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+impl Network {
+    fn of(policy: &Policy) -> Result<Network, Error> {
+        let egress = net::plan(policy)?;
+        Ok(Network {
+            unix_sockets: net::unix_sockets(policy)?,
+            env: net::program_env(egress.as_ref()),
+            egress,
+        })
+    }
 }
 
 /// Where a run is placed on the host, decided before the backend plans it.
@@ -98,7 +133,12 @@ impl Placement {
     }
 
     /// The facts a backend plans from.
-    fn context<'a>(&'a self, command: &'a Command, env: &'a [(String, String)]) -> PlanContext<'a> {
+    fn context<'a>(
+        &'a self,
+        command: &'a Command,
+        env: &'a [(String, String)],
+        network: &'a Network,
+    ) -> PlanContext<'a> {
         PlanContext {
             policy: &command.sandbox.policy,
             workdir: &self.workdir.path,
@@ -112,6 +152,8 @@ impl Placement {
             env,
             cgroup: self.cgroup.as_ref(),
             scratch: self.scratch.as_ref(),
+            egress: network.egress.as_ref().map(|e| &e.sandbox),
+            unix_sockets: &network.unix_sockets,
         }
     }
 }
@@ -122,6 +164,7 @@ fn init_spec(
     placement: Placement,
     confinement: Confinement,
     judged: &Judged,
+    network: &Network,
 ) -> InitSpec {
     let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
     let tier0 = matches!(confinement, Confinement::Tier0);
@@ -129,7 +172,7 @@ fn init_spec(
     let tmpdir = tier0.then(|| rundir::tmp_dir(&placement.run_dir));
     InitSpec {
         argv: command.argv.clone(),
-        env: program_env(policy, &command.env, &workdir.path, tmpdir),
+        env: program_env(policy, &command.env, &workdir.path, tmpdir, &network.env),
         run_dir: placement.run_dir,
         workdir_is_callers: !workdir.fresh,
         workdir: workdir.path,
@@ -146,6 +189,7 @@ fn init_spec(
         files: command.files.clone(),
         warm: false,
         warm_prestart: false,
+        egress: network.egress.as_ref().map(|e| e.sandbox.clone()),
     }
 }
 
@@ -170,23 +214,6 @@ pub(super) fn check_command(command: &Command) -> Result<(), Error> {
     let opted_in = options.dev || options.trusted_profile || policy.origin().allows_no_boundary();
     if policy.backend == BackendChoice::None && !opted_in {
         return Err(Error::UnisolatedRefused);
-    }
-    Ok(())
-}
-
-/// Files are staged by the native sandbox's PID 1, into a workdir made for the run.
-fn check_files(
-    command: &Command,
-    confinement: &Confinement,
-    workdir: &Workdir,
-) -> Result<(), Error> {
-    if command.files.is_empty() {
-        return Ok(());
-    }
-    if !matches!(confinement, Confinement::Native(_)) || !workdir.fresh {
-        return Err(Error::Command(
-            "files are staged into a workdir the sandbox makes, by the native backend; use the native backend without a workdir of your own, or write the files into your workdir yourself".into(),
-        ));
     }
     Ok(())
 }
@@ -277,9 +304,17 @@ fn plan_scratch(
 /// sandbox creates the workdir, `limits.disk` and `limits.files` cap every writable area, so a
 /// backend that cannot cap them is refused unless the caller accepts the degradation.
 /// Explicit choices narrow the list: the host network means no network namespace, and backend
-/// `none` (which needs its own opt-in) means Tier 0.
+/// `none` (which needs its own opt-in) means Tier 0. A gated network (`allowlist`, `report`)
+/// requires the gate itself; no network at all needs none.
 fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
     let mut require = policy.require.clone();
+    match policy.network.mode {
+        mode if mode.is_gated() => require.push(Layer::EgressGate),
+        NetworkMode::None => require.retain(|l| *l != Layer::EgressGate),
+        _ => {}
+    }
+    require.sort();
+    require.dedup();
     // A profile that requires nothing asks for no refusals.
     if owns_workdir && !require.is_empty() {
         require.extend([Layer::DiskQuota, Layer::InodeQuota]);
@@ -324,11 +359,14 @@ fn judge(
     selected: &Selected,
     confinement: &Confinement,
     placement: &Placement,
+    network: &Network,
 ) -> Judged {
     let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
     let probe = selected.backend.quick_probe();
     let workdir = &placement.workdir;
-    let layers = describe::planned_layers(confinement, &probe, placement.scratch.as_ref(), workdir);
+    let gated = network.egress.is_some();
+    let scratch = placement.scratch.as_ref();
+    let layers = describe::planned_layers(confinement, &probe, scratch, workdir, gated);
     let require = required_layers(policy, workdir.owned);
     // The cgroup is left to the init, which knows whether one could be created (rlimits
     // stand in for it otherwise).
@@ -339,13 +377,16 @@ fn judge(
         .collect();
     let (missing, verdict) = crate::plan::judge(&judged_require, &layers, options.allow_degraded);
     let reason = (!missing.is_empty()).then(|| missing_reason(&missing, &probe, confinement));
-    let warnings = match (&reason, verdict) {
+    let mut warnings = match (&reason, verdict) {
         (Some(reason), Verdict::RunsDegraded) => vec![format!(
             "degraded: running without {} ({reason})",
             layer::names(&missing)
         )],
         _ => Vec::new(),
     };
+    if policy.network.mode == NetworkMode::Report {
+        warnings.push(REPORT_MODE_WARNING.into());
+    }
     Judged {
         require,
         layers,
@@ -355,6 +396,9 @@ fn judge(
         warnings,
     }
 }
+
+/// What a report-mode run warns about: it is not a boundary.
+const REPORT_MODE_WARNING: &str = "network report: learning mode for trusted code, traffic flows to any public address (never to non-public ones); the result's network report lists what the allowlist would have refused and suggests allow rules";
 
 /// Why required layers are missing: the backend's own problems on this host when it cannot
 /// give them here at all, else what this run's plan leaves out (a wrapping tool's writable
@@ -375,24 +419,45 @@ fn missing_reason(missing: &[Layer], probe: &backend::Probe, confinement: &Confi
     } else {
         ""
     };
+    // The tool's own notes on what this run lacks (e.g. gVisor's user namespace under the
+    // egress gate).
+    let noted: Vec<&str> = match confinement {
+        Confinement::Wrapped(wrap) => wrap
+            .notes
+            .iter()
+            .filter(|note| {
+                missing
+                    .iter()
+                    .any(|l| note.contains(&layer::layer_name(*l)))
+            })
+            .map(String::as_str)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let noted = match noted.is_empty() {
+        true => String::new(),
+        false => format!("; {}", noted.join("; ")),
+    };
     format!(
-        "this run's plan does not provide them{hint} (see the backend's row in docs/isolation.md)"
+        "this run's plan does not provide them{hint}{noted} (see the backend's row in docs/isolation.md)"
     )
 }
 
-/// The program's complete environment: HOME, the policy's passed and fixed variables, then
-/// the command's own.
+/// The program's complete environment: HOME, the egress gate's proxy variables, the policy's
+/// passed and fixed variables, then the command's own.
 pub(super) fn program_env(
     policy: &Policy,
     extra: &[(String, String)],
     workdir: &Path,
     tmpdir: Option<PathBuf>,
+    network: &[(String, String)],
 ) -> Vec<(String, String)> {
     let mut env = std::collections::BTreeMap::new();
     env.insert("HOME".to_string(), workdir.display().to_string());
     if let Some(tmp) = tmpdir {
         env.insert("TMPDIR".to_string(), tmp.display().to_string());
     }
+    env.extend(network.iter().cloned());
     for name in &policy.env.pass {
         if let Ok(value) = std::env::var(name) {
             env.insert(name.clone(), value);

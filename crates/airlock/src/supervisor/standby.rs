@@ -11,14 +11,17 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::builder::{Command, Input, Sandbox, Sink};
 use super::finish::Ending;
+use super::handle::{self, NetworkSender};
 use super::launch::{self, InitProcess, Started};
 use super::prepare::{self, Effects};
 use super::serve;
 use crate::error::{Error, SetupError};
+use crate::net::{self, RunGate};
 use crate::spec::{Confinement, InitEvent, WarmGo};
 
 /// A program a standby starts ahead of its run (an interpreter that then reads its code on
@@ -55,9 +58,58 @@ pub struct Standby {
     prestart: Option<(&'static [u8], Vec<u8>)>,
     init_ready: bool,
     workdir: PathBuf,
+    /// The program's environment from the network plan (a gated run's proxy variables).
+    network_env: Vec<(String, String)>,
+    /// A gated sandbox's egress gate, started while the sandbox is prepared.
+    gate: Option<StandbyGate>,
     backend: String,
     details: Vec<String>,
     warnings: Vec<String>,
+}
+
+/// The egress gate of a prepared sandbox with network `allowlist` or `report`: it starts as
+/// soon as the sandbox's setup hands it the sockets (as for a cold run, before the program
+/// can exist), so a warm run is gated exactly as a cold one. Each sandbox has its own gate,
+/// and it serves that sandbox's one run.
+#[derive(Debug)]
+struct StandbyGate {
+    /// Waits for the sandbox's sockets and starts the gate on them.
+    starting: JoinHandle<Result<Option<RunGate>, Error>>,
+    /// Where the gate's decisions go once a run has a handle to stream them to.
+    events: NetworkSender,
+}
+
+impl StandbyGate {
+    fn launch(egress: net::EgressPlan) -> Result<(StandbyGate, OwnedFd), Error> {
+        let channel = net::Channel::new()?;
+        let (sink, events) = handle::network_slot();
+        let gate_end = channel.gate_end;
+        let starting = std::thread::Builder::new()
+            .name("airlock-warm-gate".into())
+            .spawn(move || net::start(egress, &gate_end, Some(sink)))
+            .map_err(|e| Error::io("cannot start the egress gate's thread", e))?;
+        Ok((StandbyGate { starting, events }, channel.sandbox_end))
+    }
+
+    /// The running gate. The sandbox is ready, so its setup has handed the sockets over and
+    /// this does not wait; `Ok(None)` when the setup ended before it did.
+    fn running(self) -> Result<Option<(RunGate, NetworkSender)>, Error> {
+        let gate = self.starting.join().map_err(|_| {
+            Error::io(
+                "the egress gate's thread panicked",
+                std::io::Error::other("panic"),
+            )
+        })??;
+        Ok(gate.map(|gate| (gate, self.events)))
+    }
+}
+
+/// A warm run handed to its standby: what the caller serves, how it ends, and for a gated run
+/// the slot the gate's decisions go to.
+pub(super) struct WarmStart {
+    pub started: Started,
+    pub ending: Ending,
+    pub network: Option<NetworkSender>,
 }
 
 /// What a standby's init has said so far.
@@ -91,8 +143,21 @@ impl Standby {
             stderr: Some(stderr_write),
         };
         let (go_read, go) = launch::pipe()?;
-        let (init, control, events) =
-            launch::start_executed(&sandbox.options, stdio, go_read, &prepared.spec)?;
+        let network_env = net::program_env(prepared.egress.as_ref());
+        let (gate, gate_channel) = match prepared.egress.take() {
+            Some(egress) => {
+                let (gate, channel) = StandbyGate::launch(egress)?;
+                (Some(gate), Some(channel))
+            }
+            None => (None, None),
+        };
+        let (init, control, events) = launch::start_executed(
+            &sandbox.options,
+            stdio,
+            go_read,
+            gate_channel,
+            &prepared.spec,
+        )?;
         Ok(Standby {
             init,
             control,
@@ -105,6 +170,8 @@ impl Standby {
             prestart: prestart.map(|p| (p.ready_marker, Vec::new())),
             init_ready: false,
             workdir: prepared.spec.workdir.clone(),
+            network_env,
+            gate,
             backend: prepared.plan.backend.clone(),
             details: prepared.plan.details.clone(),
             warnings: prepared.warnings,
@@ -256,7 +323,7 @@ fn setup_failed(error: SetupError) -> Error {
 
 /// A warm command's run on a standby from its source, or `None` to run it cold (a cold
 /// command, no standby ready, or one whose init died while it waited).
-pub(super) fn start_warm(command: &Command) -> Result<Option<(Started, Ending)>, Error> {
+pub(super) fn start_warm(command: &Command) -> Result<Option<WarmStart>, Error> {
     let Some(source) = command.standby.clone() else {
         return Ok(None);
     };
@@ -293,7 +360,7 @@ fn start_on(
     command: &Command,
     standby: Standby,
     source: Arc<dyn StandbySource>,
-) -> Result<Option<(Started, Ending)>, Error> {
+) -> Result<Option<WarmStart>, Error> {
     let prestarted = standby.prestart.is_some();
     let Standby {
         init,
@@ -304,15 +371,31 @@ fn start_on(
         stderr,
         events,
         workdir,
+        network_env,
+        gate,
         backend,
         details,
         warnings,
         ..
     } = standby;
+    let (gate, network) = match gate.map(StandbyGate::running).transpose() {
+        Ok(None) => (None, None),
+        Ok(Some(Some((gate, network)))) => (Some(gate), Some(network)),
+        // The setup ended before handing the gate its sockets: the sandbox is not usable.
+        Ok(Some(None)) => {
+            source.retire(init.id());
+            return Ok(None);
+        }
+        // Listeners nobody serves: the program must never run.
+        Err(e) => {
+            source.retire(init.id());
+            return Err(e);
+        }
+    };
     let policy = &command.sandbox.policy;
     let go = WarmGo {
         argv: command.argv.clone(),
-        env: prepare::program_env(policy, &command.env, &workdir, None),
+        env: prepare::program_env(policy, &command.env, &workdir, None, &network_env),
         files: command.files.clone(),
     };
     let start = Instant::now();
@@ -356,6 +439,7 @@ fn start_on(
     };
     let ending = Ending {
         init,
+        gate,
         backend,
         warnings,
         details,
@@ -367,5 +451,9 @@ fn start_on(
         keep: false,
         retire: Some(source),
     };
-    Ok(Some((started, ending)))
+    Ok(Some(WarmStart {
+        started,
+        ending,
+        network,
+    }))
 }

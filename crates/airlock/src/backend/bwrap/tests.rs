@@ -46,6 +46,8 @@ fn ctx<'a>(policy: &'a Policy, fresh: bool, keep: bool) -> PlanContext<'a> {
         env: &[],
         cgroup: None,
         scratch: None,
+        egress: None,
+        unix_sockets: &[],
     }
 }
 
@@ -177,7 +179,8 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
     assert_eq!(
         wrap.seccomp_fds().map(|(config, _)| config),
         Some(&SeccompConfig {
-            allow_network: false
+            allow_network: false,
+            allow_inet: false,
         })
     );
     assert!(!wrap.has(&WrapStep::KeepRoot));
@@ -226,7 +229,8 @@ fn host_network_plan_claims_no_network_namespace() {
     assert_eq!(
         wrap.seccomp_fds().map(|(config, _)| config),
         Some(&SeccompConfig {
-            allow_network: true
+            allow_network: true,
+            allow_inet: false,
         })
     );
 }

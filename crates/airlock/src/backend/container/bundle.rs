@@ -38,9 +38,12 @@ impl Bundle {
             .into_iter()
             .map(|p| (p.clone(), p))
             .collect();
-        if policy.has_network() && Path::new("/etc/resolv.conf").exists() {
+        let gated = ctx.egress.is_some();
+        if policy.has_network() && !gated && Path::new("/etc/resolv.conf").exists() {
             files_ro.push(("/etc/resolv.conf".into(), "/etc/resolv.conf".into()));
         }
+        let mut read_only = policy.filesystem.read_only.clone();
+        read_only.extend(ctx.unix_sockets.iter().cloned());
         OciInput {
             argv: ctx.argv.to_vec(),
             env: ctx.env.to_vec(),
@@ -52,7 +55,7 @@ impl Bundle {
             mounts: OciMounts {
                 system_ro: existing(&default_system_ro()),
                 files_ro,
-                read_only: policy.filesystem.read_only.clone(),
+                read_only,
                 read_write: policy.filesystem.read_write.clone(),
                 workdir: ctx.workdir.to_path_buf(),
                 workdir_tmpfs: ctx.sandbox_owns_workdir(),
@@ -62,7 +65,10 @@ impl Bundle {
                 exec_writable: policy.filesystem.exec_writable,
                 scratch_binds: None,
             },
-            host_network: policy.has_network(),
+            // A gated run keeps the namespace the init prepared and started the runtime in.
+            host_network: policy.has_network() || gated,
+            gated,
+            resolv_conf: gated.then(|| crate::backend::GATED_RESOLV_CONF.to_string()),
             resources: OciResources {
                 memory_bytes: Some(limits.memory.0),
                 pids: None,
@@ -160,6 +166,7 @@ pub(crate) fn bind_scratch_mounts(ctx: &PlanContext, mounts: &mut OciMounts) -> 
 pub(super) fn seccomp_file(path: &Path, ctx: &PlanContext) -> RunFile {
     let profile = docker_seccomp_profile(&OciSeccomp {
         allow_network: ctx.policy.has_network(),
+        allow_inet: ctx.egress.is_some(),
         allow_clone3: false,
     });
     RunFile {
@@ -169,10 +176,14 @@ pub(super) fn seccomp_file(path: &Path, ctx: &PlanContext) -> RunFile {
     }
 }
 
-/// The generated identity files, bound over the engines' own `/etc/hosts` and user entries.
-pub(super) fn identity_bind_list(rootfs: &Path) -> Vec<(PathBuf, PathBuf)> {
+/// The generated identity files, bound over the engines' own `/etc/hosts` and user entries
+/// (and `resolv.conf`, the egress gate's stub, when the input has one).
+pub(super) fn identity_bind_list(rootfs: &Path, input: &OciInput) -> Vec<(PathBuf, PathBuf)> {
+    let resolv = input.resolv_conf.as_ref().map(|_| "resolv.conf");
     IDENTITY_FILES
         .iter()
+        .copied()
+        .chain(resolv)
         .map(|name| (rootfs.join("etc").join(name), Path::new("/etc").join(name)))
         .collect()
 }
@@ -206,6 +217,12 @@ fn identity_files(rootfs: &Path, input: &OciInput) -> Vec<RunFile> {
         ("etc/hostname", format!("{CONTAINER_HOSTNAME}\n")),
     ]
     .into_iter()
+    .chain(
+        input
+            .resolv_conf
+            .clone()
+            .map(|text| ("etc/resolv.conf", text)),
+    )
     .map(|(path, contents)| RunFile {
         path: rootfs.join(path),
         contents: contents.into_bytes(),

@@ -124,6 +124,10 @@ fn isolation_flags(input: &EngineInput) -> Vec<String> {
     if !oci.host_network {
         flags.extend(["--network", "none"].map(String::from));
     }
+    // The egress gate's namespace, which the engine was started in: no bridge of its own.
+    if oci.gated {
+        flags.extend(["--network", "host"].map(String::from));
+    }
     flags.extend(
         [
             "--cap-drop",

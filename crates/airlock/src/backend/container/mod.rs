@@ -126,10 +126,10 @@ impl Backend for ContainerBackend {
             }
         })?;
         let mut wrap = match found.kind {
-            RuntimeKind::Runc => oci_runtime::plan(ctx, OciRuntime::Runc, &found.binary),
-            RuntimeKind::Crun => oci_runtime::plan(ctx, OciRuntime::Crun, &found.binary),
-            RuntimeKind::Podman => podman::plan(ctx, &found.binary),
-            RuntimeKind::Docker => docker::plan(ctx, &found.binary),
+            RuntimeKind::Runc => oci_runtime::plan(ctx, OciRuntime::Runc, &found.binary)?,
+            RuntimeKind::Crun => oci_runtime::plan(ctx, OciRuntime::Crun, &found.binary)?,
+            RuntimeKind::Podman => podman::plan(ctx, &found.binary)?,
+            RuntimeKind::Docker => docker::plan(ctx, &found.binary)?,
         };
         wrap.details.push(format!(
             "container: runtime {} ({})",
@@ -167,6 +167,41 @@ pub(crate) fn bundle_steps(files: Vec<RunFile>) -> Vec<WrapStep> {
         WrapStep::NoNewPrivs,
     ]);
     steps
+}
+
+/// A gated run under a tool that keeps root: the init makes the network namespace (owned by
+/// the host's user namespace, so the container's root cannot change it), hands the gate its
+/// sockets and starts the tool inside it; the tool makes no network namespace of its own.
+/// Without root the runtimes build their own user namespace, and one made by the init would
+/// have to own the network namespace they join: not done, so such runs are refused.
+pub(crate) fn gate_for_rootful_tool(
+    ctx: &PlanContext,
+    backend: &str,
+    tool: &str,
+    rootless: bool,
+) -> Result<Option<WrapStep>, Error> {
+    if ctx.egress.is_none() {
+        return Ok(None);
+    }
+    if rootless {
+        return Err(super::network_unsupported(
+            backend,
+            ctx.policy,
+            format!("{tool} without root builds its own user namespace, which airlock cannot hand a prepared network namespace: run airlock as root, or use the native or bwrap backend"),
+        ));
+    }
+    Ok(Some(WrapStep::EgressNamespace {
+        own_user_namespace: false,
+    }))
+}
+
+/// The network layers of a container plan: its own namespace unless the host's network, and
+/// the egress gate when the run is gated.
+pub(crate) fn with_gate_layer(mut layers: Vec<Layer>, ctx: &PlanContext) -> Vec<Layer> {
+    if ctx.egress.is_some() {
+        layers.push(Layer::EgressGate);
+    }
+    layers
 }
 
 /// An executable named `name` in the usual system directories (not the caller's PATH, which

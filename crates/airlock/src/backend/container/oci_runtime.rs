@@ -7,21 +7,27 @@ use std::path::{Path, PathBuf};
 use super::bundle::Bundle;
 use super::crun_hybrid::{crun_host, crun_hybrid_workaround, CrunHost, HybridWorkaround};
 use super::{
-    bundle_steps, container_id, container_layers, rootless, runtime_cgroup_dirs, OciRuntime,
-    CONTAINER_ROOT,
+    bundle_steps, container_id, container_layers, gate_for_rootful_tool, rootless,
+    runtime_cgroup_dirs, with_gate_layer, OciRuntime, CONTAINER_ROOT,
 };
 use crate::backend::oci::{HostIds, OciInput, OciResources, OciSeccomp};
 use crate::backend::PlanContext;
+use crate::error::Error;
 use crate::spec::{StartEvidence, WrapSpec, WrapStep};
 
 /// runc or crun driven directly with a bundle; rootless when airlock runs without root (see
 /// [`rootless`]).
-pub(super) fn plan(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> WrapSpec {
+pub(super) fn plan(
+    ctx: &PlanContext,
+    runtime: OciRuntime,
+    binary: &Path,
+) -> Result<WrapSpec, Error> {
     let run = OciRun {
         runtime,
         rootless: rootless::is_rootless(),
         crun_workaround: runtime == OciRuntime::Crun && crun_host() == CrunHost::Workaround,
     };
+    let gate = gate_for_rootful_tool(ctx, "container", run.name(), run.rootless)?;
     let bundle = Bundle::new(ctx);
     let (input, cgroup_dirs) = run.input(ctx, &bundle);
     let mut files = bundle.skeleton_files(&input);
@@ -38,6 +44,7 @@ pub(super) fn plan(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> Wra
         false => Vec::new(),
     };
     let mut steps = bundle_steps(files);
+    steps.extend(gate);
     steps.extend(hybrid.hidden_files.into_iter().map(WrapStep::HideFile));
     steps.push(WrapStep::CheckStarted(StartEvidence {
         tool: run.name().into(),
@@ -45,14 +52,15 @@ pub(super) fn plan(ctx: &PlanContext, runtime: OciRuntime, binary: &Path) -> Wra
         failure_log: None,
     }));
     steps.extend(cgroup_dirs.into_iter().map(WrapStep::RemoveDir));
-    WrapSpec {
+    let layers = container_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir());
+    Ok(WrapSpec {
         wrapper_argv: hybrid.wrapper_argv,
         argv_in_files: true,
-        layers: container_layers(ctx.policy.has_network(), ctx.sandbox_owns_workdir()),
+        layers: with_gate_layer(layers, ctx),
         notes,
         details: hybrid.details,
         steps,
-    }
+    })
 }
 
 /// How one runc or crun run is driven.
@@ -78,6 +86,7 @@ impl OciRun {
         input.resources.pids = Some(ctx.policy.limits.processes);
         input.seccomp = Some(OciSeccomp {
             allow_network: ctx.policy.has_network(),
+            allow_inet: ctx.egress.is_some(),
             allow_clone3: false,
         });
         input.user_namespace = Some(CONTAINER_ROOT);

@@ -6,10 +6,11 @@ use super::bundle::{bind_scratch_mounts, dir_marker, identity_bind_list, seccomp
 use super::crun_hybrid::{crun_host, crun_hybrid_workaround, CrunHost, HybridWorkaround};
 use super::engine::{engine_argv, nproc_limit, Engine, EngineCgroups, EngineInput, PodmanStorage};
 use super::{
-    bundle_steps, cgroups_path, container_id, container_layers, find_binary, runtime_cgroup_dirs,
-    CONTAINER_ROOT,
+    bundle_steps, cgroups_path, container_id, container_layers, find_binary, gate_for_rootful_tool,
+    runtime_cgroup_dirs, with_gate_layer, CONTAINER_ROOT,
 };
 use crate::backend::PlanContext;
+use crate::error::Error;
 use crate::rundir::RunFile;
 use crate::spec::{StartEvidence, WrapSpec, WrapStep};
 
@@ -22,7 +23,8 @@ use crate::spec::{StartEvidence, WrapSpec, WrapStep};
 /// run's, with the policy's limits set on it: accounted and OOM-reported through the run's
 /// cgroup too, but a run killed before podman cleans up leaves that empty directory (and so
 /// the run's) behind, since its id is podman's random one.
-pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> WrapSpec {
+pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> Result<WrapSpec, Error> {
+    let gate = gate_for_rootful_tool(ctx, "container", "podman", super::rootless::is_rootless())?;
     let bundle = Bundle::new(ctx);
     let mut oci = bundle.oci_input(ctx);
     let capped = bind_scratch_mounts(ctx, &mut oci.mounts) && ctx.sandbox_owns_workdir();
@@ -51,7 +53,7 @@ pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         engine: Engine::Podman,
         binary: podman.to_path_buf(),
         name: container_id(ctx.run_id),
-        identity_files: identity_bind_list(&bundle.rootfs),
+        identity_files: identity_bind_list(&bundle.rootfs, &oci),
         oci,
         seccomp_profile: Some(seccomp),
         cgroups,
@@ -77,6 +79,7 @@ pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         details.push(format!("container: podman drives {}", runtime.display()));
     }
     let mut steps = bundle_steps(files);
+    steps.extend(gate);
     steps.extend(hybrid.hidden_files.into_iter().map(WrapStep::HideFile));
     if own_cgroup {
         // podman's own threads would count against the limit when the container has its own.
@@ -94,14 +97,14 @@ pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> WrapSpec {
         steps.extend(dirs.iter().map(|d| WrapStep::RemoveDir(d.join("conmon"))));
         steps.extend(dirs.into_iter().map(WrapStep::RemoveDir));
     }
-    WrapSpec {
+    Ok(WrapSpec {
         wrapper_argv: hybrid.wrapper_argv,
         argv_in_files: true,
-        layers: container_layers(ctx.policy.has_network(), capped),
+        layers: with_gate_layer(container_layers(ctx.policy.has_network(), capped), ctx),
         notes: Vec::new(),
         details,
         steps,
-    }
+    })
 }
 
 /// Mountpoints of podman's own mounts (`/sys`, `/run/.containerenv`): the runtime works as

@@ -130,6 +130,8 @@ mod tests {
             rootfs: "rootfs".into(),
             mounts: OciMounts::default(),
             host_network: false,
+            gated: false,
+            resolv_conf: None,
             resources: OciResources {
                 memory_bytes: Some(1 << 30),
                 pids: Some(64),

@@ -266,6 +266,26 @@ pub(super) const CLONE_NAMESPACE_FLAGS: &[u64] = &[
 pub(super) const PERSONALITY_QUERY: u64 = 0xffff_ffff;
 pub(super) const PER_LINUX: u64 = 0;
 
+/// The socket type bits of `socket`'s second argument (the rest are `SOCK_NONBLOCK` and
+/// `SOCK_CLOEXEC`).
+pub(super) const SOCKET_TYPE_MASK: u64 = 0xf;
+
+/// IP socket types refused when IP sockets are allowed (`allow_inet`): everything but stream
+/// (TCP) and datagram (UDP). Raw and packet sockets would bypass the gate's listeners (they
+/// need CAP_NET_RAW, which the program lacks anyway); the others are protocols the gate does
+/// not relay.
+pub const IP_SOCKET_TYPES_REFUSED: &[libc::c_int] = &[
+    libc::SOCK_RAW,
+    libc::SOCK_RDM,
+    libc::SOCK_SEQPACKET,
+    libc::SOCK_DCCP,
+    SOCK_PACKET,
+];
+
+/// The obsolete packet socket type (libc deprecates the name in favour of `AF_PACKET`, which
+/// is refused as a family anyway).
+const SOCK_PACKET: libc::c_int = 10;
+
 /// `TIOCSTI` pushes input into a terminal, `TIOCLINUX` can read the virtual console: both let a
 /// sandbox type commands into a terminal it shares with the host.
 #[allow(clippy::unnecessary_cast)] // the request type is u64 in glibc but i32 in musl

@@ -32,6 +32,8 @@ mod table;
 
 use lists::*;
 
+pub use lists::IP_SOCKET_TYPES_REFUSED;
+
 use seccompiler::{
     sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
     SeccompFilter, SeccompRule, TargetArch,
@@ -42,8 +44,14 @@ use std::collections::BTreeMap;
 /// The knobs of the policy that differ between sandboxes.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct SeccompConfig {
-    /// Allow sockets of every address family; when false only `AF_UNIX` sockets may be made.
+    /// Allow sockets of every address family; when false only `AF_UNIX` sockets may be made
+    /// (and IP ones with `allow_inet`).
     pub allow_network: bool,
+    /// With `allow_network` off: also `AF_INET` and `AF_INET6` stream and datagram sockets,
+    /// never raw or packet ones, nor any other family (netlink, packet, vsock). For the egress
+    /// gate's sandboxes, whose network namespace holds only loopback and the gate's sockets.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_inet: bool,
 }
 
 /// Why the seccomp filters could not be built or installed.
@@ -195,7 +203,11 @@ fn argument_rules(cfg: &SeccompConfig) -> Result<BTreeMap<i64, Vec<SeccompRule>>
     rules.insert(libc::SYS_mknod, device_node_rules(1)?);
     rules.insert(libc::SYS_mknodat, device_node_rules(2)?);
     if !cfg.allow_network {
-        rules.insert(libc::SYS_socket, non_unix_socket_rules()?);
+        let socket_rules = match cfg.allow_inet {
+            true => non_ip_socket_rules()?,
+            false => non_unix_socket_rules()?,
+        };
+        rules.insert(libc::SYS_socket, socket_rules);
         rules.insert(libc::SYS_socketpair, non_unix_socket_rules()?);
     }
     Ok(rules)
@@ -256,6 +268,25 @@ fn device_node_rules(mode_arg: u8) -> Result<Vec<SeccompRule>, SeccompError> {
             rule(vec![condition])
         })
         .collect()
+}
+
+/// Families other than unix, IPv4 and IPv6 (all conditions of a rule must hold), and IP
+/// sockets of a type other than stream or datagram (raw, packet, SCTP's seqpacket, ...).
+fn non_ip_socket_rules() -> Result<Vec<SeccompRule>, SeccompError> {
+    let mut rules = vec![rule(vec![
+        arg_condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?,
+        arg_condition(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
+        arg_condition(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
+    ])?];
+    for ip in [libc::AF_INET, libc::AF_INET6] {
+        for kind in IP_SOCKET_TYPES_REFUSED {
+            rules.push(rule(vec![
+                arg_condition(0, SeccompCmpOp::Eq, ip as u64)?,
+                arg_condition(1, SeccompCmpOp::MaskedEq(SOCKET_TYPE_MASK), *kind as u64)?,
+            ])?);
+        }
+    }
+    Ok(rules)
 }
 
 fn non_unix_socket_rules() -> Result<Vec<SeccompRule>, SeccompError> {

@@ -9,9 +9,16 @@ use std::process::{Command, Output};
 
 const OFFLINE: SeccompConfig = SeccompConfig {
     allow_network: false,
+    allow_inet: false,
 };
 const ONLINE: SeccompConfig = SeccompConfig {
     allow_network: true,
+    allow_inet: false,
+};
+/// The egress gate's sandboxes: IP stream and datagram sockets, nothing else.
+const GATED: SeccompConfig = SeccompConfig {
+    allow_network: false,
+    allow_inet: true,
 };
 const EPERM: &str = "1";
 const ENOSYS: &str = "38";
@@ -236,6 +243,35 @@ fn socket_probes() -> Vec<Probe> {
         ),
         probe("socket_unix", libc::SYS_socket, &[unix as u64, stream, 0]),
         probe(
+            "socket_inet_dgram",
+            libc::SYS_socket,
+            &[inet, libc::SOCK_DGRAM as u64 | libc::SOCK_CLOEXEC as u64, 0],
+        ),
+        probe(
+            "socket_inet_raw",
+            libc::SYS_socket,
+            &[inet, libc::SOCK_RAW as u64, libc::IPPROTO_ICMP as u64],
+        ),
+        probe(
+            "socket_inet6_raw",
+            libc::SYS_socket,
+            &[
+                inet6,
+                libc::SOCK_RAW as u64 | libc::SOCK_NONBLOCK as u64,
+                58,
+            ],
+        ),
+        probe(
+            "socket_packet",
+            libc::SYS_socket,
+            &[libc::AF_PACKET as u64, libc::SOCK_RAW as u64, 0],
+        ),
+        probe(
+            "socket_inet_seqpacket",
+            libc::SYS_socket,
+            &[inet, libc::SOCK_SEQPACKET as u64, 132],
+        ),
+        probe(
             "socketpair_inet",
             libc::SYS_socketpair,
             &[inet, stream, 0, 0],
@@ -297,6 +333,39 @@ fn network_off_allows_only_unix_sockets() {
     assert_eq!(seen["socket_netlink"], EPERM);
     assert_eq!(seen["socketpair_inet"], EPERM);
     assert_eq!(seen["socket_unix"], "ok");
+}
+
+/// The egress gate's sandboxes: TCP and UDP sockets pass (the network namespace decides what
+/// they reach), raw, packet and netlink sockets and other IP types never reach the kernel. The
+/// probes run as root here, where the kernel itself would make a raw socket.
+#[test]
+fn the_gated_network_allows_ip_stream_and_datagram_sockets_only() {
+    if missing(PYTHON) {
+        return;
+    }
+    let seen = outcomes(Some(GATED), &socket_probes());
+    for allowed in [
+        "socket_inet",
+        "socket_inet6",
+        "socket_unix",
+        "socket_inet_dgram",
+    ] {
+        assert_eq!(seen[allowed], "ok", "{allowed}");
+    }
+    for refused in [
+        "socket_netlink",
+        "socket_inet_raw",
+        "socket_inet6_raw",
+        "socket_packet",
+        "socket_inet_seqpacket",
+        "socketpair_inet",
+    ] {
+        assert_eq!(seen[refused], EPERM, "{refused}");
+    }
+    if nix::unistd::geteuid().is_root() {
+        let free = outcomes(None, &socket_probes());
+        assert_eq!(free["socket_inet_raw"], "ok", "unfiltered, root makes one");
+    }
 }
 
 #[test]

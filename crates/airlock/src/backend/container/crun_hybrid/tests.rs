@@ -22,6 +22,8 @@ fn ctx<'a>(policy: &'a Policy, scratch: Option<&'a MemoryScratch>) -> PlanContex
         env: &[],
         cgroup: None,
         scratch,
+        egress: None,
+        unix_sockets: &[],
     }
 }
 

@@ -24,6 +24,8 @@ fn oci() -> OciInput {
             scratch_binds: None,
         },
         host_network: false,
+        gated: false,
+        resolv_conf: None,
         resources: OciResources {
             memory_bytes: Some(64 << 20),
             pids: Some(32),
@@ -240,6 +242,7 @@ fn docker_script_imports_the_empty_image_once_then_runs() {
 fn docker_seccomp_profile_has_the_engine_format() {
     let profile = crate::backend::oci::docker_seccomp_profile(&crate::backend::oci::OciSeccomp {
         allow_network: false,
+        allow_inet: false,
         allow_clone3: false,
     });
     assert_eq!(profile["defaultAction"], "SCMP_ACT_ERRNO");

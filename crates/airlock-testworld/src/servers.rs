@@ -1,0 +1,101 @@
+//! The plain TCP servers of the test hosts, each on its port of every host address.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+
+use crate::Seen;
+
+pub(crate) type Handler = fn(TcpStream, &Seen);
+
+/// HTTP on 80, an SSH-like banner and echo on 22, a sink on 8080, an 8 MiB source on 8081
+/// and a server that holds connections open on 9000.
+pub(crate) const HANDLERS: [(u16, Handler); 5] = [
+    (80, serve_http),
+    (22, serve_banner_echo),
+    (8080, serve_sink),
+    (8081, serve_source),
+    (9000, serve_hold),
+];
+
+/// HTTP: answers `host=<Host>`; an `Upgrade` request gets 101 and an echo.
+fn serve_http(mut stream: TcpStream, seen: &Seen) {
+    let Some(head) = read_head(&mut stream) else {
+        return;
+    };
+    let host = head
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("host"))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    seen.hosts.lock().unwrap().push(host.clone());
+    if head.to_ascii_lowercase().contains("upgrade: websocket") {
+        let _ = stream.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+        return serve_echo(stream);
+    }
+    let body = format!("host={host}\n");
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 65536 {
+        if stream.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    Some(String::from_utf8_lossy(&head).to_string())
+}
+
+fn serve_echo(mut stream: TcpStream) {
+    let mut buffer = [0u8; 16384];
+    while let Ok(n) = stream.read(&mut buffer) {
+        if n == 0 || stream.write_all(&buffer[..n]).is_err() {
+            return;
+        }
+    }
+}
+
+fn serve_banner_echo(mut stream: TcpStream, _: &Seen) {
+    let _ = stream.write_all(b"SSH-2.0-airlock-test\r\n");
+    serve_echo(stream);
+}
+
+fn serve_sink(mut stream: TcpStream, seen: &Seen) {
+    let mut buffer = [0u8; 65536];
+    while let Ok(n) = stream.read(&mut buffer) {
+        if n == 0 {
+            break;
+        }
+        seen.sunk.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Sends 8 MiB, then closes.
+fn serve_source(mut stream: TcpStream, _: &Seen) {
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..8 {
+        if stream.write_all(&chunk).is_err() {
+            return;
+        }
+    }
+}
+
+/// Holds the connection until the peer closes it; counts the open and closed ones.
+fn serve_hold(mut stream: TcpStream, seen: &Seen) {
+    seen.held_open.fetch_add(1, Ordering::Relaxed);
+    let _ = stream.write_all(b"held\n");
+    let mut buffer = [0u8; 1024];
+    while matches!(stream.read(&mut buffer), Ok(n) if n > 0) {}
+    seen.held_open.fetch_sub(1, Ordering::Relaxed);
+    seen.held_closed.fetch_add(1, Ordering::Relaxed);
+}
