@@ -194,7 +194,12 @@ fn read_airlock_result(stdout: &str, outcome: &mut Outcome) -> bool {
             })
             .unwrap_or_default()
     };
-    outcome.status = result["status"].as_str().map(str::to_string);
+    // A run refused before it started (`--json` prints that too) has no status.
+    let started = result["backend"] != "";
+    outcome.status = result["status"]
+        .as_str()
+        .filter(|_| started)
+        .map(str::to_string);
     outcome.layers = strings("isolation");
     outcome.cgroup = outcome.layers.iter().any(|l| l == "cgroup");
     outcome.warnings = strings("warnings");

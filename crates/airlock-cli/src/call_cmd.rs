@@ -1,30 +1,31 @@
 //! `airlock call`: call one Python function with JSON arguments and print its JSON result, or a
-//! typed JSON error (`{"error": "timeout", "message": ..., ...}`) with exit code 1.
+//! typed JSON error (`{"error": "timeout", "message": ..., ...}`) with exit code 1. It takes the
+//! same sandbox flags as `run` (profile, paths, workdir, environment, network, limits).
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
 use airlock::call::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
 use airlock::policy::units::ByteSize;
 
-use crate::sandbox_flags::{LimitFlags, SetupFlags};
+use crate::sandbox_flags::SandboxFlags;
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
 pub enum PolicyArg {
-    /// Tier 0 only: for tools you trust that may misbehave.
+    /// Tier 0 only: for tools you trust that may misbehave (profile trusted).
     Subprocess,
-    /// The strongest isolation available here.
+    /// The strongest isolation available here (profile untrusted).
     Sandboxed,
 }
 
 #[derive(Args, Debug)]
 pub struct CallArgs {
-    /// How the tool is isolated.
-    #[arg(long, value_enum, default_value = "sandboxed")]
-    pub policy: PolicyArg,
+    /// How the tool is isolated (the profile it implies; --profile names another).
+    #[arg(long, value_enum)]
+    pub policy: Option<PolicyArg>,
     /// Directory holding the tool's module (exposed read-only).
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub path: PathBuf,
@@ -37,13 +38,8 @@ pub struct CallArgs {
     /// Largest result accepted.
     #[arg(long, value_name = "SIZE")]
     pub max_result: Option<ByteSize>,
-    /// Bytes of stderr allowed before the call is stopped.
-    #[arg(long, value_name = "SIZE")]
-    pub stderr_cap: Option<ByteSize>,
     #[command(flatten)]
-    pub limits: LimitFlags,
-    #[command(flatten)]
-    pub setup: SetupFlags,
+    pub sandbox: SandboxFlags,
     /// The function to call, as module:function.
     #[arg(value_name = "MODULE:FUNCTION")]
     pub target: String,
@@ -55,11 +51,15 @@ fn parse_json(text: &str) -> Result<Value, String> {
 
 pub fn call_tool(args: CallArgs) -> Result<u8> {
     let tool = ToolSpec::new(&args.path, &args.target);
-    let policy = match args.policy {
-        PolicyArg::Subprocess => ToolPolicy::Subprocess,
-        PolicyArg::Sandboxed => ToolPolicy::Sandboxed,
+    let (policy, options) = match call_options(&args) {
+        Ok(chosen) => chosen,
+        Err(error) => {
+            eprintln!("airlock: call {}: {error:#}", args.target);
+            println!("{}", error_json(&usage_error(&error)));
+            return Ok(crate::SETUP_FAILURE);
+        }
     };
-    match call(&tool, &args.args, policy, &call_options(&args)) {
+    match call(&tool, &args.args, policy, &options) {
         Ok(value) => {
             println!("{value}");
             Ok(0)
@@ -72,25 +72,38 @@ pub fn call_tool(args: CallArgs) -> Result<u8> {
     }
 }
 
-fn call_options(args: &CallArgs) -> CallOptions {
+fn call_options(args: &CallArgs) -> Result<(ToolPolicy, CallOptions)> {
+    if args.policy.is_some() && args.sandbox.profile.is_some() {
+        bail!("give --policy or --profile, not both: --policy subprocess is profile trusted, --policy sandboxed is profile untrusted");
+    }
+    let policy = match args.policy {
+        Some(PolicyArg::Subprocess) => ToolPolicy::Subprocess,
+        Some(PolicyArg::Sandboxed) | None => ToolPolicy::Sandboxed,
+    };
     let mut options = CallOptions {
         python: args.python.clone(),
-        sandbox: args.setup.options(),
-        wall_time: args.limits.wall.map(|s| s.0),
-        cpu_time: args.limits.cpu.map(|s| s.0),
-        memory_bytes: args.limits.mem.map(|s| s.0),
-        processes: args.limits.pids,
-        stderr_bytes: args.stderr_cap.map(|s| s.0),
+        sandbox: args.sandbox.options(),
+        profile: args.sandbox.profile.clone(),
+        overrides: args.sandbox.overrides(),
+        env: args.sandbox.env.clone(),
         ..CallOptions::default()
     };
     if let Some(max) = args.max_result {
         options.max_result_bytes = max.0;
     }
-    options
+    Ok((policy, options))
+}
+
+/// A command line the call cannot use, as the call's own typed error.
+fn usage_error(error: &anyhow::Error) -> ToolError {
+    ToolError::SandboxError {
+        message: format!("{error:#}"),
+        error_kind: Some(crate::outcome::failure_kind(error)),
+    }
 }
 
 /// The error's fields plus a human-readable `message`.
-fn error_json(error: &ToolError) -> Value {
+pub fn error_json(error: &ToolError) -> Value {
     let mut value = serde_json::to_value(error).unwrap_or_default();
     if let Value::Object(fields) = &mut value {
         fields.insert("message".into(), Value::from(error.to_string()));

@@ -3,9 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
-
-use airlock::policy::units::{ByteSize, Seconds};
+use clap::{Parser, Subcommand};
 
 /// Run untrusted code behind an OS-enforced boundary with real resource limits.
 #[derive(Parser, Debug)]
@@ -15,10 +13,14 @@ pub struct Cli {
     pub command: Commands,
 }
 
+/// Each subcommand's flags are built only when it is the one invoked (`defer`): every run
+/// parses its command line, and building the flag sets of all five commands that run
+/// programs cost about 170,000 instructions a run.
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum Commands {
     /// Run a command in the sandbox: `airlock run [OPTIONS] -- PROGRAM [ARGS...]`.
-    Run(Box<RunArgs>),
+    Run(Box<crate::run::RunArgs>),
     /// Show or check profiles.
     #[command(subcommand)]
     Profile(ProfileCommand),
@@ -34,7 +36,7 @@ pub enum Commands {
     Worker(Box<crate::worker_cmd::WorkerArgs>),
     /// Call a Python function with JSON arguments: `airlock call module:function --args '{"x":1}'`.
     Call(Box<crate::call_cmd::CallArgs>),
-    /// Run code given as a string: `airlock exec python 'print(1)'`.
+    /// Run code given as a string or on stdin: `airlock exec python 'print(1)'`, `airlock exec python - < job.py`.
     Exec(Box<crate::exec_cmd::ExecArgs>),
     /// Serve the sandbox as MCP tools over stdio: runs `airlock-mcp ARGS` (see `airlock mcp --help`).
     #[command(disable_help_flag = true)]
@@ -50,79 +52,6 @@ pub enum ProfileCommand {
     Show { profile: String },
     /// Validate a profile file; errors name the line, the key and what is allowed.
     Check { file: PathBuf },
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy)]
-pub enum BackendArg {
-    Auto,
-    Native,
-    Bwrap,
-    None,
-    Gvisor,
-    Container,
-}
-
-#[derive(Args, Debug)]
-pub struct RunArgs {
-    /// The profile, limits, `--ro`, `--env` and set-up flags shared with worker, call and exec.
-    #[command(flatten)]
-    pub profile: crate::sandbox_flags::ProfileFlags,
-    /// Resource tier: small (256MiB/10s CPU/30s wall/25MiB output) or standard (512MiB/60s/180s/100MiB).
-    #[arg(long)]
-    pub tier: Option<String>,
-    /// Backend override.
-    #[arg(long, value_enum)]
-    pub backend: Option<BackendArg>,
-    /// Open files per process.
-    #[arg(long, value_name = "N")]
-    pub nofile: Option<u64>,
-    /// Largest file the program may write.
-    #[arg(long, value_name = "SIZE")]
-    pub fsize: Option<ByteSize>,
-    /// Size of each writable tmpfs (workdir, /tmp).
-    #[arg(long, value_name = "SIZE")]
-    pub disk: Option<ByteSize>,
-    /// Files the program may create in its writable areas.
-    #[arg(long, value_name = "N")]
-    pub files: Option<u64>,
-    /// Bytes of stdout kept (default 1MiB).
-    #[arg(long, value_name = "SIZE")]
-    pub stdout_cap: Option<ByteSize>,
-    /// Bytes of stderr kept (default 1MiB).
-    #[arg(long, value_name = "SIZE")]
-    pub stderr_cap: Option<ByteSize>,
-    /// Grace period between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DURATION")]
-    pub grace: Option<Seconds>,
-    /// Use this existing host directory as the working directory (read-write, kept).
-    #[arg(long, value_name = "DIR")]
-    pub workdir: Option<PathBuf>,
-    /// Expose a host path read-write at the same path (repeatable).
-    #[arg(long = "rw", value_name = "PATH")]
-    pub read_write: Vec<PathBuf>,
-    /// Print one JSON result object on stdout instead of streaming the program's output.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write the JSON result object to this file.
-    #[arg(long, value_name = "FILE")]
-    pub result: Option<PathBuf>,
-    /// Keep the run's working directory afterwards (its path is in the result).
-    #[arg(long)]
-    pub keep: bool,
-    /// Give the program this terminal (interactive use; output caps do not apply).
-    #[arg(long)]
-    pub tty: bool,
-    /// Print the plan of the run as JSON (backend and why, layers, mounts, limits) and run
-    /// nothing: no run directory, cgroup or process is created.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Run on a sandbox prepared ahead (the warm path a daemon uses; stdin is read to its end
-    /// first). One CLI call gains no time from it: it prepares the sandbox, then runs.
-    #[arg(long, conflicts_with_all = ["tty", "keep", "dry_run"])]
-    pub warm: bool,
-    /// The program and its arguments.
-    #[arg(last = true, required = true, value_name = "PROGRAM")]
-    pub command: Vec<String>,
 }
 
 pub fn dispatch(cli: Cli) -> Result<u8> {

@@ -1,23 +1,32 @@
-//! `airlock exec`: run code given as a string with a registered interpreter, e.g.
-//! `airlock exec python 'print(1)'`. Unknown or disallowed interpreters are refused (exit 125).
+//! `airlock exec`: run code given as a string (or on stdin) with a registered interpreter,
+//! e.g. `airlock exec python 'print(1)'` or `airlock exec python - < job.py`. Unknown or
+//! disallowed interpreters are refused (exit 125).
 
+use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
 use airlock::interp::InterpreterRegistry;
-use airlock::{Input, RunResult, Sandbox};
+use airlock::warm::WarmPool;
+use airlock::{Input, Sandbox};
 
-use crate::sandbox_flags::{print_warnings, ProfileFlags};
+use crate::outcome::{run_reported, OutputFlags};
+use crate::sandbox_flags::SandboxFlags;
 
 /// Environment variable naming the interpreter registry file when --interpreters is absent.
 pub const REGISTRY_ENV: &str = "AIRLOCK_INTERPRETERS";
 
+/// The code argument that means "read the code on stdin".
+const CODE_ON_STDIN: &str = "-";
+
 #[derive(Args, Debug)]
 pub struct ExecArgs {
     #[command(flatten)]
-    pub sandbox: ProfileFlags,
+    pub sandbox: SandboxFlags,
+    #[command(flatten)]
+    pub output: OutputFlags,
     /// Interpreter registry TOML (default: $AIRLOCK_INTERPRETERS, else the built-ins).
     #[arg(long, value_name = "FILE")]
     pub interpreters: Option<PathBuf>,
@@ -25,9 +34,6 @@ pub struct ExecArgs {
     /// registry's allowed_programs.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub allow: Option<Vec<String>>,
-    /// Print one JSON result object instead of streaming the program's output.
-    #[arg(long)]
-    pub json: bool,
     /// Run on a sandbox prepared ahead, with Python started in it (see `run --warm`; stdin
     /// is read to its end first).
     #[arg(long)]
@@ -37,32 +43,46 @@ pub struct ExecArgs {
     pub preload: Vec<String>,
     /// The interpreter, e.g. python, node, bash.
     pub interpreter: String,
-    /// The code to run.
-    pub code: String,
+    /// The code to run; `-` or nothing reads it from stdin (any size: code too large for one
+    /// argument reaches the interpreter on its stdin).
+    pub code: Option<String>,
     /// Arguments passed to the program after the code.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub args: Vec<String>,
 }
 
 pub fn exec(args: ExecArgs) -> Result<u8> {
-    let registry = registry(&args)?;
-    let invocation = registry.invocation(&args.interpreter, &args.code, &args.args)?;
+    // A warm run's pool outlives the run (its sandbox is reaped when the pool is dropped).
+    let mut pool = None;
+    Ok(run_reported(&args.output, &args.sandbox.network, || {
+        build_command(&args, &mut pool)
+    }))
+}
+
+fn build_command(args: &ExecArgs, pool: &mut Option<WarmPool>) -> Result<airlock::Command> {
+    let code = code(args)?;
+    let invocation = registry(args)?.invocation(&args.interpreter, &code, &args.args)?;
     invocation.check_installed()?;
-    let sandbox = Sandbox::with_options(args.sandbox.policy()?, args.sandbox.options())?;
+    let sandbox = Sandbox::with_options(args.sandbox.policy("untrusted")?, args.sandbox.options())?;
     let (program, rest) = invocation
         .argv
         .split_first()
         .context("interpreter argv is empty")?;
-    let pool = args
-        .warm
-        .then(|| crate::warm_cmd::pool_for_code(&sandbox, &invocation.argv, &args.preload))
-        .transpose()?;
-    let mut command = match &pool {
+    let pool = match args.warm {
+        true => Some(&*pool.insert(crate::warm_cmd::pool_for_code(
+            &sandbox,
+            &invocation.argv,
+            &args.preload,
+        )?)),
+        false => None,
+    };
+    let mut command = match pool {
         Some(pool) => pool.command(program.clone()),
         None => sandbox.command(program.clone()),
     }
-    .args(rest.iter().cloned());
-    command = match (invocation.stdin, &pool) {
+    .args(rest.iter().cloned())
+    .cancel_on_signals(true);
+    command = match (invocation.stdin, pool) {
         (Some(code), _) => command.stdin(code),
         (None, Some(_)) => command.stdin(crate::warm_cmd::read_stdin()?),
         (None, None) => command.stdin_from(Input::Inherit),
@@ -70,12 +90,24 @@ pub fn exec(args: ExecArgs) -> Result<u8> {
     for (key, value) in &args.sandbox.env {
         command = command.env(key.clone(), value.clone());
     }
-    if !args.json {
+    if !args.output.captures() {
         command = command.forward_output();
     }
-    let result = command.run()?;
-    report(&args, &result)?;
-    Ok(u8::try_from(result.cli_exit_code()).unwrap_or(125))
+    Ok(command)
+}
+
+/// The code: the argument, or all of stdin for `-` or none.
+fn code(args: &ExecArgs) -> Result<String> {
+    match args.code.as_deref() {
+        Some(code) if code != CODE_ON_STDIN => Ok(code.to_string()),
+        _ => {
+            let mut code = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut code)
+                .context("cannot read the code from stdin")?;
+            String::from_utf8(code).context("the code on stdin is not valid UTF-8")
+        }
+    }
 }
 
 fn registry(args: &ExecArgs) -> Result<InterpreterRegistry> {
@@ -91,20 +123,4 @@ fn registry(args: &ExecArgs) -> Result<InterpreterRegistry> {
         registry.set_allowed(allow)?;
     }
     Ok(registry)
-}
-
-fn report(args: &ExecArgs, result: &RunResult) -> Result<()> {
-    args.sandbox.network.write_log(result.network.as_ref())?;
-    print_warnings(&result.warnings);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(result)?);
-        return Ok(());
-    }
-    if let Some(error) = &result.error {
-        eprintln!("airlock: sandbox error: {error}");
-    }
-    if let Some(network) = &result.network {
-        crate::net_flags::print_report(network);
-    }
-    Ok(())
 }

@@ -6,6 +6,7 @@ mod cli;
 mod conformance_cmd;
 mod exec_cmd;
 mod net_flags;
+mod outcome;
 mod run;
 mod sandbox_flags;
 mod warm_cmd;
@@ -40,35 +41,49 @@ fn main() -> ExitCode {
     }
     let args = match cli::Cli::try_parse() {
         Ok(args) => args,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { SETUP_FAILURE } else { 0 });
-        }
+        Err(e) => return ExitCode::from(refuse_command_line(&e)),
     };
     match cli::dispatch(args) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            match error_kind(&error) {
-                Some(kind) => eprintln!("airlock: error [{}]: {error:#}", kind.name()),
-                None => eprintln!("airlock: error: {error:#}"),
-            }
+            let kind = outcome::error_kind(&error);
+            eprintln!("airlock: error [{}]: {error:#}", kind.name());
             ExitCode::from(SETUP_FAILURE)
         }
     }
 }
 
-/// The library's kind of a refusal (policy, degraded, not allowed, bad path, ...), for the
-/// error line; the CLI's own errors (bad flags, files it writes) have none.
-fn error_kind(error: &anyhow::Error) -> Option<airlock::ErrorKind> {
-    error.chain().find_map(|cause| {
-        if let Some(e) = cause.downcast_ref::<airlock::Error>() {
-            return Some(e.kind());
+/// A command line clap cannot parse: its message on stderr and, for a caller that reads
+/// JSON from stdout (`run --json`, `exec --json`, `call`, `worker` into a pipe), the same
+/// refusal as any other, in that command's form. `--help` and `--version` exit 0.
+fn refuse_command_line(e: &clap::Error) -> u8 {
+    let _ = e.print();
+    if !e.use_stderr() {
+        return 0;
+    }
+    let rendered = e.render().to_string();
+    let first_line = rendered.lines().next().unwrap_or_default();
+    let error = anyhow::anyhow!("{}", first_line.trim_start_matches("error: "));
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let flag_before_program =
+        |flag: &str| args.iter().take_while(|a| *a != "--").any(|a| a == flag);
+    match args.first().and_then(|a| a.to_str()) {
+        Some("run" | "exec")
+            if flag_before_program("--json") || flag_before_program("--pretty") =>
+        {
+            outcome::Reporter::json_only().refused_silently(&error);
         }
-        if let Some(e) = cause.downcast_ref::<airlock::PolicyError>() {
-            return Some(e.kind());
+        Some("call") => {
+            let error = airlock::call::ToolError::SandboxError {
+                message: format!("{error:#}"),
+                error_kind: Some(airlock::ErrorKind::UsageInvalid.into()),
+            };
+            println!("{}", call_cmd::error_json(&error));
         }
-        cause
-            .downcast_ref::<airlock::interp::InterpError>()
-            .map(|e| e.kind())
-    })
+        Some("worker") if !std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
+            println!("{}", worker_cmd::refusal_line(&error));
+        }
+        _ => {}
+    }
+    SETUP_FAILURE
 }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
 use airlock::network::Decision;
-use airlock::policy::{NetworkMode, Policy};
+use airlock::policy::NetworkMode;
 use airlock::NetworkReport;
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,24 +65,6 @@ pub struct NetworkFlags {
 }
 
 impl NetworkFlags {
-    /// Applies the flags to a policy; `Policy::validate` then checks every rule.
-    pub fn apply(&self, policy: &mut Policy) {
-        let network = &mut policy.network;
-        match self.network {
-            Some(mode) => network.mode = mode.into(),
-            None if !self.allow_net.is_empty() => network.mode = NetworkMode::Allowlist,
-            None => {}
-        }
-        network.allow.extend(self.allow_net.iter().cloned());
-        network.deny.extend(self.deny_net.iter().cloned());
-        network
-            .unix_sockets
-            .extend(self.unix_sockets.iter().cloned());
-        if self.resolver.is_some() {
-            network.resolver = self.resolver.clone();
-        }
-    }
-
     /// Writes the gate's decisions to `--net-log`, if asked; a run without the gate writes an
     /// empty file, so a caller always finds one.
     pub fn write_log(&self, report: Option<&NetworkReport>) -> Result<()> {

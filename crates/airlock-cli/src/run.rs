@@ -1,25 +1,63 @@
 //! `airlock run`: builds the policy from the profile and flags, runs, reports.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use clap::Args;
 
-use airlock::policy::{self, BackendChoice, Policy};
-use airlock::{Input, RunResult, Sandbox};
+use airlock::warm::WarmPool;
+use airlock::{Input, Sandbox};
 
-use crate::cli::{BackendArg, RunArgs};
-use crate::sandbox_flags::print_warnings;
+use crate::outcome::{run_reported, OutputFlags, Reporter};
+use crate::sandbox_flags::SandboxFlags;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxFlags,
+    #[command(flatten)]
+    pub output: OutputFlags,
+    /// Keep the run's working directory afterwards (its path is in the result).
+    #[arg(long)]
+    pub keep: bool,
+    /// Give the program a terminal of its own, relayed to this one (an interactive shell:
+    /// keys pass through as typed, Ctrl-C included; output caps do not apply).
+    #[arg(long)]
+    pub tty: bool,
+    /// Print the plan of the run as JSON (backend and why, layers, mounts, limits) and run
+    /// nothing: no run directory, cgroup or process is created.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Run on a sandbox prepared ahead (the warm path a daemon uses; stdin is read to its end
+    /// first). One CLI call gains no time from it: it prepares the sandbox, then runs.
+    #[arg(long, conflicts_with_all = ["tty", "keep", "dry_run"])]
+    pub warm: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    pub command: Vec<String>,
+}
 
 pub fn run(args: RunArgs) -> Result<u8> {
-    let policy = build_policy(&args)?;
-    let sandbox = Sandbox::with_options(policy, args.profile.options())?;
+    if args.dry_run {
+        return Ok(dry_run(&args));
+    }
+    // A warm run's pool outlives the run (its sandbox is reaped when the pool is dropped).
+    let mut pool = None;
+    Ok(run_reported(&args.output, &args.sandbox.network, || {
+        build_command(&args, &mut pool)
+    }))
+}
+
+fn build_command(args: &RunArgs, pool: &mut Option<WarmPool>) -> Result<airlock::Command> {
+    let policy = args.sandbox.policy("untrusted")?;
+    let sandbox = Sandbox::with_options(policy, args.sandbox.options())?;
     let (program, rest) = args
         .command
         .split_first()
         .context("no program given after --")?;
-    let pool = args
-        .warm
-        .then(|| crate::warm_cmd::one_sandbox(&sandbox))
-        .transpose()?;
-    let mut command = match &pool {
+    let pool = match args.warm {
+        true => Some(&*pool.insert(crate::warm_cmd::one_sandbox(&sandbox)?)),
+        false => None,
+    };
+    let mut command = match pool {
         Some(pool) => pool
             .command(program.clone())
             .stdin(crate::warm_cmd::read_stdin()?),
@@ -27,128 +65,35 @@ pub fn run(args: RunArgs) -> Result<u8> {
     }
     .args(rest.iter().cloned())
     .keep_workdir(args.keep)
-    .tty(args.tty);
-    for (key, value) in &args.profile.env {
+    .tty(args.tty)
+    .cancel_on_signals(true);
+    for (key, value) in &args.sandbox.env {
         command = command.env(key.clone(), value.clone());
     }
-    if args.dry_run {
-        return dry_run(&command);
-    }
-    if !args.json {
+    if !args.output.captures() {
         command = command.forward_output();
     }
-    let result = command.run()?;
-    report(&args, &result)?;
-    Ok(exit_code(&result))
+    Ok(command)
 }
 
 /// Prints the plan as JSON without running anything; a plan the run would refuse exits as
-/// the refused run would, with its error.
-fn dry_run(command: &airlock::Command) -> Result<u8> {
-    let plan = command.plan()?;
-    println!("{}", serde_json::to_string_pretty(&plan)?);
+/// the refused run would, with its error on stderr (stdout holds the plan alone).
+fn dry_run(args: &RunArgs) -> u8 {
+    let (output, mut reporter) = (&args.output, Reporter::printing(&args.output));
+    let plan = match build_command(args, &mut None).and_then(|command| Ok(command.plan()?)) {
+        Ok(plan) => plan,
+        Err(error) => return reporter.refused(&error),
+    };
+    let text = match output.json && !output.pretty {
+        true => serde_json::to_string(&plan),
+        false => serde_json::to_string_pretty(&plan),
+    };
+    println!("{}", text.unwrap_or_default());
     match plan.refusal() {
-        Some(refused) => Err(refused.into()),
-        None => Ok(0),
-    }
-}
-
-fn exit_code(result: &RunResult) -> u8 {
-    u8::try_from(result.cli_exit_code()).unwrap_or(125)
-}
-
-fn report(args: &RunArgs, result: &RunResult) -> Result<()> {
-    let json = serde_json::to_string_pretty(result)?;
-    if let Some(path) = &args.result {
-        std::fs::write(path, format!("{json}\n"))
-            .with_context(|| format!("cannot write the result to {}", path.display()))?;
-    }
-    args.profile.network.write_log(result.network.as_ref())?;
-    print_warnings(&result.warnings);
-    if args.json {
-        println!("{json}");
-        return Ok(());
-    }
-    if let Some(network) = &result.network {
-        crate::net_flags::print_report(network);
-    }
-    if let Some(error) = &result.error {
-        eprintln!("airlock: sandbox error: {error}");
-    } else if result.status != airlock::RunStatus::Exited
-        && result.status != airlock::RunStatus::Signaled
-    {
-        let status = serde_json::to_value(result.status)?;
-        eprintln!(
-            "airlock: run ended: {} after {} ms",
-            status.as_str().unwrap_or("?"),
-            result.wall_ms
-        );
-    }
-    if result.stdout_truncated || result.stderr_truncated {
-        eprintln!(
-            "airlock: output truncated (stdout {} bytes, stderr {} bytes written)",
-            result.stdout_bytes, result.stderr_bytes
-        );
-    }
-    Ok(())
-}
-
-fn build_policy(args: &RunArgs) -> Result<Policy> {
-    let mut policy = policy::load_profile(&args.profile.profile)?;
-    if let Some(tier) = &args.tier {
-        if !policy::tier(&mut policy, tier) {
-            bail!(
-                "unknown tier {tier:?} for --tier: use one of {}",
-                policy::tier_names().join(", ")
-            );
+        Some(refused) => {
+            eprintln!("airlock: error [{}]: {refused}", refused.kind().name());
+            crate::SETUP_FAILURE
         }
+        None => 0,
     }
-    if let Some(backend) = args.backend {
-        policy.backend = match backend {
-            BackendArg::Auto => BackendChoice::Auto,
-            BackendArg::Native => BackendChoice::Native,
-            BackendArg::Bwrap => BackendChoice::Bwrap,
-            BackendArg::None => BackendChoice::None,
-            BackendArg::Gvisor => BackendChoice::Gvisor,
-            BackendArg::Container => BackendChoice::Container,
-        };
-    }
-    // After the tier, so flags override it.
-    args.profile.adjust(&mut policy)?;
-    apply_run_limit_flags(&mut policy, args);
-    policy.filesystem.read_write.extend(
-        args.read_write
-            .iter()
-            .map(|p| absolute(p))
-            .collect::<Result<Vec<_>>>()?,
-    );
-    if let Some(dir) = &args.workdir {
-        policy.filesystem.workdir = Some(absolute(dir)?);
-    }
-    policy
-        .validate()
-        .map_err(|e| anyhow::anyhow!("{e} (from the command-line flags)"))?;
-    Ok(policy)
-}
-
-/// The limits only `run` has flags for (the shared ones are applied by `ProfileFlags`).
-fn apply_run_limit_flags(policy: &mut Policy, args: &RunArgs) {
-    let l = &mut policy.limits;
-    set(&mut l.grace, args.grace);
-    set(&mut l.file_size, args.fsize);
-    set(&mut l.disk, args.disk);
-    set(&mut l.stdout, args.stdout_cap);
-    set(&mut l.stderr, args.stderr_cap);
-    set(&mut l.open_files, args.nofile);
-    set(&mut l.files, args.files);
-}
-
-fn set<T>(slot: &mut T, value: Option<T>) {
-    if let Some(value) = value {
-        *slot = value;
-    }
-}
-
-fn absolute(path: &std::path::Path) -> Result<std::path::PathBuf> {
-    std::path::absolute(path).with_context(|| format!("cannot resolve {}", path.display()))
 }

@@ -11,16 +11,16 @@ use clap::Args;
 use serde_json::json;
 
 use airlock::policy::units::ByteSize;
-use airlock::worker::run::{run_worker, WorkerJob, WorkerOutcome, WorkerUpdate};
+use airlock::worker::run::{run_worker, EventSummary, WorkerJob, WorkerOutcome, WorkerUpdate};
 use airlock::worker::{IngestLimits, InputFile, WorkerEvent, PROTOCOL_VERSION};
 use airlock::RunStatus;
 
-use crate::sandbox_flags::{print_warnings, ProfileFlags};
+use crate::sandbox_flags::{print_warnings, SandboxFlags};
 
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
     #[command(flatten)]
-    pub sandbox: ProfileFlags,
+    pub sandbox: SandboxFlags,
     /// An input file staged read-only as in/NAME (repeatable).
     #[arg(long = "in", value_name = "NAME=PATH", value_parser = parse_input)]
     pub inputs: Vec<(String, PathBuf)>,
@@ -54,9 +54,19 @@ fn parse_input(text: &str) -> Result<(String, PathBuf), String> {
 }
 
 pub fn worker(args: WorkerArgs) -> Result<u8> {
-    let policy = args.sandbox.policy()?;
-    let job = build_job(&args)?;
     let mut display = Display::new(std::io::stdout().is_terminal());
+    match run(&args, &mut display) {
+        Ok(code) => Ok(code),
+        Err(error) => Ok(display.refused(&error)),
+    }
+}
+
+fn run(args: &WorkerArgs, display: &mut Display) -> Result<u8> {
+    if args.sandbox.workdir.is_some() {
+        anyhow::bail!("--workdir is not for workers: the job directory is the worker's workdir (its inputs are in/, its results go to out/)");
+    }
+    let policy = args.sandbox.policy("untrusted")?;
+    let job = build_job(args)?;
     let outcome = run_worker(&policy, &args.sandbox.options(), &job, |update| {
         display.update(update)
     })?;
@@ -65,6 +75,24 @@ pub fn worker(args: WorkerArgs) -> Result<u8> {
         .network
         .write_log(outcome.result.network.as_ref())?;
     Ok(exit_code(&outcome))
+}
+
+/// The result line of a worker that never started: the same fields as a finished one's, with
+/// status `sandbox_error` and the error's kind.
+pub fn refusal_line(error: &anyhow::Error) -> serde_json::Value {
+    json!({
+        "event": "result",
+        "success": false,
+        "done_seen": false,
+        "status": RunStatus::SandboxError,
+        "exit_code": null,
+        "signal": null,
+        "error": format!("{error:#}"),
+        "error_kind": crate::outcome::failure_kind(error),
+        "events": EventSummary::default(),
+        "ingest": null,
+        "v": PROTOCOL_VERSION,
+    })
 }
 
 fn build_job(args: &WorkerArgs) -> Result<WorkerJob> {
@@ -172,6 +200,18 @@ impl Display {
         }
     }
 
+    /// Reports a worker that never started: the error on stderr and, for a program reading
+    /// the NDJSON stream, its result line. Returns the exit code (125).
+    fn refused(&mut self, error: &anyhow::Error) -> u8 {
+        self.clear_bar();
+        let kind = crate::outcome::error_kind(error);
+        eprintln!("airlock: error [{}]: {error:#}", kind.name());
+        if !self.terminal {
+            println!("{}", refusal_line(error));
+        }
+        crate::SETUP_FAILURE
+    }
+
     fn finish(&mut self, outcome: &WorkerOutcome, out_dir: &std::path::Path) -> Result<()> {
         self.clear_bar();
         print_warnings(&outcome.result.warnings);
@@ -191,6 +231,7 @@ impl Display {
             "exit_code": outcome.result.exit_code,
             "signal": outcome.result.signal,
             "error": outcome.result.error,
+            "error_kind": outcome.result.error_kind,
             "events": outcome.events,
             "ingest": outcome.ingest,
             "v": PROTOCOL_VERSION,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use support::api::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
+use support::api::{ByteSize, LimitsSection, Overrides, Seconds};
 use support::*;
 
 const TOOLS: &str = r#"
@@ -123,9 +124,20 @@ impl Tools {
 fn options() -> CallOptions {
     CallOptions {
         sandbox: sandbox_options(),
-        wall_time: Some(Duration::from_secs(20)),
-        memory_bytes: Some(256 << 20),
+        overrides: limits(20),
         ..CallOptions::default()
+    }
+}
+
+/// A wall-clock limit in seconds and 256MiB of memory.
+fn limits(wall_secs: u64) -> Overrides {
+    Overrides {
+        limits: LimitsSection {
+            wall_time: Some(Seconds(Duration::from_secs(wall_secs))),
+            memory: Some(ByteSize(256 << 20)),
+            ..LimitsSection::default()
+        },
+        ..Overrides::default()
     }
 }
 
@@ -178,7 +190,7 @@ fn a_forged_frame_on_the_private_channel_is_bad_output() {
 fn infinite_loop_times_out() {
     let tools = Tools::new();
     let options = CallOptions {
-        wall_time: Some(Duration::from_secs(2)),
+        overrides: limits(2),
         ..options()
     };
     for policy in policies() {
@@ -241,7 +253,7 @@ fn processes_named(comm: &str) -> usize {
 fn fork_bomb_is_contained_and_leaves_nothing_behind() {
     let tools = std::sync::Arc::new(Tools::new());
     let options = CallOptions {
-        wall_time: Some(Duration::from_secs(3)),
+        overrides: limits(3),
         ..options()
     };
     for policy in policies() {

@@ -65,7 +65,7 @@ fn out_of_range_values_name_the_key_and_what_is_allowed() {
         (
             "[limits]\nprocesses = 0\n",
             "limits.processes",
-            "at least 1",
+            "at least 3",
         ),
         (
             "[limits]\nmemory = \"1MiB\"\n",
@@ -280,8 +280,20 @@ fn the_host_network_is_an_explicit_choice_that_drops_the_network_namespace() {
     let code = "import socket\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_STREAM); print('inet')\nexcept OSError as e: print('refused', e.errno)";
     let default = run_json(&[], &[PYTHON, "-c", code]);
     assert_eq!(default["stdout"], "refused 1\n", "{default}");
-    let host = run_json(&["--network", "host"], &[PYTHON, "-c", code]);
+    // The profile requires net_ns: a flag that removes it is refused unless accepted.
+    let refused = run_json(&["--network", "host"], &[PYTHON, "-c", code]);
+    assert_eq!(refused["error_kind"], "degraded", "{refused}");
+    assert!(
+        refused["error"].to_string().contains("net_ns")
+            && refused["error"].to_string().contains("--network host"),
+        "{refused}"
+    );
+    let host = run_json(
+        &["--network", "host", "--allow-degraded"],
+        &[PYTHON, "-c", code],
+    );
     assert_eq!(host["stdout"], "inet\n", "{host}");
+    assert!(host["warnings"].to_string().contains("net_ns"), "{host}");
     let layers = host["isolation"].to_string();
     assert!(
         !layers.contains("net_ns") && layers.contains("seccomp"),

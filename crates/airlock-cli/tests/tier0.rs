@@ -480,64 +480,21 @@ fn root_drops_to_the_unprivileged_user() {
     }
 }
 
-/// Sets a path's modification time two minutes back, so the sweep treats it as abandoned.
-fn age(path: &std::path::Path) {
-    let old = std::time::SystemTime::now() - Duration::from_secs(120);
-    std::fs::File::open(path)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-}
-
-fn entries_named(dir: &str, prefix: &str) -> Vec<std::path::PathBuf> {
-    let pattern = |p: &std::path::PathBuf| {
-        p.file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
-    };
-    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(pattern)
-        .collect();
-    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let parent = hierarchy.path().join("airlock");
-        found.extend(
-            std::fs::read_dir(parent)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.path())
-                .filter(pattern),
-        );
-    }
-    found
-}
-
 #[test]
 fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
     if !is_root() {
         eprintln!("skipping: finding orphans needs the run's cgroup (root here)");
         return;
     }
+    // Its own runtime directory and cgroup parent: no other run on the host sweeps (or
+    // stamps the sweep of) what this test leaves behind and checks.
+    let private = PrivateRuns::new();
     let marker = unique("airlock-abandoned-");
     let script = format!("{} & wait", sleeper(&marker));
     let mut cli = airlock_command()
-        .args([
-            "run",
-            "--dev",
-            "--backend",
-            "none",
-            "--",
-            "/bin/sh",
-            "-c",
-            &script,
-        ])
+        .args(["run", "--dev", "--backend", "none"])
+        .args(private.flags())
+        .args(["--", "/bin/sh", "-c", &script])
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -570,7 +527,7 @@ fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
     cli.wait().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let prefix = format!("run-{}-", cli.id());
-    let leftovers = entries_named("/run/airlock", &prefix);
+    let leftovers = private.entries_named(&prefix);
     assert!(
         !leftovers.is_empty(),
         "expected a run directory and cgroups to be left behind"
@@ -580,12 +537,15 @@ fn the_next_run_sweeps_what_a_killed_supervisor_and_init_left_behind() {
         "expected the orphan to survive the double kill"
     );
     leftovers.iter().for_each(|p| age(p));
-    // Runs sweep at most every few seconds; make this one due.
-    let _ = std::fs::remove_file(std::path::Path::new("/run/airlock").join(api::SWEEP_STAMP));
-    let result = run_json(TIER0, &["/bin/true"]);
+    // Runs sweep at most every few seconds; make this one due (the killed run swept first).
+    age(&private.runtime.path().join(api::SWEEP_STAMP));
+    let flags: Vec<String> = private.flags();
+    let mut args: Vec<&str> = TIER0.to_vec();
+    args.extend(flags.iter().map(String::as_str));
+    let result = run_json(&args, &["/bin/true"]);
     assert_eq!(status(&result), "exited");
     assert!(
-        entries_named("/run/airlock", &prefix).is_empty(),
+        private.entries_named(&prefix).is_empty(),
         "leftovers not swept: {leftovers:?}"
     );
     let deadline = Instant::now() + Duration::from_secs(5);

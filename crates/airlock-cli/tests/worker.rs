@@ -320,9 +320,11 @@ fn worker_exit_code_and_refusals() {
         "{}",
         stderr_text(&output)
     );
+    // The one result line of a worker that never started.
+    let lines = ndjson(&output);
     assert!(
-        stdout_text(&output).is_empty(),
-        "the worker must not have run"
+        lines.len() == 1 && lines[0]["status"] == "sandbox_error" && lines[0]["done_seen"] == false,
+        "the worker must not have run: {lines:?}"
     );
 
     fs::remove_file(host.dest().join("existing")).unwrap();

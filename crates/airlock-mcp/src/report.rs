@@ -47,28 +47,16 @@ mod tests {
     use super::*;
 
     fn result(status: RunStatus) -> RunResult {
+        // Built on a refusal's result so that fields the library adds need no change here.
         RunResult {
             status,
-            exit_code: None,
-            signal: None,
             wall_ms: 1,
-            cpu_user_ms: 0,
-            cpu_sys_ms: 0,
-            peak_memory_bytes: None,
             stdout: Some(String::new()),
             stderr: Some(String::new()),
-            stdout_truncated: false,
-            stderr_truncated: false,
-            stdout_bytes: 0,
-            stderr_bytes: 0,
             backend: "native".into(),
-            isolation: vec![],
             error: None,
             error_kind: None,
-            warnings: vec![],
-            details: vec![],
-            workdir: None,
-            network: None,
+            ..RunResult::not_started(airlock::ErrorKind::Io, "")
         }
     }
 

@@ -62,8 +62,9 @@ pub enum Error {
     /// The requested backend cannot run on this host.
     #[error("backend {backend} is not available here: {reason}")]
     BackendUnavailable { backend: String, reason: String },
-    /// Layers the policy requires are missing on this host.
-    #[error("backend {backend} cannot enforce {} here: {reason}; fix the host (see `airlock doctor`), choose another backend, or pass --allow-degraded to run with what is available", crate::layer::names(.missing))]
+    /// Layers the policy requires are missing: on this host, or because of what the run asks
+    /// for (the host network). `reason` says why and how to fix it.
+    #[error("backend {backend} cannot enforce {} here: {reason}; or pass --allow-degraded to run with what is available", crate::layer::names(.missing))]
     Degraded {
         backend: String,
         missing: Vec<Layer>,
@@ -83,6 +84,14 @@ pub enum Error {
     BadPath {
         what: &'static str,
         path: PathBuf,
+        reason: String,
+    },
+    /// A caller's directory the program is to work in cannot be made usable by it.
+    #[error("{path} belongs to uid {owner_uid} on the host and the program runs as uid {program_uid}: {reason}")]
+    WorkdirUnusable {
+        path: PathBuf,
+        owner_uid: u32,
+        program_uid: u32,
         reason: String,
     },
     /// The program is not in the profile's `allowed_programs`.
@@ -136,6 +145,8 @@ pub enum ErrorKind {
     BadPath,
     /// The program is not in the policy's `allowed_programs`.
     ProgramNotAllowed,
+    /// A caller's directory cannot be made usable by the program with this backend.
+    WorkdirUnusable,
     /// The command is empty or not representable.
     CommandInvalid,
     /// The init could not be started.
@@ -150,6 +161,10 @@ pub enum ErrorKind {
     InterpreterNotInstalled,
     /// An interpreter registry file that cannot be read or is invalid.
     InterpreterRegistryInvalid,
+    /// The command line (or a request) is invalid: an unknown flag, a missing or bad value.
+    UsageInvalid,
+    /// The file the result was asked to be written to cannot be written; nothing ran.
+    ResultUnwritable,
 }
 
 impl ErrorKind {
@@ -167,6 +182,7 @@ impl ErrorKind {
             ErrorKind::NetworkUnsupported => "network_unsupported",
             ErrorKind::BadPath => "bad_path",
             ErrorKind::ProgramNotAllowed => "program_not_allowed",
+            ErrorKind::WorkdirUnusable => "workdir_unusable",
             ErrorKind::CommandInvalid => "command_invalid",
             ErrorKind::InitNotStarted => "init_not_started",
             ErrorKind::Io => "io",
@@ -174,6 +190,8 @@ impl ErrorKind {
             ErrorKind::InterpreterNotAllowed => "interpreter_not_allowed",
             ErrorKind::InterpreterNotInstalled => "interpreter_not_installed",
             ErrorKind::InterpreterRegistryInvalid => "interpreter_registry_invalid",
+            ErrorKind::UsageInvalid => "usage_invalid",
+            ErrorKind::ResultUnwritable => "result_unwritable",
         }
     }
 }
@@ -203,6 +221,7 @@ impl Error {
             Error::NetworkUnsupported { .. } => ErrorKind::NetworkUnsupported,
             Error::BadPath { .. } => ErrorKind::BadPath,
             Error::ProgramNotAllowed { .. } => ErrorKind::ProgramNotAllowed,
+            Error::WorkdirUnusable { .. } => ErrorKind::WorkdirUnusable,
             Error::Command(_) => ErrorKind::CommandInvalid,
             Error::Spawn { .. } => ErrorKind::InitNotStarted,
             Error::Io { .. } => ErrorKind::Io,
@@ -216,6 +235,31 @@ impl Error {
             context: context.into(),
             cause: source,
         }
+    }
+}
+
+/// The kind of a failed run's error, as the result's `error_kind`: a refusal before the run
+/// started ([`ErrorKind`]) or a set-up failure reported by the init ([`SetupErrorKind`]). Either
+/// serialises as its snake_case name; the two sets of names are disjoint, so a caller can
+/// branch on the name alone.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[serde(untagged)]
+pub enum FailureKind {
+    /// The run was refused or failed before its init started.
+    Refused(ErrorKind),
+    /// The init could not set the sandbox up.
+    Setup(SetupErrorKind),
+}
+
+impl From<ErrorKind> for FailureKind {
+    fn from(kind: ErrorKind) -> Self {
+        FailureKind::Refused(kind)
+    }
+}
+
+impl From<SetupErrorKind> for FailureKind {
+    fn from(kind: SetupErrorKind) -> Self {
+        FailureKind::Setup(kind)
     }
 }
 
@@ -247,6 +291,8 @@ pub enum SetupStep {
     Spec,
     /// Creating the run directory and the files in it.
     RunDir,
+    /// Mapping the owner of the caller's directories to the program's user.
+    Workspace,
     /// Creating or joining the run's cgroup.
     Cgroup,
     /// A new session and the terminal.
@@ -309,6 +355,9 @@ pub enum SetupErrorKind {
     RlimitFailed,
     /// The run directory could not be made.
     RunDirFailed,
+    /// A caller's directory cannot be shown to the program as its own: this kernel or that
+    /// filesystem has no idmapped mounts.
+    WorkdirNotMappable,
     /// Layers the policy requires were not in force at exec, and degradation was not
     /// accepted.
     LayersMissing,
@@ -353,6 +402,7 @@ impl SetupStep {
             }
             SetupStep::Spec => SetupErrorKind::SpecInvalid,
             SetupStep::RunDir => SetupErrorKind::RunDirFailed,
+            SetupStep::Workspace => SetupErrorKind::WorkdirNotMappable,
             SetupStep::Cgroup => SetupErrorKind::CgroupFailed,
             SetupStep::Rlimits => SetupErrorKind::RlimitFailed,
             SetupStep::Credentials => SetupErrorKind::CredentialsFailed,

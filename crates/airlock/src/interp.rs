@@ -40,15 +40,22 @@ pub struct Interpreter {
     /// Other names for it, e.g. `python` for `python3`.
     #[serde(default)]
     pub aliases: Vec<String>,
+    /// The command line that reads the code on stdin, used when the code cannot be one
+    /// argument (over [`MAX_ARG_BYTES`], or with a NUL byte): e.g. `python3 -`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_argv: Option<Vec<String>>,
 }
 
-/// An interpreter entry in a registry file: omitted aliases keep the built-in ones.
+/// An interpreter entry in a registry file: omitted aliases (and stdin form) keep the built-in
+/// ones.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct InterpreterEntry {
     pub argv: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aliases: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_argv: Option<Vec<String>>,
 }
 
 /// The TOML registry file.
@@ -112,7 +119,7 @@ pub enum InterpError {
     #[error("interpreter {name:?}: {problem}")]
     Invalid { name: String, problem: String },
 
-    #[error("code for {name:?} is {bytes} bytes, over the {max}-byte argument limit; configure the interpreter without {{code}} to pass code on stdin")]
+    #[error("code for {name:?} is {bytes} bytes, over the {max}-byte argument limit; give the interpreter a stdin_argv (or an argv without {{code}}) to pass code on stdin")]
     CodeTooLong {
         name: String,
         bytes: usize,
@@ -165,36 +172,81 @@ impl Default for InterpreterRegistry {
     }
 }
 
-fn builtin_entry(argv: &[&str], aliases: &[&str]) -> Interpreter {
-    Interpreter {
-        argv: argv.iter().map(|s| s.to_string()).collect(),
-        aliases: aliases.iter().map(|s| s.to_string()).collect(),
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// A built-in interpreter: code as an argument, or on stdin when too large for one.
+struct Builtin {
+    name: &'static str,
+    argv: &'static [&'static str],
+    stdin_argv: &'static [&'static str],
+    aliases: &'static [&'static str],
+}
+
+impl Builtin {
+    fn entry(&self) -> Interpreter {
+        Interpreter {
+            argv: strings(self.argv),
+            aliases: strings(self.aliases),
+            stdin_argv: Some(strings(self.stdin_argv)),
+        }
     }
 }
+
+/// The shells read their code with `source` so that `$0`, `$1`, ... mean the same in both
+/// forms.
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "python3",
+        argv: &["/usr/bin/python3", "-c", "{code}"],
+        stdin_argv: &["/usr/bin/python3", "-"],
+        aliases: &["python"],
+    },
+    Builtin {
+        name: "node",
+        argv: &["/usr/bin/node", "-e", "{code}"],
+        stdin_argv: &["/usr/bin/node", "-"],
+        aliases: &["nodejs", "js"],
+    },
+    Builtin {
+        name: "bash",
+        argv: &["/bin/bash", "-c", "{code}"],
+        stdin_argv: &["/bin/bash", "-c", "source /dev/stdin"],
+        aliases: &[],
+    },
+    Builtin {
+        name: "sh",
+        argv: &["/bin/sh", "-c", "{code}"],
+        stdin_argv: &["/bin/sh", "-c", ". /dev/stdin"],
+        aliases: &[],
+    },
+    Builtin {
+        name: "ruby",
+        argv: &["/usr/bin/ruby", "-e", "{code}"],
+        stdin_argv: &["/usr/bin/ruby", "-"],
+        aliases: &[],
+    },
+    Builtin {
+        name: "perl",
+        argv: &["/usr/bin/perl", "-e", "{code}"],
+        stdin_argv: &["/usr/bin/perl", "-"],
+        aliases: &[],
+    },
+    Builtin {
+        name: "php",
+        argv: &["/usr/bin/php", "-r", "{code}"],
+        stdin_argv: &["/usr/bin/php", "--"],
+        aliases: &[],
+    },
+];
 
 impl InterpreterRegistry {
     /// The built-in interpreters, all allowed.
     pub fn builtin() -> Self {
-        let table = [
-            (
-                "python3",
-                &["/usr/bin/python3", "-c", "{code}"][..],
-                &["python"][..],
-            ),
-            (
-                "node",
-                &["/usr/bin/node", "-e", "{code}"],
-                &["nodejs", "js"],
-            ),
-            ("bash", &["/bin/bash", "-c", "{code}"], &[]),
-            ("sh", &["/bin/sh", "-c", "{code}"], &[]),
-            ("ruby", &["/usr/bin/ruby", "-e", "{code}"], &[]),
-            ("perl", &["/usr/bin/perl", "-e", "{code}"], &[]),
-            ("php", &["/usr/bin/php", "-r", "{code}"], &[]),
-        ];
-        let interpreters = table
+        let interpreters = BUILTINS
             .iter()
-            .map(|(name, argv, aliases)| (name.to_string(), builtin_entry(argv, aliases)))
+            .map(|builtin| (builtin.name.to_string(), builtin.entry()))
             .collect();
         Self {
             interpreters,
@@ -225,13 +277,23 @@ impl InterpreterRegistry {
     /// Adds or replaces interpreters and sets the allowlist from `file`.
     pub fn apply(&mut self, file: RegistryFile) -> Result<(), InterpError> {
         for (name, entry) in file.interpreters {
-            let aliases = match entry.aliases {
-                Some(aliases) => aliases,
-                None => self.aliases_of(&name),
-            };
+            let previous = self.interpreters.get(&name);
+            let aliases = entry
+                .aliases
+                .or_else(|| previous.map(|p| p.aliases.clone()))
+                .unwrap_or_default();
+            // A replaced argv makes the old stdin form a guess: keep it only when unset here
+            // and the interpreter's program is the same.
+            let same_program = previous.is_some_and(|p| p.argv.first() == entry.argv.first());
+            let stdin_argv = entry.stdin_argv.or_else(|| {
+                previous
+                    .filter(|_| same_program)
+                    .and_then(|p| p.stdin_argv.clone())
+            });
             let interpreter = Interpreter {
                 argv: entry.argv,
                 aliases,
+                stdin_argv,
             };
             self.interpreters.insert(name, interpreter);
         }
@@ -240,13 +302,6 @@ impl InterpreterRegistry {
             self.set_allowed(&allowed)?;
         }
         Ok(())
-    }
-
-    fn aliases_of(&self, name: &str) -> Vec<String> {
-        self.interpreters
-            .get(name)
-            .map(|interp| interp.aliases.clone())
-            .unwrap_or_default()
     }
 
     /// Every name and alias must be unique and every argv non-empty.
@@ -332,7 +387,10 @@ impl InterpreterRegistry {
             });
         }
         let interp = &self.interpreters[canonical];
-        let mut invocation = expand(canonical, &interp.argv, code)?;
+        let mut invocation = match (&interp.stdin_argv, fits_argv(code)) {
+            (Some(stdin_argv), false) => expand(canonical, stdin_argv, code)?,
+            _ => expand(canonical, &interp.argv, code)?,
+        };
         invocation.argv.extend(args.iter().cloned());
         Ok(invocation)
     }
@@ -352,6 +410,11 @@ fn expand(name: &str, template: &[String], code: &str) -> Result<Invocation, Int
         argv,
         stdin: (!in_argv).then(|| code.as_bytes().to_vec()),
     })
+}
+
+/// Whether `code` can be passed as one argument.
+fn fits_argv(code: &str) -> bool {
+    !code.contains('\0') && code.len() <= MAX_ARG_BYTES
 }
 
 fn check_code_fits_argv(name: &str, code: &str) -> Result<(), InterpError> {
@@ -467,17 +530,35 @@ mod tests {
         }
     }
 
+    /// Code too large for one argument (or with a NUL byte) goes on stdin where the
+    /// interpreter has a stdin form, and is refused where it has none.
     #[test]
-    fn code_that_cannot_be_an_argument_is_refused() {
-        let registry = InterpreterRegistry::builtin();
+    fn code_that_cannot_be_an_argument_goes_on_stdin_or_is_refused() {
         let huge = "#".repeat(MAX_ARG_BYTES + 1);
+        let builtin = InterpreterRegistry::builtin();
+        let inv = builtin.invocation("python3", &huge, &["x".into()]).unwrap();
+        assert_eq!(inv.argv, ["/usr/bin/python3", "-", "x"]);
+        assert_eq!(inv.stdin.as_deref(), Some(huge.as_bytes()));
+        let text = "[interpreters.x]\nargv = [\"/bin/x\", \"-c\", \"{code}\"]\n";
+        let custom = InterpreterRegistry::from_toml(text, "t").unwrap();
         assert!(matches!(
-            registry.invocation("python3", &huge, &[]),
+            custom.invocation("x", &huge, &[]),
             Err(InterpError::CodeTooLong { .. })
         ));
         assert!(matches!(
-            registry.invocation("python3", "a\0b", &[]),
+            custom.invocation("x", "a\0b", &[]),
             Err(InterpError::CodeHasNul { .. })
         ));
+    }
+
+    #[test]
+    fn a_replaced_program_drops_the_builtin_stdin_form() {
+        let text = "[interpreters.python3]\nargv = [\"/opt/py/bin/python3\", \"-c\", \"{code}\"]\n";
+        let registry = InterpreterRegistry::from_toml(text, "t").unwrap();
+        assert_eq!(registry.get("python3").unwrap().1.stdin_argv, None);
+        let same =
+            "[interpreters.python3]\nargv = [\"/usr/bin/python3\", \"-I\", \"-c\", \"{code}\"]\n";
+        let registry = InterpreterRegistry::from_toml(same, "t").unwrap();
+        assert!(registry.get("python3").unwrap().1.stdin_argv.is_some());
     }
 }

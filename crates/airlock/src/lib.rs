@@ -82,7 +82,9 @@ mod supervisor;
 
 #[cfg(target_os = "linux")]
 pub use confine::cgroup::CgroupConfig;
-pub use error::{Error, ErrorKind, PolicyError, SetupError, SetupErrorKind, SetupStep};
+pub use error::{
+    Error, ErrorKind, FailureKind, PolicyError, SetupError, SetupErrorKind, SetupStep,
+};
 pub use layer::{IsolationLevel, Layer};
 pub use macos::seatbelt;
 pub use network::{DecisionRecord, GateEvent, NetworkReport};

@@ -158,6 +158,7 @@ fn standard_plan(base: &Path) -> RootfsPlan {
         read_write: vec![base.join("rw")],
         workdir: Workdir::Bind {
             host: base.join("work"),
+            writable: true,
         },
         tmp: TmpfsSpec {
             size_bytes: TMP_BYTES,
@@ -168,6 +169,7 @@ fn standard_plan(base: &Path) -> RootfsPlan {
             max_files: 16,
         },
         exec_writable: false,
+        workspace: true,
         tty: false,
         hostname: "sandbox".into(),
         proc_hidepid: true,

@@ -19,8 +19,9 @@ pub mod api {
     pub use airlock::internals::{KEPT_MARKER, SWEEP_STAMP};
     pub use airlock::interp::InterpreterRegistry;
     pub use airlock::network::{Decision, GateEvent};
+    pub use airlock::policy::units::{ByteSize, Seconds};
     pub use airlock::policy::NetworkMode;
-    pub use airlock::policy::{load_profile, OutputLimitAction};
+    pub use airlock::policy::{load_profile, LimitsSection, OutputLimitAction, Overrides};
     pub use airlock::warm::{WarmBudget, WarmInterpreter, WarmOptions, WarmPool, WarmStats};
     pub use airlock::worker::run::{run_worker, WorkerJob, WorkerUpdate};
     pub use airlock::worker::{InputFile, WorkerEvent};
@@ -185,5 +186,119 @@ pub fn command_lines_with(needle: &str) -> Vec<String> {
         .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
         .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
         .filter(|cmdline| cmdline.contains(needle))
+        .collect()
+}
+/// A runtime directory and a cgroup parent of this test's own, so that its runs and their
+/// sweeps touch nothing of other runs on the host (and no other run's sweep touches theirs).
+pub struct PrivateRuns {
+    pub runtime: tempfile::TempDir,
+    pub cgroup_parent: String,
+}
+
+impl Default for PrivateRuns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PrivateRuns {
+    pub fn new() -> PrivateRuns {
+        PrivateRuns {
+            runtime: tempfile::Builder::new()
+                .prefix("airlock-runs-")
+                .tempdir()
+                .unwrap(),
+            cgroup_parent: unique("airlock-test-"),
+        }
+    }
+
+    /// The flags that put a run here.
+    pub fn flags(&self) -> Vec<String> {
+        vec![
+            "--runtime-dir".into(),
+            self.runtime.path().display().to_string(),
+            "--cgroup-parent".into(),
+            self.cgroup_parent.clone(),
+        ]
+    }
+
+    /// The cgroup parent in every hierarchy that has it.
+    pub fn cgroup_parents(&self) -> Vec<std::path::PathBuf> {
+        let mut parents = vec![std::path::Path::new("/sys/fs/cgroup").join(&self.cgroup_parent)];
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            parents.push(hierarchy.path().join(&self.cgroup_parent));
+        }
+        parents.retain(|p| p.is_dir());
+        parents
+    }
+
+    /// Entries named `prefix*` in the runtime directory and the cgroup parents.
+    pub fn entries_named(&self, prefix: &str) -> Vec<std::path::PathBuf> {
+        let mut dirs = vec![self.runtime.path().to_path_buf()];
+        dirs.extend(self.cgroup_parents());
+        dirs.iter()
+            .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+            })
+            .collect()
+    }
+}
+
+impl Drop for PrivateRuns {
+    /// The emptied cgroup parents stay after runs (to save their creation); remove them.
+    fn drop(&mut self) {
+        for parent in self.cgroup_parents() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+/// Sets a path's modification time two minutes back, so the sweep treats it as abandoned
+/// (and a sweep stamp as long past).
+pub fn age(path: &std::path::Path) {
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+    std::fs::File::open(path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+}
+
+/// Whether the native backend can run here (user namespaces etc.).
+pub fn native_available() -> bool {
+    sandbox_available()
+}
+
+/// The run directories and cgroups named after supervisor `pid` (`run-<pid>-...`) in the
+/// default runtime directories and cgroup parents: what its runs left, if anything.
+pub fn runs_of_supervisor(pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("run-{pid}-");
+    let uid = nix::unistd::geteuid();
+    let mut parents = vec![
+        PathBuf::from("/run/airlock"),
+        PathBuf::from(format!("/tmp/airlock-{uid}")),
+    ];
+    parents.extend(std::env::var_os("XDG_RUNTIME_DIR").map(|d| Path::new(&d).join("airlock")));
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        parents.push(hierarchy.path().join("airlock"));
+    }
+    parents
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
         .collect()
 }

@@ -262,6 +262,8 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
     }
     if ctx.sandbox_owns_workdir() {
         args.writable_area(ctx, ctx.workdir, ctx.workdir, disk);
+    } else if policy.filesystem.workdir_read_only {
+        args.paths("--ro-bind", ctx.workdir, ctx.workdir);
     } else {
         args.paths("--bind", ctx.workdir, ctx.workdir);
     }

@@ -48,6 +48,12 @@ impl Backend for GvisorBackend {
         probe_runsc(true)
     }
 
+    /// runsc's file server creates files as root and hands them over afterwards: root is no
+    /// id of an idmapped mount that maps only the owner, so every create fails (EOVERFLOW).
+    fn works_in_mapped_paths(&self, _policy: &crate::policy::Policy) -> Result<(), String> {
+        Err("gVisor's file server creates files as root, which an idmapped mount of the directory cannot write as its owner".into())
+    }
+
     fn quick_probe(&self) -> Probe {
         probe_runsc(false)
     }

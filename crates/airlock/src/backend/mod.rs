@@ -135,6 +135,17 @@ pub trait Backend: Send + Sync {
     fn builds_in_init_mount_namespace(&self, _policy: &Policy) -> bool {
         true
     }
+    /// Whether the program can work in a caller's directory that the init shows it as its
+    /// own through an idmapped mount (see `confine::idmap`); why not, with the fix, if not.
+    fn works_in_mapped_paths(&self, policy: &Policy) -> Result<(), String> {
+        match self.builds_in_init_mount_namespace(policy) {
+            true => Ok(()),
+            false => Err(format!(
+                "backend {} builds the sandbox in its daemon's mount namespace, where the init cannot show the directory's owner as the program's user",
+                self.name()
+            )),
+        }
+    }
     /// The confinement the init applies for this run.
     fn plan(&self, ctx: &PlanContext) -> Result<Confinement, Error>;
 }

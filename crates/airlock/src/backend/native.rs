@@ -147,6 +147,7 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
     } else {
         Workdir::Bind {
             host: ctx.workdir.to_path_buf(),
+            writable: !ctx.policy.filesystem.workdir_read_only,
         }
     };
     let mut read_only = ctx.policy.filesystem.read_only.clone();
@@ -167,6 +168,7 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
             }
         },
         exec_writable: ctx.policy.filesystem.exec_writable,
+        workspace: ctx.policy.filesystem.workspace,
         tty: ctx.tty,
         hostname: SANDBOX_HOSTNAME.into(),
         proc_hidepid: true,
@@ -220,17 +222,32 @@ pub(crate) fn sandbox_ids(policy: &Policy) -> (u32, u32) {
 }
 
 /// The same rules as the mounts, enforced a second, independent way.
+/// The caller's own paths (its workdir, `--rw` paths) are a workspace whose programs may run;
+/// the sandbox's fresh scratch areas follow `exec_writable`.
 fn landlock_rules(policy: &Policy, rootfs: &RootfsPlan, workdir: &Path) -> LandlockRules {
     let mut read_exec: Vec<PathBuf> = rootfs.system_ro.clone();
     read_exec.extend(["/etc", "/proc", "/dev"].map(PathBuf::from));
     read_exec.extend(policy.filesystem.read_only.iter().cloned());
-    let mut read_write: Vec<PathBuf> =
-        vec![workdir.to_path_buf(), "/tmp".into(), "/dev/shm".into()];
+    let mut read_write: Vec<PathBuf> = vec!["/tmp".into(), "/dev/shm".into()];
     read_write.extend(["/dev/null", "/dev/zero", "/dev/full"].map(PathBuf::from));
-    read_write.extend(policy.filesystem.read_write.iter().cloned());
+    let mut workspace: Vec<PathBuf> = policy.filesystem.read_write.clone();
+    match &rootfs.workdir {
+        Workdir::Tmpfs { .. } => read_write.push(workdir.to_path_buf()),
+        Workdir::Bind { writable: true, .. } => workspace.push(workdir.to_path_buf()),
+        Workdir::Bind {
+            writable: false, ..
+        } => read_exec.push(workdir.to_path_buf()),
+    }
+    if !policy.filesystem.workspace {
+        read_write.append(&mut workspace);
+    }
     LandlockRules {
         read_exec,
         read_write,
+        workspace,
+        // The root is built from scratch: listing it (and the directories airlock made on the
+        // way to a mount) shows only what the sandbox holds, as under bwrap or a container.
+        list_only: vec!["/".into()],
         deny_tcp: !policy.has_network(),
         connect_tcp_ports: Vec::new(),
         scope_ipc: true,

@@ -81,6 +81,8 @@ pub struct OciMounts {
     /// The workdir exists only for this run: mount a tmpfs with the `/tmp` caps there, owned
     /// by the program, instead of binding the host directory.
     pub workdir_tmpfs: bool,
+    /// The caller's workdir is bound read-only.
+    pub workdir_read_only: bool,
     /// Size and inode caps of the private `/tmp`.
     pub tmp_bytes: u64,
     pub tmp_files: u64,
@@ -88,6 +90,8 @@ pub struct OciMounts {
     pub shm_bytes: u64,
     /// Allow executing files from the writable mounts.
     pub exec_writable: bool,
+    /// The caller's workdir and `read_write` paths are a workspace whose programs may run.
+    pub workspace: bool,
     /// Capped tmpfs mounts the init made for `/tmp` and `/dev/shm` (its in-memory run
     /// directory), bound instead of asking the runtime for tmpfs mounts it cannot cap.
     pub scratch_binds: Option<ScratchBinds>,
@@ -257,9 +261,27 @@ fn mounts(input: &OciInput) -> Vec<Value> {
             .map(|(src, dst)| (src.clone(), dst.clone(), ro())),
     );
     binds.extend(m.read_only.iter().map(|p| (p.clone(), p.clone(), ro())));
-    binds.extend(m.read_write.iter().map(|p| (p.clone(), p.clone(), rw())));
+    // The caller's own directories: a workspace whose programs may run (no noexec).
+    let workspace = || match m.workspace {
+        true => vec![
+            "rbind".to_string(),
+            "rw".into(),
+            "nosuid".into(),
+            "nodev".into(),
+        ],
+        false => rw(),
+    };
+    binds.extend(
+        m.read_write
+            .iter()
+            .map(|p| (p.clone(), p.clone(), workspace())),
+    );
     if !m.workdir_tmpfs {
-        binds.push((m.workdir.clone(), m.workdir.clone(), rw()));
+        let options = match m.workdir_read_only {
+            true => ro(),
+            false => workspace(),
+        };
+        binds.push((m.workdir.clone(), m.workdir.clone(), options));
     }
     // Parents before children, so a nested path is not hidden by a later mount of its parent.
     binds.sort_by_key(|(_, dst, _)| dst.components().count());
@@ -383,10 +405,12 @@ mod tests {
                 read_write: vec!["/srv/out".into()],
                 workdir: "/run/airlock/r1/work".into(),
                 workdir_tmpfs: false,
+                workdir_read_only: false,
                 tmp_bytes: 256 << 20,
                 tmp_files: 10000,
                 shm_bytes: 64 << 20,
                 exec_writable: false,
+                workspace: true,
                 scratch_binds: None,
             },
             host_network: false,
@@ -559,28 +583,32 @@ mod tests {
             .any(|n| n["type"] == "network"));
     }
 
+    /// The sandbox's scratch (`/tmp`) is noexec unless asked; the caller's own directories
+    /// (a `--rw` path, its workdir) are a workspace whose programs run either way.
     #[test]
     fn writable_mounts_are_noexec_unless_asked() {
-        let writable = |spec: &Value| -> Vec<Value> {
+        let at = |spec: &Value, paths: &[&str]| -> Vec<Value> {
             spec["mounts"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .filter(|m| {
-                    ["/tmp", "/srv/out", "/run/airlock/r1/work"]
-                        .contains(&m["destination"].as_str().unwrap())
-                })
+                .filter(|m| paths.contains(&m["destination"].as_str().unwrap()))
                 .cloned()
                 .collect()
         };
+        let noexec = |m: &Value| m["options"].as_array().unwrap().contains(&json!("noexec"));
+        let workspace = ["/srv/out", "/run/airlock/r1/work"];
         let mut input = sample();
-        assert!(writable(&oci_spec(&input))
-            .iter()
-            .all(|m| m["options"].as_array().unwrap().contains(&json!("noexec"))));
+        assert!(at(&oci_spec(&input), &["/tmp"]).iter().all(noexec));
+        assert!(!at(&oci_spec(&input), &workspace).iter().any(noexec));
         input.mounts.exec_writable = true;
-        assert!(writable(&oci_spec(&input))
-            .iter()
-            .all(|m| !m["options"].as_array().unwrap().contains(&json!("noexec"))));
+        assert!(!at(&oci_spec(&input), &["/tmp"]).iter().any(noexec));
+        input.mounts.workdir_read_only = true;
+        let workdir = at(&oci_spec(&input), &["/run/airlock/r1/work"]);
+        assert!(workdir[0]["options"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("ro")));
     }
 
     #[test]

@@ -12,13 +12,13 @@
 
 use std::io::Read;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::policy::units::{ByteSize, Seconds};
-use crate::policy::{load_profile, Policy};
+use crate::error::FailureKind;
+use crate::policy::units::ByteSize;
+use crate::policy::{load_profile, Overrides, Policy};
 use crate::result::{RunResult, RunStatus};
 use crate::{Sandbox, SandboxOptions};
 
@@ -63,19 +63,21 @@ impl ToolSpec {
     }
 }
 
-/// How to run calls: interpreter, sandbox set-up and overrides of the profile's limits.
+/// How to run calls: interpreter, sandbox set-up, the profile and what the caller changes on
+/// top of it (the same [`Overrides`] as `run` and `exec`: limits, paths, network, backend).
 #[derive(Debug, Clone)]
 pub struct CallOptions {
     /// The Python interpreter (default `/usr/bin/python3`).
     pub python: String,
     /// Sandbox set-up (`init_program`, cgroups, degradation).
     pub sandbox: SandboxOptions,
-    pub wall_time: Option<Duration>,
-    pub cpu_time: Option<Duration>,
-    pub memory_bytes: Option<u64>,
-    pub processes: Option<u64>,
-    /// Bytes of stderr kept; more stops the call with `output_limit`.
-    pub stderr_bytes: Option<u64>,
+    /// A profile (built-in name or file) instead of the one the [`ToolPolicy`] implies.
+    pub profile: Option<String>,
+    /// Changes to the profile. `limits.stderr` is the stderr kept before the call is stopped
+    /// with `output_limit`; `limits.stdout` is set from `max_result_bytes`.
+    pub overrides: Overrides,
+    /// Environment variables for the tool (they win over the profile's).
+    pub env: Vec<(String, String)>,
     /// Largest serialised result accepted (default 16 MiB).
     pub max_result_bytes: u64,
 }
@@ -85,11 +87,9 @@ impl Default for CallOptions {
         Self {
             python: "/usr/bin/python3".into(),
             sandbox: SandboxOptions::default(),
-            wall_time: None,
-            cpu_time: None,
-            memory_bytes: None,
-            processes: None,
-            stderr_bytes: None,
+            profile: None,
+            overrides: Overrides::default(),
+            env: Vec::new(),
             max_result_bytes: 16 << 20,
         }
     }
@@ -148,7 +148,12 @@ pub enum ToolError {
     BadTool { reason: String },
 
     #[error("the sandbox failed: {message}")]
-    SandboxError { message: String },
+    SandboxError {
+        message: String,
+        /// The kind of failure (a refusal or a set-up failure), where known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_kind: Option<FailureKind>,
+    },
 }
 
 fn exit_description(exit_code: Option<i32>, signal: Option<i32>) -> String {
@@ -171,6 +176,14 @@ impl ToolError {
     fn sandbox(error: impl std::fmt::Display) -> Self {
         Self::SandboxError {
             message: error.to_string(),
+            error_kind: None,
+        }
+    }
+
+    fn refused(error: crate::Error) -> Self {
+        Self::SandboxError {
+            message: error.to_string(),
+            error_kind: Some(error.kind().into()),
         }
     }
 
@@ -195,41 +208,34 @@ pub fn call(
 ) -> Result<Value, ToolError> {
     let request = Request::new(tool, args)?;
     let sandbox = tool_sandbox(request.module_dir.as_ref(), policy, options)?;
-    let result = sandbox
+    let mut command = sandbox
         .command(options.python.clone())
         .args(["-I", "-c", SHIM])
-        .stdin(request.to_bytes())
-        .run()
-        .map_err(ToolError::sandbox)?;
+        .stdin(request.to_bytes());
+    for (key, value) in &options.env {
+        command = command.env(key.clone(), value.clone());
+    }
+    let result = command.run().map_err(ToolError::refused)?;
     interpret(&result, &request.nonce, options.max_result_bytes)
 }
 
-/// The policy a call runs under: the profile for `policy`, the module directory read-only,
-/// and the overrides from `options`.
+/// The policy a call runs under: the profile (`options.profile`, else the one for `policy`),
+/// the overrides from `options`, the module directory read-only and stdout sized for the
+/// largest result.
 pub fn tool_policy(
     module_dir: &std::path::Path,
     policy: ToolPolicy,
     options: &CallOptions,
 ) -> Result<Policy, ToolError> {
-    let mut resolved = load_profile(profile_name(policy)).map_err(ToolError::sandbox)?;
+    let profile = options.profile.as_deref().unwrap_or(profile_name(policy));
+    let refused = |e: crate::Error| ToolError::refused(e);
+    let mut resolved = load_profile(profile).map_err(|e| refused(e.into()))?;
+    options
+        .overrides
+        .apply(&mut resolved)
+        .map_err(|e| refused(e.into()))?;
     resolved.filesystem.read_only.push(module_dir.to_owned());
-    let limits = &mut resolved.limits;
-    if let Some(wall) = options.wall_time {
-        limits.wall_time = Seconds(wall);
-    }
-    if let Some(cpu) = options.cpu_time {
-        limits.cpu_time = Seconds(cpu);
-    }
-    if let Some(memory) = options.memory_bytes {
-        limits.memory = ByteSize(memory);
-    }
-    if let Some(processes) = options.processes {
-        limits.processes = processes;
-    }
-    if let Some(stderr) = options.stderr_bytes {
-        limits.stderr = ByteSize(stderr);
-    }
-    limits.stdout = ByteSize(stdout_cap(options.max_result_bytes));
+    resolved.limits.stdout = ByteSize(stdout_cap(options.max_result_bytes));
     Ok(resolved)
 }
 
@@ -252,7 +258,7 @@ fn tool_sandbox(
 ) -> Result<Sandbox, ToolError> {
     let resolved = tool_policy(module_dir, policy, options)?;
     // The `trusted` profile behind `Subprocess` may use backend none by its origin.
-    Sandbox::with_options(resolved, options.sandbox.clone()).map_err(ToolError::sandbox)
+    Sandbox::with_options(resolved, options.sandbox.clone()).map_err(ToolError::refused)
 }
 
 /// What the shim reads on stdin.
@@ -356,9 +362,13 @@ fn interpret(result: &RunResult, nonce: &str, max_result_bytes: u64) -> Result<V
         }),
         RunStatus::FileSizeLimit => Err(ToolError::FileSizeLimit),
         RunStatus::Cancelled => Err(ToolError::Cancelled),
-        RunStatus::SandboxError => Err(ToolError::sandbox(
-            result.error.as_deref().unwrap_or("unknown sandbox error"),
-        )),
+        RunStatus::SandboxError => Err(ToolError::SandboxError {
+            message: result
+                .error
+                .clone()
+                .unwrap_or_else(|| "unknown sandbox error".into()),
+            error_kind: result.error_kind,
+        }),
     }
 }
 

@@ -24,6 +24,14 @@ pub struct LandlockRules {
     pub read_exec: Vec<PathBuf>,
     /// Trees with full access (e.g. the work directory and `/tmp`).
     pub read_write: Vec<PathBuf>,
+    /// Trees with full access, executing included whatever `exec_writable` says: the caller's
+    /// own directories, given to the program to work in.
+    #[serde(default)]
+    pub workspace: Vec<PathBuf>,
+    /// Trees whose directories may only be listed (e.g. the sandbox's own `/`, which holds
+    /// only what the sandbox put there): no file in them may be read by this rule.
+    #[serde(default)]
+    pub list_only: Vec<PathBuf>,
     /// Whether files under `read_write` may also be executed. Off means code the sandbox
     /// writes can still be interpreted (`python3 x.py`) but not executed directly.
     pub exec_writable: bool,
@@ -123,6 +131,18 @@ pub fn restrict_self(rules: &LandlockRules) -> Result<LandlockReport, LandlockEr
                 .read_write
                 .iter()
                 .map(|path| (path, writable_access(rules))),
+        )
+        .chain(
+            rules
+                .workspace
+                .iter()
+                .map(|path| (path, AccessFs::from_all(TARGET_ABI))),
+        )
+        .chain(
+            rules
+                .list_only
+                .iter()
+                .map(|path| (path, BitFlags::from(AccessFs::ReadDir))),
         );
     for (path, access) in grants {
         match grant(ruleset, path, access)? {
@@ -318,6 +338,7 @@ mod tests {
             deny_tcp: true,
             connect_tcp_ports: Vec::new(),
             scope_ipc: true,
+            ..Default::default()
         }
     }
 

@@ -74,13 +74,17 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
         join_cgroup(cgroup)?;
         layers.push(Layer::Cgroup);
     }
-    new_session(spec.tty)?;
-    if !spec.tty {
-        layers.push(Layer::NewSession);
-    }
+    // With a terminal, it is the program's own (see `supervisor::terminal`): a new session
+    // either way. The native sandbox's PID 1 takes the terminal itself, in the PID namespace
+    // where the shell's job control can see its process group.
+    let native = matches!(spec.confinement, Confinement::Native(_));
+    new_session(spec.tty && !native)?;
+    layers.push(Layer::NewSession);
     let rlimits_by_tool =
         matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::RlimitsByTool));
-    apply_rlimits(spec, ctx.cgroup.is_some(), rlimits_by_tool)?;
+    let has_cgroup = ctx.cgroup.is_some();
+    let native = matches!(spec.confinement, Confinement::Native(_));
+    apply_rlimits(spec, has_cgroup, native, rlimits_by_tool)?;
     layers.push(Layer::Rlimits);
     let keep_root =
         matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::KeepRoot));
@@ -105,7 +109,9 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
             }
             finish_and_exec(spec, layers)
         }
-        Confinement::Native(native) => super::native::enter(spec, native, layers, ctx.gate),
+        Confinement::Native(native) => {
+            super::native::enter(spec, native, layers, ctx.gate, !has_cgroup)
+        }
         Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers, ctx),
     }
 }
@@ -136,17 +142,30 @@ fn join_v1_as_thread(cgroup: &RunCgroup) -> std::io::Result<()> {
     Ok(())
 }
 
-fn new_session(tty: bool) -> Setup<()> {
+/// A new session; with `tty`, the terminal on stdin becomes its controlling terminal.
+pub(super) fn new_session(tty: bool) -> Setup<()> {
     let failed = |message: String| SetupError::at(Step::Session, message);
     nix::unistd::setsid().map_err(|e| failed(format!("setsid failed: {e}")))?;
     if tty {
-        sys::set_controlling_tty(0)
-            .map_err(|e| failed(format!("cannot attach the terminal on stdin: {e}")))?;
+        sys::set_controlling_tty(0).map_err(|e| {
+            failed(format!(
+                "cannot make the program's terminal its controlling terminal: {e}"
+            ))
+        })?;
     }
     Ok(())
 }
 
-fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Setup<()> {
+/// The rlimits of Tier 0 and of every backend. Without a cgroup the process count falls back
+/// to RLIMIT_NPROC, which counts every process of the uid in the user namespace where it was
+/// set: the native sandbox sets it inside its own (see `native::enter`), so that concurrent
+/// runs, all as the sandbox user, do not count against each other's limit.
+fn apply_rlimits(
+    spec: &InitSpec,
+    has_cgroup: bool,
+    native: bool,
+    rlimits_by_tool: bool,
+) -> Setup<()> {
     let l = &spec.limits;
     let cpu = l.cpu_time.as_secs().max(1);
     let mut limits = vec![
@@ -167,6 +186,8 @@ fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Se
     // back to them when nothing better exists.
     if !has_cgroup {
         limits.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
+    }
+    if !has_cgroup && !native {
         limits.push((Resource::RLIMIT_NPROC, l.processes, l.processes));
     }
     for (resource, soft, hard) in limits {
@@ -176,7 +197,7 @@ fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Se
 }
 
 /// Sets a limit, never above the current hard limit (raising needs CAP_SYS_RESOURCE).
-fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Setup<()> {
+pub(super) fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Setup<()> {
     let failed = |message: String| SetupError::at(Step::Rlimits, message);
     let (_, current_hard) = nix::sys::resource::getrlimit(resource)
         .map_err(|e| failed(format!("getrlimit {resource:?}: {e}")))?;

@@ -28,13 +28,25 @@ use crate::layer::Layer;
 use crate::linux::sys::{self, Forked};
 use crate::spec::{InitSpec, NativeSpec};
 
+/// Enters the namespaces, then (without a cgroup) limits the processes: RLIMIT_NPROC set in
+/// the new user namespace counts that namespace's processes, not every process of the sandbox
+/// user on the host, which other runs share.
 pub(super) fn enter(
     spec: &InitSpec,
     native: &NativeSpec,
     mut layers: Vec<Layer>,
     gate: Option<&OwnedFd>,
+    limit_processes: bool,
 ) -> Setup<Infallible> {
     enter_namespaces(native.new_net)?;
+    if limit_processes {
+        let processes = spec.limits.processes;
+        super::child::lower_rlimit(
+            nix::sys::resource::Resource::RLIMIT_NPROC,
+            processes,
+            processes,
+        )?;
+    }
     layers.extend(Layer::NAMESPACES_BUT_NET);
     if native.new_net {
         layers.push(Layer::NetNs);
@@ -119,17 +131,25 @@ fn mirror_exit(pid1: Pid) -> ! {
 }
 
 fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
-    let result = confine(native, &mut layers).and_then(|()| {
-        // A warm sandbox waits here for its command; a cold run has it in its spec.
-        let spec = super::standby::command_for(spec)?;
-        super::standby::stage_files(&spec.workdir, &spec.files)?;
-        let forked = sys::fork_single_threaded()
-            .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the program: {e}")))?;
-        match forked {
-            Forked::Child => program(&spec, layers),
-            Forked::Parent(program) => reap_until(program, &spec, native),
-        }
-    });
+    // The program's terminal is controlled from a session inside the PID namespace, so that an
+    // interactive shell can see (and restore) the terminal's process group.
+    let session = match spec.tty {
+        true => super::child::new_session(true),
+        false => Ok(()),
+    };
+    let result = session
+        .and_then(|()| confine(native, &mut layers))
+        .and_then(|()| {
+            // A warm sandbox waits here for its command; a cold run has it in its spec.
+            let spec = super::standby::command_for(spec)?;
+            super::standby::stage_files(&spec.workdir, &spec.files)?;
+            let forked = sys::fork_single_threaded()
+                .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the program: {e}")))?;
+            match forked {
+                Forked::Child => program(&spec, layers),
+                Forked::Parent(program) => reap_until(program, &spec, native),
+            }
+        });
     let Err(error) = result;
     send_setup(&SetupMessage::Error(error));
     sys::exit_now(126)

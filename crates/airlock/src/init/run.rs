@@ -5,7 +5,7 @@
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::{Kind, Setup, Step};
@@ -28,10 +28,13 @@ pub(crate) struct PreparedRun {
 
 impl PreparedRun {
     pub(super) fn create(spec: &InitSpec) -> Setup<PreparedRun> {
-        let mut mask = SigSet::empty();
+        // SIGCHLD for the watch loop; the stop signals so that a Ctrl-C to the terminal's
+        // process group, which includes the init, cannot kill it before it has cleaned up
+        // (see `watch::Watch::drain_signals`).
+        let mut mask = super::stop_signals();
         mask.add(Signal::SIGCHLD);
         mask.thread_block()
-            .map_err(|e| SetupError::at(Step::Init, format!("cannot block SIGCHLD: {e}")))?;
+            .map_err(|e| SetupError::at(Step::Init, format!("cannot block signals: {e}")))?;
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .map_err(|e| SetupError::at(Step::Init, format!("signalfd: {e}")))?;
         let gate = match spec.egress {
@@ -48,6 +51,7 @@ impl PreparedRun {
                 SetupError::at(Step::RunDir, e.to_string()).of_kind(Kind::MountFailed)
             })?;
         }
+        map_owners(spec)?;
         make_run_dirs(spec)?;
         let (cgroup, cgroup_warning) = match &spec.cgroup {
             None => (None, None),
@@ -116,6 +120,44 @@ pub(super) fn new_run_dir(spec: &InitSpec) -> NewRunDir<'_> {
         owner: spec.credentials,
         keep_workdir: spec.keep,
     }
+}
+
+/// Shows the caller's paths to the program as its own (see `confine::idmap`), in the init's
+/// own mount namespace (entered here when the run directory did not need one).
+fn map_owners(spec: &InitSpec) -> Setup<()> {
+    if spec.mapped.is_empty() {
+        return Ok(());
+    }
+    if spec.scratch.is_none() {
+        crate::confine::rootfs::enter_private_mount_namespace().map_err(|e| {
+            SetupError::at(Step::Workspace, e.to_string()).of_kind(Kind::MountFailed)
+        })?;
+    }
+    crate::confine::idmap::map_owners(&spec.mapped).map_err(|e| {
+        let kind = match e.unsupported() {
+            true => Kind::WorkdirNotMappable,
+            false => Kind::MountFailed,
+        };
+        let fix = format!(
+            "give the program a directory on a filesystem with idmapped mounts (ext4, xfs, btrfs, tmpfs; Linux 5.12 or later), give it to the sandbox user (chown -R {}:{} {}), or run airlock as its owner",
+            spec.credentials.map_or(0, |c| c.uid),
+            spec.credentials.map_or(0, |c| c.gid),
+            e.path.display(),
+        );
+        let message = match e.unsupported() {
+            true => format!(
+                "{} is on a filesystem (or a kernel) without idmapped mounts: its owner {}:{} cannot be shown to the program as its own ({})",
+                e.path.display(),
+                e.owner_uid,
+                e.owner_gid,
+                e.source
+            ),
+            false => e.to_string(),
+        };
+        SetupError::at(Step::Workspace, format!("{message}; {fix}"))
+            .of_kind(kind)
+            .with_fix(fix)
+    })
 }
 
 fn make_run_dirs(spec: &InitSpec) -> Setup<()> {

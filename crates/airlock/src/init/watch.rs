@@ -397,7 +397,7 @@ impl<'a> Watch<'a> {
     }
 
     /// Sleeps until a child changes state (SIGCHLD on the signalfd) or `timeout` passes.
-    fn wait_for_child_event(&self, timeout: Duration) {
+    fn wait_for_child_event(&mut self, timeout: Duration) {
         let mut fds = [PollFd::new(self.run.signals.as_fd(), PollFlags::POLLIN)];
         let timeout = PollTimeout::try_from(timeout.as_millis() as u64).unwrap_or(PollTimeout::MAX);
         if poll(&mut fds, timeout).unwrap_or(0) > 0 {
@@ -405,8 +405,17 @@ impl<'a> Watch<'a> {
         }
     }
 
-    pub(super) fn drain_signals(&self) {
-        while self.run.signals.read_signal().ok().flatten().is_some() {}
+    /// Reads every pending signal: SIGCHLD (the caller reaps), SIGTERM (someone asks the init
+    /// itself to stop the run: it does, as if cancelled) and the terminal's SIGINT, SIGHUP
+    /// and SIGQUIT, which the init ignores: they reach the whole foreground process group, and
+    /// the supervisor, which got them too, decides (it cancels, or it dies and the control
+    /// pipe's EOF stops the run).
+    pub(super) fn drain_signals(&mut self) {
+        while let Ok(Some(info)) = self.run.signals.read_signal() {
+            if info.ssi_signo == Signal::SIGTERM as u32 {
+                self.begin_stop(StopCause::Requested(StopReason::Cancelled));
+            }
+        }
     }
 
     /// Reaps every child that has ended; true when the init has no children at all.

@@ -3,6 +3,7 @@
 
 mod builtin;
 mod network;
+mod overrides;
 mod profile;
 pub mod units;
 
@@ -13,7 +14,8 @@ use serde::{Deserialize, Serialize};
 
 pub use builtin::{builtin, builtin_names, tier, tier_names};
 pub use network::{NetworkLimits, NetworkMode, NetworkPolicy};
-pub use profile::{load_profile, parse_profile, ContainerSection, ProfileFile};
+pub use overrides::Overrides;
+pub use profile::{load_profile, parse_profile, ContainerSection, LimitsSection, ProfileFile};
 
 pub use crate::error::InvalidValue;
 use crate::layer::{IsolationLevel, Layer};
@@ -193,7 +195,7 @@ impl PartialEq for Policy {
 }
 
 /// Filesystem rules.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FsPolicy {
     /// Host paths visible read-only at the same path.
@@ -203,8 +205,40 @@ pub struct FsPolicy {
     /// A host directory to use as the working directory; a fresh one per run when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<PathBuf>,
+    /// The program may read `workdir` but not write it (e.g. `--cwd`: the caller's current
+    /// directory, to run a script from it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub workdir_read_only: bool,
     /// Allow executing files from writable places (workdir, /tmp).
     pub exec_writable: bool,
+    /// The caller's own directories (a `workdir` given, `read_write`) are a workspace the
+    /// program fully uses: programs in them may be executed whatever `exec_writable` says,
+    /// and as root their owner is shown to the program as its own user (an idmapped mount),
+    /// so that what it creates belongs on the host to that owner. Off, they are mounted like
+    /// scratch: for a directory airlock prepared for the sandbox user itself (a worker's job).
+    #[serde(default = "workspace_by_default", skip_serializing_if = "is_true")]
+    pub workspace: bool,
+}
+
+fn workspace_by_default() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+impl Default for FsPolicy {
+    fn default() -> Self {
+        FsPolicy {
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            workdir: None,
+            workdir_read_only: false,
+            exec_writable: false,
+            workspace: true,
+        }
+    }
 }
 
 /// Environment rules: nothing from the caller passes unless named here.
@@ -284,16 +318,41 @@ impl Policy {
             "a duration above zero, e.g. 10s",
         )?;
         check(
-            l.processes >= 1,
+            l.processes >= MIN_PROCESSES,
             "limits.processes",
             &l.processes,
-            "at least 1",
+            "at least 3: the sandbox itself needs processes under this limit (the native \
+             sandbox's namespace holder and its PID 1 besides the program)",
         )?;
         check(
             l.open_files >= 16,
             "limits.open_files",
             &l.open_files,
             "at least 16: stdio and an interpreter need that many",
+        )?;
+        check(
+            l.file_size.0 >= MIN_FILE_SIZE,
+            "limits.file_size",
+            &l.file_size,
+            "at least 64KiB: the sandbox writes its own set-up files under this limit \
+             (/etc/passwd, /etc/hosts, a wrapping tool's bundle and status)",
+        )?;
+        for (key, value) in [
+            ("limits.wall_time", l.wall_time),
+            ("limits.cpu_time", l.cpu_time),
+        ] {
+            check(
+                value.0 <= MAX_DURATION,
+                key,
+                &value,
+                "at most 365d: longer is a mistake of units (ms for s?), not a limit",
+            )?;
+        }
+        check(
+            l.grace.0 <= MAX_GRACE,
+            "limits.grace",
+            &l.grace,
+            "at most 1h between SIGTERM and SIGKILL",
         )?;
         check(l.files >= 16, "limits.files", &l.files, "at least 16")?;
         check(l.disk.0 >= 1 << 20, "limits.disk", &l.disk, "at least 1MiB")?;
@@ -372,6 +431,16 @@ impl Limits {
         (self.disk.0.min(64 << 20), self.files.min(1024))
     }
 }
+
+/// The fewest processes a run can work with: the native sandbox's namespace holder, its PID 1
+/// and the program (a wrapping tool may need more, see its backend).
+pub const MIN_PROCESSES: u64 = 3;
+/// The smallest file-size limit the sandbox's own set-up files fit under.
+pub const MIN_FILE_SIZE: u64 = 64 << 10;
+/// The longest wall-clock or CPU-time limit.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+/// The longest grace period.
+pub const MAX_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 fn valid_env_name(name: &str) -> bool {
     !name.is_empty() && !name.contains('=') && !name.contains('\0')

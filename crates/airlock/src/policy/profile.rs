@@ -46,7 +46,9 @@ pub struct FsSection {
     pub read_only: Option<Vec<PathBuf>>,
     pub read_write: Option<Vec<PathBuf>>,
     pub workdir: Option<PathBuf>,
+    pub workdir_read_only: Option<bool>,
     pub exec_writable: Option<bool>,
+    pub workspace: Option<bool>,
 }
 
 /// `[network]`: lists add to the base profile's lists, other keys replace; `allow` rules in a
@@ -166,6 +168,7 @@ fn looks_like_path(reference: &str) -> bool {
 /// Layers a profile file over a base policy.
 pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
     set(&mut policy.backend, file.backend);
+    let own_require = file.require.is_some();
     set(&mut policy.require, file.require);
     if file.min_isolation.is_some() {
         policy.min_isolation = file.min_isolation;
@@ -182,9 +185,22 @@ pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
         if fs.workdir.is_some() {
             policy.filesystem.workdir = fs.workdir;
         }
+        set(
+            &mut policy.filesystem.workdir_read_only,
+            fs.workdir_read_only,
+        );
         set(&mut policy.filesystem.exec_writable, fs.exec_writable);
+        set(&mut policy.filesystem.workspace, fs.workspace);
     }
     if let Some(net) = file.network {
+        // A profile that chooses the host network for itself drops the network layers it
+        // inherited as required; naming them in its own `require` is a contradiction the
+        // run then refuses (see `supervisor::prepare::required_layers`).
+        if net.mode == Some(NetworkMode::Host) && !own_require {
+            policy
+                .require
+                .retain(|l| *l != Layer::NetNs && *l != Layer::LandlockNet);
+        }
         apply_network(&mut policy.network, net);
     }
     if let Some(env) = file.env {

@@ -38,8 +38,9 @@ impl FromStr for Seconds {
     fn from_str(text: &str) -> Result<Self, String> {
         let text = text.trim();
         if let Ok(secs) = text.parse::<f64>() {
-            if secs.is_finite() && secs >= 0.0 {
-                return Ok(Seconds(Duration::from_secs_f64(secs)));
+            // A number too large for a Duration is an error here, not a panic.
+            if let Ok(duration) = Duration::try_from_secs_f64(secs) {
+                return Ok(Seconds(duration));
             }
         }
         humantime::parse_duration(text)
@@ -167,5 +168,6 @@ mod tests {
         );
         assert_eq!(Seconds(Duration::from_millis(1500)).to_string(), "1500ms");
         assert!("soon".parse::<Seconds>().unwrap_err().contains("90s"));
+        assert!("1e30".parse::<Seconds>().is_err(), "no panic, an error");
     }
 }

@@ -2,6 +2,10 @@
 //! (SIGKILL leaves nobody to clean up): run directories, cgroups and any processes still in
 //! those cgroups. Only entries named `run-<pid>-…` whose supervisor pid is gone, and that are
 //! old enough that an init still cleaning up would be done, are touched.
+//!
+//! Many runs start at once and each may find a sweep due: one of them sweeps (it holds an
+//! exclusive `flock` on the stamp while it checks, stamps and sweeps), the others go ahead
+//! without waiting, and an entry another sweep removed first counts as removed.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -72,19 +76,43 @@ pub fn sweep(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) -> usize {
     swept
 }
 
-/// Sweeps unless another run did within [`SWEEP_EVERY`].
+/// Sweeps unless another run did within [`SWEEP_EVERY`] or is sweeping now.
 pub fn sweep_if_due(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) {
-    let stamp = runtime_dir.join(SWEEP_STAMP);
-    let recent = std::fs::metadata(&stamp)
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < SWEEP_EVERY);
-    if recent {
+    let path = runtime_dir.join(SWEEP_STAMP);
+    // The common case, decided by one stat: another run swept a moment ago.
+    let swept_before = match std::fs::metadata(&path) {
+        Ok(meta) if recent(&meta) => return,
+        Ok(_) => true,
+        // A stamp this run creates has the current time but no sweep behind it.
+        Err(_) => false,
+    };
+    let Ok(stamp) = std::fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+    else {
+        return;
+    };
+    // Held until the sweep is done (closing the file releases it): a run that finds it taken
+    // goes ahead, since the sweep under way covers what it would sweep.
+    if rustix::fs::flock(&stamp, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return;
     }
-    let touched = std::fs::File::create(&stamp).and_then(|f| f.set_modified(SystemTime::now()));
-    if touched.is_ok() {
+    // Checked again under the lock: a run that held it may have just swept.
+    if swept_before && stamp.metadata().is_ok_and(|m| recent(&m)) {
+        return;
+    }
+    if stamp.set_modified(SystemTime::now()).is_ok() {
         sweep(runtime_dir, cgroup);
     }
+}
+
+/// Whether a stamp says a sweep ran within [`SWEEP_EVERY`].
+fn recent(stamp: &std::fs::Metadata) -> bool {
+    stamp
+        .modified()
+        .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < SWEEP_EVERY)
 }
 
 /// `<root>/<parent>` for a v2 root and `<root>/<controller>/<parent>` for each v1 hierarchy.
@@ -101,7 +129,8 @@ fn cgroup_parents(cgroup: &CgroupConfig) -> Vec<PathBuf> {
 }
 
 /// Kills whatever is still in an abandoned cgroup (orphans of a killed Tier-0 run), then
-/// removes it.
+/// removes it. Gone already (another sweep was first) counts as removed; a cgroup this user
+/// may not remove is left at once, not retried.
 fn remove_cgroup(path: &Path) -> bool {
     for _ in 0..50 {
         let members = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
@@ -113,8 +142,12 @@ fn remove_cgroup(path: &Path) -> bool {
         for pid in &pids {
             let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
         }
-        if std::fs::remove_dir(path).is_ok() {
-            return true;
+        match std::fs::remove_dir(path) {
+            Ok(()) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
+            // Members still exiting: wait for them.
+            Err(e) if e.raw_os_error() == Some(Errno::EBUSY as i32) => {}
+            Err(_) => return false,
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -125,6 +158,19 @@ fn remove_cgroup(path: &Path) -> bool {
 mod tests {
     use super::*;
 
+    /// A runtime directory holding one old run directory of a supervisor that is gone.
+    fn abandoned_run() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join("run-999999999-1-0");
+        std::fs::create_dir(&dead).unwrap();
+        let old = SystemTime::now() - Duration::from_secs(120);
+        std::fs::File::open(&dead)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        (dir, dead)
+    }
+
     #[test]
     fn the_supervisor_pid_is_read_from_the_run_id() {
         assert_eq!(supervisor_pid("run-4242-283b6ab63dc2-0"), Some(4242));
@@ -134,14 +180,8 @@ mod tests {
 
     #[test]
     fn a_sweep_is_skipped_while_the_last_one_is_recent() {
-        let dir = tempfile::tempdir().unwrap();
-        let dead = dir.path().join("run-999999999-1-0");
-        std::fs::create_dir(&dead).unwrap();
+        let (dir, dead) = abandoned_run();
         let old = SystemTime::now() - Duration::from_secs(120);
-        std::fs::File::open(&dead)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
         std::fs::File::create(dir.path().join(SWEEP_STAMP)).unwrap();
         sweep_if_due(dir.path(), None);
         assert!(dead.exists(), "swept although the last sweep was just now");
@@ -152,6 +192,38 @@ mod tests {
             !dead.exists(),
             "not swept although the last sweep was long ago"
         );
+    }
+
+    #[test]
+    fn a_sweep_under_way_is_not_repeated() {
+        let (dir, dead) = abandoned_run();
+        let old = SystemTime::now() - Duration::from_secs(120);
+        // Another run holds the lock: this one goes ahead without sweeping.
+        let stamp = std::fs::File::create(dir.path().join(SWEEP_STAMP)).unwrap();
+        rustix::fs::flock(&stamp, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        stamp.set_modified(old).unwrap();
+        sweep_if_due(dir.path(), None);
+        assert!(dead.exists(), "swept while another sweep held the lock");
+        drop(stamp);
+        sweep_if_due(dir.path(), None);
+        assert!(!dead.exists(), "not swept once the lock was free");
+    }
+
+    #[test]
+    fn the_first_run_of_a_runtime_directory_sweeps() {
+        let (dir, dead) = abandoned_run();
+        sweep_if_due(dir.path(), None);
+        assert!(
+            !dead.exists(),
+            "the stamp this run created skipped the sweep"
+        );
+    }
+
+    #[test]
+    fn an_entry_already_removed_counts_as_removed_at_once() {
+        let started = std::time::Instant::now();
+        assert!(remove_cgroup(Path::new("/nonexistent/run-1-1-0")));
+        assert!(started.elapsed() < Duration::from_millis(100));
     }
 
     #[test]

@@ -72,6 +72,10 @@ pub struct InitSpec {
     /// ahead too, and then waits on its stdin for the code to run.
     #[serde(default)]
     pub warm_prestart: bool,
+    /// The caller's paths (workdir, read-write paths) whose owner the program is shown as,
+    /// through idmapped mounts the init makes in its own mount namespace.
+    #[serde(default)]
+    pub mapped: Vec<crate::confine::idmap::MappedPath>,
     /// What the sandbox's network namespace holds for the egress gate (network `allowlist`
     /// or `report`): the setup configures it and sends the gate's sockets on [`GATE_FD`].
     #[serde(default)]

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::output::OutputSink;
+use super::signals::{BlockedSignals, CANCEL_SIGNALS};
 use super::standby::{self, StandbySource};
+use super::terminal::RawTerminal;
 use super::{finish, handle, launch, prepare};
 use crate::confine::cgroup::CgroupConfig;
 use crate::error::Error;
@@ -92,6 +94,7 @@ pub struct Command {
     pub(super) files: Vec<StagedFile>,
     /// Where a prepared sandbox comes from (a command made by a warm pool).
     pub(super) standby: Option<Arc<dyn StandbySource>>,
+    pub(super) cancel_on_signals: bool,
 }
 
 /// Where one output stream goes.
@@ -145,6 +148,7 @@ impl Sandbox {
             tty: false,
             files: Vec::new(),
             standby: None,
+            cancel_on_signals: false,
         }
     }
 }
@@ -225,9 +229,23 @@ impl Command {
         self
     }
 
-    /// Gives the program the caller's terminal (stdio inherited, no caps on output).
+    /// Gives the program a terminal of its own (a pseudo-terminal as its stdin, stdout and
+    /// controlling terminal, in its own session): its output is the stdout stream (no cap
+    /// applies), and with [`Input::Inherit`] `run` relays the caller's terminal to it in raw
+    /// mode, resizes included. The program never holds the caller's terminal.
     pub fn tty(mut self, tty: bool) -> Self {
         self.tty = tty;
+        self
+    }
+
+    /// Makes [`run`](Command::run) end the run as `cancelled` (the process tree stopped,
+    /// everything removed, the result returned with `cancel_signal`) when the calling process
+    /// receives SIGINT, SIGTERM or SIGHUP, instead of dying of the signal with the run's
+    /// result lost. For a caller that owns its process, like a CLI: the signals are blocked in
+    /// the calling thread while the run lasts. `spawn` ignores it (cancel with a
+    /// [`super::Canceller`]).
+    pub fn cancel_on_signals(mut self, cancel: bool) -> Self {
+        self.cancel_on_signals = cancel;
         self
     }
 
@@ -242,12 +260,40 @@ impl Command {
 
     /// Runs to completion, serving the run's pipes from the calling thread.
     pub fn run(self) -> Result<RunResult, Error> {
+        // Blocked before the init starts, so that it inherits the mask (see `signals`).
+        let signals = self.blocked_signals()?;
         if let Some(warm) = standby::start_warm(&self)? {
-            return finish::serve_in_this_thread(&self, warm.started, warm.ending);
+            return finish::serve_in_this_thread(
+                &self,
+                warm.started,
+                warm.ending,
+                signals.as_ref(),
+            );
         }
         let prepared = prepare::prepare_to_run(&self)?;
+        // The caller's terminal, relayed to the program's own, passes every key through.
+        let _raw = match (self.tty, &self.stdin) {
+            (true, Input::Inherit) => RawTerminal::enter(),
+            _ => None,
+        };
         let (started, ending) = launch::start(&self, prepared, None)?;
-        finish::serve_in_this_thread(&self, started, ending)
+        finish::serve_in_this_thread(&self, started, ending, signals.as_ref())
+    }
+
+    /// The signals a blocking run reacts to: the cancel signals when asked for, and window
+    /// resizes for a terminal.
+    fn blocked_signals(&self) -> Result<Option<BlockedSignals>, Error> {
+        let mut wanted = Vec::new();
+        if self.cancel_on_signals {
+            wanted.extend(CANCEL_SIGNALS);
+        }
+        if self.tty {
+            wanted.push(nix::sys::signal::Signal::SIGWINCH);
+        }
+        match wanted.is_empty() {
+            true => Ok(None),
+            false => BlockedSignals::block(&wanted).map(Some),
+        }
     }
 
     /// Starts the run and returns a handle to stream, cancel and wait for it.

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::prepare::{Judged, Workdir};
+use super::judge::Judged;
+use super::prepare::Workdir;
 use crate::backend::{tier0_layers, Probe, Selected};
 use crate::confine::rootfs::{default_system_ro, RootfsPlan, Workdir as RootfsWorkdir};
 use crate::layer::Layer;
@@ -137,7 +138,7 @@ fn mounts(spec: &InitSpec, policy: &Policy, layers: &[Layer]) -> Vec<PlannedMoun
 fn native_mounts(rootfs: &RootfsPlan) -> Vec<PlannedMount> {
     let mut mounts = host_mounts(&rootfs.system_ro, &rootfs.read_only, &rootfs.read_write);
     mounts.push(match &rootfs.workdir {
-        RootfsWorkdir::Bind { host } => bind(host, true),
+        RootfsWorkdir::Bind { host, writable } => bind(host, *writable),
         RootfsWorkdir::Tmpfs {
             path,
             size_bytes,
@@ -165,7 +166,7 @@ fn wrapped_mounts(spec: &InitSpec, policy: &Policy, layers: &[Layer]) -> Vec<Pla
     let capped_workdir = !spec.workdir_is_callers && layers.contains(&Layer::DiskQuota);
     mounts.push(match capped_workdir {
         true => tmpfs(&spec.workdir, limits.disk.0, files),
-        false => bind(&spec.workdir, true),
+        false => bind(&spec.workdir, !policy.filesystem.workdir_read_only),
     });
     mounts.push(tmpfs(Path::new("/tmp"), limits.disk.0, files));
     let (shm_bytes, shm_files) = limits.shm_caps();

@@ -6,9 +6,11 @@ use std::time::Instant;
 
 use super::builder::Command;
 use super::handle::send_stop;
+use super::hints::HintFacts;
 use super::launch::{InitProcess, Started};
-use super::output::{Collector, Drained, StreamKind};
+use super::output::{Collector, StreamKind};
 use super::serve;
+use super::signals::BlockedSignals;
 use crate::error::{Error, SetupErrorKind};
 use crate::net::RunGate;
 use crate::policy::OutputLimitAction;
@@ -32,6 +34,8 @@ pub(super) struct Ending {
     /// A warm run's standby source, which reaps the init once the outcome is in (the init
     /// tears the sandbox down after sending it).
     pub retire: Option<std::sync::Arc<dyn super::standby::StandbySource>>,
+    /// What a failed run's hints are judged from.
+    pub hints: HintFacts,
 }
 
 /// Serves a started run's pipes from the calling thread until they close, then ends it.
@@ -39,23 +43,34 @@ pub(super) fn serve_in_this_thread(
     command: &Command,
     started: Started,
     mut ending: Ending,
+    signals: Option<&BlockedSignals>,
 ) -> Result<RunResult, Error> {
     let policy = &command.sandbox.policy;
     let sinks = (
         command.stdout.blocking_sink(),
         command.stderr.blocking_sink(),
     );
+    // A terminal's output is for the person at it: no cap.
+    let stdout_cap = match command.tty {
+        true => u64::MAX,
+        false => policy.limits.stdout.0,
+    };
     let outputs = serve::Outputs {
-        stdout: Collector::new(StreamKind::Stdout, &sinks.0, policy.limits.stdout.0),
+        stdout: Collector::new(StreamKind::Stdout, &sinks.0, stdout_cap),
         stderr: Collector::new(StreamKind::Stderr, &sinks.1, policy.limits.stderr.0),
     };
     let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
     let control = Mutex::new(started.control);
-    let served = serve::serve(started.pipes, outputs, || {
-        if kill_on_overflow {
-            send_stop(&control, StopReason::OutputLimit);
-        }
-    });
+    let react = serve::Reactions {
+        on_overflow: || {
+            if kill_on_overflow {
+                send_stop(&control, StopReason::OutputLimit);
+            }
+        },
+        signals,
+        on_cancel: || send_stop(&control, StopReason::Cancelled),
+    };
+    let served = serve::serve(started.pipes, outputs, react);
     let result = ending.conclude(served);
     // Open until the init is gone: its end reading EOF means the supervisor died.
     drop(control);
@@ -88,12 +103,19 @@ impl Ending {
         if !self.keep {
             result.workdir = None;
         }
+        if result.status == RunStatus::Cancelled {
+            result.cancel_signal = served.cancel_signal;
+        }
         let (stdout, stderr) = (&served.stdout, &served.stderr);
-        let text = |d: &Drained| String::from_utf8_lossy(&d.kept).into_owned();
-        result.stdout = self.capture.0.then(|| text(stdout));
-        result.stderr = self.capture.1.then(|| text(stderr));
+        if self.capture.0 {
+            result.set_stdout(&stdout.kept);
+        }
+        if self.capture.1 {
+            result.set_stderr(&stderr.kept);
+        }
         (result.stdout_truncated, result.stdout_bytes) = (stdout.truncated, stdout.total);
         (result.stderr_truncated, result.stderr_bytes) = (stderr.truncated, stderr.total);
+        self.hints.apply(&mut result);
         Ok(result)
     }
 }
@@ -104,29 +126,7 @@ fn assemble(
     backend: &str,
     wall_ms: u64,
 ) -> RunResult {
-    let mut result = RunResult {
-        status: RunStatus::SandboxError,
-        exit_code: None,
-        signal: None,
-        wall_ms,
-        cpu_user_ms: 0,
-        cpu_sys_ms: 0,
-        peak_memory_bytes: None,
-        stdout: None,
-        stderr: None,
-        stdout_truncated: false,
-        stderr_truncated: false,
-        stdout_bytes: 0,
-        stderr_bytes: 0,
-        backend: backend.to_string(),
-        isolation: Vec::new(),
-        error: None,
-        error_kind: None,
-        warnings: Vec::new(),
-        details: Vec::new(),
-        workdir: None,
-        network: None,
-    };
+    let mut result = RunResult::blank(backend.to_string(), wall_ms);
     for event in events {
         match event {
             InitEvent::Started {
@@ -141,7 +141,7 @@ fn assemble(
             InitEvent::SetupFailed { error } => {
                 if result.error.is_none() {
                     result.error = Some(error.message.clone());
-                    result.error_kind = Some(error.kind);
+                    result.error_kind = Some(error.kind.into());
                 }
             }
             InitEvent::Finished(outcome) => apply_outcome(&mut result, outcome),
@@ -152,7 +152,7 @@ fn assemble(
         result.error = Some(format!(
             "the airlock init ended without a report ({init_status})"
         ));
-        result.error_kind = Some(SetupErrorKind::InitFailed);
+        result.error_kind = Some(SetupErrorKind::InitFailed.into());
     }
     result
 }

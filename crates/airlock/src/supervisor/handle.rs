@@ -90,9 +90,11 @@ pub(super) fn serve_from_threads(
     let policy = &command.sandbox.policy;
     let control = Arc::new(Mutex::new(started.control));
     let pipes = started.pipes;
-    let stdin_writer = pipes.stdin.map(|(pipe, bytes)| {
+    // A spawned run feeds its input bytes; relaying the caller's terminal is `run`'s.
+    let stdin_writer = pipes.stdin.map(|source| {
+        let (fd, bytes) = source.into_fd_and_bytes();
         std::thread::spawn(move || {
-            let _ = std::fs::File::from(pipe).write_all(&bytes);
+            let _ = std::fs::File::from(fd).write_all(&bytes);
         })
     });
     let (event_tx, event_rx) = channel;
@@ -203,6 +205,7 @@ impl RunHandle {
             stdout,
             stderr,
             events,
+            cancel_signal: None,
         })
     }
 }

@@ -20,8 +20,10 @@ use nix::unistd::Pid;
 
 use super::builder::{Command, Input, SandboxOptions, Sink};
 use super::finish::Ending;
+use super::hints::HintFacts;
 use super::prepare::Prepared;
 use super::serve;
+use super::terminal;
 use crate::error::Error;
 use crate::init::INIT_ARG;
 use crate::linux::sys::{self, Forked};
@@ -50,7 +52,7 @@ pub(super) fn start(
     } = prepared;
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
-    let (stdio, stdin_pipe, out_pipes) = stdio_for(command)?;
+    let (stdio, stdin, out_pipes) = stdio_for(command)?;
     let launch = init_launch(&command.sandbox.options);
     let channel = egress.as_ref().map(|_| net::Channel::new()).transpose()?;
     let (gate_end, sandbox_end) = match channel {
@@ -83,10 +85,6 @@ pub(super) fn start(
         },
         _ => None,
     };
-    let stdin = match (&command.stdin, stdin_pipe) {
-        (Input::Bytes(bytes), Some(pipe)) => Some((pipe, bytes.clone())),
-        _ => None,
-    };
     let started = Started {
         control,
         pipes: serve::Pipes {
@@ -99,6 +97,7 @@ pub(super) fn start(
     };
     let ending = Ending {
         init,
+        hints: HintFacts::of(&plan),
         gate,
         backend: plan.backend,
         warnings,
@@ -119,34 +118,66 @@ pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
         .map_err(|e| Error::io("cannot create a pipe", e.into()))
 }
 
-/// The read ends of the program's stdout and stderr pipes (none on a terminal).
+/// The read ends of the program's stdout and stderr pipes (a terminal's master side alone).
 type OutputPipes = (Option<OwnedFd>, Option<OwnedFd>);
 
-/// The init's stdio, the write end of a stdin pipe to fill, and the output pipes to drain.
-fn stdio_for(command: &Command) -> Result<(InitStdio, Option<OwnedFd>, OutputPipes), Error> {
+/// The init's stdio, what feeds the program's input, and the output pipes to drain.
+fn stdio_for(
+    command: &Command,
+) -> Result<(InitStdio, Option<serve::StdinSource>, OutputPipes), Error> {
+    if command.tty {
+        return terminal_stdio(command);
+    }
     let mut stdio = InitStdio::default();
-    let mut stdin_bytes = None;
-    match command.stdin {
+    let mut stdin = None;
+    match &command.stdin {
         Input::Inherit => {}
-        Input::Null => {
-            let null = std::fs::File::open("/dev/null")
-                .map_err(|e| Error::io("cannot open /dev/null", e))?;
-            stdio.stdin = Some(null.into());
-        }
-        Input::Bytes(_) => {
+        Input::Null => stdio.stdin = Some(dev_null()?),
+        Input::Bytes(bytes) => {
             let (read, write) = pipe()?;
             stdio.stdin = Some(read);
-            stdin_bytes = Some(write);
+            stdin = Some(serve::StdinSource::Pipe(write, bytes.clone()));
         }
-    }
-    if command.tty {
-        return Ok((stdio, stdin_bytes, (None, None)));
     }
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
     stdio.stdout = Some(stdout_write);
     stdio.stderr = Some(stderr_write);
-    Ok((stdio, stdin_bytes, (Some(stdout_read), Some(stderr_read))))
+    Ok((stdio, stdin, (Some(stdout_read), Some(stderr_read))))
+}
+
+/// A terminal of the program's own: the slave side as all three of its stdio, the master
+/// side read as its output and written with its input (see [`super::terminal`]).
+fn terminal_stdio(
+    command: &Command,
+) -> Result<(InitStdio, Option<serve::StdinSource>, OutputPipes), Error> {
+    let pty = terminal::open_pty()?;
+    let copy = |fd: &OwnedFd| {
+        fd.try_clone()
+            .map_err(|e| Error::io("cannot duplicate the terminal", e))
+    };
+    let stdio = InitStdio {
+        stdin: Some(copy(&pty.slave)?),
+        stdout: Some(copy(&pty.slave)?),
+        stderr: Some(pty.slave),
+    };
+    let (bytes, relay) = match &command.stdin {
+        Input::Inherit => (Vec::new(), true),
+        Input::Null => (Vec::new(), false),
+        Input::Bytes(bytes) => (bytes.clone(), false),
+    };
+    let input = serve::StdinSource::Terminal {
+        master: copy(&pty.master)?,
+        bytes,
+        relay,
+    };
+    Ok((stdio, Some(input), (Some(pty.master), None)))
+}
+
+fn dev_null() -> Result<OwnedFd, Error> {
+    std::fs::File::open("/dev/null")
+        .map(OwnedFd::from)
+        .map_err(|e| Error::io("cannot open /dev/null", e))
 }
 
 /// An explicit init program (option or `AIRLOCK_INIT`) is always executed; otherwise the

@@ -6,15 +6,17 @@ use std::path::{Path, PathBuf};
 
 use super::builder::Command;
 use super::describe;
+use super::judge::{host_limit_warnings, judge, Judged};
 use super::staged;
-use crate::backend::{self, Backend, PlanContext, Selected};
+use super::workspace;
+use crate::backend::{self, Backend, PlanContext};
 use crate::confine::cgroup::CgroupLimits;
+use crate::confine::idmap::MappedPath;
 use crate::confine::Credentials;
 use crate::error::Error;
-use crate::layer::{self, Layer};
 use crate::net::{self, EgressPlan};
-use crate::plan::{Plan, Verdict};
-use crate::policy::{BackendChoice, NetworkMode, Policy};
+use crate::plan::Plan;
+use crate::policy::{BackendChoice, Policy};
 use crate::rundir::{self, MemoryScratch};
 use crate::spec::{CgroupRequest, Confinement, InitSpec, SpecLimits};
 
@@ -68,14 +70,16 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         .backend
         .plan(&placement.context(command, &plan_env, &network))?;
     staged::check(command, &confinement, placement.workdir.fresh)?;
-    let judged = judge(command, &selected, &confinement, &placement, &network);
+    let mut judged = judge(command, &selected, &confinement, &placement, &network);
     let workdir_kind = placement.workdir.kind(command);
+    judged.warnings.extend(host_limit_warnings(policy));
     let spec = init_spec(command, placement, confinement, &judged, &network);
     let planned = describe::PlannedNetwork {
         egress: network.egress.as_ref(),
         unix_sockets: network.unix_sockets.clone(),
     };
-    let plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy, planned);
+    let mut plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy, planned);
+    plan.details.extend(workspace::details(&spec.mapped));
     Ok(Prepared {
         plan,
         spec,
@@ -113,6 +117,8 @@ pub(super) struct Placement {
     pub workdir: Workdir,
     cgroup: Option<CgroupRequest>,
     pub scratch: Option<MemoryScratch>,
+    /// The caller's paths shown to the program as its own (see [`workspace`]).
+    pub mapped: Vec<MappedPath>,
 }
 
 impl Placement {
@@ -122,7 +128,9 @@ impl Placement {
         let run_dir = runtime.join(&run_id);
         let workdir = Workdir::of(command, &run_dir)?;
         let scratch = plan_scratch(command, backend, &runtime, &run_dir, &workdir);
+        let mapped = workspace::mapped_paths(command, backend, &workdir)?;
         Ok(Placement {
+            mapped,
             cgroup: cgroup_request(command, &run_id),
             tool_cache: runtime.exists().then_some(runtime),
             run_id,
@@ -189,6 +197,7 @@ fn init_spec(
         files: command.files.clone(),
         warm: false,
         warm_prestart: false,
+        mapped: placement.mapped,
         egress: network.egress.as_ref().map(|e| e.sandbox.clone()),
     }
 }
@@ -227,8 +236,10 @@ fn runtime_dir(command: &Command, effects: Effects) -> Result<PathBuf, Error> {
         return rundir::existing_runtime_dir(configured);
     }
     let runtime = rundir::runtime_dir(configured)?;
-    let cgroup_config = (!options.no_cgroup).then(|| options.cgroup.clone().unwrap_or_default());
-    rundir::sweep_if_due(&runtime, cgroup_config.as_ref());
+    // The cgroups too when this run uses none: the sweep it may win stands for every run of
+    // this runtime directory, and a partial one would leave their abandoned cgroups for good.
+    let cgroup_config = options.cgroup.clone().unwrap_or_default();
+    rundir::sweep_if_due(&runtime, Some(&cgroup_config));
     Ok(runtime)
 }
 
@@ -298,149 +309,6 @@ fn plan_scratch(
             credentials(policy),
         )
     })
-}
-
-/// The layers a run must have. The profile's list grows by what its limits promise: when the
-/// sandbox creates the workdir, `limits.disk` and `limits.files` cap every writable area, so a
-/// backend that cannot cap them is refused unless the caller accepts the degradation.
-/// Explicit choices narrow the list: the host network means no network namespace, and backend
-/// `none` (which needs its own opt-in) means Tier 0. A gated network (`allowlist`, `report`)
-/// requires the gate itself; no network at all needs none.
-fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
-    let mut require = policy.require.clone();
-    match policy.network.mode {
-        mode if mode.is_gated() => require.push(Layer::EgressGate),
-        NetworkMode::None => require.retain(|l| *l != Layer::EgressGate),
-        _ => {}
-    }
-    require.sort();
-    require.dedup();
-    // A profile that requires nothing asks for no refusals.
-    if owns_workdir && !require.is_empty() {
-        require.extend([Layer::DiskQuota, Layer::InodeQuota]);
-        require.sort();
-        require.dedup();
-    }
-    // Asking for the host network is asking for no network namespace.
-    if policy.has_network() {
-        require.retain(|l| *l != Layer::NetNs && *l != Layer::LandlockNet);
-    }
-    if policy.backend == BackendChoice::None {
-        let tier0 = backend::NoneBackend.probe().layers;
-        require.retain(|l| tier0.contains(l) || *l == Layer::Cgroup);
-    }
-    require
-}
-
-/// The required layers held against the plan, judged once (see [`crate::plan::judge`]).
-pub(super) struct Judged {
-    pub require: Vec<Layer>,
-    /// The layers the plan puts in force.
-    pub layers: Vec<Layer>,
-    pub missing: Vec<Layer>,
-    pub reason: Option<String>,
-    pub verdict: Verdict,
-    pub warnings: Vec<String>,
-}
-
-impl Judged {
-    /// The missing layers the caller accepted and was told about, which the init, checking
-    /// the layers really in force, does not warn about again.
-    fn accepted(&self) -> Vec<Layer> {
-        match self.verdict {
-            Verdict::RunsDegraded => self.missing.clone(),
-            _ => Vec::new(),
-        }
-    }
-}
-
-fn judge(
-    command: &Command,
-    selected: &Selected,
-    confinement: &Confinement,
-    placement: &Placement,
-    network: &Network,
-) -> Judged {
-    let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
-    let probe = selected.backend.quick_probe();
-    let workdir = &placement.workdir;
-    let gated = network.egress.is_some();
-    let scratch = placement.scratch.as_ref();
-    let layers = describe::planned_layers(confinement, &probe, scratch, workdir, gated);
-    let require = required_layers(policy, workdir.owned);
-    // The cgroup is left to the init, which knows whether one could be created (rlimits
-    // stand in for it otherwise).
-    let judged_require: Vec<Layer> = require
-        .iter()
-        .copied()
-        .filter(|l| *l != Layer::Cgroup)
-        .collect();
-    let (missing, verdict) = crate::plan::judge(&judged_require, &layers, options.allow_degraded);
-    let reason = (!missing.is_empty()).then(|| missing_reason(&missing, &probe, confinement));
-    let mut warnings = match (&reason, verdict) {
-        (Some(reason), Verdict::RunsDegraded) => vec![format!(
-            "degraded: running without {} ({reason})",
-            layer::names(&missing)
-        )],
-        _ => Vec::new(),
-    };
-    if policy.network.mode == NetworkMode::Report {
-        warnings.push(REPORT_MODE_WARNING.into());
-    }
-    Judged {
-        require,
-        layers,
-        missing,
-        reason,
-        verdict,
-        warnings,
-    }
-}
-
-/// What a report-mode run warns about: it is not a boundary.
-const REPORT_MODE_WARNING: &str = "network report: learning mode for trusted code, traffic flows to any public address (never to non-public ones); the result's network report lists what the allowlist would have refused and suggests allow rules";
-
-/// Why required layers are missing: the backend's own problems on this host when it cannot
-/// give them here at all, else what this run's plan leaves out (a wrapping tool's writable
-/// areas are capped only by the init's tmpfs mounts).
-fn missing_reason(missing: &[Layer], probe: &backend::Probe, confinement: &Confinement) -> String {
-    let host_gap = missing.iter().any(|l| !probe.layers.contains(l));
-    if host_gap || !matches!(confinement, Confinement::Wrapped(_)) {
-        return match probe.problems.is_empty() {
-            true => "it does not provide them".to_string(),
-            false => probe.problems.join("; "),
-        };
-    }
-    let caps = missing
-        .iter()
-        .any(|l| matches!(l, Layer::DiskQuota | Layer::InodeQuota));
-    let hint = if caps {
-        ": a wrapping tool's writable areas are capped by the init's tmpfs mounts, which need CAP_SYS_ADMIN (run as root) and an in-memory run directory (no --disk-run-dir)"
-    } else {
-        ""
-    };
-    // The tool's own notes on what this run lacks (e.g. gVisor's user namespace under the
-    // egress gate).
-    let noted: Vec<&str> = match confinement {
-        Confinement::Wrapped(wrap) => wrap
-            .notes
-            .iter()
-            .filter(|note| {
-                missing
-                    .iter()
-                    .any(|l| note.contains(&layer::layer_name(*l)))
-            })
-            .map(String::as_str)
-            .collect(),
-        _ => Vec::new(),
-    };
-    let noted = match noted.is_empty() {
-        true => String::new(),
-        false => format!("; {}", noted.join("; ")),
-    };
-    format!(
-        "this run's plan does not provide them{hint}{noted} (see the backend's row in docs/isolation.md)"
-    )
 }
 
 /// The program's complete environment: HOME, the egress gate's proxy variables, the policy's

@@ -17,6 +17,7 @@ use std::time::Instant;
 use super::builder::{Command, Input, Sandbox, Sink};
 use super::finish::Ending;
 use super::handle::{self, NetworkSender};
+use super::hints::HintFacts;
 use super::launch::{self, InitProcess, Started};
 use super::prepare::{self, Effects};
 use super::serve;
@@ -62,6 +63,8 @@ pub struct Standby {
     network_env: Vec<(String, String)>,
     /// A gated sandbox's egress gate, started while the sandbox is prepared.
     gate: Option<StandbyGate>,
+    /// What a failed run's hints are judged from (the plan's; the argv is the run's).
+    hints: HintFacts,
     backend: String,
     details: Vec<String>,
     warnings: Vec<String>,
@@ -172,6 +175,7 @@ impl Standby {
             workdir: prepared.spec.workdir.clone(),
             network_env,
             gate,
+            hints: HintFacts::of(&prepared.plan),
             backend: prepared.plan.backend.clone(),
             details: prepared.plan.details.clone(),
             warnings: prepared.warnings,
@@ -373,6 +377,7 @@ fn start_on(
         workdir,
         network_env,
         gate,
+        hints,
         backend,
         details,
         warnings,
@@ -426,7 +431,7 @@ fn start_on(
         source.retire(init.id());
         return Ok(None);
     }
-    let stdin = (!stdin_bytes.is_empty()).then_some((stdin, stdin_bytes));
+    let stdin = (!stdin_bytes.is_empty()).then_some(serve::StdinSource::Pipe(stdin, stdin_bytes));
     let started = Started {
         control,
         pipes: serve::Pipes {
@@ -440,6 +445,7 @@ fn start_on(
     let ending = Ending {
         init,
         gate,
+        hints: hints.for_argv(&command.argv),
         backend,
         warnings,
         details,

@@ -195,6 +195,9 @@ fn worker_identity(policy: &Policy) -> Option<(u32, u32)> {
 fn job_policy(policy: &Policy, staged: &StagedJob) -> Policy {
     let mut policy = policy.clone();
     policy.filesystem.workdir = Some(staged.job_dir.clone());
+    // The job directory is staged for the worker's user (in/ read-only, out/ its own): no
+    // owner mapping, which would hand it all of it, and no programs run from out/.
+    policy.filesystem.workspace = false;
     // options.json is not bound: binding a file inside the bound workdir needs a writable
     // mount point, and the worker gets a copy of the options anyway.
     policy.filesystem.read_only.push(staged.in_dir.clone());

@@ -59,10 +59,12 @@ impl Bundle {
                 read_write: policy.filesystem.read_write.clone(),
                 workdir: ctx.workdir.to_path_buf(),
                 workdir_tmpfs: ctx.sandbox_owns_workdir(),
+                workdir_read_only: policy.filesystem.workdir_read_only,
                 tmp_bytes: limits.disk.0,
                 tmp_files: limits.files,
                 shm_bytes: limits.shm_caps().0,
                 exec_writable: policy.filesystem.exec_writable,
+                workspace: policy.filesystem.workspace,
                 scratch_binds: None,
             },
             // A gated run keeps the namespace the init prepared and started the runtime in.

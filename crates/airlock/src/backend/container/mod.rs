@@ -41,6 +41,29 @@ use crate::rundir::RunFile;
 use crate::spec::{Confinement, WrapStep};
 use runtime::RuntimeKind;
 
+/// The fewest processes runc and podman start a container with: Go programs whose own threads
+/// count against the run's pids limit while they set it up (runc failed below 15 on a 2-core
+/// host). crun is C and needs no more than the policy's minimum; Docker's daemon runs outside
+/// the run's cgroup.
+const GO_RUNTIME_MIN_PROCESSES: u64 = 16;
+
+fn check_processes(policy: &Policy, kind: RuntimeKind) -> Result<(), Error> {
+    let processes = policy.limits.processes;
+    let go = matches!(kind, RuntimeKind::Runc | RuntimeKind::Podman);
+    if !go || processes >= GO_RUNTIME_MIN_PROCESSES {
+        return Ok(());
+    }
+    Err(Error::Invalid(crate::policy::InvalidValue {
+        key: "limits.processes",
+        value: processes.to_string(),
+        allowed: format!(
+            "at least {GO_RUNTIME_MIN_PROCESSES} with {}: its own threads count against the \
+             limit while it starts the container (or use --container-runtime crun)",
+            kind.name()
+        ),
+    }))
+}
+
 /// The hostname inside every container.
 pub const CONTAINER_HOSTNAME: &str = "airlock";
 /// The host uid/gid that the container's root maps to while a rootful runtime sets it up:
@@ -125,6 +148,7 @@ impl Backend for ContainerBackend {
                 reason,
             }
         })?;
+        check_processes(ctx.policy, found.kind)?;
         let mut wrap = match found.kind {
             RuntimeKind::Runc => oci_runtime::plan(ctx, OciRuntime::Runc, &found.binary)?,
             RuntimeKind::Crun => oci_runtime::plan(ctx, OciRuntime::Crun, &found.binary)?,

@@ -18,7 +18,10 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use plan::{plan_operations, MountOp, ProcProtection};
-pub use scratch::{cover_with_empty_file, enter_private_runtime, mount_scratch, ScratchMount};
+pub use scratch::{
+    cover_with_empty_file, enter_private_mount_namespace, enter_private_runtime, mount_scratch,
+    ScratchMount,
+};
 
 /// Everything needed to build the sandbox's root filesystem. Crosses the process boundary
 /// (supervisor to init) as JSON.
@@ -34,7 +37,8 @@ pub struct RootfsPlan {
     pub generated_files: Vec<GeneratedFile>,
     /// Extra host paths (files or directories), read-only at the same path. Must exist.
     pub read_only: Vec<PathBuf>,
-    /// Extra host paths, read-write at the same path. Must exist.
+    /// Extra host paths, read-write at the same path. Must exist. The caller gave them to the
+    /// program to work in: programs there may be executed whatever `exec_writable` says.
     pub read_write: Vec<PathBuf>,
     /// The program's working directory; the process ends up `chdir`ed into it.
     pub workdir: Workdir,
@@ -42,8 +46,12 @@ pub struct RootfsPlan {
     pub tmp: TmpfsSpec,
     /// The sandbox's `/dev/shm`.
     pub dev_shm: TmpfsSpec,
-    /// When false, every writable mount is `noexec` (write-xor-execute).
+    /// When false, every writable mount is `noexec` (write-xor-execute), but the caller's
+    /// `workspace` ones.
     pub exec_writable: bool,
+    /// The caller's workdir and `read_write` paths are a workspace whose programs may run.
+    #[serde(default = "true_by_default")]
+    pub workspace: bool,
     /// Bind the host's `/dev/tty` so a program attached to a terminal can reach it.
     pub tty: bool,
     /// Only used by callers to fill `/etc/hosts` and `/etc/hostname`; `sethostname` is theirs.
@@ -64,8 +72,13 @@ pub struct GeneratedFile {
 /// Where the program works.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum Workdir {
-    /// A host directory bound read-write at the same path.
-    Bind { host: PathBuf },
+    /// A host directory bound at the same path: the caller's, so programs in it may be
+    /// executed; read-only unless `writable`.
+    Bind {
+        host: PathBuf,
+        #[serde(default = "true_by_default")]
+        writable: bool,
+    },
     /// A fresh, size- and inode-capped tmpfs at `path`.
     Tmpfs {
         path: PathBuf,
@@ -78,10 +91,14 @@ impl Workdir {
     /// The path the program sees as its working directory.
     pub fn path(&self) -> &Path {
         match self {
-            Workdir::Bind { host } => host,
+            Workdir::Bind { host, .. } => host,
             Workdir::Tmpfs { path, .. } => path,
         }
     }
+}
+
+fn true_by_default() -> bool {
+    true
 }
 
 /// Caps for a tmpfs: `size=` and `nr_inodes=`. Both must be non-zero (zero means unlimited).
@@ -223,7 +240,7 @@ pub fn validate(plan: &RootfsPlan) -> Result<(), RootfsError> {
         }
     }
     match &plan.workdir {
-        Workdir::Bind { host } => check_user_bind("workdir", host)?,
+        Workdir::Bind { host, .. } => check_user_bind("workdir", host)?,
         Workdir::Tmpfs {
             path,
             size_bytes,

@@ -221,9 +221,11 @@ fn push_proc(ops: &mut Vec<MountOp>, hidepid: bool) {
 }
 
 fn push_user_mounts(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
+    // The caller's own directories: a workspace whose programs (./script.sh, a venv's
+    // python, node_modules/.bin) must run. Fresh scratch areas keep `exec_writable`.
     let writable = BindAccess {
         writable: true,
-        exec: plan.exec_writable,
+        exec: plan.workspace || plan.exec_writable,
         devices: false,
     };
     // Read-only paths may hold programs (a venv, a toolchain): not writable, so W^X holds.
@@ -234,9 +236,12 @@ fn push_user_mounts(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
     };
     let mut user_ops: Vec<MountOp> = Vec::new();
     user_ops.push(match &plan.workdir {
-        Workdir::Bind { host } => MountOp::Bind {
+        Workdir::Bind { host, writable: w } => MountOp::Bind {
             path: host.clone(),
-            access: writable,
+            access: BindAccess {
+                writable: *w,
+                ..writable
+            },
         },
         Workdir::Tmpfs {
             path,

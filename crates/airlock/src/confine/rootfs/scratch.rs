@@ -20,9 +20,15 @@ const RUNTIME_OPTIONS: &str = "size=64m,nr_inodes=16384,mode=0711";
 /// reaches the host, and covers `runtime_dir` with an empty tmpfs. Must be called while the
 /// process is single-threaded (a new mount namespace needs an unshared filesystem context).
 pub fn enter_private_runtime(runtime_dir: &Path) -> Result<(), RootfsError> {
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|source| RootfsError::Unshare { source })?;
-    make_mounts_private()?;
+    enter_private_mount_namespace()?;
     mount_tmpfs(runtime_dir, RUNTIME_OPTIONS, false)
+}
+
+/// Moves this process into a mount namespace of its own, private so nothing mounted here
+/// reaches the host. Single-threaded callers only (see [`enter_private_runtime`]).
+pub fn enter_private_mount_namespace() -> Result<(), RootfsError> {
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|source| RootfsError::Unshare { source })?;
+    make_mounts_private()
 }
 
 /// Covers `target` with `empty`, read-only, in the calling process's mount namespace: call it

@@ -13,6 +13,7 @@ fn sample_plan(work: &Path) -> RootfsPlan {
         read_write: vec![work.join("data")],
         workdir: Workdir::Bind {
             host: work.to_path_buf(),
+            writable: true,
         },
         tmp: TmpfsSpec {
             size_bytes: 1 << 20,
@@ -23,6 +24,7 @@ fn sample_plan(work: &Path) -> RootfsPlan {
             max_files: 10,
         },
         exec_writable: false,
+        workspace: true,
         tty: true,
         hostname: "sandbox".into(),
         proc_hidepid: false,
@@ -76,8 +78,8 @@ protect /proc/acpi MaskDir
 protect /proc/asound MaskDir
 protect /proc/scsi MaskDir
 tmpfs /tmp size=1048576,nr_inodes=100,mode=1777,noexec
-bind /w rw,nosuid,nodev,noexec
-bind /w/data rw,nosuid,nodev,noexec
+bind /w rw,nosuid,nodev,exec
+bind /w/data rw,nosuid,nodev,exec
 bind /w/data/ro ro,nosuid,nodev,exec
 detach-host
 pivot-new-root
@@ -189,6 +191,7 @@ fn validate_names_a_missing_workdir() {
     let (dir, mut plan) = existing_plan();
     plan.workdir = Workdir::Bind {
         host: dir.path().join("gone"),
+        writable: true,
     };
     assert!(validate_message(&plan).starts_with("workdir path "));
 }
