@@ -17,6 +17,7 @@ use crate::address::classify;
 use crate::dns::is_placeholder;
 use crate::gate::{Shared, StreamKey};
 use crate::host::{parse_host, split_host_port, Host};
+use crate::http_relay::{framing, relay_requests, upgrade_of, Binding};
 use crate::meter::Direction;
 use crate::policy::GateMode;
 use crate::report::{Channel, Decision, DecisionRecord, Protocol, Reason};
@@ -79,6 +80,8 @@ pub(crate) struct Attempt<'a> {
     pub(crate) record: DecisionRecord,
     would_deny: Option<Refusal>,
     started: Instant,
+    /// The name and port a plain-HTTP stream is bound to: every request on it is checked.
+    http_binding: Option<(String, u16)>,
 }
 
 impl<'a> Attempt<'a> {
@@ -88,6 +91,7 @@ impl<'a> Attempt<'a> {
             record: shared.audit.new_record(channel),
             would_deny: None,
             started: Instant::now(),
+            http_binding: None,
         }
     }
 
@@ -164,7 +168,16 @@ impl<'a> Attempt<'a> {
         if let Err(refusal) = check_opening(&name, port, &opening, bytes.is_empty()) {
             self.soft(refusal)?;
         }
+        if matches!(opening, Opening::Http(_)) {
+            self.bind_requests(&name, port);
+        }
         Ok(bytes)
+    }
+
+    /// Checks every later request of this plain-HTTP stream against the name, not only the
+    /// first.
+    pub(crate) fn bind_requests(&mut self, name: &str, port: u16) {
+        self.http_binding = Some((name.to_string(), port));
     }
 
     /// Takes a connection slot under the caps.
@@ -256,7 +269,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// Records the decision, forwards `preface` and relays until both sides close.
-    pub(crate) fn relay(mut self, client: TcpStream, mut upstream: TcpStream, preface: &[u8]) {
+    pub(crate) fn relay(mut self, client: TcpStream, upstream: TcpStream, preface: &[u8]) {
         let (decision, reason, detail) = match self.would_deny.take() {
             Some(refusal) => (Decision::WouldDeny, refusal.reason, refusal.detail),
             None => (Decision::Allow, Reason::Allowed, self.record.detail.take()),
@@ -264,9 +277,46 @@ impl<'a> Attempt<'a> {
         self.record.decision = decision;
         self.record.reason = reason;
         self.record.detail = detail;
-        let slot = self.shared.audit.decide(self.record);
         // The proxy's request reading left a timeout on the stream: a relayed stream may idle.
         let _ = client.set_read_timeout(None);
+        let slot = self.shared.audit.decide(self.record.clone());
+        let mut traffic = match self.http_binding.take() {
+            Some((name, port)) => {
+                let on_refusal = |refusal: Refusal| self.refuse_request(refusal);
+                let binding = Binding {
+                    name: &name,
+                    port,
+                    on_refusal: &on_refusal,
+                };
+                let meter = &self.shared.meter;
+                relay_requests(
+                    meter,
+                    client,
+                    upstream,
+                    self.started,
+                    &binding,
+                    preface.to_vec(),
+                )
+                .unwrap_or_default()
+            }
+            None => self.relay_opaque(client, upstream, preface),
+        };
+        traffic.duration = self.started.elapsed();
+        if traffic.ended_by.is_none() && self.shared.closing() {
+            traffic.ended_by = Some(Reason::GateShutdown);
+        }
+        self.shared.audit.close(slot, traffic);
+    }
+}
+
+impl Attempt<'_> {
+    /// Forwards `preface`, then relays both ways unparsed.
+    fn relay_opaque(
+        &self,
+        client: TcpStream,
+        mut upstream: TcpStream,
+        preface: &[u8],
+    ) -> crate::audit::Traffic {
         let meter = &self.shared.meter;
         let granted = meter.take_bytes(Direction::Out, preface.len() as u64) as usize;
         let sent = upstream.write_all(&preface[..granted]).is_ok() && granted == preface.len();
@@ -279,11 +329,29 @@ impl<'a> Attempt<'a> {
             }
         };
         traffic.bytes_out += granted as u64;
-        traffic.duration = self.started.elapsed();
-        if traffic.ended_by.is_none() && self.shared.closing() {
-            traffic.ended_by = Some(Reason::GateShutdown);
-        }
-        self.shared.audit.close(slot, traffic);
+        traffic
+    }
+
+    /// Records a later request on an allowed stream that the gate refused (a decision of its
+    /// own); true when the stream goes on (report mode).
+    fn refuse_request(&self, refusal: Refusal) -> bool {
+        let allowed = &self.record;
+        let mut record = self.shared.audit.new_record(allowed.channel);
+        record.name = allowed.name.clone();
+        record.port = allowed.port;
+        record.address = allowed.address;
+        record.protocol = allowed.protocol;
+        record.reason = refusal.reason;
+        record.detail = refusal.detail;
+        record.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let goes_on = self.shared.policy.mode == GateMode::Report;
+        record.decision = if goes_on {
+            Decision::WouldDeny
+        } else {
+            Decision::Deny
+        };
+        self.shared.audit.decide(record);
+        goes_on
     }
 }
 
@@ -360,7 +428,7 @@ fn check_hello(name: &str, hello: &ClientHello) -> Result<(), Refusal> {
     }
 }
 
-fn check_head(name: &str, port: u16, head: &RequestHead) -> Result<(), Refusal> {
+pub(crate) fn check_head(name: &str, port: u16, head: &RequestHead) -> Result<(), Refusal> {
     if head.method.eq_ignore_ascii_case("CONNECT") {
         return Err(Refusal::with(Reason::ConnectInTunnel, head.target.clone()));
     }
@@ -372,11 +440,17 @@ fn check_head(name: &str, port: u16, head: &RequestHead) -> Result<(), Refusal> 
     if !authority_names(host, name, port) {
         return Err(Refusal::with(Reason::HostMismatch, host.clone()));
     }
-    match absolute_authority(&head.target) {
-        Some(authority) if !authority_names(authority, name, port) => {
-            Err(Refusal::with(Reason::HostMismatch, head.target.clone()))
+    if let Some(authority) = absolute_authority(&head.target) {
+        if !authority_names(authority, name, port) {
+            return Err(Refusal::with(Reason::HostMismatch, head.target.clone()));
         }
-        _ => Ok(()),
+    }
+    match upgrade_of(head) {
+        Some(protocol) if !protocol.eq_ignore_ascii_case("websocket") => Err(Refusal::with(
+            Reason::UnsafeRequest,
+            format!("an Upgrade to {protocol} (only WebSocket is followed)"),
+        )),
+        _ => framing(head).map(|_| ()),
     }
 }
 

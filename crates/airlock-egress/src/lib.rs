@@ -75,6 +75,8 @@ mod flow;
 #[cfg(target_os = "linux")]
 pub mod gate;
 #[cfg(target_os = "linux")]
+mod http_relay;
+#[cfg(target_os = "linux")]
 mod meter;
 #[cfg(target_os = "linux")]
 mod own_addresses;

@@ -54,6 +54,8 @@ pub struct RequestHead {
     pub len: usize,
     /// Headers, in order, as (name, value).
     pub headers: Vec<(String, String)>,
+    /// The minor version (`HTTP/1.0` or `HTTP/1.1`).
+    pub version: u8,
 }
 
 /// Reads until the opening is known, the stream ends, `MAX_OPENING` bytes are read or the
@@ -133,15 +135,24 @@ pub enum Parsed<T> {
     Invalid,
 }
 
-/// Reads a request head with `httparse`.
+/// Reads a request head with `httparse`. A head with a line ended by a bare LF is invalid:
+/// servers disagree about it, and a request two parsers read differently is how requests
+/// are smuggled past a check.
 pub fn parse_request_head(bytes: &[u8]) -> Parsed<RequestHead> {
     let mut headers = [httparse::EMPTY_HEADER; 96];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) if has_bare_line_feed(&bytes[..len]) => Parsed::Invalid,
         Ok(httparse::Status::Complete(len)) => Parsed::Complete(head_of(&request, len)),
         Ok(httparse::Status::Partial) => Parsed::Incomplete,
         Err(_) => Parsed::Invalid,
     }
+}
+
+fn has_bare_line_feed(head: &[u8]) -> bool {
+    head.iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
 }
 
 fn head_of(request: &httparse::Request<'_, '_>, len: usize) -> RequestHead {
@@ -166,6 +177,7 @@ fn head_of(request: &httparse::Request<'_, '_>, len: usize) -> RequestHead {
         hosts,
         len,
         headers,
+        version: request.version.unwrap_or_default(),
     }
 }
 
@@ -401,5 +413,25 @@ mod tests {
             parse_request_head(b"GET / HTTP/1.1\r\n\x01\r\n\r\n"),
             Parsed::Invalid
         );
+    }
+
+    /// Heads two parsers could read differently are invalid: bare LF line ends, folded
+    /// (obs-fold) header lines, whitespace before a header's colon.
+    #[test]
+    fn ambiguous_heads_are_invalid() {
+        for text in [
+            "GET / HTTP/1.1\nHost: a.test\n\n",
+            "GET / HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a.test\r\nX: y\r\n z\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding : chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a.test\r\n\tHost: b.test\r\n\r\n",
+            "GET / HTTP/2.0\r\nHost: a.test\r\n\r\n",
+        ] {
+            assert_eq!(
+                parse_request_head(text.as_bytes()),
+                Parsed::Invalid,
+                "{text:?}"
+            );
+        }
     }
 }

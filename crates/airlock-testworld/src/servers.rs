@@ -18,30 +18,80 @@ pub(crate) const HANDLERS: [(u16, Handler); 5] = [
     (9000, serve_hold),
 ];
 
-/// HTTP: answers `host=<Host>`; an `Upgrade` request gets 101 and an echo.
+/// HTTP/1.1 with keep-alive, as a real origin server reads it: answers `host=<Host>` per
+/// request (an absolute-form target's authority wins over `Host`, as RFC 9112 says), skips a
+/// request's body (`Transfer-Encoding: chunked` wins over `Content-Length`), closes after a
+/// request asking for it; an `Upgrade` request gets 101 and an echo. Each host it answered is
+/// recorded: a request that slipped past the gate on a kept-alive connection shows here.
 fn serve_http(mut stream: TcpStream, seen: &Seen) {
-    let Some(head) = read_head(&mut stream) else {
-        return;
-    };
-    let host = head
-        .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(k, _)| k.eq_ignore_ascii_case("host"))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    seen.hosts.lock().unwrap().push(host.clone());
-    if head.to_ascii_lowercase().contains("upgrade: websocket") {
-        let _ = stream.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
-        return serve_echo(stream);
+    while let Some(head) = read_head(&mut stream) {
+        let header = |name: &str| {
+            head.lines().find_map(|l| {
+                l.split_once(':')
+                    .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+        };
+        let target = head.split(' ').nth(1).unwrap_or_default();
+        let host = target
+            .strip_prefix("http://")
+            .map(|rest| rest.split('/').next().unwrap_or_default().to_string())
+            .or_else(|| header("host"))
+            .unwrap_or_default();
+        seen.hosts.lock().unwrap().push(host.clone());
+        if head.to_ascii_lowercase().contains("upgrade: websocket") {
+            let _ = stream.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+            return serve_echo(stream);
+        }
+        let chunked =
+            header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+        let length = header("content-length").and_then(|v| v.parse::<u64>().ok());
+        let skipped = if chunked {
+            skip_chunked(&mut stream)
+        } else {
+            skip_exact(&mut stream, length.unwrap_or(0))
+        };
+        let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let body = format!("host={host}\n");
+        let connection = if close { "close" } else { "keep-alive" };
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n{body}",
+            body.len()
+        );
+        if close || skipped.is_none() {
+            return;
+        }
     }
-    let body = format!("host={host}\n");
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
+}
+
+fn skip_exact(stream: &mut TcpStream, len: u64) -> Option<()> {
+    let copied = std::io::copy(&mut Read::by_ref(stream).take(len), &mut std::io::sink()).ok()?;
+    (copied == len).then_some(())
+}
+
+fn skip_chunked(stream: &mut TcpStream) -> Option<()> {
+    loop {
+        let line = read_line(stream)?;
+        let size = u64::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            while !read_line(stream)?.is_empty() {}
+            return Some(());
+        }
+        skip_exact(stream, size + 2)?;
+    }
+}
+
+fn read_line(stream: &mut TcpStream) -> Option<String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\n") && line.len() < 8192 {
+        if stream.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        line.push(byte[0]);
+    }
+    Some(String::from_utf8_lossy(&line).trim_end().to_string())
 }
 
 fn read_head(stream: &mut TcpStream) -> Option<String> {

@@ -289,6 +289,99 @@ print(first_line(c, b"CONNECT other.test:80 HTTP/1.1\r\nHost: allowed.test\r\n\r
     );
 }
 
+/// Requests after the first on a kept-alive plain-HTTP connection (transparently, through a
+/// CONNECT tunnel and through the proxy's absolute form), and requests smuggled in a body's
+/// framing: each names `other.test` on a connection opened for `allowed.test`. The test
+/// server keeps connections alive and reads framing as RFC 9112 says, so whatever the gate
+/// lets past shows in the hosts it answered. Legitimate keep-alive (two requests for the
+/// allowed name, a chunked upload, then a second request) still works.
+#[test]
+fn every_request_on_a_kept_alive_connection_is_checked() {
+    let Some(world) = crate::world() else { return };
+    let code = r#"
+import os, socket
+port = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+OK = b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+def other(head=b"GET / HTTP/1.1\r\nHost: other.test\r\n"):
+    return head + b"Connection: close\r\n\r\n"
+def answers(s, data, first_alone=False):
+    seen = []
+    try:
+        if first_alone:
+            s.sendall(OK); got = b""
+            while b"host=allowed.test" not in got:
+                b = s.recv(4096)
+                if not b: break
+                got += b
+            seen.append(got)
+            data = data[len(OK):]
+        s.sendall(data)
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            seen.append(b)
+    except OSError:
+        pass
+    text = b"".join(seen).decode(errors="replace")
+    hosts = [l.split("=", 1)[1] for l in text.split("\n") if l.startswith("host=")]
+    refusal = [l.split(":", 1)[1].strip() for l in text.split("\r\n") if l.lower().startswith("x-airlock-egress:")]
+    return " ".join(hosts + refusal) or "closed"
+def direct():
+    return socket.create_connection(("allowed.test", 80), timeout=10)
+def tunnel():
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n"); head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    return s
+def proxy():
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+chunked_ok = b"POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+cases = [
+    ("sequential", direct, OK + other(), True),
+    ("pipelined", direct, OK + other(), False),
+    ("absolute", direct, OK + other(b"GET http://other.test/ HTTP/1.1\r\nHost: allowed.test\r\n"), False),
+    ("tunnel", tunnel, OK + other(), False),
+    ("proxy", proxy, b"GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n" + other(b"GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n"), False),
+    ("te-cl", direct, b"POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + other(), False),
+    ("after-chunked", direct, chunked_ok + other(), False),
+    ("bad-chunk", direct, b"POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n" + other(), False),
+    ("keep-alive", direct, OK + other(b"GET /2 HTTP/1.1\r\nHost: allowed.test\r\n"), False),
+    ("chunked-then", direct, chunked_ok + other(b"GET /2 HTTP/1.1\r\nHost: allowed.test\r\n"), False),
+]
+for name, opener, data, first_alone in cases:
+    print(name, answers(opener(), data, first_alone))
+"#;
+    let result = python(&world, &allow_with_ranges(&["allowed.test"]), code);
+    assert_eq!(
+        stdout_ok(&result).lines().collect::<Vec<_>>(),
+        [
+            "sequential allowed.test",
+            "pipelined allowed.test",
+            "absolute allowed.test",
+            "tunnel allowed.test",
+            "proxy allowed.test",
+            "te-cl unsafe_request",
+            "after-chunked allowed.test",
+            "bad-chunk allowed.test",
+            "keep-alive allowed.test allowed.test",
+            "chunked-then allowed.test allowed.test",
+        ]
+    );
+    let hosts = world.seen.hosts.lock().unwrap().clone();
+    assert!(
+        hosts.iter().all(|h| h == "allowed.test"),
+        "a request for another host reached the server: {hosts:?}"
+    );
+    let reasons = refusal_reasons(&result);
+    for expected in ["host_mismatch", "unsafe_request"] {
+        assert!(
+            reasons.iter().any(|r| r == expected),
+            "{expected} in {reasons:?}"
+        );
+    }
+}
+
 /// Raw TCP and UDP to any address, ICMP and raw sockets: refused at once inside the sandbox
 /// (no route, no listener, Landlock's port rules, the socket filter), and nothing reaches the
 /// test hosts (their UDP and ICMP counters stay put).
