@@ -23,6 +23,7 @@ use crate::policy::GateMode;
 use crate::report::{Channel, Decision, DecisionRecord, Protocol, Reason};
 use crate::rules::{Access, RuleVerdict};
 use crate::sniff::{read_opening, ClientHello, Opening, RequestHead};
+use crate::tls_relay::{relay_tls, TlsBinding};
 
 /// How long the gate waits for a ClientHello or a request head.
 pub(crate) const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
@@ -80,8 +81,17 @@ pub(crate) struct Attempt<'a> {
     pub(crate) record: DecisionRecord,
     would_deny: Option<Refusal>,
     started: Instant,
-    /// The name and port a plain-HTTP stream is bound to: every request on it is checked.
-    http_binding: Option<(String, u16)>,
+    /// What the stream is bound to once its opening was read: later requests or hellos on
+    /// it are checked against the same name.
+    bound: Option<Bound>,
+}
+
+/// A stream bound to a name by its opening.
+enum Bound {
+    /// Plain HTTP: every request must name it (and the port).
+    Http(String, u16),
+    /// TLS: a second ClientHello (after HelloRetryRequest) must name it too.
+    Tls(String),
 }
 
 impl<'a> Attempt<'a> {
@@ -91,7 +101,7 @@ impl<'a> Attempt<'a> {
             record: shared.audit.new_record(channel),
             would_deny: None,
             started: Instant::now(),
-            http_binding: None,
+            bound: None,
         }
     }
 
@@ -168,8 +178,15 @@ impl<'a> Attempt<'a> {
         if let Err(refusal) = check_opening(&name, port, &opening, bytes.is_empty()) {
             self.soft(refusal)?;
         }
-        if matches!(opening, Opening::Http(_)) {
-            self.bind_requests(&name, port);
+        match &opening {
+            Opening::Http(_) => self.bind_requests(&name, port),
+            Opening::Tls(hello) => {
+                if hello.encrypted {
+                    self.record.detail = Some(ECH_OUTER.to_string());
+                }
+                self.bound = Some(Bound::Tls(name));
+            }
+            Opening::Other => {}
         }
         Ok(bytes)
     }
@@ -177,7 +194,7 @@ impl<'a> Attempt<'a> {
     /// Checks every later request of this plain-HTTP stream against the name, not only the
     /// first.
     pub(crate) fn bind_requests(&mut self, name: &str, port: u16) {
-        self.http_binding = Some((name.to_string(), port));
+        self.bound = Some(Bound::Http(name.to_string(), port));
     }
 
     /// Takes a connection slot under the caps.
@@ -280,27 +297,27 @@ impl<'a> Attempt<'a> {
         // The proxy's request reading left a timeout on the stream: a relayed stream may idle.
         let _ = client.set_read_timeout(None);
         let slot = self.shared.audit.decide(self.record.clone());
-        let mut traffic = match self.http_binding.take() {
-            Some((name, port)) => {
-                let on_refusal = |refusal: Refusal| self.refuse_request(refusal);
+        let on_refusal = |refusal: Refusal| self.refuse_request(refusal);
+        let (meter, started) = (&self.shared.meter, self.started);
+        let relayed = match &self.bound {
+            Some(Bound::Http(name, port)) => {
                 let binding = Binding {
-                    name: &name,
-                    port,
+                    name,
+                    port: *port,
                     on_refusal: &on_refusal,
                 };
-                let meter = &self.shared.meter;
-                relay_requests(
-                    meter,
-                    client,
-                    upstream,
-                    self.started,
-                    &binding,
-                    preface.to_vec(),
-                )
-                .unwrap_or_default()
+                relay_requests(meter, client, upstream, started, &binding, preface.to_vec())
             }
-            None => self.relay_opaque(client, upstream, preface),
+            Some(Bound::Tls(name)) => {
+                let binding = TlsBinding {
+                    name,
+                    on_refusal: &on_refusal,
+                };
+                relay_tls(meter, client, upstream, started, &binding, preface.to_vec())
+            }
+            None => Ok(self.relay_opaque(client, upstream, preface)),
         };
+        let mut traffic = relayed.unwrap_or_default();
         traffic.duration = self.started.elapsed();
         if traffic.ended_by.is_none() && self.shared.closing() {
             traffic.ended_by = Some(Reason::GateShutdown);
@@ -414,16 +431,23 @@ pub(crate) fn check_opening(
     }
 }
 
-fn check_hello(name: &str, hello: &ClientHello) -> Result<(), Refusal> {
-    if hello.encrypted {
-        return Err(Refusal::new(Reason::EchRefused));
-    }
-    let sni = hello
-        .sni
-        .as_deref()
-        .ok_or_else(|| Refusal::new(Reason::SniMissing))?;
+/// The detail of an allowed stream whose ClientHello carried ECH: its outer SNI is the
+/// allowed name; an inner ClientHello, if real, is not seen.
+const ECH_OUTER: &str = "ech: outer SNI checked, inner hello not seen";
+
+/// The ClientHello's SNI must be the name. An encrypted ClientHello (ECH, or Chromium's
+/// GREASE ECH) passes only when its outer SNI is the name: GREASE keeps the real name
+/// outside, and a real ECH whose public name is the allowed name reaches the same server.
+pub(crate) fn check_hello(name: &str, hello: &ClientHello) -> Result<(), Refusal> {
+    let Some(sni) = hello.sni.as_deref() else {
+        return Err(Refusal::new(match hello.encrypted {
+            true => Reason::EchRefused,
+            false => Reason::SniMissing,
+        }));
+    };
     match parse_host(sni) {
         Ok(Host::Name(seen)) if seen == name => Ok(()),
+        _ if hello.encrypted => Err(Refusal::with(Reason::EchRefused, sni)),
         _ => Err(Refusal::with(Reason::SniMismatch, sni)),
     }
 }
@@ -568,6 +592,14 @@ mod tests {
         );
         assert_eq!(
             reason(check_hello("a.test", &hello(Some("a.test"), true))),
+            None
+        );
+        assert_eq!(
+            reason(check_hello("a.test", &hello(Some("public.example"), true))),
+            Some(Reason::EchRefused)
+        );
+        assert_eq!(
+            reason(check_hello("a.test", &hello(None, true))),
             Some(Reason::EchRefused)
         );
     }

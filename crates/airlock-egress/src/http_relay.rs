@@ -340,7 +340,7 @@ impl Requests<'_> {
 }
 
 /// Appends what the socket has (up to `READ_CHUNK`); false at the end of the stream.
-fn read_more(mut from: &TcpStream, buffer: &mut Vec<u8>) -> io::Result<bool> {
+pub(crate) fn read_more(mut from: &TcpStream, buffer: &mut Vec<u8>) -> io::Result<bool> {
     let mut chunk = [0u8; READ_CHUNK];
     loop {
         match from.read(&mut chunk) {
@@ -375,15 +375,15 @@ fn chunk_size(line: &[u8]) -> Result<u64, Stop> {
 }
 
 /// Writes to one side, counting against the run's cap.
-struct Sink<'a> {
+pub(crate) struct Sink<'a> {
     meter: &'a Meter,
     direction: Direction,
     to: &'a TcpStream,
-    moved: u64,
+    pub(crate) moved: u64,
 }
 
 impl<'a> Sink<'a> {
-    fn new(meter: &'a Meter, direction: Direction, to: &'a TcpStream) -> Sink<'a> {
+    pub(crate) fn new(meter: &'a Meter, direction: Direction, to: &'a TcpStream) -> Sink<'a> {
         Sink {
             meter,
             direction,
@@ -392,7 +392,7 @@ impl<'a> Sink<'a> {
         }
     }
 
-    fn send(&mut self, bytes: &[u8]) -> Result<(), End> {
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), End> {
         let granted = self.meter.take_bytes(self.direction, bytes.len() as u64) as usize;
         if (&*self.to).write_all(&bytes[..granted]).is_err() {
             return Err(End::Broken);

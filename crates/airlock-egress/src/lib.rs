@@ -92,6 +92,8 @@ pub mod sandbox_side;
 mod sniff;
 #[cfg(target_os = "linux")]
 pub mod sockets;
+#[cfg(target_os = "linux")]
+mod tls_relay;
 
 #[cfg(target_os = "linux")]
 pub use audit::{EventSink, MAX_RECORDS};

@@ -8,14 +8,15 @@ use crate::Seen;
 
 pub(crate) type Handler = fn(TcpStream, &Seen);
 
-/// HTTP on 80, an SSH-like banner and echo on 22, a sink on 8080, an 8 MiB source on 8081
-/// and a server that holds connections open on 9000.
-pub(crate) const HANDLERS: [(u16, Handler); 5] = [
+/// HTTP on 80, an SSH-like banner and echo on 22, a sink on 8080, an 8 MiB source on 8081,
+/// a server that holds connections open on 9000 and a TLS front that asks for a retry on 4433.
+pub(crate) const HANDLERS: [(u16, Handler); 6] = [
     (80, serve_http),
     (22, serve_banner_echo),
     (8080, serve_sink),
     (8081, serve_source),
     (9000, serve_hold),
+    (4433, serve_tls_retry),
 ];
 
 /// HTTP/1.1 with keep-alive, as a real origin server reads it: answers `host=<Host>` per
@@ -148,4 +149,47 @@ fn serve_hold(mut stream: TcpStream, seen: &Seen) {
     while matches!(stream.read(&mut buffer), Ok(n) if n > 0) {}
     seen.held_open.fetch_sub(1, Ordering::Relaxed);
     seen.held_closed.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A ServerHello that is a HelloRetryRequest (its random is RFC 8446's fixed value), asking
+/// for an x25519 key share, in one record.
+const HELLO_RETRY_REQUEST: [u8; 61] = [
+    0x16, 3, 3, 0, 56, 2, 0, 0, 52, 3, 3, 0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe,
+    0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91, 0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07,
+    0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c, 0, 0x13, 0x01, 0, 0, 12, 0, 0x2b, 0, 2, 3, 4, 0,
+    0x33, 0, 2, 0, 0x1d,
+];
+
+/// A TLS front that routes by the last ClientHello it reads, as a lenient server may: it
+/// records each ClientHello, answers the first with a HelloRetryRequest, and answers `ok`
+/// after the second (no real handshake: the records are the evidence).
+fn serve_tls_retry(mut stream: TcpStream, seen: &Seen) {
+    let mut hellos = 0;
+    while let Some(record) = read_record(&mut stream) {
+        if record.first() != Some(&0x16) {
+            continue;
+        }
+        seen.client_hellos
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(&record).to_string());
+        hellos += 1;
+        let reply: &[u8] = if hellos == 1 {
+            &HELLO_RETRY_REQUEST
+        } else {
+            b"ok"
+        };
+        if stream.write_all(reply).is_err() || hellos == 2 {
+            return;
+        }
+    }
+}
+
+fn read_record(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut record = vec![0u8; 5];
+    stream.read_exact(&mut record).ok()?;
+    let len = usize::from(u16::from_be_bytes([record[3], record[4]]));
+    record.resize(5 + len, 0);
+    stream.read_exact(&mut record[5..]).ok()?;
+    Some(record)
 }
