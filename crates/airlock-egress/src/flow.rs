@@ -297,6 +297,24 @@ impl<'a> Attempt<'a> {
         // The proxy's request reading left a timeout on the stream: a relayed stream may idle.
         let _ = client.set_read_timeout(None);
         let slot = self.shared.audit.decide(self.record.clone());
+        let mut traffic = self.relay_stream(client, upstream, preface);
+        traffic.duration = self.started.elapsed();
+        if traffic.ended_by.is_none() && self.shared.closing() {
+            traffic.ended_by = Some(Reason::GateShutdown);
+        }
+        self.shared.audit.close(slot, traffic);
+    }
+}
+
+impl Attempt<'_> {
+    /// Relays as the stream's binding asks: request by request (plain HTTP), past the hellos
+    /// (TLS), or opaque.
+    fn relay_stream(
+        &self,
+        client: TcpStream,
+        upstream: TcpStream,
+        preface: &[u8],
+    ) -> crate::audit::Traffic {
         let on_refusal = |refusal: Refusal| self.refuse_request(refusal);
         let (meter, started) = (&self.shared.meter, self.started);
         let relayed = match &self.bound {
@@ -317,16 +335,9 @@ impl<'a> Attempt<'a> {
             }
             None => Ok(self.relay_opaque(client, upstream, preface)),
         };
-        let mut traffic = relayed.unwrap_or_default();
-        traffic.duration = self.started.elapsed();
-        if traffic.ended_by.is_none() && self.shared.closing() {
-            traffic.ended_by = Some(Reason::GateShutdown);
-        }
-        self.shared.audit.close(slot, traffic);
+        relayed.unwrap_or_default()
     }
-}
 
-impl Attempt<'_> {
     /// Forwards `preface`, then relays both ways unparsed.
     fn relay_opaque(
         &self,
@@ -440,10 +451,12 @@ const ECH_OUTER: &str = "ech: outer SNI checked, inner hello not seen";
 /// outside, and a real ECH whose public name is the allowed name reaches the same server.
 pub(crate) fn check_hello(name: &str, hello: &ClientHello) -> Result<(), Refusal> {
     let Some(sni) = hello.sni.as_deref() else {
-        return Err(Refusal::new(match hello.encrypted {
-            true => Reason::EchRefused,
-            false => Reason::SniMissing,
-        }));
+        let reason = if hello.encrypted {
+            Reason::EchRefused
+        } else {
+            Reason::SniMissing
+        };
+        return Err(Refusal::new(reason));
     };
     match parse_host(sni) {
         Ok(Host::Name(seen)) if seen == name => Ok(()),
