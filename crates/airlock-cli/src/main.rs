@@ -10,6 +10,7 @@ mod outcome;
 mod run;
 mod sandbox_flags;
 mod serve_cmd;
+mod warm_cmd;
 mod worker_cmd;
 
 use std::process::ExitCode;

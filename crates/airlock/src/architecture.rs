@@ -62,6 +62,9 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
         ],
     ),
     ("interp", &["error"]),
+    // Warm start keeps prepared sandboxes; the supervisor lends it `Standby` and never
+    // imports it back.
+    ("warm", &["error", "supervisor"]),
     (
         "doctor",
         &["backend", "confine", "layer", "policy", "rundir"],

@@ -30,7 +30,8 @@
 //! will be), [`result`] (what it was), [`error`], [`layer`] and [`cancel`] (one token to
 //! cancel a run, a worker job, a tool call or a place in the pool's queue). Features built on that API each
 //! have a module: [`call`] (Python function calls), [`worker`] (jobs with staged inputs and
-//! outputs), [`pool`] (admission and scheduling), [`interp`] (code strings by interpreter),
+//! outputs), [`pool`] (admission and scheduling), [`warm`] (sandboxes prepared ahead of their
+//! runs), [`interp`] (code strings by interpreter),
 //! [`doctor`] (what this host supports), [`init`] (the entry point of the init process) and
 //! [`macos`] (Seatbelt); [`network`] names what the egress gate reports. Everything else is
 //! the machinery of a run (the egress gate's host side among it, see
@@ -55,6 +56,8 @@ pub mod init;
 pub mod interp;
 pub mod macos;
 pub mod pool;
+#[cfg(target_os = "linux")]
+pub mod warm;
 pub mod worker;
 
 // The import rules of docs/architecture.md, checked.

@@ -58,7 +58,7 @@ pub(super) fn send_stop(control: &Mutex<std::fs::File>, reason: StopReason) {
 /// The egress gate's sender of [`RunEvent::Network`]s, taken away when the init is gone (the
 /// gate itself lives until `wait`): the event channel then closes with the run, as a caller
 /// reading it to the end before waiting expects. Later events are in the result's report.
-pub(super) type NetworkSender = Arc<Mutex<Option<Sender<RunEvent>>>>;
+pub(super) type NetworkSender = Arc<Mutex<Option<(Sender<RunEvent>, Arc<StartGate>)>>>;
 
 /// The egress gate's decisions as [`RunEvent::Network`]s on the handle's event channel, after
 /// the run's start (`Started` leads the events, as for output).
@@ -66,12 +66,22 @@ pub(super) fn network_events(
     events: Sender<RunEvent>,
     start: Arc<StartGate>,
 ) -> (EventSink, NetworkSender) {
-    let sender: NetworkSender = Arc::new(Mutex::new(Some(events)));
+    let (sink, sender) = network_slot();
+    *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some((events, start));
+    (sink, sender)
+}
+
+/// A sink for the gate's decisions whose channel (and the run's start gate) is set later: a
+/// warm sandbox's gate starts while the sandbox is prepared, before any run has a handle.
+/// Decisions made while the slot is empty are only in the result's report.
+pub(super) fn network_slot() -> (EventSink, NetworkSender) {
+    let sender: NetworkSender = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&sender);
     let sink: EventSink = Box::new(move |event| {
-        start.wait();
-        let guard = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(events) = guard.as_ref() {
+        // Not waiting with the slot locked: the event reader takes it at the run's end.
+        let target = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some((events, start)) = target {
+            start.wait();
             let _ = events.send(RunEvent::Network(event.clone()));
         }
     });
@@ -127,7 +137,13 @@ pub(super) fn serve_from_threads(
         StreamKind::Stderr,
         policy.limits.stderr.0,
     );
-    let events_reader = spawn_event_reader(pipes.events, event_tx, start, network);
+    let events_reader = spawn_event_reader(
+        pipes.events,
+        pipes.end_at_finished,
+        event_tx,
+        start,
+        network,
+    );
     RunHandle {
         ending,
         cancel: super::finish::stop_when_cancelled(command, &control),
@@ -144,6 +160,7 @@ pub(super) fn serve_from_threads(
 /// the output streams, as does the end of the events.
 fn spawn_event_reader(
     events: OwnedFd,
+    end_at_finished: bool,
     tx: Sender<RunEvent>,
     start: Arc<StartGate>,
     network: Option<NetworkSender>,
@@ -160,6 +177,9 @@ fn spawn_event_reader(
                     });
                 }
                 start.open();
+            }
+            if end_at_finished && log.has_finished() {
+                break;
             }
         }
         start.open();
@@ -241,7 +261,7 @@ mod tests {
                 || {},
             )
         });
-        let events = spawn_event_reader(events_read, tx, start, None);
+        let events = spawn_event_reader(events_read, false, tx, start, None);
         let mut out = std::fs::File::from(out_write);
         out.write_all(b"early output").unwrap();
         drop(out);
