@@ -12,6 +12,7 @@ import pytest
 
 from airlock import (
     AsyncSandbox,
+    ErrorKind,
     Event,
     Exit,
     Result,
@@ -76,20 +77,20 @@ def test_a_bad_profile_is_a_sandbox_error_with_airlock_s_message(tmp_path: Path)
 def test_sandbox_errors_carry_a_typed_kind() -> None:
     r = Sandbox(profile="/nonexistent/profile.toml").run(["true"])
     assert r.status == Status.SANDBOX_ERROR and r.error
-    if r.error_kind is None:
-        pytest.skip("this airlock prints no JSON (no error_kind) for a profile error: issue 15")
+    assert r.error_kind == ErrorKind.PROFILE_UNREADABLE, r
 
 
-def test_large_code_is_refused_with_the_reason_until_exec_takes_stdin() -> None:
-    r = Sandbox().run_code("x = 1\n" * 30000)
-    assert r.status == Status.SANDBOX_ERROR and r.error and "131071" in r.error
+def test_large_code_goes_on_stdin() -> None:
+    # Beyond one argument's 128 KiB: `airlock exec` reads the code on stdin.
+    code = "x = 1\n" * 40000 + "print(x + 41)\n"
+    r = Sandbox().run_code(code)
+    assert r.ok and r.stdout == "42\n", r
 
 
-def test_an_option_the_subcommand_lacks_goes_through_a_profile() -> None:
-    # `airlock exec` has no --backend flag today: the client writes a profile that extends the
-    # chosen one; the result shows the backend that ran.
-    r = Sandbox(backend="native").run_code("print(1)")
-    assert r.ok and r.backend == "native"
+def test_min_isolation_goes_through_a_profile_that_extends_the_chosen_one() -> None:
+    # min_isolation has no flag: the client writes a profile file extending the chosen one.
+    r = Sandbox(backend="native", min_isolation="kernel").run_code("print(1)")
+    assert r.ok and r.backend == "native", r
 
 
 def test_leaving_a_stream_early_stops_the_run() -> None:
@@ -127,6 +128,7 @@ def test_session_files_never_follow_what_the_program_planted(tmp_path: Path) -> 
         assert err.value.reason == "symlink"
         with pytest.raises(WorkspaceError):
             s.files.read("d/root/etc/passwd")
+        assert s.workdir is not None
         os.symlink(canary, s.workdir / "planted")
         s.files.write("planted", b"mine")
         assert canary.read_text() == "host secret"

@@ -9,7 +9,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import needs
 
 from airlock import (
     SandboxPolicy,
@@ -19,6 +18,7 @@ from airlock import (
     run_under_sandbox,
     tool,
 )
+from airlock.tools import _plan_call
 
 ISOLATED = [SandboxPolicy.SUBPROCESS, SandboxPolicy.SANDBOXED]
 LIMITS: dict[str, Any] = {"timeout": "2s", "memory": "256MiB", "pids": 32}
@@ -139,23 +139,22 @@ def test_async_calls_run_concurrently(tools: ModuleType) -> None:
     assert isinstance(bad, ToolError) and bad.kind == "raised"
 
 
-@needs(
-    "call",
-    "--profile",
-    "CONTAINER needs `airlock call --profile` (issue 15) to ask for min_isolation = container",
-)
 def test_container_policy_runs_in_a_container(tools: ModuleType) -> None:
     r = call(tools.conjugate, SandboxPolicy.CONTAINER, {"verb": "hablar", "tense": "present"})
     assert isinstance(r, ToolResult), r
 
 
-def test_container_policy_is_refused_not_weakened_without_call_profile(
-    tools: ModuleType,
-) -> None:
-    from conftest import cli_features
-
-    if cli_features().has("call", "--profile"):
-        pytest.skip("this airlock has `call --profile`: the CONTAINER call runs")
-    r = call(tools.conjugate, SandboxPolicy.CONTAINER, {"verb": "hablar", "tense": "present"})
-    assert isinstance(r, ToolError) and r.kind == "sandbox_error"
-    assert "min_isolation" in r.message
+def test_a_tool_takes_the_sandbox_options_of_a_run(tools: ModuleType) -> None:
+    # The same options as Sandbox(...): an allowlist (behind the egress gate), the environment.
+    probe = tool(policy=SandboxPolicy.SANDBOXED, allow_net=["api.example.com"], **LIMITS)(
+        tools.network_probe
+    )
+    plan = _plan_call(probe, "{}", SandboxPolicy.SANDBOXED)
+    assert not isinstance(plan, ToolError)
+    argv, prepared = plan
+    prepared.cleanup()
+    assert argv[argv.index("--allow-net") + 1] == "api.example.com"
+    r = probe.call()
+    assert isinstance(r, ToolResult), r
+    # The gate refuses what the allowlist does not name: the host's loopback, other names.
+    assert r.value["dns"] == "refused" and r.value["loopback"] != "connected", r.value

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from airlock._cli import AirlockError, AirlockNotFound, find_binary
 from airlock._workspace import Files, WorkspaceError
-from airlock.result import Event, Exit, Result, Status, Stderr, Stdout
+from airlock.result import ErrorKind, Event, Exit, Result, Status, Stderr, Stdout
 from airlock.sandbox import AsyncSandbox, AsyncSession, Sandbox, Session
 from airlock.tools import (
     SandboxPolicy,
@@ -38,6 +38,7 @@ __all__ = [
     "AirlockNotFound",
     "AsyncSandbox",
     "AsyncSession",
+    "ErrorKind",
     "Event",
     "Exit",
     "Files",

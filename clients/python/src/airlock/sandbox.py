@@ -1,13 +1,16 @@
 """``Sandbox`` and ``AsyncSandbox``: one call, an OS-enforced boundary, one :class:`Result`.
 
 In local mode each run is one ``airlock`` CLI process (the binary the wheel installed): the
-sandbox needs no daemon. Sessions keep a workspace directory between runs.
+sandbox needs no daemon. Sessions keep a workspace directory between runs. In daemon mode
+(``AIRLOCK_URL`` or ``url=``) the same calls go to airlockd's HTTP API (see ``_daemon``) and
+give the same Results.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import re
@@ -20,27 +23,27 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from airlock import _cli
+import httpx
+
+from airlock import _cli, _daemon
 from airlock._options import Duration, Options, Prepared, Size, options_from, prepare
-from airlock._workspace import Files
+from airlock._workspace import Files, RemoteFiles
 from airlock.result import Event, Exit, Result, Stderr, Stdout, cli_error_line, parse_result
 
-#: Code is one argument of ``airlock exec``: at most this many bytes (the kernel's limit).
-MAX_CODE_ARG_BYTES = 131071
 #: Bytes of streamed stderr kept to explain a failure.
 _STDERR_TAIL = 64 << 10
 
 
 @dataclass
 class _Plan:
-    """One CLI invocation: its argv, stdin, temporary files, or why it was refused."""
+    """One CLI invocation: its argv, stdin and temporary files."""
 
     argv: list[str]
     stdin: bytes | None
     prepared: Prepared
     result_file: str | None = None
-    refusal: str | None = None
     cleanup_paths: list[str] = field(default_factory=list)
 
     def cleanup(self) -> None:
@@ -59,7 +62,7 @@ class _SandboxBase:
 
     def __init__(
         self,
-        profile: str = "untrusted",
+        profile: str | None = None,
         *,
         memory: Size | None = None,
         wall: Duration | None = None,
@@ -81,6 +84,8 @@ class _SandboxBase:
         no_cgroup: bool = False,
         dev: bool = False,
         binary: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.options = options_from(
             profile,
@@ -105,6 +110,10 @@ class _SandboxBase:
             dev=dev,
         )
         self._binary = binary
+        #: The daemon this sandbox talks to (``url``, else ``$AIRLOCK_URL``); None: local mode.
+        self.daemon = _daemon.Daemon.configured(url, api_key)
+        #: Where runs are created in daemon mode (a session's sandbox runs in its workspace).
+        self._runs_path = "/v1/runs"
 
     @property
     def binary(self) -> str:
@@ -118,6 +127,27 @@ class _SandboxBase:
             return self.options
         return self.options.with_changes(env={**self.options.env, **env})
 
+    def _remote(
+        self, env: Mapping[str, str] | None, **what: Any
+    ) -> tuple[_daemon.Daemon, str, dict[str, object]] | Result:
+        """Daemon mode: (daemon, path, request body) of a run, or why it is refused."""
+        assert self.daemon is not None
+        options = self._options_for(env)
+        why = _daemon.unsupported(options, in_session=self._runs_path != "/v1/runs")
+        if why:
+            return Result.refused(why)
+        return self.daemon, self._runs_path, _daemon.run_request(options, **what)
+
+    def _remote_run(
+        self, argv: Sequence[str], stdin: bytes | str | None, env: Mapping[str, str] | None
+    ) -> tuple[_daemon.Daemon, str, dict[str, object]] | Result:
+        return self._remote(env, command=_checked(argv), stdin=_stdin_bytes(stdin))
+
+    def _remote_code(
+        self, code: str, language: str, args: Sequence[str], env: Mapping[str, str] | None
+    ) -> tuple[_daemon.Daemon, str, dict[str, object]] | Result:
+        return self._remote(env, code=code, language=language, args=args)
+
     def _plan_run(
         self,
         argv: Sequence[str],
@@ -125,13 +155,9 @@ class _SandboxBase:
         env: Mapping[str, str] | None,
         streaming: bool = False,
     ) -> _Plan:
-        if isinstance(argv, str):
-            raise TypeError("argv is a list: ['python3', '-c', 'print(1)'], not one string")
-        if not argv:
-            raise ValueError("argv is empty: give the program and its arguments")
-        feats = _cli.features(self.binary)
-        prepared = prepare("run", self._options_for(env), feats)
-        plan = _Plan([], _stdin_bytes(stdin), prepared, refusal=prepared.refusal)
+        argv = _checked(argv)
+        prepared = prepare(self._options_for(env))
+        plan = _Plan([], _stdin_bytes(stdin), prepared)
         if streaming:
             fd, plan.result_file = tempfile.mkstemp(prefix="airlock-result-", suffix=".json")
             os.close(fd)
@@ -145,16 +171,51 @@ class _SandboxBase:
     def _plan_code(
         self, code: str, language: str, args: Sequence[str], env: Mapping[str, str] | None
     ) -> _Plan:
-        prepared = prepare("exec", self._options_for(env), _cli.features(self.binary))
-        plan = _Plan([], None, prepared, refusal=prepared.refusal)
-        size = len(code.encode())
-        if size > MAX_CODE_ARG_BYTES or "\0" in code:
-            plan.refusal = plan.refusal or (
-                f"code is {size} bytes or has a NUL byte; `airlock exec` takes code as one "
-                f"argument of at most {MAX_CODE_ARG_BYTES} bytes (code on stdin: issue 15)"
-            )
-        plan.argv = [self.binary, "exec", "--json", *prepared.args, language, code, *args]
-        return plan
+        prepared = prepare(self._options_for(env))
+        # The code goes on stdin (`-`): any size, and never visible in the process list.
+        argv = [self.binary, "exec", "--json", *prepared.args, "--", language, "-", *args]
+        return _Plan(argv, code.encode(), prepared)
+
+
+def _checked(argv: Sequence[str]) -> Sequence[str]:
+    if isinstance(argv, str):
+        raise TypeError("argv is a list: ['python3', '-c', 'print(1)'], not one string")
+    if not argv:
+        raise ValueError("argv is empty: give the program and its arguments")
+    return argv
+
+
+def _remote_result(remote: tuple[_daemon.Daemon, str, dict[str, object]] | Result) -> Result:
+    if isinstance(remote, Result):
+        return remote
+    return _daemon.collect(_daemon.follow(*remote))
+
+
+def _remote_events(
+    remote: tuple[_daemon.Daemon, str, dict[str, object]] | Result,
+) -> Iterator[Event]:
+    if isinstance(remote, Result):
+        yield Exit(remote)
+        return
+    yield from _daemon.follow(*remote)
+
+
+async def _aremote_result(
+    remote: tuple[_daemon.Daemon, str, dict[str, object]] | Result,
+) -> Result:
+    if isinstance(remote, Result):
+        return remote
+    return await _daemon.acollect(_daemon.afollow(*remote))
+
+
+async def _aremote_events(
+    remote: tuple[_daemon.Daemon, str, dict[str, object]] | Result,
+) -> AsyncIterator[Event]:
+    if isinstance(remote, Result):
+        yield Exit(remote)
+        return
+    async for event in _daemon.afollow(*remote):
+        yield event
 
 
 def _finish_stream(plan: _Plan, stderr_tail: bytearray) -> Result:
@@ -193,6 +254,8 @@ class Sandbox(_SandboxBase):
         env: Mapping[str, str] | None = None,
     ) -> Result:
         """Runs ``argv`` to completion and returns its Result (output captured)."""
+        if self.daemon is not None:
+            return _remote_result(self._remote_run(argv, stdin, env))
         return _execute(self._plan_run(argv, stdin, env))
 
     def run_code(
@@ -204,6 +267,8 @@ class Sandbox(_SandboxBase):
         env: Mapping[str, str] | None = None,
     ) -> Result:
         """Runs source code with an interpreter of airlock's registry (python, bash, node...)."""
+        if self.daemon is not None:
+            return _remote_result(self._remote_code(code, language, args, env))
         return _execute(self._plan_code(code, language, args, env))
 
     def stream(
@@ -215,6 +280,9 @@ class Sandbox(_SandboxBase):
     ) -> Iterator[Event]:
         """Runs ``argv``, yielding ``Stdout``/``Stderr`` chunks as they come, then ``Exit``.
         Leaving the loop early stops the run."""
+        if self.daemon is not None:
+            yield from _remote_events(self._remote_run(argv, stdin, env))
+            return
         plan = self._plan_run(argv, stdin, env, streaming=True)
         try:
             yield from _stream(plan)
@@ -222,7 +290,7 @@ class Sandbox(_SandboxBase):
             plan.cleanup()
 
     @classmethod
-    def session(cls, profile: str = "untrusted", **options: Any) -> Session:
+    def session(cls, profile: str | None = None, **options: Any) -> Session:
         """A workspace that outlives one command: ``with Sandbox.session() as s: ...``."""
         return Session(cls(profile, **options))
 
@@ -233,8 +301,6 @@ class Sandbox(_SandboxBase):
 
 def _execute(plan: _Plan) -> Result:
     try:
-        if plan.refusal:
-            return Result.refused(plan.refusal)
         return parse_result(_cli.run_process(plan.argv, plan.stdin))
     finally:
         plan.cleanup()
@@ -248,9 +314,6 @@ def _feed(pipe: Any, data: bytes) -> None:
 
 
 def _stream(plan: _Plan) -> Iterator[Event]:
-    if plan.refusal:
-        yield Exit(Result.refused(plan.refusal))
-        return
     proc = subprocess.Popen(
         plan.argv,
         stdin=subprocess.PIPE if plan.stdin is not None else subprocess.DEVNULL,
@@ -293,6 +356,8 @@ class AsyncSandbox(_SandboxBase):
         stdin: bytes | str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> Result:
+        if self.daemon is not None:
+            return await _aremote_result(self._remote_run(argv, stdin, env))
         return await _aexecute(self._plan_run(argv, stdin, env))
 
     async def run_code(
@@ -303,6 +368,8 @@ class AsyncSandbox(_SandboxBase):
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> Result:
+        if self.daemon is not None:
+            return await _aremote_result(self._remote_code(code, language, args, env))
         return await _aexecute(self._plan_code(code, language, args, env))
 
     async def stream(
@@ -312,6 +379,10 @@ class AsyncSandbox(_SandboxBase):
         stdin: bytes | str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[Event]:
+        if self.daemon is not None:
+            async for event in _aremote_events(self._remote_run(argv, stdin, env)):
+                yield event
+            return
         plan = self._plan_run(argv, stdin, env, streaming=True)
         try:
             async for event in _astream(plan):
@@ -320,7 +391,7 @@ class AsyncSandbox(_SandboxBase):
             plan.cleanup()
 
     @classmethod
-    def session(cls, profile: str = "untrusted", **options: Any) -> AsyncSession:
+    def session(cls, profile: str | None = None, **options: Any) -> AsyncSession:
         return AsyncSession(cls(profile, **options))
 
     def new_session(self) -> AsyncSession:
@@ -329,8 +400,6 @@ class AsyncSandbox(_SandboxBase):
 
 async def _aexecute(plan: _Plan) -> Result:
     try:
-        if plan.refusal:
-            return Result.refused(plan.refusal)
         return parse_result(await _cli.arun_process(plan.argv, plan.stdin))
     finally:
         plan.cleanup()
@@ -345,9 +414,6 @@ async def _pump(
 
 
 async def _astream(plan: _Plan) -> AsyncIterator[Event]:
-    if plan.refusal:
-        yield Exit(Result.refused(plan.refusal))
-        return
     proc = await asyncio.create_subprocess_exec(
         *plan.argv,
         stdin=asyncio.subprocess.PIPE if plan.stdin is not None else asyncio.subprocess.DEVNULL,
@@ -407,20 +473,66 @@ def sandbox_owner(binary: str, profile: str) -> tuple[int, int] | None:
 
 
 class _SessionBase:
+    """A workspace: a local directory, or a session of the daemon (``id``)."""
+
     def __init__(self, sandbox: _SandboxBase) -> None:
-        owner = sandbox_owner(sandbox.binary, sandbox.options.profile_ref())
-        self.workdir = Path(tempfile.mkdtemp(prefix="airlock-session-"))
-        if owner is not None:
-            os.chown(self.workdir, *owner)
-        #: Read and write files of the workspace (``files.write``, ``files.read``, ``files.list``).
-        self.files = Files(self.workdir, owner)
         self._closed = False
+        #: The local workspace directory (local mode).
+        self.workdir: Path | None = None
+        #: The daemon's session id (daemon mode).
+        self.id: str | None = None
+        self._daemon = sandbox.daemon
+        #: Read and write files of the workspace (``files.write``, ``files.read``, ``files.list``).
+        self.files: Files | RemoteFiles
+        if sandbox.daemon is not None:
+            self.id = _open_remote_session(sandbox.daemon, sandbox.options)
+            self.files = RemoteFiles(sandbox.daemon, self.id)
+        else:
+            owner = sandbox_owner(sandbox.binary, sandbox.options.profile_ref())
+            self.workdir = Path(tempfile.mkdtemp(prefix="airlock-session-"))
+            if owner is not None:
+                os.chown(self.workdir, *owner)
+            self.files = Files(self.workdir, owner)
+
+    def _runs_in_workspace(self, sandbox: _SandboxBase) -> None:
+        """Points ``sandbox`` (a copy of the session's) at the workspace."""
+        if self.id is not None:
+            # The daemon's session holds the profile and policy; a run adds its environment.
+            sandbox.options = Options(env=sandbox.options.env)
+            sandbox._runs_path = f"/v1/sessions/{quote(self.id, safe='')}/runs"
+        else:
+            sandbox.options = sandbox.options.with_changes(workdir=str(self.workdir))
 
     def close(self) -> None:
         """Removes the workspace and everything in it (symlinks in it are not followed)."""
-        if not self._closed:
-            self._closed = True
+        if self._closed:
+            return
+        self._closed = True
+        if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+        elif self._daemon is not None and self.id is not None:
+            _close_remote_session(self._daemon, self.id)
+
+
+def _open_remote_session(daemon: _daemon.Daemon, options: Options) -> str:
+    why = _daemon.unsupported(options)
+    if why:
+        raise _daemon.DaemonError("unsupported", why)
+    try:
+        with daemon.client() as client:
+            response = client.post("/v1/sessions", json=_daemon.session_request(options))
+    except httpx.HTTPError as e:
+        raise _daemon.unreachable(daemon, e) from e
+    if response.status_code not in (200, 201):
+        raise _daemon.daemon_error(response)
+    return str(response.json()["id"])
+
+
+def _close_remote_session(daemon: _daemon.Daemon, session_id: str) -> None:
+    """Ends the daemon's session (its runs are cancelled, its workspace removed). A daemon
+    that cannot be reached ends it itself after its idle timeout."""
+    with contextlib.suppress(httpx.HTTPError), daemon.client() as client:
+        client.delete(f"/v1/sessions/{quote(session_id, safe='')}")
 
 
 class Session(_SessionBase):
@@ -428,8 +540,8 @@ class Session(_SessionBase):
 
     def __init__(self, sandbox: Sandbox) -> None:
         super().__init__(sandbox)
-        self.sandbox = Sandbox(binary=sandbox.binary)
-        self.sandbox.options = sandbox.options.with_changes(workdir=str(self.workdir))
+        self.sandbox = copy.copy(sandbox)
+        self._runs_in_workspace(self.sandbox)
 
     def run(self, argv: Sequence[str], **kwargs: Any) -> Result:
         return self.sandbox.run(argv, **kwargs)
@@ -448,12 +560,13 @@ class Session(_SessionBase):
 
 
 class AsyncSession(_SessionBase):
-    """:class:`Session` for asyncio (file operations stay synchronous: they are local)."""
+    """:class:`Session` for asyncio (file operations, and in daemon mode creating and closing
+    the session, stay synchronous: each is one short local operation or request)."""
 
     def __init__(self, sandbox: AsyncSandbox) -> None:
         super().__init__(sandbox)
-        self.sandbox = AsyncSandbox(binary=sandbox.binary)
-        self.sandbox.options = sandbox.options.with_changes(workdir=str(self.workdir))
+        self.sandbox = copy.copy(sandbox)
+        self._runs_in_workspace(self.sandbox)
 
     async def run(self, argv: Sequence[str], **kwargs: Any) -> Result:
         return await self.sandbox.run(argv, **kwargs)
