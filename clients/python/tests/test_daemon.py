@@ -12,8 +12,7 @@ import httpx
 import pytest
 from conftest import Airlockd
 
-from airlock import AirlockError, ErrorKind, Sandbox, Status, _daemon
-from airlock._daemon import DaemonError
+from airlock import AirlockError, DaemonError, ErrorKind, Sandbox, Status, _daemon
 from airlock._options import options_from
 
 OPENAPI = Path(
