@@ -69,7 +69,7 @@ def _new_key() -> tuple[str, str]:
 
 
 #: The tenant of the tests: the ceiling allows allowlists under example.com, not the host's
-#: network (a request for it is a typed `ceiling` refusal).
+#: network (a request for it is a typed `ceiling` refusal); its toolset is the fixture tools.
 _CONFIG = """\
 [server]
 socket = "{root}/run/airlockd.sock"
@@ -93,9 +93,13 @@ max_per_tenant = 8
 [sandbox]
 cgroup_parent = "{cgroup_parent}"
 
+[toolsets.tutor]
+path = "{tools}"
+
 [[tenants]]
 name = "pytest"
 keys = [{{ name = "pytest", hash = "{hash}" }}]
+toolsets = ["tutor"]
 [tenants.ceiling]
 network = "allowlist"
 allowlist = ["**.example.com"]
@@ -123,7 +127,7 @@ class Airlockd:
         return (self.root / "daemon.log").read_text(errors="replace")
 
 
-def _start_airlockd(binary: str) -> Airlockd:
+def _start_airlockd(binary: str, tools: Path) -> Airlockd:
     root = Path(tempfile.mkdtemp(prefix="airlockd-py-"))
     root.chmod(0o755)
     key, hashed = _new_key()
@@ -131,7 +135,11 @@ def _start_airlockd(binary: str) -> Airlockd:
     config = root / "airlockd.toml"
     config.write_text(
         _CONFIG.format(
-            root=root, airlock=_cli.find_binary("airlock"), hash=hashed, cgroup_parent=cgroup_parent
+            root=root,
+            airlock=_cli.find_binary("airlock"),
+            hash=hashed,
+            cgroup_parent=cgroup_parent,
+            tools=tools,
         )
     )
     with open(root / "daemon.log", "ab") as log:
@@ -183,14 +191,14 @@ def _stop_airlockd(daemon: Airlockd) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def airlockd() -> Iterator[Airlockd]:
+def airlockd(tools_dir: Path) -> Iterator[Airlockd]:
     binary = _airlockd_binary()
     if binary is None:
         pytest.skip(
             "no airlockd binary (set AIRLOCKD_BIN, or build it next to airlock: "
             "cargo build --release -p airlockd)"
         )
-    daemon = _start_airlockd(binary)
+    daemon = _start_airlockd(binary, tools_dir)
     yield daemon
     left = _stop_airlockd(daemon)
     assert not left, f"airlockd left behind: {left}"

@@ -306,6 +306,7 @@ class _Follower:
 
 
 _STREAM_TIMEOUT = httpx.Timeout(REQUEST_TIMEOUT, read=None)
+_NDJSON = {"format": "ndjson"}
 _CREATED = (200, 201, 202)
 
 
@@ -329,7 +330,7 @@ def follow(daemon: Daemon, path: str, body: Mapping[str, object]) -> Iterator[Ev
             with client.stream(
                 "GET",
                 _events_path(follower.run_id),
-                params={"format": "ndjson"},
+                params=_NDJSON,
                 timeout=_STREAM_TIMEOUT,
             ) as stream:
                 for line in stream.iter_lines():
@@ -359,7 +360,7 @@ async def afollow(daemon: Daemon, path: str, body: Mapping[str, object]) -> Asyn
             async with client.stream(
                 "GET",
                 _events_path(follower.run_id),
-                params={"format": "ndjson"},
+                params=_NDJSON,
                 timeout=_STREAM_TIMEOUT,
             ) as stream:
                 async for line in stream.aiter_lines():
@@ -405,3 +406,79 @@ async def acollect(events: AsyncIterator[Event]) -> Result:
             last = event.result
     assert last is not None
     return last
+
+
+# --- Tool calls (POST /v1/calls) ------------------------------------------------------------
+
+
+def _call_failure(kind: str, message: str, **details: object) -> dict[str, Any]:
+    return {"ok": False, "error": {"error": kind, "message": message, **details}}
+
+
+def _call_outcome(response: httpx.Response) -> dict[str, Any]:
+    """``{"ok": True, "value": ...}`` or ``{"ok": False, "error": {"error": kind, ...}}``."""
+    if response.status_code == 200:
+        return dict(response.json())
+    kind, message, fix = _error_detail(response)
+    text = f"{message} (fix: {fix})" if fix else message
+    return _call_failure("sandbox_error", text, error_kind=kind, http_status=response.status_code)
+
+
+def _call_of_record(run: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not run:
+        return _call_failure("sandbox_error", "the call's event stream ended before the call did")
+    if isinstance(run.get("result"), dict) and "ok" in run["result"]:
+        return dict(run["result"])
+    detail = run.get("error") or {}
+    return _call_failure(
+        "sandbox_error",
+        str(detail.get("message") or f"the call ended {run.get('status')}"),
+        error_kind=detail.get("kind"),
+    )
+
+
+def call(daemon: Daemon, body: Mapping[str, object]) -> dict[str, Any]:
+    """Calls a tool of a toolset; the outcome as the daemon's ``CallResponse`` says it (a
+    refusal or an unreachable daemon as a ``sandbox_error`` failure, never an exception)."""
+    try:
+        with daemon.client() as client:
+            response = client.post("/v1/calls", json=body, timeout=_STREAM_TIMEOUT)
+            if response.status_code != 202:
+                return _call_outcome(response)
+            # Still running after the daemon's longest wait: follow it to its end.
+            follower = _Follower(str(response.json()["id"]))
+            try:
+                with client.stream(
+                    "GET", _events_path(follower.run_id), params=_NDJSON, timeout=_STREAM_TIMEOUT
+                ) as stream:
+                    for line in stream.iter_lines():
+                        follower.feed(line)
+            finally:
+                if follower.ended is None:
+                    _cancel(client, follower.run_id)
+            return _call_of_record(follower.ended)
+    except httpx.HTTPError as e:
+        return _call_failure("sandbox_error", str(unreachable(daemon, e)))
+
+
+async def acall(daemon: Daemon, body: Mapping[str, object]) -> dict[str, Any]:
+    """:func:`call` for asyncio. A task cancelled while the daemon still holds the request
+    cannot name the run yet; one cancelled while following it cancels it."""
+    try:
+        async with daemon.async_client() as client:
+            response = await client.post("/v1/calls", json=body, timeout=_STREAM_TIMEOUT)
+            if response.status_code != 202:
+                return _call_outcome(response)
+            follower = _Follower(str(response.json()["id"]))
+            try:
+                async with client.stream(
+                    "GET", _events_path(follower.run_id), params=_NDJSON, timeout=_STREAM_TIMEOUT
+                ) as stream:
+                    async for line in stream.aiter_lines():
+                        follower.feed(line)
+            finally:
+                if follower.ended is None:
+                    await _acancel(client, follower.run_id)
+            return _call_of_record(follower.ended)
+    except httpx.HTTPError as e:
+        return _call_failure("sandbox_error", str(unreachable(daemon, e)))

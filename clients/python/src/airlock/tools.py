@@ -21,8 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
-from airlock import _cli
-from airlock._options import Duration, Options, Size, options_from, prepare
+from airlock import _cli, _daemon
+from airlock._options import (
+    Duration,
+    Options,
+    Size,
+    duration_arg,
+    options_from,
+    prepare,
+    size_arg,
+)
 
 T = TypeVar("T")
 
@@ -129,6 +137,11 @@ class Tool(Generic[T]):
     rw: Sequence[str] = ()
     backend: str | None = None
     min_isolation: str | None = None
+    #: Daemon mode: the operator's toolset that holds this tool's module (``POST /v1/calls``).
+    toolset: str | None = None
+    #: The daemon (default: ``$AIRLOCK_URL``; ``"local"``: the bundled CLI) and its key.
+    url: str | None = None
+    api_key: str | None = None
 
     def __post_init__(self) -> None:
         self.name = self.name or getattr(self.fn, "__name__", "tool")
@@ -190,6 +203,9 @@ def tool(
     rw: Sequence[str] = ...,
     backend: str | None = ...,
     min_isolation: str | None = ...,
+    toolset: str | None = ...,
+    url: str | None = ...,
+    api_key: str | None = ...,
 ) -> Callable[[Callable[..., T]], Tool[T]]: ...
 
 
@@ -212,6 +228,9 @@ def tool(
     rw: Sequence[str] = (),
     backend: str | None = None,
     min_isolation: str | None = None,
+    toolset: str | None = None,
+    url: str | None = None,
+    api_key: str | None = None,
 ) -> Tool[T] | Callable[[Callable[..., T]], Tool[T]]:
     """Registers a function as a tool: ``@tool(policy=SandboxPolicy.SANDBOXED, timeout="5s")``.
 
@@ -219,7 +238,8 @@ def tool(
     value or raises the ToolError. Either way the function runs under its policy, with the
     sandbox options a :class:`~airlock.Sandbox` run takes (``allow_net=["api.example.com"]``,
     ``env``, ``ro``/``rw``, ``backend``...). It must be a top-level function of an importable
-    module (sandboxed levels import it by name in a fresh interpreter).
+    module (sandboxed levels import it by name in a fresh interpreter). In daemon mode
+    (``AIRLOCK_URL`` or ``url=``) the daemon calls it from the operator's ``toolset``.
     """
 
     def register(f: Callable[..., T]) -> Tool[T]:
@@ -240,6 +260,9 @@ def tool(
             rw=tuple(rw),
             backend=backend,
             min_isolation=min_isolation,
+            toolset=toolset,
+            url=url,
+            api_key=api_key,
         )
 
     return register(fn) if fn is not None else register
@@ -271,6 +294,11 @@ def run_under_sandbox(
         return ToolError("bad_args", f"the arguments are not JSON: {e}")
     if level is SandboxPolicy.PERMISSIVE:
         return _in_process(t, args, started)
+    remote = _remote_call(t, args, level)
+    if remote is not None:
+        if isinstance(remote, ToolError):
+            return remote
+        return _remote_outcome(_daemon.call(*remote), level, started)
     plan = _plan_call(t, payload, level)
     if isinstance(plan, ToolError):
         return plan
@@ -297,6 +325,11 @@ async def arun_under_sandbox(
         payload = json.dumps(args if args is not None else {})
     except (TypeError, ValueError) as e:
         return ToolError("bad_args", f"the arguments are not JSON: {e}")
+    remote = _remote_call(t, args, level)
+    if remote is not None:
+        if isinstance(remote, ToolError):
+            return remote
+        return _remote_outcome(await _daemon.acall(*remote), level, started)
     plan = _plan_call(t, payload, level)
     if isinstance(plan, ToolError):
         return plan
@@ -391,6 +424,79 @@ def _plan_call(
     chosen = [] if "--profile" in prepared.args else ["--policy", level.value]
     argv = [binary, "call", *chosen, "--path", module_dir, "--python", python]
     return [*argv, *prepared.args, "--args", payload, target], prepared
+
+
+def _remote_call(
+    t: Tool[Any], args: Any, level: SandboxPolicy
+) -> tuple[_daemon.Daemon, dict[str, object]] | ToolError | None:
+    """Daemon mode: (daemon, ``CallRequest``) of a call, or why it cannot go there; None in
+    local mode."""
+    daemon = _daemon.Daemon.configured(t.url, t.api_key)
+    if daemon is None:
+        return None
+    why = _remote_unsupported(t, level)
+    if why:
+        return ToolError("sandbox_error", why, {"error_kind": "unsupported"})
+    location = _location(t.fn)
+    if isinstance(location, ToolError):
+        return location
+    limits: dict[str, object] = {}
+    for key, duration in (("wall_time", t.timeout), ("cpu_time", t.cpu)):
+        if duration is not None:
+            limits[key] = duration_arg(duration)
+    if t.memory is not None:
+        limits["memory"] = size_arg(t.memory)
+    if t.pids is not None:
+        limits["processes"] = t.pids
+    body: dict[str, object] = {
+        "toolset": t.toolset,
+        "target": location[1],
+        "args": args if args is not None else {},
+        "policy": "subprocess" if level is SandboxPolicy.SUBPROCESS else "sandboxed",
+        "limits": limits,
+    }
+    return daemon, body
+
+
+def _remote_unsupported(t: Tool[Any], level: SandboxPolicy) -> str | None:
+    """Why a call cannot go to the daemon as asked (refused, never run differently)."""
+    if t.toolset is None:
+        return (
+            "in daemon mode a tool runs from a toolset the daemon's operator configured: "
+            "tool(toolset='name'), or url='local' to call it through the local CLI"
+        )
+    if level is SandboxPolicy.CONTAINER:
+        return "the daemon's tool calls are SANDBOXED or SUBPROCESS (no min_isolation)"
+    asked = [
+        name
+        for name, value in (
+            ("allow_net", t.allow_net),
+            ("network", t.network),
+            ("env", t.env),
+            ("ro", t.ro),
+            ("rw", t.rw),
+            ("backend", t.backend),
+            ("min_isolation", t.min_isolation),
+            ("python", t.python),
+            ("allow_degraded", t.allow_degraded),
+            ("no_cgroup", t.no_cgroup),
+        )
+        if value
+    ]
+    if asked:
+        return (
+            f"{', '.join(asked)}: a daemon's tool call takes limits only (timeout, cpu, "
+            "memory, pids); the rest is its operator's toolset and tenant configuration"
+        )
+    return None
+
+
+def _remote_outcome(outcome: Mapping[str, Any], level: SandboxPolicy, started: float) -> Outcome:
+    if outcome.get("ok"):
+        return ToolResult(outcome.get("value"), level, _ms(started))
+    error = dict(outcome.get("error") or {})
+    kind = str(error.pop("error", "sandbox_error"))
+    return ToolError(kind, str(error.pop("message", "")), error)
 
 
 def _outcome(done: _cli.Completed, level: SandboxPolicy, started: float) -> Outcome:
