@@ -1,4 +1,5 @@
-"""Every example of issue 18's "What a Python user writes", in local mode."""
+"""Every example of issue 18's "What a Python user writes", in local mode and (``mode``)
+against a real airlockd."""
 
 from __future__ import annotations
 
@@ -6,11 +7,23 @@ import importlib
 import json
 from pathlib import Path
 
-from airlock import Exit, Sandbox, SandboxPolicy, Status, Stderr, Stdout, ToolResult
+import pytest
+from conftest import Mode
+
+from airlock import (
+    Exit,
+    Sandbox,
+    SandboxPolicy,
+    Status,
+    Stderr,
+    Stdout,
+    ToolResult,
+    WorkspaceError,
+)
 
 
-def test_run_returns_a_full_result() -> None:
-    sb = Sandbox(profile="untrusted", memory="256MiB", wall="30s")
+def test_run_returns_a_full_result(mode: Mode) -> None:
+    sb = Sandbox(profile="untrusted", memory="256MiB", wall="30s", **mode.kw)
     r = sb.run(["python3", "-c", "print(6*7)"])
     assert r.status == Status.EXITED and r.exit_code == 0 and r.ok
     assert r.stdout == "42\n" and r.stderr == ""
@@ -19,21 +32,22 @@ def test_run_returns_a_full_result() -> None:
     assert r.error is None and r.error_kind is None
 
 
-def test_run_code_runs_a_string_with_the_interpreter_registry() -> None:
-    r = Sandbox(memory="256MiB", wall="30s").run_code("print(6*7)", language="python")
+def test_run_code_runs_a_string_with_the_interpreter_registry(mode: Mode) -> None:
+    sb = Sandbox(memory="256MiB", wall="30s", **mode.kw)
+    r = sb.run_code("print(6*7)", language="python")
     assert r.ok and r.stdout == "42\n"
 
 
-def test_stream_yields_output_as_it_comes_then_the_result() -> None:
-    events = list(Sandbox().stream(["bash", "-c", "echo out; echo err >&2; echo more"]))
+def test_stream_yields_output_as_it_comes_then_the_result(mode: Mode) -> None:
+    events = list(Sandbox(**mode.kw).stream(["bash", "-c", "echo out; echo err >&2; echo more"]))
     out = b"".join(e.data for e in events if isinstance(e, Stdout))
     err = b"".join(e.data for e in events if isinstance(e, Stderr))
     assert out == b"out\nmore\n" and b"err\n" in err
     assert isinstance(events[-1], Exit) and events[-1].result.ok
 
 
-def test_a_session_keeps_its_workspace_between_runs() -> None:
-    with Sandbox.session(profile="untrusted") as s:
+def test_a_session_keeps_its_workspace_between_runs(mode: Mode) -> None:
+    with Sandbox.session(profile="untrusted", **mode.kw) as s:
         s.files.write("data.csv", b"city,temp\nOslo,3\nLima,19\n")
         s.files.write(
             "analyse.py",
@@ -46,8 +60,12 @@ def test_a_session_keeps_its_workspace_between_runs() -> None:
         assert r.ok, r
         out = s.files.read("report.json")
         assert json.loads(out) == {"rows": 2, "max": 19}
+        assert s.files.list() == ["analyse.py", "data.csv", "report.json"]
+        with pytest.raises(WorkspaceError) as err:
+            s.files.read("missing.txt")
+        assert err.value.reason == "not_found"
         workdir = s.workdir
-    assert workdir is not None and not workdir.exists()
+    assert workdir is None or not workdir.exists()
 
 
 def test_a_decorated_tool_is_called_under_its_policy(tools_dir: Path) -> None:
@@ -63,9 +81,3 @@ def test_a_decorated_subprocess_tool_uses_this_environment(tools_dir: Path) -> N
     result = module.conjugate_trusted.call(verb="hablar", tense="present")
     assert isinstance(result, ToolResult), result
     assert result.value["yo"] == "hablo"
-
-
-def test_allow_net_runs_in_allowlist_mode() -> None:
-    r = Sandbox(allow_net=["api.example.com"]).run(["python3", "-c", "print(1)"])
-    assert r.ok, r
-    assert r.network is not None and r.network.get("mode") == "allowlist"

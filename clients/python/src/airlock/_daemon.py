@@ -18,7 +18,7 @@ import base64
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
@@ -326,26 +326,31 @@ def follow(daemon: Daemon, path: str, body: Mapping[str, object]) -> Iterator[Ev
             yield Exit(refusal(created))
             return
         follower = _Follower(str(created.json()["id"]))
-        try:
-            with client.stream(
-                "GET",
-                _events_path(follower.run_id),
-                params=_NDJSON,
-                timeout=_STREAM_TIMEOUT,
-            ) as stream:
-                for line in stream.iter_lines():
-                    event = follower.feed(line)
-                    if event is not None:
-                        yield event
-        except httpx.HTTPError:
-            pass  # reported as a broken stream below (and the run cancelled)
-        finally:
-            if follower.ended is None:
-                _cancel(client, follower.run_id)
+        yield from _events(client, follower)
         yield follower.exit()
 
 
-async def afollow(daemon: Daemon, path: str, body: Mapping[str, object]) -> AsyncIterator[Event]:
+def _events(client: httpx.Client, follower: _Follower) -> Iterator[Event]:
+    """The run's output events. A stream that ends (or a caller that stops) before the run
+    did cancels it; a broken stream is reported by ``follower.exit()``."""
+    try:
+        with client.stream(
+            "GET", _events_path(follower.run_id), params=_NDJSON, timeout=_STREAM_TIMEOUT
+        ) as stream:
+            for line in stream.iter_lines():
+                event = follower.feed(line)
+                if event is not None:
+                    yield event
+    except httpx.HTTPError:
+        pass
+    finally:
+        if follower.ended is None:
+            _cancel(client, follower.run_id)
+
+
+async def afollow(
+    daemon: Daemon, path: str, body: Mapping[str, object]
+) -> AsyncGenerator[Event, None]:
     """:func:`follow` for asyncio; a cancelled task cancels the run."""
     async with daemon.async_client() as client:
         try:
@@ -356,23 +361,28 @@ async def afollow(daemon: Daemon, path: str, body: Mapping[str, object]) -> Asyn
             yield Exit(refusal(created))
             return
         follower = _Follower(str(created.json()["id"]))
-        try:
-            async with client.stream(
-                "GET",
-                _events_path(follower.run_id),
-                params=_NDJSON,
-                timeout=_STREAM_TIMEOUT,
-            ) as stream:
-                async for line in stream.aiter_lines():
-                    event = follower.feed(line)
-                    if event is not None:
-                        yield event
-        except httpx.HTTPError:
-            pass
-        finally:
-            if follower.ended is None:
-                await _acancel(client, follower.run_id)
+        # Closed at once when the caller stops early, so the run is cancelled then.
+        async with contextlib.aclosing(_aevents(client, follower)) as events:
+            async for event in events:
+                yield event
         yield follower.exit()
+
+
+async def _aevents(client: httpx.AsyncClient, follower: _Follower) -> AsyncGenerator[Event, None]:
+    """:func:`_events` for asyncio."""
+    try:
+        async with client.stream(
+            "GET", _events_path(follower.run_id), params=_NDJSON, timeout=_STREAM_TIMEOUT
+        ) as stream:
+            async for line in stream.aiter_lines():
+                event = follower.feed(line)
+                if event is not None:
+                    yield event
+    except httpx.HTTPError:
+        pass
+    finally:
+        if follower.ended is None:
+            await _acancel(client, follower.run_id)
 
 
 def _run_path(run_id: str) -> str:
@@ -447,15 +457,8 @@ def call(daemon: Daemon, body: Mapping[str, object]) -> dict[str, Any]:
                 return _call_outcome(response)
             # Still running after the daemon's longest wait: follow it to its end.
             follower = _Follower(str(response.json()["id"]))
-            try:
-                with client.stream(
-                    "GET", _events_path(follower.run_id), params=_NDJSON, timeout=_STREAM_TIMEOUT
-                ) as stream:
-                    for line in stream.iter_lines():
-                        follower.feed(line)
-            finally:
-                if follower.ended is None:
-                    _cancel(client, follower.run_id)
+            for _ in _events(client, follower):
+                pass
             return _call_of_record(follower.ended)
     except httpx.HTTPError as e:
         return _call_failure("sandbox_error", str(unreachable(daemon, e)))
@@ -470,15 +473,8 @@ async def acall(daemon: Daemon, body: Mapping[str, object]) -> dict[str, Any]:
             if response.status_code != 202:
                 return _call_outcome(response)
             follower = _Follower(str(response.json()["id"]))
-            try:
-                async with client.stream(
-                    "GET", _events_path(follower.run_id), params=_NDJSON, timeout=_STREAM_TIMEOUT
-                ) as stream:
-                    async for line in stream.aiter_lines():
-                        follower.feed(line)
-            finally:
-                if follower.ended is None:
-                    await _acancel(client, follower.run_id)
+            async for _ in _aevents(client, follower):
+                pass
             return _call_of_record(follower.ended)
     except httpx.HTTPError as e:
         return _call_failure("sandbox_error", str(unreachable(daemon, e)))

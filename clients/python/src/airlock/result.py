@@ -11,7 +11,21 @@ from typing import Any
 from airlock._cli import Completed
 
 
-class Status(str, Enum):
+class _OpenEnum(str, Enum):
+    """A string enum that keeps values a newer airlock adds (as members of their own)."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> _OpenEnum:
+        member = str.__new__(cls, str(value))
+        member._name_ = str(value).upper()
+        member._value_ = str(value)
+        return member
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Status(_OpenEnum):
     """How a run ended (the CLI's ``status``). Values a newer airlock adds are kept as is."""
 
     EXITED = "exited"
@@ -24,18 +38,8 @@ class Status(str, Enum):
     CANCELLED = "cancelled"
     SANDBOX_ERROR = "sandbox_error"
 
-    @classmethod
-    def _missing_(cls, value: object) -> Status:
-        member = str.__new__(cls, str(value))
-        member._name_ = str(value).upper()
-        member._value_ = str(value)
-        return member
 
-    def __str__(self) -> str:
-        return str(self.value)
-
-
-class ErrorKind(str, Enum):
+class ErrorKind(_OpenEnum):
     """Why a run did not start (``Result.error_kind``): airlock's typed error kinds, the
     daemon's refusals, and the client's own. Kinds a newer airlock adds are kept as is."""
 
@@ -75,16 +79,6 @@ class ErrorKind(str, Enum):
     # event stream that broke before the run ended (the run is cancelled).
     UNSUPPORTED = "unsupported"
     STREAM_BROKEN = "stream_broken"
-
-    @classmethod
-    def _missing_(cls, value: object) -> ErrorKind:
-        member = str.__new__(cls, str(value))
-        member._name_ = str(value).upper()
-        member._value_ = str(value)
-        return member
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 def error_kind(value: object) -> ErrorKind | None:

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,12 +210,13 @@ async def _aremote_result(
 
 async def _aremote_events(
     remote: tuple[_daemon.Daemon, str, dict[str, object]] | Result,
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     if isinstance(remote, Result):
         yield Exit(remote)
         return
-    async for event in _daemon.afollow(*remote):
-        yield event
+    async with contextlib.aclosing(_daemon.afollow(*remote)) as events:
+        async for event in events:
+            yield event
 
 
 def _finish_stream(plan: _Plan, stderr_tail: bytearray) -> Result:
@@ -378,10 +379,15 @@ class AsyncSandbox(_SandboxBase):
         *,
         stdin: bytes | str | None = None,
         env: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
+        """:meth:`Sandbox.stream` for asyncio. To leave early, close it: ``async with
+        contextlib.aclosing(sb.stream(...)) as events:`` (or ``await events.aclose()``), which
+        stops the run at once; an abandoned generator is only closed when collected."""
         if self.daemon is not None:
-            async for event in _aremote_events(self._remote_run(argv, stdin, env)):
-                yield event
+            remote = _aremote_events(self._remote_run(argv, stdin, env))
+            async with contextlib.aclosing(remote) as events:
+                async for event in events:
+                    yield event
             return
         plan = self._plan_run(argv, stdin, env, streaming=True)
         try:
@@ -574,7 +580,7 @@ class AsyncSession(_SessionBase):
     async def run_code(self, code: str, language: str = "python", **kwargs: Any) -> Result:
         return await self.sandbox.run_code(code, language, **kwargs)
 
-    def stream(self, argv: Sequence[str], **kwargs: Any) -> AsyncIterator[Event]:
+    def stream(self, argv: Sequence[str], **kwargs: Any) -> AsyncGenerator[Event, None]:
         return self.sandbox.stream(argv, **kwargs)
 
     async def __aenter__(self) -> AsyncSession:
