@@ -14,10 +14,12 @@ Everything the daemon refuses comes back as the same :class:`Result` a local ref
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import os
+import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -319,7 +321,7 @@ def follow(daemon: Daemon, path: str, body: Mapping[str, object]) -> Iterator[Ev
     iterator (or an exception in the caller) before the end cancels the run."""
     with daemon.client() as client:
         try:
-            created = client.post(path, json=body)
+            created = _create(client, path, body)
         except httpx.HTTPError as e:
             raise unreachable(daemon, e) from e
         if created.status_code not in _CREATED:
@@ -328,6 +330,20 @@ def follow(daemon: Daemon, path: str, body: Mapping[str, object]) -> Iterator[Ev
         follower = _Follower(str(created.json()["id"]))
         yield from _events(client, follower)
         yield follower.exit()
+
+
+def _create(client: httpx.Client, path: str, body: Mapping[str, object]) -> httpx.Response:
+    """Creates the run under an idempotency key: interrupted (Ctrl-C) while the daemon answers,
+    the same request again names the same run, which is then cancelled."""
+    headers = {"Idempotency-Key": secrets.token_hex(16)}
+    try:
+        return client.post(path, json=body, headers=headers)
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):
+            again = client.post(path, json=body, headers=headers)
+            if again.status_code in _CREATED:
+                _cancel(client, str(again.json()["id"]))
+        raise
 
 
 def _events(client: httpx.Client, follower: _Follower) -> Iterator[Event]:
@@ -354,7 +370,7 @@ async def afollow(
     """:func:`follow` for asyncio; a cancelled task cancels the run."""
     async with daemon.async_client() as client:
         try:
-            created = await client.post(path, json=body)
+            created = await _acreate(client, path, body)
         except httpx.HTTPError as e:
             raise unreachable(daemon, e) from e
         if created.status_code not in _CREATED:
@@ -366,6 +382,22 @@ async def afollow(
             async for event in events:
                 yield event
         yield follower.exit()
+
+
+async def _acreate(
+    client: httpx.AsyncClient, path: str, body: Mapping[str, object]
+) -> httpx.Response:
+    """Creates the run. A task cancelled while the daemon answers (the run may already be
+    running) still learns the run's id, and cancels the run before it stops."""
+    post = asyncio.ensure_future(client.post(path, json=body))
+    try:
+        return await asyncio.shield(post)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            created = await asyncio.wait_for(post, REQUEST_TIMEOUT)
+            if created.status_code in _CREATED:
+                await _acancel(client, str(created.json()["id"]))
+        raise
 
 
 async def _aevents(client: httpx.AsyncClient, follower: _Follower) -> AsyncGenerator[Event, None]:
