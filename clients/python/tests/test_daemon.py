@@ -64,6 +64,14 @@ def test_an_address_that_is_no_daemon_is_refused() -> None:
         Sandbox(url="ftp://example.com")
 
 
+def test_a_key_never_goes_over_plain_http_off_this_machine() -> None:
+    with pytest.raises(ValueError, match="clear text"):
+        Sandbox(url="http://airlock.example.com:8080", api_key="alk_x")
+    for url in ("http://127.0.0.1:8080", "http://[::1]:8080", "http://localhost:8080"):
+        assert Sandbox(url=url, api_key="alk_x").daemon is not None
+    assert Sandbox(url="https://airlock.example.com", api_key="alk_x").daemon is not None
+
+
 def test_a_broken_stream_cancels_the_run() -> None:
     # A daemon that accepts the run, then drops its event stream before `ended`.
     seen: list[tuple[str, str]] = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ipaddress
 import json
 import os
 import secrets
@@ -71,7 +72,13 @@ class Daemon:
                 f"daemon address {chosen!r}: give unix:///path/to/airlockd.sock, "
                 "http(s)://host:port, or 'local' for the bundled CLI"
             )
-        return cls(chosen, api_key if api_key is not None else os.environ.get(KEY_ENV))
+        key = api_key if api_key is not None else os.environ.get(KEY_ENV)
+        if key and chosen.startswith("http://") and not _is_loopback(chosen):
+            raise ValueError(
+                f"{chosen}: an API key would cross the network in clear text; use https:// "
+                "(a TLS listener of airlockd, or a TLS-terminating proxy) or a Unix socket"
+            )
+        return cls(chosen, key)
 
     def _settings(self) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -91,6 +98,16 @@ class Daemon:
     def async_client(self) -> httpx.AsyncClient:
         transport = httpx.AsyncHTTPTransport(uds=self._socket())
         return httpx.AsyncClient(transport=transport, **self._settings())
+
+
+def _is_loopback(url: str) -> bool:
+    host = httpx.URL(url).host
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 # --- Requests -----------------------------------------------------------------------------
