@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import hashlib
+import ipaddress
 import os
 import secrets
 import shutil
@@ -73,6 +75,9 @@ def _new_key() -> tuple[str, str]:
 _CONFIG = """\
 [server]
 socket = "{root}/run/airlockd.sock"
+listen = ["{tls_listen}"]
+tls_cert = "{root}/tls/cert.pem"
+tls_key = "{root}/tls/key.pem"
 max_wait = "60s"
 shutdown_grace = "3s"
 stream_keepalive = "1s"
@@ -111,13 +116,23 @@ wall_time = "10m"
 
 @dataclass
 class Airlockd:
-    """A started airlockd: its address and key."""
+    """A started airlockd: its Unix socket, its TLS listener on loopback, and the key."""
 
     root: Path
     socket: Path
     key: str
     proc: subprocess.Popen[bytes]
     cgroup_parent: str
+    tls_listen: str
+
+    @property
+    def https_url(self) -> str:
+        return f"https://{self.tls_listen}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The daemon's self-signed certificate, to trust (``SSL_CERT_FILE``)."""
+        return self.root / "tls" / "cert.pem"
 
     @property
     def url(self) -> str:
@@ -127,9 +142,53 @@ class Airlockd:
         return (self.root / "daemon.log").read_text(errors="replace")
 
 
+def _self_signed(directory: Path) -> None:
+    """A certificate for 127.0.0.1 (valid one day) and its key, for the TLS listener."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "airlockd test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    directory.mkdir(mode=0o700)
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _start_airlockd(binary: str, tools: Path) -> Airlockd:
     root = Path(tempfile.mkdtemp(prefix="airlockd-py-"))
     root.chmod(0o755)
+    _self_signed(root / "tls")
+    tls_listen = f"127.0.0.1:{_free_port()}"
     key, hashed = _new_key()
     cgroup_parent = root.name.replace(".", "-")
     config = root / "airlockd.toml"
@@ -140,6 +199,7 @@ def _start_airlockd(binary: str, tools: Path) -> Airlockd:
             hash=hashed,
             cgroup_parent=cgroup_parent,
             tools=tools,
+            tls_listen=tls_listen,
         )
     )
     with open(root / "daemon.log", "ab") as log:
@@ -150,7 +210,7 @@ def _start_airlockd(binary: str, tools: Path) -> Airlockd:
             stderr=log,
             env={**os.environ, "AIRLOCKD_LOG": "info"},
         )
-    daemon = Airlockd(root, root / "run" / "airlockd.sock", key, proc, cgroup_parent)
+    daemon = Airlockd(root, root / "run" / "airlockd.sock", key, proc, cgroup_parent, tls_listen)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,24 @@ def test_airlock_url_and_key_come_from_the_environment(
     r = sb.run(["echo", "hi"])
     assert r.ok and r.stdout == "hi\n" and r.run_id, r
     assert Sandbox(url="local").daemon is None
+
+
+def test_https_with_a_key(airlockd: Airlockd) -> None:
+    # A fresh interpreter: the trust store is loaded once per process, here from SSL_CERT_FILE.
+    code = (
+        "import sys; from airlock import Sandbox\n"
+        "r = Sandbox(url=sys.argv[1], api_key=sys.argv[2]).run(['echo', 'over tls'])\n"
+        "print(r.status, r.stdout.strip(), r.run_id is not None)\n"
+    )
+    env = {**os.environ, "SSL_CERT_FILE": str(airlockd.ca_file)}
+    env.pop("SSL_CERT_DIR", None)
+    argv = [sys.executable, "-c", code, airlockd.https_url, airlockd.key]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "exited over tls True\n", done.stderr
+    # Without trusting the daemon's certificate, nothing is sent.
+    env.pop("SSL_CERT_FILE")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "CERTIFICATE_VERIFY_FAILED" in done.stderr, done.stderr
 
 
 def test_an_unreachable_daemon_raises(tmp_path: Path) -> None:
