@@ -92,9 +92,7 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
     let native = matches!(spec.confinement, Confinement::Native(_));
     apply_rlimits(spec, has_cgroup, native, rlimits_by_tool)?;
     layers.push(Layer::Rlimits);
-    let keep_root =
-        matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::KeepRoot));
-    if let (Some(credentials), false) = (spec.credentials, keep_root) {
+    if let (Some(credentials), false) = (spec.credentials, wrap_keeps_root(spec)) {
         drop_root(credentials)?;
         layers.push(Layer::UidDrop);
     }
@@ -194,12 +192,29 @@ fn apply_rlimits(
         limits.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
     }
     if !has_cgroup && !native {
-        limits.push((Resource::RLIMIT_NPROC, l.processes, l.processes));
+        let processes = l.processes.saturating_add(tasks_already_running_as(spec));
+        limits.push((Resource::RLIMIT_NPROC, processes, processes));
     }
     for (resource, soft, hard) in limits {
         lower_rlimit(resource, soft, hard)?;
     }
     Ok(())
+}
+
+/// RLIMIT_NPROC set on the host counts every task of the program's uid there, other runs' and
+/// the caller's own included (a desktop user has hundreds). The run's cap is meant to be its
+/// own `processes`, so the tasks that uid already has are added as headroom: a fork bomb stays
+/// bounded, and a busy host no longer makes an unrelated run fail with EAGAIN.
+fn tasks_already_running_as(spec: &InitSpec) -> u64 {
+    let uid = match (spec.credentials, wrap_keeps_root(spec)) {
+        (Some(credentials), false) => credentials.uid,
+        _ => nix::unistd::getuid().as_raw(),
+    };
+    crate::linux::tree::tasks_of_real_uid(uid)
+}
+
+fn wrap_keeps_root(spec: &InitSpec) -> bool {
+    matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::KeepRoot))
 }
 
 /// Sets a limit, never above the current hard limit (raising needs CAP_SYS_RESOURCE).

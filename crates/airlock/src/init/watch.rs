@@ -33,6 +33,12 @@ pub(crate) enum StopCause {
 const CPU_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 /// How long members that are already exiting may take before they are killed like the rest.
 const EXIT_PATIENCE: Duration = Duration::from_millis(50);
+/// How long the init keeps killing after the program's end before it gives up on members
+/// that will not die (stuck in an uninterruptible wait). It returns as soon as the tree is
+/// empty; the bound only matters on a host so loaded that a fork bomb's kill rounds crawl
+/// (5 s once left 57 of a bomb's processes alive at load 80), and a late result is better
+/// than a survivor.
+const KILL_PATIENCE: Duration = Duration::from_secs(30);
 
 struct Watch<'a> {
     spec: &'a InitSpec,
@@ -311,7 +317,7 @@ impl<'a> Watch<'a> {
     /// SIGCHLD first: a freeze would stall on them and a signal would change nothing.
     fn kill_everything(&mut self) {
         let start = Instant::now();
-        let deadline = start + Duration::from_secs(5);
+        let deadline = start + KILL_PATIENCE;
         let mut patient = true;
         loop {
             let no_children = self.reap_all();

@@ -47,6 +47,35 @@ fn process_parents() -> HashMap<i32, i32> {
         .collect()
 }
 
+/// How many tasks (threads included: RLIMIT_NPROC counts each) run with real uid `uid` on the
+/// host now, from `/proc/<pid>/status`. Unreadable entries (gone meanwhile) count as none.
+pub fn tasks_of_real_uid(uid: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name();
+            name.to_str()?.parse::<u32>().ok()?;
+            let status =
+                std::fs::read_to_string(format!("/proc/{}/status", name.to_str()?)).ok()?;
+            tasks_if_real_uid(&status, uid)
+        })
+        .sum()
+}
+
+/// The `Threads:` count of a `/proc/<pid>/status` text whose real uid is `uid`.
+pub fn tasks_if_real_uid(status: &str, uid: u32) -> Option<u64> {
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().next())
+    };
+    let real_uid: u32 = field("Uid:")?.parse().ok()?;
+    (real_uid == uid).then(|| field("Threads:").and_then(|n| n.parse().ok()).unwrap_or(1))
+}
+
 /// All descendants of `root` (not `root` itself), from a parent map.
 pub fn descendants_in(parents: &HashMap<i32, i32>, root: i32) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
@@ -79,6 +108,14 @@ pub fn signal_descendants(root: Pid, signal: Signal) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tasks_are_counted_for_the_real_uid_only() {
+        let status = "Name:\tpython3\nUid:\t65534\t0\t0\t0\nThreads:\t4\n";
+        assert_eq!(tasks_if_real_uid(status, 65534), Some(4));
+        assert_eq!(tasks_if_real_uid(status, 0), None);
+        assert!(tasks_of_real_uid(nix::unistd::getuid().as_raw()) >= 1);
+    }
 
     #[test]
     fn parent_is_read_after_the_command_name() {
