@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import Mode
 
-from airlock import ErrorKind, Sandbox, Status
+from airlock import ErrorKind, Result, Sandbox, Status
 
 
 def test_run_code_and_stdin(mode: Mode) -> None:
@@ -24,6 +24,11 @@ def test_exact_bytes_come_back(mode: Mode) -> None:
     assert r.ok and r.stdout == "café \ufffd", r
 
 
+def _skip_without_gate(r: Result) -> None:
+    if r.error_kind == "network_allowlist_unavailable":
+        pytest.skip(f"this airlockd refuses allowlists with a typed error: {r.error}")
+
+
 def test_allow_net_runs_behind_the_egress_gate(mode: Mode) -> None:
     # A name beyond the allowlist is refused by the gate's resolver (no traffic leaves).
     code = (
@@ -32,10 +37,25 @@ def test_allow_net_runs_behind_the_egress_gate(mode: Mode) -> None:
         "except OSError:\n    print('refused')\n"
     )
     r = Sandbox(allow_net=["api.example.com"], wall="30s", **mode.kw).run(["python3", "-c", code])
-    if r.error_kind == "network_allowlist_unavailable":
-        pytest.skip(f"this airlockd refuses allowlists with a typed error: {r.error}")
+    _skip_without_gate(r)
     assert r.ok and r.stdout == "refused\n", r
     assert r.network is not None and r.network.get("mode") == "allowlist", r.network
+
+
+def test_deny_net_wins_over_allow_net(mode: Mode) -> None:
+    # Only the denied name is looked up: an allowed one would be resolved for real.
+    code = (
+        "import socket\n"
+        "try:\n    socket.getaddrinfo('other.example.com', 443)\n"
+        "except OSError:\n    print('refused')\n"
+    )
+    sb = Sandbox(allow_net=["**.example.com"], deny_net=["other.example.com"], **mode.kw)
+    r = sb.run(["python3", "-c", code])
+    _skip_without_gate(r)
+    assert r.ok and r.stdout == "refused\n", r
+    assert r.network is not None
+    names = {d["name"]: d["decision"] for d in r.network["decisions"] if d.get("name")}
+    assert names == {"other.example.com": "deny"}, r.network
 
 
 def test_an_unknown_interpreter_is_a_typed_refusal(mode: Mode) -> None:

@@ -149,9 +149,14 @@ def _limits(o: Options) -> dict[str, object]:
 
 
 def _network(o: Options) -> dict[str, object] | None:
+    network: dict[str, object] = {}
+    if o.network or o.allow_net:
+        network["mode"] = o.network or "allowlist"
     if o.allow_net:
-        return {"mode": o.network or "allowlist", "allow": list(o.allow_net)}
-    return {"mode": o.network} if o.network else None
+        network["allow"] = list(o.allow_net)
+    if o.deny_net:
+        network["deny"] = list(o.deny_net)
+    return network or None
 
 
 def policy_request(o: Options) -> dict[str, object]:

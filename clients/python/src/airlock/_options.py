@@ -54,6 +54,7 @@ class Options:
     cpu: Duration | None = None
     pids: int | None = None
     allow_net: tuple[str, ...] = ()
+    deny_net: tuple[str, ...] = ()
     network: str | None = None
     backend: str | None = None
     min_isolation: str | None = None
@@ -134,6 +135,8 @@ def prepare(options: Options, *, profile: str | None = None) -> Prepared:
         out.args += ["--env", f"{key}={value}"]
     for rule in options.allow_net:
         out.args += ["--allow-net", rule]
+    for rule in options.deny_net:
+        out.args += ["--deny-net", rule]
     for on, flag in (
         (options.allow_degraded, "--allow-degraded"),
         (options.no_cgroup, "--no-cgroup"),
@@ -171,6 +174,7 @@ def options_from(
     cpu: Duration | None = None,
     pids: int | None = None,
     allow_net: Sequence[str] = (),
+    deny_net: Sequence[str] = (),
     network: str | None = None,
     backend: str | None = None,
     min_isolation: str | None = None,
@@ -187,8 +191,8 @@ def options_from(
     dev: bool = False,
 ) -> Options:
     """Checks and normalises the keyword arguments shared by Sandbox and WorkerRuntime."""
-    if isinstance(allow_net, str):
-        raise TypeError("allow_net is a list of rules, e.g. ['api.example.com']")
+    if isinstance(allow_net, str) or isinstance(deny_net, str):
+        raise TypeError("allow_net and deny_net are lists of rules, e.g. ['api.example.com']")
     for duration in (wall, cpu):
         if duration is not None:
             duration_arg(duration)
@@ -203,6 +207,7 @@ def options_from(
         cpu=cpu,
         pids=pids,
         allow_net=tuple(allow_net),
+        deny_net=tuple(deny_net),
         network=network,
         backend=backend,
         min_isolation=min_isolation,

@@ -129,6 +129,7 @@ class Tool(Generic[T]):
     name: str = field(default="")
     #: Network rules the tool may reach through the egress gate (``api.example.com``).
     allow_net: Sequence[str] = ()
+    deny_net: Sequence[str] = ()
     #: The network mode (``none``, ``allowlist``, ``host``); default: the level's profile's.
     network: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -156,6 +157,7 @@ class Tool(Generic[T]):
             cpu=self.cpu,
             pids=self.pids,
             allow_net=self.allow_net,
+            deny_net=self.deny_net,
             network=self.network,
             backend=self.backend,
             min_isolation=self.min_isolation,
@@ -197,6 +199,7 @@ def tool(
     allow_degraded: bool = ...,
     no_cgroup: bool = ...,
     allow_net: Sequence[str] = ...,
+    deny_net: Sequence[str] = ...,
     network: str | None = ...,
     env: Mapping[str, str] | None = ...,
     ro: Sequence[str] = ...,
@@ -222,6 +225,7 @@ def tool(
     allow_degraded: bool = False,
     no_cgroup: bool = False,
     allow_net: Sequence[str] = (),
+    deny_net: Sequence[str] = (),
     network: str | None = None,
     env: Mapping[str, str] | None = None,
     ro: Sequence[str] = (),
@@ -254,6 +258,7 @@ def tool(
             allow_degraded=allow_degraded,
             no_cgroup=no_cgroup,
             allow_net=tuple(allow_net),
+            deny_net=tuple(deny_net),
             network=network,
             env=dict(env or {}),
             ro=tuple(ro),
@@ -471,6 +476,7 @@ def _remote_unsupported(t: Tool[Any], level: SandboxPolicy) -> str | None:
         name
         for name, value in (
             ("allow_net", t.allow_net),
+            ("deny_net", t.deny_net),
             ("network", t.network),
             ("env", t.env),
             ("ro", t.ro),
