@@ -44,6 +44,7 @@ def test_stream_yields_output_as_it_comes_then_the_result(mode: Mode) -> None:
     err = b"".join(e.data for e in events if isinstance(e, Stderr))
     assert out == b"out\nmore\n" and b"err\n" in err
     assert isinstance(events[-1], Exit) and events[-1].result.ok
+    assert events[-1].result.stdout == "" and events[-1].result.stderr == ""
 
 
 def test_a_session_keeps_its_workspace_between_runs(mode: Mode) -> None:

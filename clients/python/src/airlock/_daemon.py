@@ -32,7 +32,7 @@ import httpx
 
 from airlock._cli import AirlockError
 from airlock._options import Options, duration_arg, size_arg
-from airlock.result import ErrorKind, Event, Exit, Result, Status, Stderr, Stdout, error_kind
+from airlock.result import ErrorKind, Event, Exit, Result, Status, Stderr, Stdout
 
 URL_ENV = "AIRLOCK_URL"
 KEY_ENV = "AIRLOCK_API_KEY"
@@ -288,11 +288,7 @@ def result_of(run: Mapping[str, Any], stdout: bytes | None, stderr: bytes | None
     for name, data in (("stdout", stdout), ("stderr", stderr)):
         if data is not None:
             raw[name] = data.decode("utf-8", "replace")
-    return replace(Result.from_json(raw), run_id=run.get("id"), error_kind=_kind(raw))
-
-
-def _kind(raw: Mapping[str, Any]) -> ErrorKind | None:
-    return error_kind(raw.get("error_kind"))
+    return replace(Result.from_json(raw), run_id=run.get("id"))
 
 
 def broken_stream(run_id: str) -> Result:

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -199,7 +199,8 @@ def _remote_events(
     if isinstance(remote, Result):
         yield Exit(remote)
         return
-    yield from _daemon.follow(*remote)
+    for event in _daemon.follow(*remote):
+        yield _without_output(event)
 
 
 async def _aremote_result(
@@ -218,7 +219,14 @@ async def _aremote_events(
         return
     async with contextlib.aclosing(_daemon.afollow(*remote)) as events:
         async for event in events:
-            yield event
+            yield _without_output(event)
+
+
+def _without_output(event: Event) -> Event:
+    """A stream's Exit carries no output (it came as events), as in local mode."""
+    if isinstance(event, Exit):
+        return Exit(replace(event.result, stdout="", stderr=""))
+    return event
 
 
 def _finish_stream(plan: _Plan, stderr_tail: bytearray) -> Result:
