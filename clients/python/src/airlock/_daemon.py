@@ -481,6 +481,52 @@ async def acollect(events: AsyncIterator[Event]) -> Result:
     return last
 
 
+#: A run ready to send (daemon, path, body), or the Result of its refusal.
+Request = tuple[Daemon, str, dict[str, object]] | Result
+
+
+def result_of_request(remote: Request) -> Result:
+    if isinstance(remote, Result):
+        return remote
+    return collect(follow(*remote))
+
+
+def events_of_request(
+    remote: Request,
+) -> Iterator[Event]:
+    if isinstance(remote, Result):
+        yield Exit(remote)
+        return
+    for event in follow(*remote):
+        yield _without_output(event)
+
+
+async def aresult_of_request(
+    remote: Request,
+) -> Result:
+    if isinstance(remote, Result):
+        return remote
+    return await acollect(afollow(*remote))
+
+
+async def aevents_of_request(
+    remote: Request,
+) -> AsyncGenerator[Event, None]:
+    if isinstance(remote, Result):
+        yield Exit(remote)
+        return
+    async with contextlib.aclosing(afollow(*remote)) as events:
+        async for event in events:
+            yield _without_output(event)
+
+
+def _without_output(event: Event) -> Event:
+    """A stream's Exit carries no output (it came as events), as in local mode."""
+    if isinstance(event, Exit):
+        return Exit(replace(event.result, stdout="", stderr=""))
+    return event
+
+
 # --- Tool calls (POST /v1/calls) ------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -129,9 +129,7 @@ class _SandboxBase:
             return self.options
         return self.options.with_changes(env={**self.options.env, **env})
 
-    def _remote(
-        self, env: Mapping[str, str] | None, **what: Any
-    ) -> tuple[_daemon.Daemon, str, dict[str, object]] | Result:
+    def _remote(self, env: Mapping[str, str] | None, **what: Any) -> _daemon.Request:
         """Daemon mode: (daemon, path, request body) of a run, or why it is refused."""
         assert self.daemon is not None
         options = self._options_for(env)
@@ -142,12 +140,12 @@ class _SandboxBase:
 
     def _remote_run(
         self, argv: Sequence[str], stdin: bytes | str | None, env: Mapping[str, str] | None
-    ) -> tuple[_daemon.Daemon, str, dict[str, object]] | Result:
+    ) -> _daemon.Request:
         return self._remote(env, command=_checked(argv), stdin=_stdin_bytes(stdin))
 
     def _remote_code(
         self, code: str, language: str, args: Sequence[str], env: Mapping[str, str] | None
-    ) -> tuple[_daemon.Daemon, str, dict[str, object]] | Result:
+    ) -> _daemon.Request:
         return self._remote(env, code=code, language=language, args=args)
 
     def _plan_run(
@@ -187,48 +185,6 @@ def _checked(argv: Sequence[str]) -> Sequence[str]:
     return argv
 
 
-def _remote_result(remote: tuple[_daemon.Daemon, str, dict[str, object]] | Result) -> Result:
-    if isinstance(remote, Result):
-        return remote
-    return _daemon.collect(_daemon.follow(*remote))
-
-
-def _remote_events(
-    remote: tuple[_daemon.Daemon, str, dict[str, object]] | Result,
-) -> Iterator[Event]:
-    if isinstance(remote, Result):
-        yield Exit(remote)
-        return
-    for event in _daemon.follow(*remote):
-        yield _without_output(event)
-
-
-async def _aremote_result(
-    remote: tuple[_daemon.Daemon, str, dict[str, object]] | Result,
-) -> Result:
-    if isinstance(remote, Result):
-        return remote
-    return await _daemon.acollect(_daemon.afollow(*remote))
-
-
-async def _aremote_events(
-    remote: tuple[_daemon.Daemon, str, dict[str, object]] | Result,
-) -> AsyncGenerator[Event, None]:
-    if isinstance(remote, Result):
-        yield Exit(remote)
-        return
-    async with contextlib.aclosing(_daemon.afollow(*remote)) as events:
-        async for event in events:
-            yield _without_output(event)
-
-
-def _without_output(event: Event) -> Event:
-    """A stream's Exit carries no output (it came as events), as in local mode."""
-    if isinstance(event, Exit):
-        return Exit(replace(event.result, stdout="", stderr=""))
-    return event
-
-
 def _finish_stream(plan: _Plan, stderr_tail: bytearray) -> Result:
     """The result of a streamed run, from the file airlock wrote, or airlock's message."""
     assert plan.result_file is not None
@@ -266,7 +222,7 @@ class Sandbox(_SandboxBase):
     ) -> Result:
         """Runs ``argv`` to completion and returns its Result (output captured)."""
         if self.daemon is not None:
-            return _remote_result(self._remote_run(argv, stdin, env))
+            return _daemon.result_of_request(self._remote_run(argv, stdin, env))
         return _execute(self._plan_run(argv, stdin, env))
 
     def run_code(
@@ -279,7 +235,7 @@ class Sandbox(_SandboxBase):
     ) -> Result:
         """Runs source code with an interpreter of airlock's registry (python, bash, node...)."""
         if self.daemon is not None:
-            return _remote_result(self._remote_code(code, language, args, env))
+            return _daemon.result_of_request(self._remote_code(code, language, args, env))
         return _execute(self._plan_code(code, language, args, env))
 
     def stream(
@@ -292,7 +248,7 @@ class Sandbox(_SandboxBase):
         """Runs ``argv``, yielding ``Stdout``/``Stderr`` chunks as they come, then ``Exit``.
         Leaving the loop early stops the run."""
         if self.daemon is not None:
-            yield from _remote_events(self._remote_run(argv, stdin, env))
+            yield from _daemon.events_of_request(self._remote_run(argv, stdin, env))
             return
         plan = self._plan_run(argv, stdin, env, streaming=True)
         try:
@@ -368,7 +324,7 @@ class AsyncSandbox(_SandboxBase):
         env: Mapping[str, str] | None = None,
     ) -> Result:
         if self.daemon is not None:
-            return await _aremote_result(self._remote_run(argv, stdin, env))
+            return await _daemon.aresult_of_request(self._remote_run(argv, stdin, env))
         return await _aexecute(self._plan_run(argv, stdin, env))
 
     async def run_code(
@@ -380,7 +336,7 @@ class AsyncSandbox(_SandboxBase):
         env: Mapping[str, str] | None = None,
     ) -> Result:
         if self.daemon is not None:
-            return await _aremote_result(self._remote_code(code, language, args, env))
+            return await _daemon.aresult_of_request(self._remote_code(code, language, args, env))
         return await _aexecute(self._plan_code(code, language, args, env))
 
     async def stream(
@@ -394,7 +350,7 @@ class AsyncSandbox(_SandboxBase):
         contextlib.aclosing(sb.stream(...)) as events:`` (or ``await events.aclose()``), which
         stops the run at once; an abandoned generator is only closed when collected."""
         if self.daemon is not None:
-            remote = _aremote_events(self._remote_run(argv, stdin, env))
+            remote = _daemon.aevents_of_request(self._remote_run(argv, stdin, env))
             async with contextlib.aclosing(remote) as events:
                 async for event in events:
                     yield event
