@@ -131,6 +131,8 @@ def _validator(schema_name: str) -> Any:
         {"allow_net": ["api.example.com"], "backend": "native", "min_isolation": "kernel"},
         {"network": "none", "stdout_cap": 1 << 20, "disk": "64MiB", "files": 100},
         {"allow_degraded": True, "file_size": "1MiB", "stderr_cap": "64KiB"},
+        {"allow_net": ["**.example.com"], "deny_net": ["other.example.com"]},
+        {"deny_net": ["203.0.113.0/24"]},
     ],
 )
 def test_run_and_session_requests_match_the_daemon_s_schema(options: dict[str, Any]) -> None:
