@@ -9,10 +9,12 @@ mod egress;
 mod report;
 mod stats;
 mod tools;
+mod warm;
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -60,6 +62,7 @@ struct Pair {
 struct Launch {
     argv: Vec<String>,
     descriptors: Vec<(i32, PathBuf)>,
+    warm: Option<Arc<airlock::warm::WarmPool>>,
 }
 
 impl Pair {
@@ -71,6 +74,7 @@ impl Pair {
         Launch {
             argv: self.argv(),
             descriptors: self.tool.descriptors.clone(),
+            warm: self.tool.warm.clone(),
         }
     }
 
@@ -157,6 +161,12 @@ fn default_airlock() -> PathBuf {
 
 fn make_pairs(args: &Args, airlock: &std::path::Path, notes: &mut Vec<String>) -> Vec<Pair> {
     let mut tools = tools::all_tools(airlock, args.baseline.as_deref(), notes);
+    let wanted = |name: &str| args.tools.is_empty() || args.tools.iter().any(|t| t == name);
+    // Before any pool opens its pipes, which could otherwise take these numbers.
+    reserve_descriptor_numbers(&tools);
+    if wanted(warm::WARM) {
+        tools.extend(warm::tools(airlock, notes));
+    }
     if !args.tools.is_empty() {
         tools.retain(|tool| args.tools.contains(&tool.name));
     }
@@ -186,8 +196,11 @@ fn make_pairs(args: &Args, airlock: &std::path::Path, notes: &mut Vec<String>) -
 /// shared: e.g. a per-user process limit hit by someone else's jobs) is recorded, not timed.
 fn measure(pairs: &mut [Pair], warmup: usize, runs: usize) {
     let launches: Vec<Launch> = pairs.iter().map(Pair::launch).collect();
+    let pools: Vec<&airlock::warm::WarmPool> =
+        launches.iter().filter_map(|l| l.warm.as_deref()).collect();
     for _ in 0..warmup {
         for launch in &launches {
+            warm::settle(&pools);
             let _ = time_once(launch);
         }
     }
@@ -195,6 +208,7 @@ fn measure(pairs: &mut [Pair], warmup: usize, runs: usize) {
     for round in 0..runs {
         for step in 0..n {
             let index = (round + step) % n;
+            warm::settle(&pools);
             match time_once(&launches[index]) {
                 Ok((elapsed, cpu)) => {
                     pairs[index].samples.push(elapsed);
@@ -212,6 +226,9 @@ fn measure(pairs: &mut [Pair], warmup: usize, runs: usize) {
 /// configuration cannot pass for a fast one.
 fn time_once(launch: &Launch) -> Result<(Duration, Duration), String> {
     let argv = &launch.argv;
+    if let Some(pool) = &launch.warm {
+        return warm::time_once(pool, argv);
+    }
     let (program, rest) = argv.split_first().ok_or("empty argv")?;
     let mut command = Command::new(program);
     command
@@ -226,7 +243,7 @@ fn time_once(launch: &Launch) -> Result<(Duration, Duration), String> {
     let elapsed = start.elapsed();
     let cpu = children_cpu().saturating_sub(cpu_before);
     for fd in placed {
-        let _ = nix::unistd::close(fd);
+        park_at(fd);
     }
     let output = output.map_err(|e| format!("cannot start {program}: {e}"))?;
     if !output.status.success() {
@@ -263,8 +280,27 @@ fn keep_inherited_descriptors_from_children() {
     }
 }
 
-/// Opens each file at its descriptor number in this (single-threaded) process, inheritable,
-/// so the next child starts with it there and reads it from the start; the caller closes them.
+/// Holds every number a tool's descriptor is placed at with /dev/null (close-on-exec), so
+/// that nothing of this process's own (a warm pool's pipes) is ever opened there and then
+/// replaced by a placement.
+fn reserve_descriptor_numbers(tools: &[tools::Tool]) {
+    for tool in tools {
+        for (target, _) in &tool.descriptors {
+            park_at(*target);
+        }
+    }
+}
+
+/// Puts /dev/null (close-on-exec) at `fd`, replacing what was placed there for a run.
+fn park_at(fd: i32) {
+    if let Ok(null) = std::fs::File::open("/dev/null") {
+        let _ = nix::unistd::dup3(null.as_raw_fd(), fd, nix::fcntl::OFlag::O_CLOEXEC);
+    }
+}
+
+/// Opens each file at its descriptor number (reserved by [`reserve_descriptor_numbers`]),
+/// inheritable, so the next child starts with it there and reads it from the start; the
+/// caller parks the numbers again.
 fn place_descriptors(descriptors: &[(i32, PathBuf)]) -> Result<Vec<i32>, String> {
     descriptors
         .iter()

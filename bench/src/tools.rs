@@ -18,16 +18,19 @@ pub struct Tool {
     pub descriptors: Vec<(i32, PathBuf)>,
     /// The run directory of each workload's planned run, for tools that set it up.
     pub run_dirs: Vec<(&'static str, PathBuf)>,
+    /// A warm configuration: runs go to this pool's prepared sandboxes, in this process.
+    pub warm: Option<std::sync::Arc<airlock::warm::WarmPool>>,
 }
 
 impl Tool {
-    fn prefixed(name: &str, prefix: Vec<String>) -> Tool {
+    pub fn prefixed(name: &str, prefix: Vec<String>) -> Tool {
         Tool {
             name: name.to_string(),
             prefix,
             per_workload: Vec::new(),
             descriptors: Vec::new(),
             run_dirs: Vec::new(),
+            warm: None,
         }
     }
 
@@ -47,6 +50,8 @@ pub struct Workload {
     pub argv: Vec<String>,
 }
 
+/// A Python snippet whose modules a warm interpreter imports ahead.
+pub const SNIPPET: &str = "python3 -c 'import json, re'";
 /// The reference for "bare exec" ratios.
 pub const BARE: &str = "bare";
 /// The reference for "vs bubblewrap" ratios.
@@ -461,6 +466,10 @@ pub fn all_workloads() -> Vec<Workload> {
         Workload {
             name: "python3 -c pass",
             argv: strings(&["/usr/bin/python3", "-c", "pass"]),
+        },
+        Workload {
+            name: SNIPPET,
+            argv: strings(&["/usr/bin/python3", "-c", "import json, re"]),
         },
     ]
 }

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use airlock::interp::InterpreterRegistry;
+use airlock::warm::WarmPool;
 use airlock::{Input, Sandbox};
 
 use crate::outcome::{run_reported, OutputFlags};
@@ -33,6 +34,13 @@ pub struct ExecArgs {
     /// registry's allowed_programs.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub allow: Option<Vec<String>>,
+    /// Run on a sandbox prepared ahead, with Python started in it (see `run --warm`; stdin
+    /// is read to its end first).
+    #[arg(long)]
+    pub warm: bool,
+    /// With --warm and Python: modules the started interpreter imports first.
+    #[arg(long, value_name = "MODULES", value_delimiter = ',', requires = "warm")]
+    pub preload: Vec<String>,
     /// The interpreter, e.g. python, node, bash.
     pub interpreter: String,
     /// The code to run; `-` or nothing reads it from stdin (any size: code too large for one
@@ -44,12 +52,14 @@ pub struct ExecArgs {
 }
 
 pub fn exec(args: ExecArgs) -> Result<u8> {
+    // A warm run's pool outlives the run (its sandbox is reaped when the pool is dropped).
+    let mut pool = None;
     Ok(run_reported(&args.output, &args.sandbox.network, || {
-        build_command(&args)
+        build_command(&args, &mut pool)
     }))
 }
 
-fn build_command(args: &ExecArgs) -> Result<airlock::Command> {
+fn build_command(args: &ExecArgs, pool: &mut Option<WarmPool>) -> Result<airlock::Command> {
     let code = code(args)?;
     let invocation = registry(args)?.invocation(&args.interpreter, &code, &args.args)?;
     invocation.check_installed()?;
@@ -58,13 +68,24 @@ fn build_command(args: &ExecArgs) -> Result<airlock::Command> {
         .argv
         .split_first()
         .context("interpreter argv is empty")?;
-    let mut command = sandbox
-        .command(program.clone())
-        .args(rest.iter().cloned())
-        .cancel_on_signals(true);
-    command = match invocation.stdin {
-        Some(code) => command.stdin(code),
-        None => command.stdin_from(Input::Inherit),
+    let pool = match args.warm {
+        true => Some(&*pool.insert(crate::warm_cmd::pool_for_code(
+            &sandbox,
+            &invocation.argv,
+            &args.preload,
+        )?)),
+        false => None,
+    };
+    let mut command = match pool {
+        Some(pool) => pool.command(program.clone()),
+        None => sandbox.command(program.clone()),
+    }
+    .args(rest.iter().cloned())
+    .cancel_on_signals(true);
+    command = match (invocation.stdin, pool) {
+        (Some(code), _) => command.stdin(code),
+        (None, Some(_)) => command.stdin(crate::warm_cmd::read_stdin()?),
+        (None, None) => command.stdin_from(Input::Inherit),
     };
     for (key, value) in &args.sandbox.env {
         command = command.env(key.clone(), value.clone());

@@ -3,6 +3,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 
+use airlock::warm::WarmPool;
 use airlock::{Input, Sandbox};
 
 use crate::outcome::{run_reported, OutputFlags, Reporter};
@@ -25,6 +26,10 @@ pub struct RunArgs {
     /// nothing: no run directory, cgroup or process is created.
     #[arg(long)]
     pub dry_run: bool,
+    /// Run on a sandbox prepared ahead (the warm path a daemon uses; stdin is read to its end
+    /// first). One CLI call gains no time from it: it prepares the sandbox, then runs.
+    #[arg(long, conflicts_with_all = ["tty", "keep", "dry_run"])]
+    pub warm: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -34,25 +39,34 @@ pub fn run(args: RunArgs) -> Result<u8> {
     if args.dry_run {
         return Ok(dry_run(&args));
     }
+    // A warm run's pool outlives the run (its sandbox is reaped when the pool is dropped).
+    let mut pool = None;
     Ok(run_reported(&args.output, &args.sandbox.network, || {
-        build_command(&args)
+        build_command(&args, &mut pool)
     }))
 }
 
-fn build_command(args: &RunArgs) -> Result<airlock::Command> {
+fn build_command(args: &RunArgs, pool: &mut Option<WarmPool>) -> Result<airlock::Command> {
     let policy = args.sandbox.policy("untrusted")?;
     let sandbox = Sandbox::with_options(policy, args.sandbox.options())?;
     let (program, rest) = args
         .command
         .split_first()
         .context("no program given after --")?;
-    let mut command = sandbox
-        .command(program.clone())
-        .args(rest.iter().cloned())
-        .stdin_from(Input::Inherit)
-        .keep_workdir(args.keep)
-        .tty(args.tty)
-        .cancel_on_signals(true);
+    let pool = match args.warm {
+        true => Some(&*pool.insert(crate::warm_cmd::one_sandbox(&sandbox)?)),
+        false => None,
+    };
+    let mut command = match pool {
+        Some(pool) => pool
+            .command(program.clone())
+            .stdin(crate::warm_cmd::read_stdin()?),
+        None => sandbox.command(program.clone()).stdin_from(Input::Inherit),
+    }
+    .args(rest.iter().cloned())
+    .keep_workdir(args.keep)
+    .tty(args.tty)
+    .cancel_on_signals(true);
     for (key, value) in &args.sandbox.env {
         command = command.env(key.clone(), value.clone());
     }
@@ -66,7 +80,7 @@ fn build_command(args: &RunArgs) -> Result<airlock::Command> {
 /// the refused run would, with its error on stderr (stdout holds the plan alone).
 fn dry_run(args: &RunArgs) -> u8 {
     let (output, mut reporter) = (&args.output, Reporter::printing(&args.output));
-    let plan = match build_command(args).and_then(|command| Ok(command.plan()?)) {
+    let plan = match build_command(args, &mut None).and_then(|command| Ok(command.plan()?)) {
         Ok(plan) => plan,
         Err(error) => return reporter.refused(&error),
     };

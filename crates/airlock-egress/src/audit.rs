@@ -1,6 +1,6 @@
 //! The gate's record keeping: decisions, counters and the live event stream.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -19,6 +19,8 @@ pub(crate) struct Audit {
     next_id: AtomicU64,
     counters: Mutex<Counters>,
     sink: Option<EventSink>,
+    /// Set when the run's report is taken: a thread ending later streams nothing.
+    sealed: AtomicBool,
 }
 
 /// Where a kept record lives, to complete it when its stream closes.
@@ -36,6 +38,7 @@ impl Audit {
             next_id: AtomicU64::new(0),
             counters: Mutex::new(Counters::default()),
             sink,
+            sealed: AtomicBool::new(false),
         }
     }
 
@@ -110,7 +113,15 @@ impl Audit {
         }
     }
 
+    /// Stops streaming events: the run is over.
+    pub(crate) fn seal(&self) {
+        self.sealed.store(true, Ordering::Relaxed);
+    }
+
     fn emit(&self, event: GateEvent) {
+        if self.sealed.load(Ordering::Relaxed) {
+            return;
+        }
         if let Some(sink) = &self.sink {
             sink(&event);
         }

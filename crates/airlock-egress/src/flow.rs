@@ -17,11 +17,13 @@ use crate::address::classify;
 use crate::dns::is_placeholder;
 use crate::gate::{Shared, StreamKey};
 use crate::host::{parse_host, split_host_port, Host};
+use crate::http_relay::{framing, relay_requests, upgrade_of, Binding};
 use crate::meter::Direction;
 use crate::policy::GateMode;
 use crate::report::{Channel, Decision, DecisionRecord, Protocol, Reason};
 use crate::rules::{Access, RuleVerdict};
 use crate::sniff::{read_opening, ClientHello, Opening, RequestHead};
+use crate::tls_relay::{relay_tls, TlsBinding};
 
 /// How long the gate waits for a ClientHello or a request head.
 pub(crate) const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,6 +81,17 @@ pub(crate) struct Attempt<'a> {
     pub(crate) record: DecisionRecord,
     would_deny: Option<Refusal>,
     started: Instant,
+    /// What the stream is bound to once its opening was read: later requests or hellos on
+    /// it are checked against the same name.
+    bound: Option<Bound>,
+}
+
+/// A stream bound to a name by its opening.
+enum Bound {
+    /// Plain HTTP: every request must name it (and the port).
+    Http(String, u16),
+    /// TLS: a second ClientHello (after HelloRetryRequest) must name it too.
+    Tls(String),
 }
 
 impl<'a> Attempt<'a> {
@@ -88,6 +101,7 @@ impl<'a> Attempt<'a> {
             record: shared.audit.new_record(channel),
             would_deny: None,
             started: Instant::now(),
+            bound: None,
         }
     }
 
@@ -164,7 +178,23 @@ impl<'a> Attempt<'a> {
         if let Err(refusal) = check_opening(&name, port, &opening, bytes.is_empty()) {
             self.soft(refusal)?;
         }
+        match &opening {
+            Opening::Http(_) => self.bind_requests(&name, port),
+            Opening::Tls(hello) => {
+                if hello.encrypted {
+                    self.record.detail = Some(ECH_OUTER.to_string());
+                }
+                self.bound = Some(Bound::Tls(name));
+            }
+            Opening::Other => {}
+        }
         Ok(bytes)
+    }
+
+    /// Checks every later request of this plain-HTTP stream against the name, not only the
+    /// first.
+    pub(crate) fn bind_requests(&mut self, name: &str, port: u16) {
+        self.bound = Some(Bound::Http(name.to_string(), port));
     }
 
     /// Takes a connection slot under the caps.
@@ -256,7 +286,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// Records the decision, forwards `preface` and relays until both sides close.
-    pub(crate) fn relay(mut self, client: TcpStream, mut upstream: TcpStream, preface: &[u8]) {
+    pub(crate) fn relay(mut self, client: TcpStream, upstream: TcpStream, preface: &[u8]) {
         let (decision, reason, detail) = match self.would_deny.take() {
             Some(refusal) => (Decision::WouldDeny, refusal.reason, refusal.detail),
             None => (Decision::Allow, Reason::Allowed, self.record.detail.take()),
@@ -264,9 +294,57 @@ impl<'a> Attempt<'a> {
         self.record.decision = decision;
         self.record.reason = reason;
         self.record.detail = detail;
-        let slot = self.shared.audit.decide(self.record);
         // The proxy's request reading left a timeout on the stream: a relayed stream may idle.
         let _ = client.set_read_timeout(None);
+        let slot = self.shared.audit.decide(self.record.clone());
+        let mut traffic = self.relay_stream(client, upstream, preface);
+        traffic.duration = self.started.elapsed();
+        if traffic.ended_by.is_none() && self.shared.closing() {
+            traffic.ended_by = Some(Reason::GateShutdown);
+        }
+        self.shared.audit.close(slot, traffic);
+    }
+}
+
+impl Attempt<'_> {
+    /// Relays as the stream's binding asks: request by request (plain HTTP), past the hellos
+    /// (TLS), or opaque.
+    fn relay_stream(
+        &self,
+        client: TcpStream,
+        upstream: TcpStream,
+        preface: &[u8],
+    ) -> crate::audit::Traffic {
+        let on_refusal = |refusal: Refusal| self.refuse_request(refusal);
+        let (meter, started) = (&self.shared.meter, self.started);
+        let relayed = match &self.bound {
+            Some(Bound::Http(name, port)) => {
+                let binding = Binding {
+                    name,
+                    port: *port,
+                    on_refusal: &on_refusal,
+                };
+                relay_requests(meter, client, upstream, started, &binding, preface.to_vec())
+            }
+            Some(Bound::Tls(name)) => {
+                let binding = TlsBinding {
+                    name,
+                    on_refusal: &on_refusal,
+                };
+                relay_tls(meter, client, upstream, started, &binding, preface.to_vec())
+            }
+            None => Ok(self.relay_opaque(client, upstream, preface)),
+        };
+        relayed.unwrap_or_default()
+    }
+
+    /// Forwards `preface`, then relays both ways unparsed.
+    fn relay_opaque(
+        &self,
+        client: TcpStream,
+        mut upstream: TcpStream,
+        preface: &[u8],
+    ) -> crate::audit::Traffic {
         let meter = &self.shared.meter;
         let granted = meter.take_bytes(Direction::Out, preface.len() as u64) as usize;
         let sent = upstream.write_all(&preface[..granted]).is_ok() && granted == preface.len();
@@ -279,11 +357,29 @@ impl<'a> Attempt<'a> {
             }
         };
         traffic.bytes_out += granted as u64;
-        traffic.duration = self.started.elapsed();
-        if traffic.ended_by.is_none() && self.shared.closing() {
-            traffic.ended_by = Some(Reason::GateShutdown);
-        }
-        self.shared.audit.close(slot, traffic);
+        traffic
+    }
+
+    /// Records a later request on an allowed stream that the gate refused (a decision of its
+    /// own); true when the stream goes on (report mode).
+    fn refuse_request(&self, refusal: Refusal) -> bool {
+        let allowed = &self.record;
+        let mut record = self.shared.audit.new_record(allowed.channel);
+        record.name = allowed.name.clone();
+        record.port = allowed.port;
+        record.address = allowed.address;
+        record.protocol = allowed.protocol;
+        record.reason = refusal.reason;
+        record.detail = refusal.detail;
+        record.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let goes_on = self.shared.policy.mode == GateMode::Report;
+        record.decision = if goes_on {
+            Decision::WouldDeny
+        } else {
+            Decision::Deny
+        };
+        self.shared.audit.decide(record);
+        goes_on
     }
 }
 
@@ -346,21 +442,30 @@ pub(crate) fn check_opening(
     }
 }
 
-fn check_hello(name: &str, hello: &ClientHello) -> Result<(), Refusal> {
-    if hello.encrypted {
-        return Err(Refusal::new(Reason::EchRefused));
-    }
-    let sni = hello
-        .sni
-        .as_deref()
-        .ok_or_else(|| Refusal::new(Reason::SniMissing))?;
+/// The detail of an allowed stream whose ClientHello carried ECH: its outer SNI is the
+/// allowed name; an inner ClientHello, if real, is not seen.
+const ECH_OUTER: &str = "ech: outer SNI checked, inner hello not seen";
+
+/// The ClientHello's SNI must be the name. An encrypted ClientHello (ECH, or Chromium's
+/// GREASE ECH) passes only when its outer SNI is the name: GREASE keeps the real name
+/// outside, and a real ECH whose public name is the allowed name reaches the same server.
+pub(crate) fn check_hello(name: &str, hello: &ClientHello) -> Result<(), Refusal> {
+    let Some(sni) = hello.sni.as_deref() else {
+        let reason = if hello.encrypted {
+            Reason::EchRefused
+        } else {
+            Reason::SniMissing
+        };
+        return Err(Refusal::new(reason));
+    };
     match parse_host(sni) {
         Ok(Host::Name(seen)) if seen == name => Ok(()),
+        _ if hello.encrypted => Err(Refusal::with(Reason::EchRefused, sni)),
         _ => Err(Refusal::with(Reason::SniMismatch, sni)),
     }
 }
 
-fn check_head(name: &str, port: u16, head: &RequestHead) -> Result<(), Refusal> {
+pub(crate) fn check_head(name: &str, port: u16, head: &RequestHead) -> Result<(), Refusal> {
     if head.method.eq_ignore_ascii_case("CONNECT") {
         return Err(Refusal::with(Reason::ConnectInTunnel, head.target.clone()));
     }
@@ -372,11 +477,17 @@ fn check_head(name: &str, port: u16, head: &RequestHead) -> Result<(), Refusal> 
     if !authority_names(host, name, port) {
         return Err(Refusal::with(Reason::HostMismatch, host.clone()));
     }
-    match absolute_authority(&head.target) {
-        Some(authority) if !authority_names(authority, name, port) => {
-            Err(Refusal::with(Reason::HostMismatch, head.target.clone()))
+    if let Some(authority) = absolute_authority(&head.target) {
+        if !authority_names(authority, name, port) {
+            return Err(Refusal::with(Reason::HostMismatch, head.target.clone()));
         }
-        _ => Ok(()),
+    }
+    match upgrade_of(head) {
+        Some(protocol) if !protocol.eq_ignore_ascii_case("websocket") => Err(Refusal::with(
+            Reason::UnsafeRequest,
+            format!("an Upgrade to {protocol} (only WebSocket is followed)"),
+        )),
+        _ => framing(head).map(|_| ()),
     }
 }
 
@@ -494,6 +605,14 @@ mod tests {
         );
         assert_eq!(
             reason(check_hello("a.test", &hello(Some("a.test"), true))),
+            None
+        );
+        assert_eq!(
+            reason(check_hello("a.test", &hello(Some("public.example"), true))),
+            Some(Reason::EchRefused)
+        );
+        assert_eq!(
+            reason(check_hello("a.test", &hello(None, true))),
             Some(Reason::EchRefused)
         );
     }

@@ -3,7 +3,8 @@
 //! One acceptor thread polls every listener and the DNS stub's UDP sockets (an idle gate is
 //! that one thread); each accepted connection gets a thread, and a relayed one a second
 //! thread for its other direction. [`RunningGate::finish`] stops accepting, shuts every open
-//! connection down, joins every thread and returns the run's [`NetworkReport`].
+//! connection down, cancels lookups waiting on a DNS server, joins every thread that ends
+//! within [`FINISH_GRACE`] and returns the run's [`NetworkReport`].
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -12,7 +13,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
 
@@ -32,6 +33,11 @@ const CONNECTION_STACK: usize = 256 * 1024;
 const DNS_TCP_IDLE: Duration = Duration::from_secs(5);
 /// The most queries one DNS-over-TCP connection may ask.
 const DNS_TCP_QUERIES: usize = 64;
+/// How long the end of a run waits for the gate's threads once every connection is shut
+/// down. Relays end at once; a thread still blocked past it is in the system resolver
+/// (getaddrinfo cannot be interrupted): it is left to end on its own, its connection
+/// refused (nothing is dialled once the run is closing) and its decision no longer streamed.
+pub const FINISH_GRACE: Duration = Duration::from_millis(100);
 
 /// State shared by the gate's threads.
 pub(crate) struct Shared {
@@ -172,8 +178,13 @@ impl Gate {
         sockets: SandboxSockets,
         on_event: Option<EventSink>,
     ) -> Result<RunningGate, EgressError> {
+        let wake = eventfd(0, EventfdFlags::CLOEXEC)
+            .map_err(|e| EgressError::setup("creating the gate's wake-up eventfd")(e.into()))?;
+        let cancel = wake
+            .try_clone()
+            .map_err(EgressError::setup("duplicating the wake-up eventfd"))?;
         let shared = Arc::new(Shared {
-            resolver: HostResolver::new(policy.resolver),
+            resolver: HostResolver::new(policy.resolver, Some(cancel)),
             meter: Meter::new(policy.limits),
             policy,
             book: Mutex::new(PlaceholderBook::default()),
@@ -183,8 +194,6 @@ impl Gate {
             live: Mutex::new(Live::default()),
             next_stream: AtomicU64::new(0),
         });
-        let wake = eventfd(0, EventfdFlags::CLOEXEC)
-            .map_err(|e| EgressError::setup("creating the gate's wake-up eventfd")(e.into()))?;
         let acceptor_wake = wake
             .try_clone()
             .map_err(EgressError::setup("duplicating the wake-up eventfd"))?;
@@ -230,9 +239,23 @@ impl RunningGate {
             }
             std::mem::take(&mut live.threads)
         };
-        for thread in threads {
+        join_within(threads, Instant::now() + FINISH_GRACE);
+        self.shared.audit.seal();
+    }
+}
+
+/// Joins the threads that end by the deadline; the others are left to end on their own.
+fn join_within(mut threads: Vec<JoinHandle<()>>, deadline: Instant) {
+    loop {
+        let (done, running): (Vec<_>, Vec<_>) = threads.into_iter().partition(|t| t.is_finished());
+        for thread in done {
             let _ = thread.join();
         }
+        if running.is_empty() || Instant::now() >= deadline {
+            return;
+        }
+        threads = running;
+        thread::sleep(Duration::from_millis(2));
     }
 }
 

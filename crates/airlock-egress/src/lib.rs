@@ -16,10 +16,12 @@
 //! - DNS: an allowed name gets a placeholder address (one slot per name per run, TTL 1);
 //!   anything else gets NXDOMAIN at once. Nothing is resolved or forwarded for a query.
 //! - A connection to a placeholder is captured; the gate knows the name from the slot, checks
-//!   the rules for name and port, ties the stream to the name (TLS SNI or HTTP `Host`;
-//!   missing SNI, ECH, a CONNECT inside the stream are refused), resolves the name itself
-//!   (`resolver`), refuses non-public addresses ([`address`]) and the host's own, and dials
-//!   exactly the address it checked.
+//!   the rules for name and port, ties the stream to the name (the SNI of every clear
+//!   ClientHello, a second one after HelloRetryRequest included; the `Host` of every HTTP
+//!   request on a kept-alive connection, with its framing checked against smuggling; missing
+//!   SNI, ECH under another outer name, a CONNECT inside the stream are refused), resolves
+//!   the name itself (`resolver`), refuses non-public addresses ([`address`]) and the host's
+//!   own, and dials exactly the address it checked.
 //! - Programs honouring proxy variables ([`env::proxy_env`]) use the proxy endpoint: HTTP
 //!   CONNECT, absolute-form HTTP, SOCKS5 — the same checks, refusals said in-band.
 //! - Caps per run ([`Limits`]) refuse the next connection or query, or cut the stream that
@@ -75,6 +77,8 @@ mod flow;
 #[cfg(target_os = "linux")]
 pub mod gate;
 #[cfg(target_os = "linux")]
+mod http_relay;
+#[cfg(target_os = "linux")]
 mod meter;
 #[cfg(target_os = "linux")]
 mod own_addresses;
@@ -90,6 +94,8 @@ pub mod sandbox_side;
 mod sniff;
 #[cfg(target_os = "linux")]
 pub mod sockets;
+#[cfg(target_os = "linux")]
+mod tls_relay;
 
 #[cfg(target_os = "linux")]
 pub use audit::{EventSink, MAX_RECORDS};

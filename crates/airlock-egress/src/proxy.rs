@@ -12,6 +12,7 @@ use crate::flow::{
 };
 use crate::gate::{Shared, StreamKey};
 use crate::host::split_host_port;
+use crate::http_relay::framing;
 use crate::report::{Channel, Protocol, Reason};
 use crate::rules::Access;
 use crate::sniff::{read_opening, Opening, RequestHead};
@@ -99,9 +100,10 @@ fn connect_tunnel(
     }
 }
 
-/// Absolute-form `GET http://host[:port]/path`: checks the URL's host (and `Host`), dials,
-/// and forwards the request in origin form with `Connection: close`, so one proxied
-/// connection carries one request (a second request cannot ride it to another host).
+/// Absolute-form `GET http://host[:port]/path`: checks the URL's host (and `Host`) and the
+/// body's framing, dials, and forwards the request in origin form with `Connection: close`;
+/// any later request the program sends on the connection is checked against the same name
+/// (and refused, closing the connection, when it names another).
 fn forward_request(
     mut attempt: Attempt<'_>,
     mut client: TcpStream,
@@ -130,10 +132,16 @@ fn forward_request(
     if let Some(refusal) = host_headers_disagree(head, &destination, port) {
         return refuse_http(attempt, &mut client, refusal);
     }
-    let (_, upstream) = match open(&mut attempt, &destination, port, registration) {
+    if let Err(refusal) = framing(head) {
+        return refuse_http(attempt, &mut client, refusal);
+    }
+    let (access, upstream) = match open(&mut attempt, &destination, port, registration) {
         Ok(opened) => opened,
         Err(refusal) => return refuse_http(attempt, &mut client, refusal),
     };
+    if let (Destination::Name(name), Access::NameBound) = (&destination, access) {
+        attempt.bind_requests(name, port);
+    }
     let mut preface = origin_form_head(head, target.authority, target.path);
     preface.extend_from_slice(&bytes[head.len..]);
     attempt.relay(client, upstream, &preface);

@@ -22,13 +22,15 @@ const PUMP_STACK: usize = 64 * 1024;
 
 /// How one direction ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
+pub(crate) enum End {
     /// The source closed its side.
     Eof,
     /// A socket failed (reset, shut down by the gate).
     Broken,
     /// The cap was reached.
     Limit(LimitKind),
+    /// The gate refused what the stream carried next (a request naming another host).
+    Refused(Reason),
 }
 
 /// Relays until both directions end; returns what flowed. A cap reached or a broken side
@@ -39,18 +41,36 @@ pub(crate) fn relay(
     upstream: TcpStream,
     started: Instant,
 ) -> io::Result<Traffic> {
+    relay_with(meter, client, upstream, started, |from, to| {
+        move_bytes(meter, Direction::Out, from, to)
+    })
+}
+
+/// Relays with `outbound` moving the sandbox's bytes (it returns the bytes delivered and how
+/// it ended) while the destination's bytes flow back unchanged.
+pub(crate) fn relay_with(
+    meter: &Meter,
+    client: TcpStream,
+    upstream: TcpStream,
+    started: Instant,
+    outbound: impl FnOnce(&TcpStream, &TcpStream) -> (u64, End),
+) -> io::Result<Traffic> {
     let (client_in, upstream_out) = (client.try_clone()?, upstream.try_clone()?);
     let ((bytes_out, end_out), (bytes_in, end_in)) = thread::scope(|scope| -> io::Result<_> {
         let inbound = thread::Builder::new()
             .stack_size(PUMP_STACK)
             .spawn_scoped(scope, || {
-                pump(meter, Direction::In, &upstream_out, &client_in)
+                let (moved, end) = move_bytes(meter, Direction::In, &upstream_out, &client_in);
+                end_direction(end, &upstream_out, &client_in);
+                (moved, end)
             })?;
-        let outbound = pump(meter, Direction::Out, &client, &upstream);
-        Ok((outbound, inbound.join().unwrap_or((0, End::Broken))))
+        let (moved, end) = outbound(&client, &upstream);
+        end_direction(end, &client, &upstream);
+        Ok(((moved, end), inbound.join().unwrap_or((0, End::Broken))))
     })?;
     let ended_by = [end_out, end_in].into_iter().find_map(|end| match end {
         End::Limit(kind) => Some(Reason::limit(kind)),
+        End::Refused(reason) => Some(reason),
         End::Eof | End::Broken => None,
     });
     Ok(Traffic {
@@ -61,12 +81,22 @@ pub(crate) fn relay(
     })
 }
 
-/// Pumps one direction until it ends; returns the bytes delivered.
-fn pump(meter: &Meter, direction: Direction, from: &TcpStream, to: &TcpStream) -> (u64, End) {
-    let (moved, end) = pump_splice(meter, direction, from, to)
-        .unwrap_or_else(|| pump_copy(meter, direction, from, to));
+/// Moves one direction's bytes until it ends; returns the bytes delivered.
+pub(crate) fn move_bytes(
+    meter: &Meter,
+    direction: Direction,
+    from: &TcpStream,
+    to: &TcpStream,
+) -> (u64, End) {
+    pump_splice(meter, direction, from, to).unwrap_or_else(|| pump_copy(meter, direction, from, to))
+}
+
+/// A clean end passes the close on, and so does a refused request: the destination still
+/// answers what came before it, then closes, and the program reads those answers before
+/// the end. A cap reached or a broken side closes both sides at once.
+fn end_direction(end: End, from: &TcpStream, to: &TcpStream) {
     match end {
-        End::Eof => {
+        End::Eof | End::Refused(_) => {
             let _ = to.shutdown(Shutdown::Write);
         }
         End::Broken | End::Limit(_) => {
@@ -74,7 +104,6 @@ fn pump(meter: &Meter, direction: Direction, from: &TcpStream, to: &TcpStream) -
             let _ = to.shutdown(Shutdown::Both);
         }
     }
-    (moved, end)
 }
 
 /// splice(2) through a pipe; `None` when splice is unavailable before any byte moved.

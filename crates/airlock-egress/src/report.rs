@@ -68,6 +68,11 @@ pub enum Reason {
     /// An HTTP CONNECT inside a stream (a proxy inside the tunnel).
     #[serde(rename = "connect_in_tunnel")]
     ConnectInTunnel,
+    /// An HTTP request the gate cannot frame the way every server would (both
+    /// `Transfer-Encoding` and `Content-Length`, an unknown coding, a malformed chunk, a head
+    /// it cannot read), or an `Upgrade` it cannot follow: refused, never passed on unchecked.
+    #[serde(rename = "unsafe_request")]
+    UnsafeRequest,
     /// Neither TLS nor HTTP on a name rule without `tcp://`.
     #[serde(rename = "protocol_not_allowed")]
     ProtocolNotAllowed,

@@ -4,11 +4,13 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use crate::policy::Resolver;
 use crate::sniff::is_timeout;
@@ -25,14 +27,18 @@ const MAX_CACHE_TTL: u32 = 300;
 pub struct HostResolver {
     resolver: Resolver,
     cache: Mutex<HashMap<String, (Vec<IpAddr>, Instant)>>,
+    /// Readable once the run ends: a lookup waiting on a DNS server gives up at once.
+    cancel: Option<OwnedFd>,
 }
 
 impl HostResolver {
-    /// A resolver asking the system or the given server.
-    pub fn new(resolver: Resolver) -> HostResolver {
+    /// A resolver asking the system or the given server; a lookup asking a server gives up
+    /// as soon as `cancel` becomes readable (getaddrinfo cannot be interrupted).
+    pub fn new(resolver: Resolver, cancel: Option<OwnedFd>) -> HostResolver {
         HostResolver {
             resolver,
             cache: Mutex::new(HashMap::new()),
+            cancel,
         }
     }
 
@@ -44,7 +50,7 @@ impl HostResolver {
         }
         let (addresses, ttl) = match self.resolver {
             Resolver::System => (resolve_system(name)?, 0),
-            Resolver::Server(server) => resolve_with(server, name)?,
+            Resolver::Server(server) => ask(server, name, self.cancel.as_ref().map(AsFd::as_fd))?,
         };
         if ttl > 0 {
             let expiry = Instant::now() + Duration::from_secs(u64::from(ttl.min(MAX_CACHE_TTL)));
@@ -80,13 +86,17 @@ fn resolve_system(name: &str) -> io::Result<Vec<IpAddr>> {
     }
 }
 
-/// Asks a DNS server for A and AAAA, over UDP with a retry, and over TCP when truncated.
-/// Returns the addresses and the smallest TTL among them.
-pub fn resolve_with(server: SocketAddr, name: &str) -> io::Result<(Vec<IpAddr>, u32)> {
+/// Asks a DNS server for A and AAAA, over UDP with a retry, and over TCP when truncated;
+/// gives up once `cancel` is readable. Returns the addresses and the smallest TTL among them.
+fn ask(
+    server: SocketAddr,
+    name: &str,
+    cancel: Option<BorrowedFd<'_>>,
+) -> io::Result<(Vec<IpAddr>, u32)> {
     let mut addresses = Vec::new();
     let mut ttl = u32::MAX;
     for record_type in [RecordType::A, RecordType::AAAA] {
-        let reply = exchange(server, name, record_type)?;
+        let reply = exchange(server, name, record_type, cancel)?;
         for record in reply.answers() {
             let ip = match record.data() {
                 RData::A(a) => IpAddr::V4(a.0),
@@ -101,9 +111,14 @@ pub fn resolve_with(server: SocketAddr, name: &str) -> io::Result<(Vec<IpAddr>, 
     Ok((addresses, ttl))
 }
 
-fn exchange(server: SocketAddr, name: &str, record_type: RecordType) -> io::Result<Message> {
+fn exchange(
+    server: SocketAddr,
+    name: &str,
+    record_type: RecordType,
+    cancel: Option<BorrowedFd<'_>>,
+) -> io::Result<Message> {
     let query = build_query(random_id()?, name, record_type)?;
-    let reply = exchange_udp(server, &query)?;
+    let reply = exchange_udp(server, &query, cancel)?;
     let reply = if reply.truncated() {
         exchange_tcp(server, &query)?
     } else {
@@ -126,19 +141,25 @@ fn build_query(id: u16, name: &str, record_type: RecordType) -> io::Result<Vec<u
     message.to_vec().map_err(io::Error::other)
 }
 
-fn exchange_udp(server: SocketAddr, query: &[u8]) -> io::Result<Message> {
+fn exchange_udp(
+    server: SocketAddr,
+    query: &[u8],
+    cancel: Option<BorrowedFd<'_>>,
+) -> io::Result<Message> {
     let local: SocketAddr = match server {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
     };
     let socket = UdpSocket::bind(local)?;
     socket.connect(server)?;
-    socket.set_read_timeout(Some(ATTEMPT_TIMEOUT))?;
     let mut buffer = [0u8; 4096];
     for _ in 0..ATTEMPTS {
         socket.send(query)?;
         let deadline = Instant::now() + ATTEMPT_TIMEOUT;
         while Instant::now() < deadline {
+            if !wait_readable(&socket, cancel, deadline)? {
+                break;
+            }
             let n = match socket.recv(&mut buffer) {
                 Ok(n) => n,
                 Err(e) if is_timeout(&e) => break,
@@ -153,6 +174,35 @@ fn exchange_udp(server: SocketAddr, query: &[u8]) -> io::Result<Message> {
         io::ErrorKind::TimedOut,
         format!("DNS server {server} did not answer"),
     ))
+}
+
+/// Waits until the socket is readable (true) or the deadline passes (false); an error once
+/// `cancel` is readable (the run ended).
+fn wait_readable(
+    socket: &UdpSocket,
+    cancel: Option<BorrowedFd<'_>>,
+    deadline: Instant,
+) -> io::Result<bool> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let timeout = Timespec::try_from(remaining).map_err(io::Error::other)?;
+    let mut fds = vec![PollFd::new(socket, PollFlags::IN)];
+    if let Some(cancel) = cancel {
+        fds.push(PollFd::from_borrowed_fd(cancel, PollFlags::IN));
+    }
+    loop {
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(_) => break,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if fds.get(1).is_some_and(|fd| !fd.revents().is_empty()) {
+        return Err(io::Error::new(
+            io::ErrorKind::Interrupted,
+            "the run ended during the lookup",
+        ));
+    }
+    Ok(!fds[0].revents().is_empty())
 }
 
 fn exchange_tcp(server: SocketAddr, query: &[u8]) -> io::Result<Message> {

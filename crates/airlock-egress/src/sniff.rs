@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// The largest request head or ClientHello the gate reads before deciding.
 pub const MAX_OPENING: usize = 64 * 1024;
 
-const HANDSHAKE: u8 = 0x16;
+pub(crate) const HANDSHAKE: u8 = 0x16;
 const CLIENT_HELLO: u8 = 1;
 const EXT_SERVER_NAME: u16 = 0;
 const EXT_ECH: u16 = 0xfe0d;
@@ -54,6 +54,8 @@ pub struct RequestHead {
     pub len: usize,
     /// Headers, in order, as (name, value).
     pub headers: Vec<(String, String)>,
+    /// The minor version (`HTTP/1.0` or `HTTP/1.1`).
+    pub version: u8,
 }
 
 /// Reads until the opening is known, the stream ends, `MAX_OPENING` bytes are read or the
@@ -133,15 +135,24 @@ pub enum Parsed<T> {
     Invalid,
 }
 
-/// Reads a request head with `httparse`.
+/// Reads a request head with `httparse`. A head with a line ended by a bare LF is invalid:
+/// servers disagree about it, and a request two parsers read differently is how requests
+/// are smuggled past a check.
 pub fn parse_request_head(bytes: &[u8]) -> Parsed<RequestHead> {
     let mut headers = [httparse::EMPTY_HEADER; 96];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) if has_bare_line_feed(&bytes[..len]) => Parsed::Invalid,
         Ok(httparse::Status::Complete(len)) => Parsed::Complete(head_of(&request, len)),
         Ok(httparse::Status::Partial) => Parsed::Incomplete,
         Err(_) => Parsed::Invalid,
     }
+}
+
+fn has_bare_line_feed(head: &[u8]) -> bool {
+    head.iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
 }
 
 fn head_of(request: &httparse::Request<'_, '_>, len: usize) -> RequestHead {
@@ -166,11 +177,23 @@ fn head_of(request: &httparse::Request<'_, '_>, len: usize) -> RequestHead {
         hosts,
         len,
         headers,
+        version: request.version.unwrap_or_default(),
     }
 }
 
 /// Reads a ClientHello from TLS records (a handshake message may span several records).
 pub fn parse_client_hello(bytes: &[u8]) -> Parsed<ClientHello> {
+    match client_hello_records(bytes) {
+        Parsed::Complete((hello, _)) => Parsed::Complete(hello),
+        Parsed::Incomplete => Parsed::Incomplete,
+        Parsed::Invalid => Parsed::Invalid,
+    }
+}
+
+/// A ClientHello and the length of the records that carried it. The hello must end where a
+/// record ends: a record that goes on after it would hide a second handshake message (a
+/// second ClientHello) that the server reads and the gate did not.
+pub fn client_hello_records(bytes: &[u8]) -> Parsed<(ClientHello, usize)> {
     let mut handshake = Vec::new();
     let mut rest = bytes;
     loop {
@@ -184,19 +207,20 @@ pub fn parse_client_hello(bytes: &[u8]) -> Parsed<ClientHello> {
         rest = after;
         if handshake.len() >= 4 {
             let body_len = read_u24(&handshake[1..4]);
-            if handshake[0] != CLIENT_HELLO {
+            if handshake[0] != CLIENT_HELLO || handshake.len() > 4 + body_len {
                 return Parsed::Invalid;
             }
-            if handshake.len() >= 4 + body_len {
-                return read_hello_body(&handshake[4..4 + body_len])
-                    .map_or(Parsed::Invalid, Parsed::Complete);
+            if handshake.len() == 4 + body_len {
+                return read_hello_body(&handshake[4..]).map_or(Parsed::Invalid, |hello| {
+                    Parsed::Complete((hello, bytes.len() - rest.len()))
+                });
             }
         }
     }
 }
 
 /// One TLS record: (content type, payload, the bytes after it); `None` when incomplete.
-fn take_record(bytes: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+pub(crate) fn take_record(bytes: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     let header = bytes.get(..5)?;
     let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
     let payload = bytes.get(5..5 + len)?;
@@ -384,6 +408,21 @@ mod tests {
     }
 
     #[test]
+    fn a_hello_must_end_with_its_record() {
+        let hello = client_hello(&[sni_extension("a.test")], false);
+        assert!(matches!(
+            client_hello_records(&[hello.clone(), vec![0x14, 3, 3, 0, 1, 1]].concat()),
+            Parsed::Complete((_, len)) if len == hello.len()
+        ));
+        // A second handshake message packed into the hello's record.
+        let mut packed = hello.clone();
+        packed.extend([1, 0, 0, 0]);
+        let record_len = u16::from_be_bytes([packed[3], packed[4]]) + 4;
+        packed[3..5].copy_from_slice(&record_len.to_be_bytes());
+        assert_eq!(client_hello_records(&packed), Parsed::Invalid);
+    }
+
+    #[test]
     fn request_heads() {
         let Parsed::Complete(head) =
             parse_request_head(b"GET /x HTTP/1.1\r\nHost: a.test\r\nHOST: b.test\r\n\r\nbody")
@@ -401,5 +440,25 @@ mod tests {
             parse_request_head(b"GET / HTTP/1.1\r\n\x01\r\n\r\n"),
             Parsed::Invalid
         );
+    }
+
+    /// Heads two parsers could read differently are invalid: bare LF line ends, folded
+    /// (obs-fold) header lines, whitespace before a header's colon.
+    #[test]
+    fn ambiguous_heads_are_invalid() {
+        for text in [
+            "GET / HTTP/1.1\nHost: a.test\n\n",
+            "GET / HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a.test\r\nX: y\r\n z\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding : chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a.test\r\n\tHost: b.test\r\n\r\n",
+            "GET / HTTP/2.0\r\nHost: a.test\r\n\r\n",
+        ] {
+            assert_eq!(
+                parse_request_head(text.as_bytes()),
+                Parsed::Invalid,
+                "{text:?}"
+            );
+        }
     }
 }

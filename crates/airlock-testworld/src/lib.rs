@@ -74,6 +74,9 @@ pub struct Seen {
     pub held_closed: AtomicUsize,
     /// Connections of the holding server on port 9000 open now.
     pub held_open: AtomicUsize,
+    /// Every TLS record carrying a ClientHello that the retrying front on port 4433 read (as
+    /// lossy text: a test looks for the names in it).
+    pub client_hellos: Mutex<Vec<String>>,
 }
 
 impl Seen {

@@ -55,6 +55,9 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
         &["error", "layer", "plan", "policy", "result", "rundir"],
     ),
     ("interp", &["error"]),
+    // Warm start keeps prepared sandboxes; the supervisor lends it `Standby` and never
+    // imports it back.
+    ("warm", &["error", "supervisor"]),
     (
         "doctor",
         &["backend", "confine", "layer", "policy", "rundir"],

@@ -29,7 +29,8 @@
 //! The API is the root and five modules: [`policy`] (what a run may do), [`plan`] (what a run
 //! will be), [`result`] (what it was), [`error`] and [`layer`]. Features built on that API each
 //! have a module: [`call`] (Python function calls), [`worker`] (jobs with staged inputs and
-//! outputs), [`pool`] (admission and scheduling), [`interp`] (code strings by interpreter),
+//! outputs), [`pool`] (admission and scheduling), [`warm`] (sandboxes prepared ahead of their
+//! runs), [`interp`] (code strings by interpreter),
 //! [`doctor`] (what this host supports), [`init`] (the entry point of the init process) and
 //! [`macos`] (Seatbelt); [`network`] names what the egress gate reports. Everything else is
 //! the machinery of a run (the egress gate's host side among it, see
@@ -53,6 +54,8 @@ pub mod init;
 pub mod interp;
 pub mod macos;
 pub mod pool;
+#[cfg(target_os = "linux")]
+pub mod warm;
 pub mod worker;
 
 // The import rules of docs/architecture.md, checked.

@@ -62,6 +62,18 @@ fn attacks_contained_on_bwrap_as_unprivileged_user() {
     run_suite_on(Mode::Contained, User::Unprivileged, Some("bwrap"));
 }
 
+/// The warm path (issue 19): each run goes to a sandbox prepared ahead, which waited for its
+/// command after every confinement step; the same catalogue must be contained.
+#[test]
+fn attacks_contained_on_warm_path_as_root() {
+    run_suite_on_with(Mode::Contained, User::Root, None, &["--warm"]);
+}
+
+#[test]
+fn attacks_contained_on_warm_path_as_unprivileged_user() {
+    run_suite_on_with(Mode::Contained, User::Unprivileged, None, &["--warm"]);
+}
+
 #[test]
 fn attacks_contained_on_container_as_root() {
     run_suite_on(Mode::Contained, User::Root, Some("container"));

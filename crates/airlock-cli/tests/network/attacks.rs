@@ -289,6 +289,191 @@ print(first_line(c, b"CONNECT other.test:80 HTTP/1.1\r\nHost: allowed.test\r\n\r
     );
 }
 
+/// Requests after the first on a kept-alive plain-HTTP connection (transparently, through a
+/// CONNECT tunnel and through the proxy's absolute form), and requests smuggled in a body's
+/// framing: each names `other.test` on a connection opened for `allowed.test`. The test
+/// server keeps connections alive and reads framing as RFC 9112 says, so whatever the gate
+/// lets past shows in the hosts it answered. Legitimate keep-alive (two requests for the
+/// allowed name, a chunked upload, then a second request) still works.
+#[test]
+fn every_request_on_a_kept_alive_connection_is_checked() {
+    let Some(world) = crate::world() else { return };
+    let code = r#"
+import os, socket
+port = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+OK = b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+def other(head=b"GET / HTTP/1.1\r\nHost: other.test\r\n"):
+    return head + b"Connection: close\r\n\r\n"
+def answers(s, data, first_alone=False):
+    seen = []
+    try:
+        if first_alone:
+            s.sendall(OK); got = b""
+            while b"host=allowed.test" not in got:
+                b = s.recv(4096)
+                if not b: break
+                got += b
+            seen.append(got)
+            data = data[len(OK):]
+        s.sendall(data)
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            seen.append(b)
+    except OSError:
+        pass
+    text = b"".join(seen).decode(errors="replace")
+    hosts = [l.split("=", 1)[1] for l in text.split("\n") if l.startswith("host=")]
+    refusal = [l.split(":", 1)[1].strip() for l in text.split("\r\n") if l.lower().startswith("x-airlock-egress:")]
+    return " ".join(hosts + refusal) or "closed"
+def direct():
+    return socket.create_connection(("allowed.test", 80), timeout=10)
+def tunnel():
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n"); head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    return s
+def proxy():
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+chunked_ok = b"POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+cases = [
+    ("sequential", direct, OK + other(), True),
+    ("pipelined", direct, OK + other(), False),
+    ("absolute", direct, OK + other(b"GET http://other.test/ HTTP/1.1\r\nHost: allowed.test\r\n"), False),
+    ("tunnel", tunnel, OK + other(), False),
+    ("proxy", proxy, b"GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n" + other(b"GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n"), False),
+    ("te-cl", direct, b"POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + other(), False),
+    ("after-chunked", direct, chunked_ok + other(), False),
+    ("bad-chunk", direct, b"POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n" + other(), False),
+    ("keep-alive", direct, OK + other(b"GET /2 HTTP/1.1\r\nHost: allowed.test\r\n"), False),
+    ("chunked-then", direct, chunked_ok + other(b"GET /2 HTTP/1.1\r\nHost: allowed.test\r\n"), False),
+]
+for name, opener, data, first_alone in cases:
+    print(name, answers(opener(), data, first_alone))
+"#;
+    let result = python(&world, &allow_with_ranges(&["allowed.test"]), code);
+    assert_eq!(
+        stdout_ok(&result).lines().collect::<Vec<_>>(),
+        [
+            "sequential allowed.test",
+            "pipelined allowed.test",
+            "absolute allowed.test",
+            "tunnel allowed.test",
+            "proxy allowed.test",
+            "te-cl unsafe_request",
+            "after-chunked allowed.test",
+            "bad-chunk allowed.test",
+            "keep-alive allowed.test allowed.test",
+            "chunked-then allowed.test allowed.test",
+        ]
+    );
+    let hosts = world.seen.hosts.lock().unwrap().clone();
+    assert!(
+        hosts.iter().all(|h| h == "allowed.test"),
+        "a request for another host reached the server: {hosts:?}"
+    );
+    let reasons = refusal_reasons(&result);
+    for expected in ["host_mismatch", "unsafe_request"] {
+        assert!(
+            reasons.iter().any(|r| r == expected),
+            "{expected} in {reasons:?}"
+        );
+    }
+}
+
+/// Every ClientHello is tied to the name: a second hello after a HelloRetryRequest naming
+/// another server (sent after the retry, or pipelined with the first), and an encrypted
+/// ClientHello (ECH) whose outer SNI is another name, are refused; a retry naming the allowed
+/// name, and GREASE ECH (Chromium's: the outer SNI is the real name), pass. The server on
+/// port 4433 answers the first hello with a retry and records every hello it reads.
+#[test]
+fn every_client_hello_is_tied_to_the_name() {
+    let Some(world) = crate::world() else { return };
+    let code = r#"
+import os, socket, struct
+def ext(kind, data):
+    return struct.pack("!HH", kind, len(data)) + data
+def hello(name, ech=False):
+    n = name.encode(); entry = b"\x00" + struct.pack("!H", len(n)) + n
+    exts = ext(0, struct.pack("!H", len(entry)) + entry) + ext(0x2b, b"\x02\x03\x04")
+    exts += ext(0x0a, b"\x00\x02\x00\x1d") + ext(0x33, b"\x00\x00") + ext(0x0d, b"\x00\x02\x08\x04")
+    if ech:
+        exts += ext(0xfe0d, b"\x00\x00\x01\x00\x01\x07\x00\x20" + os.urandom(32) + b"\x00\x10" + os.urandom(16))
+    body = b"\x03\x03" + os.urandom(32) + b"\x00\x00\x02\x13\x01\x01\x00" + struct.pack("!H", len(exts)) + exts
+    hs = b"\x01" + struct.pack("!I", len(body))[1:] + body
+    return b"\x16\x03\x01" + struct.pack("!H", len(hs)) + hs
+def read_record(s):
+    head = b""
+    while len(head) < 5:
+        b = s.recv(5 - len(head))
+        if not b: return b""
+        head += b
+    body = b""
+    while len(body) < struct.unpack("!H", head[3:5])[0]:
+        b = s.recv(4096)
+        if not b: break
+        body += b
+    return head + body
+def attempt(first, second=None, pipelined=False, ech=False):
+    s = socket.create_connection(("allowed.test", 4433), timeout=10)
+    try:
+        if pipelined:
+            s.sendall(hello(first) + hello(second))
+        else:
+            s.sendall(hello(first, ech))
+            record = read_record(s)
+            if not record: return "closed"
+            if second is None: return "retry" if record[:1] == b"\x16" else "other"
+            s.sendall(b"\x14\x03\x03\x00\x01\x01" + hello(second))
+        got = b""
+        while True:
+            b = s.recv(4096)
+            if not b: break
+            got += b
+        return got[-2:].decode(errors="replace") if got.endswith(b"ok") else "closed"
+    except OSError:
+        return "reset"
+print("retry-allowed", attempt("allowed.test", "allowed.test"))
+print("retry-other", attempt("allowed.test", "other.test"))
+print("pipelined-other", attempt("allowed.test", "other.test", pipelined=True))
+print("grease-ech", attempt("allowed.test", ech=True))
+print("ech-public-name", attempt("public.test", ech=True))
+"#;
+    let mut rules = allow_with_ranges(&["allowed.test:4433"]);
+    rules.extend(flags(&["--allow-net", "192.0.2.0/24:4433"]));
+    let result = python(&world, &rules, code);
+    assert_eq!(
+        stdout_ok(&result).lines().collect::<Vec<_>>(),
+        [
+            "retry-allowed ok",
+            "retry-other closed",
+            "pipelined-other closed",
+            "grease-ech retry",
+            "ech-public-name reset",
+        ]
+    );
+    let hellos = world.seen.client_hellos.lock().unwrap().clone();
+    assert!(
+        !hellos
+            .iter()
+            .any(|h| h.contains("other.test") || h.contains("public.test")),
+        "a hello naming another server reached it"
+    );
+    assert_eq!(
+        hellos.iter().filter(|h| h.contains("allowed.test")).count(),
+        5,
+        "{hellos:?}"
+    );
+    let reasons = refusal_reasons(&result);
+    for expected in ["sni_mismatch", "ech_refused"] {
+        assert!(
+            reasons.iter().any(|r| r == expected),
+            "{expected} in {reasons:?}"
+        );
+    }
+}
+
 /// Raw TCP and UDP to any address, ICMP and raw sockets: refused at once inside the sandbox
 /// (no route, no listener, Landlock's port rules, the socket filter), and nothing reaches the
 /// test hosts (their UDP and ICMP counters stay put).

@@ -96,6 +96,14 @@ fn native_honours_the_allowlist() {
     gated_run("native", &[]);
 }
 
+/// A warm run (`run --warm`: a sandbox prepared ahead, its gate started with it) is gated
+/// exactly as a cold one: the allowed name is reached, the unlisted one gets no address, and
+/// the report and the `egress_gate` layer are there.
+#[test]
+fn a_warm_native_run_honours_the_allowlist() {
+    gated_run("native", &["--warm"]);
+}
+
 #[test]
 fn bwrap_honours_the_allowlist() {
     gated_run("bwrap", &[]);

@@ -2,7 +2,7 @@
 //! connections than `connections`, and connections a program leaves open when its run ends.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use airlock_testworld::{eventually, World};
 
@@ -135,4 +135,62 @@ print("left one behind")
     );
     let record = &result["network"]["decisions"][0];
     assert_eq!(record["decision"], "allow", "{record:#}");
+}
+
+/// A lookup the gate cannot finish (the resolver never answers) does not hold the end of the
+/// run: the gate cancels it when the run ends, within its grace of 100 ms, and records the
+/// refusal. Judged against the same program without the stuck connection: without the
+/// cancellation the end waited for the resolver's timeouts (about 4 s).
+#[test]
+fn the_end_of_a_run_does_not_wait_for_a_stuck_lookup() {
+    let Some(world) = crate::world() else { return };
+    let code = r#"
+import socket, sys, threading, time
+def stuck():
+    try:
+        s = socket.create_connection(("silent.test", 80), timeout=30)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: silent.test\r\n\r\n"); s.recv(100)
+    except OSError:
+        pass
+if sys.argv[1] == "stuck":
+    threading.Thread(target=stuck, daemon=True).start()
+time.sleep(1)
+print("done")
+"#;
+    let rules = allow_with_ranges(&["silent.test"]);
+    let timed = |mode: &str| {
+        let started = Instant::now();
+        let result = crate::run(
+            &world,
+            &rules,
+            &[airlock_testworld::PYTHON, "-c", code, mode],
+        );
+        (started.elapsed(), result)
+    };
+    let (plain, result) = timed("plain");
+    assert_eq!(stdout_ok(&result).trim(), "done");
+    let (stuck, result) = timed("stuck");
+    assert_eq!(stdout_ok(&result).trim(), "done");
+    assert!(
+        world
+            .seen
+            .dns_names
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|n| n == "silent.test"),
+        "the gate never asked the resolver"
+    );
+    assert!(
+        stuck < plain + Duration::from_millis(1500),
+        "the run's end waited on the gate: {stuck:?} against {plain:?}"
+    );
+    let refused = crate::decisions(&result, "deny");
+    assert!(
+        refused
+            .iter()
+            .any(|d| d["name"] == "silent.test" && d["reason"] == "resolve_failed"),
+        "{:#}",
+        result["network"]
+    );
 }

@@ -22,9 +22,10 @@ pub mod api {
     pub use airlock::policy::units::{ByteSize, Seconds};
     pub use airlock::policy::NetworkMode;
     pub use airlock::policy::{load_profile, LimitsSection, OutputLimitAction, Overrides};
+    pub use airlock::warm::{WarmBudget, WarmInterpreter, WarmOptions, WarmPool, WarmStats};
     pub use airlock::worker::run::{run_worker, WorkerJob, WorkerUpdate};
     pub use airlock::worker::{InputFile, WorkerEvent};
-    pub use airlock::{Input, RunEvent, RunStatus, Sandbox, SandboxOptions};
+    pub use airlock::{ErrorKind, Input, Policy, RunEvent, RunStatus, Sandbox, SandboxOptions};
 }
 
 /// Debian's interpreter: the one the tests expose to sandboxes.

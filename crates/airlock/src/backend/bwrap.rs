@@ -24,11 +24,11 @@ pub const BWRAP_HOSTNAME: &str = super::native::SANDBOX_HOSTNAME;
 
 /// Descriptors at which the init hands bwrap our seccomp filters (syscall table, then argument
 /// checks).
-pub const SECCOMP_FDS: [i32; 2] = [10, 11];
+pub const SECCOMP_FDS: [i32; 2] = crate::spec::fds::BWRAP_SECCOMP_FDS;
 
 /// The descriptor bwrap writes its JSON status to, so that a bwrap that fails before the
 /// program starts is reported as a setup failure, not as the program exiting 1.
-pub const STATUS_FD: i32 = 12;
+pub const STATUS_FD: i32 = crate::spec::fds::BWRAP_STATUS_FD;
 
 /// Where bwrap is looked for before `PATH`.
 const BWRAP_CANDIDATES: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];

@@ -23,16 +23,8 @@ use crate::linux::sys;
 use crate::plan::Verdict;
 use crate::spec::{Confinement, InitSpec, WrapStep};
 
-/// Descriptor of the setup pipe in the child (close-on-exec: EOF at exec means success).
-pub(super) const SETUP_FD: RawFd = 3;
-/// Descriptor of the exit-report pipe from the native sandbox's PID 1.
-pub(super) const REPORT_FD: RawFd = 4;
-/// The egress gate's channel in the child (the init's own descriptor number, see
-/// [`crate::spec::GATE_FD`]), until the sandbox's network is handed over and it is closed.
-pub(super) const GATE_FD: RawFd = crate::spec::GATE_FD;
-/// The write end of a wrapped tool's status pipe in the child, until it is moved to the
-/// descriptor the tool expects.
-pub(super) const TOOL_STATUS_FD: RawFd = 6;
+use crate::spec::fds::PRESIZED_FD;
+pub(super) use crate::spec::fds::{GATE_FD, REPORT_FD, SETUP_FD, TOOL_STATUS_FD};
 
 /// One line on the setup pipe.
 #[derive(Serialize, Deserialize, Debug)]
@@ -41,6 +33,8 @@ pub(super) enum SetupMessage {
     Layers(Vec<Layer>),
     Warning(String),
     Error(SetupError),
+    /// A warm sandbox's PID 1 is set up and waits for its command.
+    Ready,
 }
 
 /// What the child needs from the init besides the spec.
@@ -192,7 +186,11 @@ fn apply_rlimits(
         limits.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
     }
     if !has_cgroup && !native {
-        let processes = l.processes.saturating_add(tasks_already_running_as(spec));
+        let headroom = match spec.confinement {
+            Confinement::Tier0 => tasks_already_running_as(spec),
+            _ => 0,
+        };
+        let processes = l.processes.saturating_add(headroom);
         limits.push((Resource::RLIMIT_NPROC, processes, processes));
     }
     for (resource, soft, hard) in limits {
@@ -201,10 +199,13 @@ fn apply_rlimits(
     Ok(())
 }
 
-/// RLIMIT_NPROC set on the host counts every task of the program's uid there, other runs' and
-/// the caller's own included (a desktop user has hundreds). The run's cap is meant to be its
-/// own `processes`, so the tasks that uid already has are added as headroom: a fork bomb stays
-/// bounded, and a busy host no longer makes an unrelated run fail with EAGAIN.
+/// Tier 0's RLIMIT_NPROC, set on the host, counts every task of the program's uid there, other
+/// runs' and the caller's own included (a desktop user has hundreds). Its cap is meant to be
+/// the run's own `processes`, so the tasks that uid already has are added as headroom: a fork
+/// bomb stays bounded, and a busy host no longer makes an unrelated run fail with EAGAIN.
+/// Wrapping tools keep the exact cap: the attack suite holds them to it, and their programs
+/// run in a user namespace of the tool's, where the cap belongs (not done yet, see
+/// docs/attacks.md).
 fn tasks_already_running_as(spec: &InitSpec) -> u64 {
     let uid = match (spec.credentials, wrap_keeps_root(spec)) {
         (Some(credentials), false) => credentials.uid,
@@ -378,8 +379,6 @@ pub(super) fn presized_fd() -> Option<RawFd> {
     let highest = PRESIZED_FD.min(limit.saturating_sub(1));
     (highest >= 64).then_some(highest)
 }
-
-const PRESIZED_FD: RawFd = 1023;
 
 /// Grows this (single-threaded) process's descriptor table, which the program keeps across
 /// exec, and leaves no descriptor behind. Only speed depends on it.

@@ -14,6 +14,8 @@ mod child;
 mod egress;
 mod native;
 mod run;
+mod standby;
+mod status;
 mod watch;
 mod wrapped;
 
@@ -86,9 +88,11 @@ fn run_init(given: Option<&InitSpec>, control: &mut std::fs::File) -> Setup<()> 
     let mut run = PreparedRun::create(spec)?;
     let result = watch::supervise(spec, &mut run, control);
     let cleanup_warnings = run.cleanup(spec);
-    let mut outcome = result?;
-    outcome.warnings.extend(cleanup_warnings);
-    send_event(&InitEvent::Finished(outcome));
+    // None: a warm run's outcome went out before the teardown.
+    if let Some(mut outcome) = result? {
+        outcome.warnings.extend(cleanup_warnings);
+        send_event(&InitEvent::Finished(outcome));
+    }
     Ok(())
 }
 
@@ -149,6 +153,34 @@ pub(crate) struct ExitReport {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub file_size_hit: bool,
+    /// The CPU time and largest resident size of the processes the native sandbox's PID 1
+    /// reaped (the program and its descendants), which a warm run reports instead of the
+    /// init's own children's (they include the sandbox's preparation).
+    #[serde(default)]
+    pub children_usage: Option<ChildrenUsage>,
+}
+
+/// `getrusage(RUSAGE_CHILDREN)` of the process that reaped the run's processes.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ChildrenUsage {
+    pub user_ms: u64,
+    pub sys_ms: u64,
+    pub max_rss_bytes: u64,
+}
+
+impl ChildrenUsage {
+    pub fn now() -> Option<ChildrenUsage> {
+        use nix::sys::resource::{getrusage, UsageWho};
+        let usage = getrusage(UsageWho::RUSAGE_CHILDREN).ok()?;
+        let millis = |tv: nix::sys::time::TimeVal| {
+            (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000
+        };
+        Some(ChildrenUsage {
+            user_ms: millis(usage.user_time()),
+            sys_ms: millis(usage.system_time()),
+            max_rss_bytes: usage.max_rss() as u64 * 1024,
+        })
+    }
 }
 
 impl ExitReport {
@@ -156,13 +188,13 @@ impl ExitReport {
         match status {
             WaitStatus::Exited(_, code) => ExitReport {
                 exit_code: Some(code),
-                signal: None,
                 file_size_hit,
+                ..ExitReport::default()
             },
             WaitStatus::Signaled(_, signal, _) => ExitReport {
-                exit_code: None,
                 signal: Some(signal as i32),
                 file_size_hit,
+                ..ExitReport::default()
             },
             _ => ExitReport {
                 file_size_hit,
@@ -200,14 +232,16 @@ pub(crate) fn any_file_at_least(dirs: &[PathBuf], size: u64) -> bool {
     false
 }
 
-/// Forks the child that becomes the program, with the setup pipe on descriptor 3 and the
-/// exit-report pipe on 4; every other inherited descriptor is closed.
+/// Forks the child that becomes the program, with its pipes at the numbers of `spec::fds`
+/// (setup, exit report, and the gate's channel, a tool's status or a warm run's command pipe
+/// when the run has them); every other inherited descriptor is closed.
 pub(crate) fn fork_child(
     spec: &InitSpec,
     run: &PreparedRun,
     setup: &OwnedFd,
     report: &OwnedFd,
     tool_status: Option<RawFd>,
+    go: Option<(RawFd, RawFd)>,
 ) -> Setup<nix::unistd::Pid> {
     let init_pid = nix::unistd::getpid();
     let forked = sys::fork_single_threaded()
@@ -221,6 +255,8 @@ pub(crate) fn fork_child(
             ];
             keep.extend(run.gate.as_ref().map(|fd| (fd.as_raw_fd(), child::GATE_FD)));
             keep.extend(tool_status.map(|fd| (fd, child::TOOL_STATUS_FD)));
+            keep.extend(go);
+            // Closes every other descriptor, the gaps between these included.
             if sys::place_fds(&keep).is_err() {
                 sys::exit_now(125);
             }

@@ -140,11 +140,14 @@ fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
     let result = session
         .and_then(|()| confine(native, &mut layers))
         .and_then(|()| {
+            // A warm sandbox waits here for its command; a cold run has it in its spec.
+            let spec = super::standby::command_for(spec)?;
+            super::standby::stage_files(&spec.workdir, &spec.files)?;
             let forked = sys::fork_single_threaded()
                 .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the program: {e}")))?;
             match forked {
-                Forked::Child => program(spec, layers),
-                Forked::Parent(program) => reap_until(program, spec, native),
+                Forked::Child => program(&spec, layers),
+                Forked::Parent(program) => reap_until(program, &spec, native),
             }
         });
     let Err(error) = result;
@@ -229,7 +232,10 @@ fn reap_until(program: Pid, spec: &InitSpec, native: &NativeSpec) -> Setup<Infal
     loop {
         match waitpid(None::<Pid>, None) {
             Ok(status) if status.pid() == Some(program) => {
-                let report = ExitReport::from_status(status, file_size_hit(spec, native));
+                let report = ExitReport {
+                    children_usage: super::ChildrenUsage::now(),
+                    ..ExitReport::from_status(status, file_size_hit(spec, native))
+                };
                 report.send(REPORT_FD);
                 sys::exit_now(0)
             }

@@ -7,18 +7,17 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::child::SetupMessage;
+use super::status::{decide_status, decode_tool_signal, Evidence};
 use super::{any_file_at_least, fork_child, send_event, ExitReport, PreparedRun};
 use super::{Setup, Step};
 use crate::error::SetupError;
 use crate::layer::Layer;
 use crate::linux::tree;
-use crate::result::RunStatus;
 use crate::spec::{Confinement, InitEvent, InitSpec, Outcome, StopReason};
 
 /// Why the init stopped the run before the program ended by itself.
@@ -30,7 +29,7 @@ pub(crate) enum StopCause {
     SupervisorGone,
 }
 
-const CPU_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+pub(super) const CPU_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 /// How long members that are already exiting may take before they are killed like the rest.
 const EXIT_PATIENCE: Duration = Duration::from_millis(50);
 /// How long the init keeps killing after the program's end before it gives up on members
@@ -40,34 +39,44 @@ const EXIT_PATIENCE: Duration = Duration::from_millis(50);
 /// than a survivor.
 const KILL_PATIENCE: Duration = Duration::from_secs(30);
 
-struct Watch<'a> {
+pub(super) struct Watch<'a> {
     spec: &'a InitSpec,
-    run: &'a PreparedRun,
+    pub(super) run: &'a PreparedRun,
     /// The control pipe from the supervisor: stop requests, and EOF when it died.
-    control: &'a mut std::fs::File,
+    pub(super) control: &'a mut std::fs::File,
     child: Pid,
-    start: Instant,
-    main: Option<WaitStatus>,
+    pub(super) start: Instant,
+    pub(super) main: Option<WaitStatus>,
     stop: Option<(StopCause, Instant)>,
-    setup_pipe: Option<std::fs::File>,
-    setup_buffer: Vec<u8>,
+    pub(super) setup_pipe: Option<std::fs::File>,
+    pub(super) setup_buffer: Vec<u8>,
     setup_error: Option<SetupError>,
     layers: Vec<Layer>,
     warnings: Vec<String>,
-    control_open: bool,
-    next_cpu_check: Instant,
+    pub(super) control_open: bool,
+    pub(super) next_cpu_check: Instant,
+    /// The cgroup's CPU time when the run started (a warm sandbox's preparation).
+    pub(super) cpu_base: Duration,
+    /// PID 1's exit report, read as it arrives (warm runs) or at the end.
+    report: Option<std::fs::File>,
+    report_bytes: Vec<u8>,
+    report_closed: bool,
+    /// A warm run's result went out as soon as PID 1 reported the program's end.
+    finished_early: bool,
 }
 
+/// Watches the run to its end; `None` when a warm run's outcome was already sent.
 pub(super) fn supervise(
     spec: &InitSpec,
     run: &mut PreparedRun,
     control: &mut std::fs::File,
-) -> Setup<Outcome> {
+) -> Setup<Option<Outcome>> {
     let pipe_failed = |e: nix::errno::Errno| SetupError::at(Step::Init, format!("pipe: {e}"));
     let (setup_read, setup_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(pipe_failed)?;
     let (report_read, report_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(pipe_failed)?;
     let tool_status = super::wrapped::status_pipe(spec)?;
+    let go = super::standby::inherited_go(spec)?;
     let start = Instant::now();
     let child = fork_child(
         spec,
@@ -75,19 +84,27 @@ pub(super) fn supervise(
         &setup_write,
         &report_write,
         tool_status.as_ref().map(|(_, write)| write.as_raw_fd()),
+        super::standby::go_placement(go.as_ref()),
     )?;
-    drop((setup_write, report_write, run.gate.take()));
+    drop((setup_write, report_write, go, run.gate.take()));
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
     let mut watch = Watch::new(spec, run, control, child, start, setup_read);
+    watch.report = Some(std::fs::File::from(report_read));
+    if spec.warm {
+        watch.await_go();
+    }
     watch.run_until_exit();
     watch.kill_everything();
     if let Some(error) = watch.setup_error.take() {
         return Err(error);
     }
-    let outcome = watch.outcome(report_read);
+    if watch.finished_early {
+        return Ok(None);
+    }
+    let outcome = watch.outcome();
     super::wrapped::check_tool_ran_program(spec, tool_status, &outcome)?;
-    Ok(outcome)
+    Ok(Some(outcome))
 }
 
 /// The program's output pipes must close once its process tree is gone, so the init keeps
@@ -133,6 +150,11 @@ impl<'a> Watch<'a> {
             warnings,
             control_open: true,
             next_cpu_check: start + CPU_CHECK_INTERVAL,
+            cpu_base: Duration::ZERO,
+            report: None,
+            report_bytes: Vec::new(),
+            report_closed: false,
+            finished_early: false,
         }
     }
 
@@ -152,6 +174,11 @@ impl<'a> Watch<'a> {
         if let Some(pipe) = &self.setup_pipe {
             fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
         }
+        let report_index = fds.len();
+        let report = self.report.as_ref().filter(|_| self.watches_report());
+        if let Some(pipe) = report {
+            fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+        }
         let timeout = PollTimeout::try_from(self.next_deadline_ms()).unwrap_or(PollTimeout::MAX);
         if poll(&mut fds, timeout).unwrap_or(0) <= 0 {
             return;
@@ -159,6 +186,7 @@ impl<'a> Watch<'a> {
         let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
         let (signals_ready, control_ready) = (ready(&fds[0]), self.control_open && ready(&fds[1]));
         let setup_ready = self.setup_pipe.is_some() && ready(&fds[setup_index]);
+        let report_ready = fds.len() > report_index && ready(&fds[report_index]);
         drop(fds);
         if signals_ready {
             self.drain_signals();
@@ -169,6 +197,29 @@ impl<'a> Watch<'a> {
         }
         if setup_ready {
             self.read_setup();
+        }
+        if report_ready {
+            self.read_report_early();
+        }
+    }
+
+    /// A warm run sends its outcome when PID 1 reports the program's end, before the
+    /// sandbox's teardown: the namespaces and the cgroup go after, off the caller's path.
+    fn watches_report(&self) -> bool {
+        self.spec.warm && !self.finished_early && !self.report_closed && self.setup_pipe.is_none()
+    }
+
+    fn read_report_early(&mut self) {
+        let mut chunk = [0u8; 1024];
+        match self.report.as_mut().map(|pipe| pipe.read(&mut chunk)) {
+            Some(Ok(0)) | None => self.report_closed = true,
+            Some(Ok(n)) => self.report_bytes.extend_from_slice(&chunk[..n]),
+            Some(Err(_)) => {}
+        }
+        let complete = serde_json::from_slice::<ExitReport>(&self.report_bytes).is_ok();
+        if complete && self.setup_error.is_none() && self.stop.is_none() {
+            self.finished_early = true;
+            send_event(&InitEvent::Finished(self.outcome()));
         }
     }
 
@@ -209,7 +260,7 @@ impl<'a> Watch<'a> {
         }
     }
 
-    fn read_setup(&mut self) {
+    pub(super) fn read_setup(&mut self) {
         let Some(pipe) = self.setup_pipe.as_mut() else {
             return;
         };
@@ -233,6 +284,7 @@ impl<'a> Watch<'a> {
                 Ok(SetupMessage::Layers(layers)) => self.layers.extend(layers),
                 Ok(SetupMessage::Warning(warning)) => self.warnings.push(warning),
                 Ok(SetupMessage::Error(error)) => self.setup_error = Some(error),
+                Ok(SetupMessage::Ready) => {}
                 Err(_) => {
                     self.setup_error = Some(SetupError::at(
                         Step::Watch,
@@ -280,10 +332,14 @@ impl<'a> Watch<'a> {
 
     fn cpu_used(&self) -> Option<Duration> {
         let ns = self.run.cgroup.as_ref()?.usage().cpu_usage_ns?;
-        Some(Duration::from_nanos(ns))
+        Some(Duration::from_nanos(ns).saturating_sub(self.cpu_base))
     }
 
-    fn begin_stop(&mut self, cause: StopCause) {
+    pub(super) fn stop_cause(&self) -> Option<StopCause> {
+        self.stop.map(|(cause, _)| cause)
+    }
+
+    pub(super) fn begin_stop(&mut self, cause: StopCause) {
         if self.stop.is_some() || self.main.is_some() {
             return;
         }
@@ -360,7 +416,7 @@ impl<'a> Watch<'a> {
     /// and SIGQUIT, which the init ignores: they reach the whole foreground process group, and
     /// the supervisor, which got them too, decides (it cancels, or it dies and the control
     /// pipe's EOF stops the run).
-    fn drain_signals(&mut self) {
+    pub(super) fn drain_signals(&mut self) {
         while let Ok(Some(info)) = self.run.signals.read_signal() {
             if info.ssi_signo == Signal::SIGTERM as u32 {
                 self.begin_stop(StopCause::Requested(StopReason::Cancelled));
@@ -369,7 +425,7 @@ impl<'a> Watch<'a> {
     }
 
     /// Reaps every child that has ended; true when the init has no children at all.
-    fn reap_all(&mut self) -> bool {
+    pub(super) fn reap_all(&mut self) -> bool {
         let child = self.child;
         let main = &mut self.main;
         super::reap_ended_children(|status| {
@@ -379,24 +435,25 @@ impl<'a> Watch<'a> {
         })
     }
 
-    fn outcome(&self, report_pipe: OwnedFd) -> Outcome {
+    fn outcome(&mut self) -> Outcome {
         let usage = self
             .run
             .cgroup
             .as_ref()
             .map(|c| c.usage())
             .unwrap_or_default();
-        let exit = self.program_exit(report_pipe);
-        let children = getrusage(UsageWho::RUSAGE_CHILDREN).ok();
-        let millis = |tv: nix::sys::time::TimeVal| {
-            (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000
+        let exit = self.program_exit();
+        // A warm sandbox's own processes did its preparation: count only what PID 1 reaped.
+        let children = match (self.spec.warm, exit.children_usage) {
+            (true, Some(usage)) => Some(usage),
+            _ => super::ChildrenUsage::now(),
         };
-        let cpu_user_ms = children.map(|u| millis(u.user_time())).unwrap_or(0);
-        let cpu_sys_ms = children.map(|u| millis(u.system_time())).unwrap_or(0);
-        let max_rss = children.map(|u| u.max_rss() as u64 * 1024);
+        let cpu_user_ms = children.map(|u| u.user_ms).unwrap_or(0);
+        let cpu_sys_ms = children.map(|u| u.sys_ms).unwrap_or(0);
+        let max_rss = children.map(|u| u.max_rss_bytes);
         let cpu_used = usage
             .cpu_usage_ns
-            .map(Duration::from_nanos)
+            .map(|ns| Duration::from_nanos(ns).saturating_sub(self.cpu_base))
             .unwrap_or(Duration::from_millis(cpu_user_ms + cpu_sys_ms));
         let evidence = Evidence {
             stop: self.stop.map(|(c, _)| c),
@@ -418,13 +475,15 @@ impl<'a> Watch<'a> {
 
     /// The native sandbox's PID 1 reports the program's own status; in Tier 0 the child is the
     /// program.
-    fn program_exit(&self, report_pipe: OwnedFd) -> ExitReport {
-        let mut bytes = Vec::new();
-        let _ = std::fs::File::from(report_pipe).read_to_end(&mut bytes);
+    fn program_exit(&mut self) -> ExitReport {
+        if let Some(mut pipe) = self.report.take() {
+            let _ = pipe.read_to_end(&mut self.report_bytes);
+        }
+        let bytes = &self.report_bytes;
         // Only the native PID 1 writes a report; parsing nothing would just build an error
         // (and probe the CPU with `cpuid`, see `EventLog::parse`).
         if !bytes.is_empty() {
-            if let Ok(report) = serde_json::from_slice::<ExitReport>(&bytes) {
+            if let Ok(report) = serde_json::from_slice::<ExitReport>(bytes) {
                 return report;
             }
         }
@@ -446,124 +505,5 @@ impl<'a> Watch<'a> {
             Confinement::Wrapped(_) => decode_tool_signal(report),
             _ => report,
         }
-    }
-}
-
-/// Sandbox tools (bwrap, runc, runsc) report a program killed by signal N as exit code 128+N,
-/// so for wrapped runs such a code is the signal. (A program that exits 128+N by itself looks
-/// the same through these tools; limit kills are what must not be misread.)
-fn decode_tool_signal(report: ExitReport) -> ExitReport {
-    match report.exit_code {
-        Some(code) if (129..=128 + 64).contains(&code) => ExitReport {
-            exit_code: None,
-            signal: Some(code - 128),
-            ..report
-        },
-        _ => report,
-    }
-}
-
-/// What the init knows when it decides how a run ended.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Evidence {
-    pub stop: Option<StopCause>,
-    pub exit: ExitReport,
-    pub oom_kills: u64,
-    pub cpu_used: Duration,
-    pub cpu_limit: Duration,
-}
-
-/// The status of a run: the init's own stop reason first, then the limit evidence, then how
-/// the program ended.
-pub(crate) fn decide_status(e: &Evidence) -> RunStatus {
-    const SIGKILL: i32 = Signal::SIGKILL as i32;
-    match e.stop {
-        Some(StopCause::Timeout) => return RunStatus::Timeout,
-        Some(StopCause::CpuLimit) => return RunStatus::CpuLimit,
-        Some(StopCause::Requested(StopReason::OutputLimit)) => return RunStatus::OutputLimit,
-        Some(StopCause::Requested(StopReason::Cancelled)) | Some(StopCause::SupervisorGone) => {
-            return RunStatus::Cancelled
-        }
-        None => {}
-    }
-    let signal = e.exit.signal;
-    if e.oom_kills > 0 {
-        RunStatus::MemoryLimit
-    } else if signal == Some(Signal::SIGXCPU as i32)
-        || (signal == Some(SIGKILL) && e.cpu_used >= e.cpu_limit)
-    {
-        RunStatus::CpuLimit
-    } else if signal == Some(Signal::SIGXFSZ as i32) || e.exit.file_size_hit {
-        RunStatus::FileSizeLimit
-    } else if signal.is_some() {
-        RunStatus::Signaled
-    } else {
-        RunStatus::Exited
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn evidence(exit: ExitReport) -> Evidence {
-        Evidence {
-            stop: None,
-            exit,
-            oom_kills: 0,
-            cpu_used: Duration::ZERO,
-            cpu_limit: Duration::from_secs(10),
-        }
-    }
-
-    #[test]
-    fn stop_reasons_win_over_exit_details() {
-        let mut e = evidence(ExitReport {
-            signal: Some(15),
-            ..Default::default()
-        });
-        e.stop = Some(StopCause::Timeout);
-        assert_eq!(decide_status(&e), RunStatus::Timeout);
-        e.stop = Some(StopCause::Requested(StopReason::OutputLimit));
-        assert_eq!(decide_status(&e), RunStatus::OutputLimit);
-    }
-
-    #[test]
-    fn limit_evidence_maps_to_limit_statuses() {
-        let mut e = evidence(ExitReport {
-            signal: Some(9),
-            ..Default::default()
-        });
-        e.oom_kills = 1;
-        assert_eq!(decide_status(&e), RunStatus::MemoryLimit);
-        let e = evidence(ExitReport {
-            signal: Some(Signal::SIGXCPU as i32),
-            ..Default::default()
-        });
-        assert_eq!(decide_status(&e), RunStatus::CpuLimit);
-        let e = evidence(ExitReport {
-            exit_code: Some(1),
-            file_size_hit: true,
-            ..Default::default()
-        });
-        assert_eq!(decide_status(&e), RunStatus::FileSizeLimit);
-    }
-
-    #[test]
-    fn plain_endings_stay_plain() {
-        assert_eq!(
-            decide_status(&evidence(ExitReport {
-                exit_code: Some(3),
-                ..Default::default()
-            })),
-            RunStatus::Exited
-        );
-        assert_eq!(
-            decide_status(&evidence(ExitReport {
-                signal: Some(11),
-                ..Default::default()
-            })),
-            RunStatus::Signaled
-        );
     }
 }

@@ -90,17 +90,29 @@ pub fn default_all_signal_actions() {
     }
 }
 
+/// The most descriptors [`map_fds_on_spawn`] places: enough for every fixed number of the init.
+pub const MAX_SPAWN_FDS: usize = 8;
+
 /// Makes each `(source, target)` pair's source appear as descriptor `target` in the child
 /// spawned by `command`. The caller keeps the sources open until `spawn` returns. Every other
 /// descriptor of the parent is close-on-exec (Rust opens everything that way), so the child
-/// gets stdio plus exactly these.
-pub fn map_fds_on_spawn<const N: usize>(command: &mut Command, pairs: [(RawFd, RawFd); N]) {
+/// gets stdio plus exactly these. At most [`MAX_SPAWN_FDS`] pairs; the pairs are copied into a
+/// fixed array before the fork, so the child allocates nothing.
+pub fn map_fds_on_spawn(command: &mut Command, pairs: &[(RawFd, RawFd)]) {
+    assert!(
+        pairs.len() <= MAX_SPAWN_FDS,
+        "too many descriptors to place"
+    );
+    let count = pairs.len();
+    let mut fixed = [(0 as RawFd, 0 as RawFd); MAX_SPAWN_FDS];
+    fixed[..count].copy_from_slice(pairs);
     // SAFETY: the closure only calls fcntl and dup2, which are async-signal-safe, and only
-    // reads `pairs`, a Copy array moved into the closure before the fork.
+    // reads `fixed`, a Copy array moved into the closure before the fork.
     unsafe {
         command.pre_exec(move || {
+            let pairs = &fixed[..count];
             // Move every source above the targets first, so a dup2 never clobbers a later source.
-            let mut moved = [0 as RawFd; N];
+            let mut moved = [0 as RawFd; MAX_SPAWN_FDS];
             for (slot, (source, _)) in moved.iter_mut().zip(pairs.iter()) {
                 *slot = check(libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64))?;
             }

@@ -1,7 +1,6 @@
 //! What the supervisor hands the init (`airlock __init`) over a pipe, and what the init
 //! reports back. Plain data: the policy has been resolved and checked on the host side.
 
-use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,20 +12,12 @@ use crate::layer::Layer;
 use crate::result::RunStatus;
 use crate::rundir::MemoryScratch;
 
+pub mod fds;
 mod wrap;
 
 pub use wrap::{HiddenFile, StartEvidence, WrapSpec, WrapStep};
 
-/// The control pipe's descriptor in the init: the spec (when the init was executed rather than
-/// forked with it in memory), then one [`StopReason`] per line; EOF means the supervisor died.
-pub const CONTROL_FD: RawFd = 3;
-/// The event pipe's descriptor in the init: one [`InitEvent`] per line.
-pub const EVENTS_FD: RawFd = 4;
-/// The egress gate's channel in the init, for a run with [`InitSpec::egress`]: one end of a
-/// socketpair whose other end the supervisor holds. The sandbox's setup sends the gate's
-/// sockets over it (see `airlock_egress::SandboxSockets::send`), then closes it; the program
-/// never holds it.
-pub const GATE_FD: RawFd = 5;
+pub use fds::{CONTROL_FD, EVENTS_FD, GATE_FD, GO_FD};
 
 /// What every run without a boundary (backend `none`) warns about.
 pub const TIER0_WARNING: &str =
@@ -70,6 +61,17 @@ pub struct InitSpec {
     /// [`MemoryScratch`]); `None` puts it on the host's runtime directory.
     #[serde(default)]
     pub scratch: Option<MemoryScratch>,
+    /// Files to write into the fresh workdir before the program starts (native backend).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<StagedFile>,
+    /// A prepared (warm) sandbox: everything is set up, then PID 1 waits for a [`WarmGo`]
+    /// (the command, relayed by the init from the control pipe) instead of using `argv`.
+    #[serde(default)]
+    pub warm: bool,
+    /// A warm sandbox whose program (`argv`: an interpreter with what it preloads) starts
+    /// ahead too, and then waits on its stdin for the code to run.
+    #[serde(default)]
+    pub warm_prestart: bool,
     /// The caller's paths (workdir, read-write paths) whose owner the program is shown as,
     /// through idmapped mounts the init makes in its own mount namespace.
     #[serde(default)]
@@ -78,6 +80,50 @@ pub struct InitSpec {
     /// or `report`): the setup configures it and sends the gate's sockets on [`GATE_FD`].
     #[serde(default)]
     pub egress: Option<airlock_egress::SandboxPlan>,
+}
+
+/// A file the sandbox's PID 1 writes into the workdir before the program starts.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StagedFile {
+    /// Relative to the workdir, without `..`; parent directories are created.
+    pub path: PathBuf,
+    pub contents: Vec<u8>,
+    /// Permission bits (e.g. `0o644`).
+    pub mode: u32,
+}
+
+impl StagedFile {
+    /// A relative path of plain components: it cannot leave the workdir.
+    pub fn has_plain_path(&self) -> bool {
+        use std::path::Component;
+        let mut parts = self.path.components().peekable();
+        parts.peek().is_some() && parts.all(|c| matches!(c, Component::Normal(_)))
+    }
+}
+
+/// The control line with which the supervisor tells a warm init that its run has started
+/// (the command went to PID 1, or the code to the started interpreter).
+pub const WARM_STARTED_LINE: &[u8] = b"\"started\"\n";
+
+/// Refuses staged files whose paths could leave the workdir.
+pub fn check_staged_files(files: &[StagedFile]) -> Result<(), crate::error::Error> {
+    match files.iter().find(|file| !file.has_plain_path()) {
+        Some(file) => Err(crate::error::Error::Command(format!(
+            "staged file {} must be a relative path without `..`",
+            file.path.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The part of a run a prepared sandbox learns last: written by the supervisor, once the init
+/// reported [`InitEvent::Ready`], into the command pipe that the sandbox's PID 1 reads.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct WarmGo {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    #[serde(default)]
+    pub files: Vec<StagedFile>,
 }
 
 /// Limits the init enforces itself.
@@ -143,8 +189,11 @@ pub enum InitEvent {
         #[serde(deserialize_with = "setup_error_or_text")]
         error: SetupError,
     },
-    /// The run is over and everything it left behind is gone.
+    /// The run is over and everything it left behind is gone (a warm run: the program and
+    /// every process of the run have ended; the init tears the sandbox down after sending it).
     Finished(Outcome),
+    /// A prepared sandbox is set up and waits for its [`WarmGo`].
+    Ready,
 }
 
 /// How the run ended, as the init saw it.

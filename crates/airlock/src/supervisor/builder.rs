@@ -3,8 +3,11 @@
 
 use std::path::PathBuf;
 
+use std::sync::Arc;
+
 use super::output::OutputSink;
 use super::signals::{BlockedSignals, CANCEL_SIGNALS};
+use super::standby::{self, StandbySource};
 use super::terminal::RawTerminal;
 use super::{finish, handle, launch, prepare};
 use crate::confine::cgroup::CgroupConfig;
@@ -13,6 +16,7 @@ use crate::layer::Layer;
 use crate::plan::Plan;
 use crate::policy::Policy;
 use crate::result::RunResult;
+use crate::spec::StagedFile;
 
 /// How the sandbox itself is set up, as opposed to what the program may do (the policy).
 #[derive(Debug, Clone, Default)]
@@ -87,6 +91,9 @@ pub struct Command {
     pub(super) stderr: Sink,
     pub(super) keep: bool,
     pub(super) tty: bool,
+    pub(super) files: Vec<StagedFile>,
+    /// Where a prepared sandbox comes from (a command made by a warm pool).
+    pub(super) standby: Option<Arc<dyn StandbySource>>,
     pub(super) cancel_on_signals: bool,
 }
 
@@ -139,6 +146,8 @@ impl Sandbox {
             stderr: Sink::Capture,
             keep: false,
             tty: false,
+            files: Vec::new(),
+            standby: None,
             cancel_on_signals: false,
         }
     }
@@ -196,6 +205,24 @@ impl Command {
         self
     }
 
+    /// Writes a file into the run's fresh workdir before the program starts (`path` relative
+    /// to it; parent directories are made). Native backend, workdir made by the sandbox.
+    pub fn file(mut self, path: impl Into<PathBuf>, contents: impl Into<Vec<u8>>) -> Self {
+        self.files.push(StagedFile {
+            path: path.into(),
+            contents: contents.into(),
+            mode: 0o644,
+        });
+        self
+    }
+
+    /// Runs this command on a sandbox `source` prepared ahead (a warm pool's), or cold when
+    /// it has none ready.
+    pub(crate) fn with_standby(mut self, source: Arc<dyn StandbySource>) -> Self {
+        self.standby = Some(source);
+        self
+    }
+
     /// Keeps the run's working directory after the run.
     pub fn keep_workdir(mut self, keep: bool) -> Self {
         self.keep = keep;
@@ -235,6 +262,14 @@ impl Command {
     pub fn run(self) -> Result<RunResult, Error> {
         // Blocked before the init starts, so that it inherits the mask (see `signals`).
         let signals = self.blocked_signals()?;
+        if let Some(warm) = standby::start_warm(&self)? {
+            return finish::serve_in_this_thread(
+                &self,
+                warm.started,
+                warm.ending,
+                signals.as_ref(),
+            );
+        }
         let prepared = prepare::prepare_to_run(&self)?;
         // The caller's terminal, relayed to the program's own, passes every key through.
         let _raw = match (self.tty, &self.stdin) {
@@ -263,8 +298,20 @@ impl Command {
 
     /// Starts the run and returns a handle to stream, cancel and wait for it.
     pub fn spawn(self) -> Result<handle::RunHandle, Error> {
-        let prepared = prepare::prepare_to_run(&self)?;
         let (events, receiver) = std::sync::mpsc::channel();
+        if let Some(warm) = standby::start_warm(&self)? {
+            if let Some(network) = &warm.network {
+                *network.lock().unwrap_or_else(|e| e.into_inner()) = Some(events.clone());
+            }
+            return Ok(handle::serve_from_threads(
+                &self,
+                warm.started,
+                warm.ending,
+                (events, receiver),
+                warm.network,
+            ));
+        }
+        let prepared = prepare::prepare_to_run(&self)?;
         let (on_network, network) = match prepared.egress.is_some() {
             true => {
                 let (sink, sender) = handle::network_events(events.clone());

@@ -31,6 +31,9 @@ pub(super) struct Ending {
     pub start: Instant,
     pub capture: (bool, bool),
     pub keep: bool,
+    /// A warm run's standby source, which reaps the init once the outcome is in (the init
+    /// tears the sandbox down after sending it).
+    pub retire: Option<std::sync::Arc<dyn super::standby::StandbySource>>,
     /// What a failed run's hints are judged from.
     pub hints: HintFacts,
 }
@@ -77,10 +80,20 @@ pub(super) fn serve_in_this_thread(
 impl Ending {
     /// Reaps the init (every process of the run is gone by then) and builds the result.
     pub(super) fn conclude(&mut self, served: serve::Served) -> Result<RunResult, Error> {
-        let init_status = self
-            .init
-            .wait()
-            .map_err(|e| Error::io("cannot wait for the init", e))?;
+        let finished = served
+            .events
+            .iter()
+            .any(|event| matches!(event, InitEvent::Finished(_)));
+        let init_status = match (&self.retire, finished) {
+            (Some(source), true) => {
+                source.retire(self.init.id());
+                std::process::ExitStatus::default()
+            }
+            _ => self
+                .init
+                .wait()
+                .map_err(|e| Error::io("cannot wait for the init", e))?,
+        };
         let wall_ms = self.start.elapsed().as_millis() as u64;
         let mut result = assemble(&served.events, init_status, &self.backend, wall_ms);
         // Every process of the run is gone: whatever the gate still holds open is closed now.
@@ -132,6 +145,7 @@ fn assemble(
                 }
             }
             InitEvent::Finished(outcome) => apply_outcome(&mut result, outcome),
+            InitEvent::Ready => {}
         }
     }
     if result.status == RunStatus::SandboxError && result.error.is_none() {

@@ -59,7 +59,16 @@ pub(super) type NetworkSender = Arc<Mutex<Option<Sender<RunEvent>>>>;
 
 /// The egress gate's decisions as [`RunEvent::Network`]s on the handle's event channel.
 pub(super) fn network_events(events: Sender<RunEvent>) -> (EventSink, NetworkSender) {
-    let sender: NetworkSender = Arc::new(Mutex::new(Some(events)));
+    let (sink, sender) = network_slot();
+    *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(events);
+    (sink, sender)
+}
+
+/// A sink for the gate's decisions whose channel is set later: a warm sandbox's gate starts
+/// while the sandbox is prepared, before any run has a handle. Decisions made while the slot
+/// is empty are only in the result's report.
+pub(super) fn network_slot() -> (EventSink, NetworkSender) {
+    let sender: NetworkSender = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&sender);
     let sink: EventSink = Box::new(move |event| {
         let guard = slot.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,7 +127,7 @@ pub(super) fn serve_from_threads(
         StreamKind::Stderr,
         policy.limits.stderr.0,
     );
-    let events_reader = spawn_event_reader(pipes.events, event_tx, network);
+    let events_reader = spawn_event_reader(pipes.events, pipes.end_at_finished, event_tx, network);
     RunHandle {
         ending,
         control,
@@ -132,6 +141,7 @@ pub(super) fn serve_from_threads(
 
 fn spawn_event_reader(
     events: OwnedFd,
+    end_at_finished: bool,
     tx: Sender<RunEvent>,
     network: Option<NetworkSender>,
 ) -> JoinHandle<Vec<InitEvent>> {
@@ -146,6 +156,9 @@ fn spawn_event_reader(
                         layers: layers.clone(),
                     });
                 }
+            }
+            if end_at_finished && log.has_finished() {
+                break;
             }
         }
         if let Some(network) = network {

@@ -46,6 +46,15 @@ impl HintFacts {
         }
     }
 
+    /// The same facts for a run of `argv` (a prepared sandbox's plan was made before its
+    /// command was known).
+    pub fn for_argv(self, argv: &[String]) -> HintFacts {
+        HintFacts {
+            argv: argv.to_vec(),
+            ..self
+        }
+    }
+
     /// Adds the hints that fit a failed `result`.
     pub fn apply(&self, result: &mut RunResult) {
         if result.success() || result.status == RunStatus::Cancelled {

@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::init::INIT_ARG;
 use crate::linux::sys::{self, Forked};
 use crate::net;
-use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD, GATE_FD};
+use crate::spec::{InitSpec, CONTROL_FD, EVENTS_FD, GATE_FD, GO_FD};
 use airlock_egress::EventSink;
 
 /// A run whose init has its spec: the control pipe and the pipes the supervisor serves.
@@ -63,6 +63,7 @@ pub(super) fn start(
         control: control_read,
         events: events_write,
         gate: sandbox_end,
+        go: None,
     };
     let mut init = start_init(&launch, stdio, pipes, &spec)?;
     let mut control = std::fs::File::from(control_write);
@@ -91,6 +92,7 @@ pub(super) fn start(
             stdout: out_pipes.0,
             stderr: out_pipes.1,
             events: events_read,
+            end_at_finished: false,
         },
     };
     let ending = Ending {
@@ -106,6 +108,7 @@ pub(super) fn start(
             command.stderr == Sink::Capture,
         ),
         keep: command.keep,
+        retire: None,
     };
     Ok((started, ending))
 }
@@ -192,6 +195,39 @@ fn init_launch(options: &SandboxOptions) -> InitLaunch {
     }
 }
 
+/// Executes an init (never forks one: a warm sandbox's init outlives the moment it was
+/// started in) with `stdio`, its command pipe and, for a gated run, the gate's channel, sends
+/// it `spec`, and returns it with its control pipe and the
+/// read end of its event pipe.
+pub(super) fn start_executed(
+    options: &SandboxOptions,
+    stdio: InitStdio,
+    go: OwnedFd,
+    gate: Option<OwnedFd>,
+    spec: &InitSpec,
+) -> Result<(InitProcess, std::fs::File, OwnedFd), Error> {
+    let (control_read, control_write) = pipe()?;
+    let (events_read, events_write) = pipe()?;
+    let launch = InitLaunch {
+        may_fork: false,
+        ..init_launch(options)
+    };
+    let pipes = InitPipes {
+        control: control_read,
+        events: events_write,
+        gate,
+        go: Some(go),
+    };
+    let mut init = spawn(&launch, stdio, pipes)?;
+    let mut control = std::fs::File::from(control_write);
+    if let Err(e) = write_spec(&mut control, spec) {
+        init.kill();
+        let _ = init.wait();
+        return Err(Error::io("cannot send the run spec to the init", e));
+    }
+    Ok((init, control, events_read))
+}
+
 fn write_spec(control: &mut std::fs::File, spec: &InitSpec) -> std::io::Result<()> {
     let body = serde_json::to_vec(spec)?;
     control.write_all(&(body.len() as u64).to_le_bytes())?;
@@ -200,10 +236,10 @@ fn write_spec(control: &mut std::fs::File, spec: &InitSpec) -> std::io::Result<(
 
 /// The init's standard descriptors; `None` inherits the supervisor's own.
 #[derive(Debug, Default)]
-struct InitStdio {
-    stdin: Option<OwnedFd>,
-    stdout: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
+pub(super) struct InitStdio {
+    pub stdin: Option<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
 }
 
 /// The pipe ends the init keeps at [`CONTROL_FD`] and [`EVENTS_FD`], and the egress gate's
@@ -213,6 +249,8 @@ struct InitPipes {
     control: OwnedFd,
     events: OwnedFd,
     gate: Option<OwnedFd>,
+    /// A warm init's command pipe (read end).
+    go: Option<OwnedFd>,
 }
 
 impl InitPipes {
@@ -223,6 +261,7 @@ impl InitPipes {
             (self.events.as_raw_fd(), EVENTS_FD),
         ];
         placed.extend(self.gate.as_ref().map(|fd| (fd.as_raw_fd(), GATE_FD)));
+        placed.extend(self.go.as_ref().map(|fd| (fd.as_raw_fd(), GO_FD)));
         placed
     }
 }
@@ -333,16 +372,7 @@ fn spawn(launch: &InitLaunch, stdio: InitStdio, pipes: InitPipes) -> Result<Init
     init.stdin(or_inherit(stdio.stdin));
     init.stdout(or_inherit(stdio.stdout));
     init.stderr(or_inherit(stdio.stderr));
-    let pairs = [
-        (pipes.control.as_raw_fd(), CONTROL_FD),
-        (pipes.events.as_raw_fd(), EVENTS_FD),
-    ];
-    match &pipes.gate {
-        Some(gate) => {
-            sys::map_fds_on_spawn(&mut init, [pairs[0], pairs[1], (gate.as_raw_fd(), GATE_FD)])
-        }
-        None => sys::map_fds_on_spawn(&mut init, pairs),
-    }
+    sys::map_fds_on_spawn(&mut init, &pipes.placements());
     init.spawn()
         .map(InitProcess::Spawned)
         .map_err(|cause| Error::Spawn {

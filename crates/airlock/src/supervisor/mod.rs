@@ -25,10 +25,13 @@ mod output;
 mod prepare;
 mod serve;
 mod signals;
+mod staged;
 mod standalone;
+mod standby;
 mod terminal;
 mod workspace;
 
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
 pub use standalone::StandaloneWrapper;
+pub(crate) use standby::{Prestart, Readiness, Standby, StandbySource};

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::builder::Command;
 use super::describe;
 use super::judge::{host_limit_warnings, judge, Judged};
+use super::staged;
 use super::workspace;
 use crate::backend::{self, Backend, PlanContext};
 use crate::confine::cgroup::CgroupLimits;
@@ -68,6 +69,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     let confinement = selected
         .backend
         .plan(&placement.context(command, &plan_env, &network))?;
+    staged::check(command, &confinement, placement.workdir.fresh)?;
     let mut judged = judge(command, &selected, &confinement, &placement, &network);
     let workdir_kind = placement.workdir.kind(command);
     judged.warnings.extend(host_limit_warnings(policy));
@@ -192,6 +194,9 @@ fn init_spec(
         accepted_missing: judged.accepted(),
         tty: command.tty,
         scratch: placement.scratch,
+        files: command.files.clone(),
+        warm: false,
+        warm_prestart: false,
         mapped: placement.mapped,
         egress: network.egress.as_ref().map(|e| e.sandbox.clone()),
     }
@@ -199,7 +204,7 @@ fn init_spec(
 
 /// Refusals that need no plan: a command that cannot be represented, a program the policy
 /// does not allow, and backend `none` without its opt-in.
-fn check_command(command: &Command) -> Result<(), Error> {
+pub(super) fn check_command(command: &Command) -> Result<(), Error> {
     if command.argv.iter().any(|a| a.contains('\0')) {
         return Err(Error::Command(
             "arguments must not contain NUL bytes".into(),

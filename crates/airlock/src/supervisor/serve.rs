@@ -22,6 +22,9 @@ pub(super) struct Pipes {
     pub stdout: Option<OwnedFd>,
     pub stderr: Option<OwnedFd>,
     pub events: OwnedFd,
+    /// Stop reading events at `Finished` (a warm run's init sends it before its teardown and
+    /// keeps the pipe until it exits).
+    pub end_at_finished: bool,
 }
 
 /// Where each output stream goes and how much of it is kept.
@@ -67,6 +70,7 @@ pub(super) fn serve<O: FnMut(), C: FnMut()>(
     .filter_map(|(fd, target)| fd.map(|fd| (std::fs::File::from(fd), target)))
     .collect();
     let mut events = EventLog::default();
+    let end_at_finished = pipes.end_at_finished;
     let mut buffer = vec![0u8; CHUNK];
     let mut cancel_signal = None;
     while !readers.is_empty() {
@@ -112,6 +116,9 @@ pub(super) fn serve<O: FnMut(), C: FnMut()>(
                 Target::Stderr => outputs.stderr.take(chunk),
                 Target::Events => {
                     events.feed(chunk);
+                    if end_at_finished && events.has_finished() {
+                        closed.push(index);
+                    }
                     false
                 }
             };
@@ -203,6 +210,13 @@ impl EventLog {
         &self.seen[before..]
     }
 
+    /// Whether the run's outcome has arrived.
+    pub fn has_finished(&self) -> bool {
+        self.seen
+            .iter()
+            .any(|event| matches!(event, InitEvent::Finished(_)))
+    }
+
     /// The events so far; the text after the last newline counts as a line.
     pub fn finish(mut self) -> Vec<InitEvent> {
         let rest = std::mem::take(&mut self.partial);
@@ -270,6 +284,7 @@ mod tests {
                 stdout: Some(stdout_read),
                 stderr: Some(stderr_read),
                 events: events_read,
+                end_at_finished: false,
             };
             let react = Reactions {
                 on_overflow: || {},

@@ -419,6 +419,25 @@ impl RunCgroup {
         }
     }
 
+    /// The CPU time of every member so far (one file read, where [`RunCgroup::usage`] reads
+    /// four).
+    pub fn cpu_usage_ns(&self) -> Option<u64> {
+        match self.version {
+            CgroupVersion::V1 => v1::cpu_usage_ns(&self.dirs),
+            CgroupVersion::V2 => v2::usage(&self.dirs[0].path).cpu_usage_ns,
+        }
+    }
+
+    /// Restarts the peak memory count from the current usage (a warm run's start, so that its
+    /// peak is the run's, not the preparation's); false where the kernel cannot (cgroup v2
+    /// resets `memory.peak` only for the descriptor that wrote it).
+    pub fn reset_peak_memory(&self) -> bool {
+        match self.version {
+            CgroupVersion::V1 => v1::reset_peak_memory(&self.dirs),
+            CgroupVersion::V2 => false,
+        }
+    }
+
     /// Kills every member, removes the run's directories, then the parent if it is now empty.
     pub fn remove(self) -> Result<(), CgroupError> {
         // The common case is a run whose init already emptied the cgroup: a kill round

@@ -175,11 +175,23 @@ pub(super) fn usage(dirs: &[RunDir]) -> CgroupUsage {
         oom_kills: read("memory", "memory.oom_control")
             .and_then(|text| keyed_value(&text, "oom_kill"))
             .unwrap_or(0),
-        cpu_usage_ns: read("cpuacct", "cpuacct.usage").and_then(|text| single_value(&text)),
+        cpu_usage_ns: cpu_usage_ns(dirs),
         pids_limit_hits: read("pids", "pids.events")
             .and_then(|text| keyed_value(&text, "max"))
             .unwrap_or(0),
     }
+}
+
+pub(super) fn cpu_usage_ns(dirs: &[RunDir]) -> Option<u64> {
+    dir_with(dirs, "cpuacct")
+        .and_then(|dir| read_optional(&dir.join("cpuacct.usage")))
+        .and_then(|text| single_value(&text))
+}
+
+/// Writing to `memory.max_usage_in_bytes` sets it to the current usage.
+pub(super) fn reset_peak_memory(dirs: &[RunDir]) -> bool {
+    dir_with(dirs, "memory")
+        .is_some_and(|dir| write_control(&dir.join("memory.max_usage_in_bytes"), "0", "").is_ok())
 }
 
 /// Freezes the run so its members cannot fork while being killed; false if there is no

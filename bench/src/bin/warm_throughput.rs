@@ -1,0 +1,216 @@
+//! Warm start under load and at rest, in one process:
+//! `cargo run --release -p airlock-bench --bin warm-throughput -- --runs 500 --idle 1000`.
+//!
+//! - throughput: `/bin/true` runs per second from several threads on one pool of prepared
+//!   sandboxes (profile `untrusted`): first a burst from a pool filled beforehand, then the
+//!   sustained rate with the pool refilling as it is used (runs that find no sandbox ready
+//!   run cold, and are counted). CPU per run is the whole process tree's, preparation and
+//!   teardown included.
+//! - density: `--idle` sandboxes prepared and left idle, and what they cost the host:
+//!   `MemAvailable` before and after, and the proportional set size of their processes.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock::warm::{WarmOptions, WarmPool};
+use airlock::{Sandbox, SandboxOptions};
+use clap::Parser;
+use nix::sys::resource::{getrusage, UsageWho};
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Runs per throughput measurement.
+    #[arg(long, default_value_t = 500)]
+    runs: usize,
+    /// Threads running commands.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Idle sandboxes for the density measurement (0: skip it).
+    #[arg(long, default_value_t = 200)]
+    idle: usize,
+    /// The airlock binary used as the init (default: the workspace's release build).
+    #[arg(long)]
+    airlock: Option<PathBuf>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let init = args.airlock.clone().unwrap_or_else(|| {
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/release/airlock"
+        ))
+    });
+    let options = SandboxOptions {
+        init_program: Some(init),
+        ..SandboxOptions::default()
+    };
+    let policy = airlock::policy::load_profile("untrusted").expect("profile");
+    let sandbox = Sandbox::with_options(policy, options).expect("sandbox");
+    burst(&sandbox, &args);
+    sustained(&sandbox, &args);
+    if args.idle > 0 {
+        density(&sandbox, args.idle);
+    }
+}
+
+fn pool(sandbox: &Sandbox, target: usize, refill: bool) -> WarmPool {
+    let mut options = WarmOptions::new(target);
+    options.refill = refill;
+    options.idle_expiry = None;
+    options.ready_timeout = Duration::from_secs(120);
+    sandbox.warm(options).expect("pool")
+}
+
+/// Runs from a pool holding one sandbox per run, filled first and not refilled: the rate of
+/// the run path (with each used sandbox's teardown in the background).
+fn burst(sandbox: &Sandbox, args: &Args) {
+    let pool = pool(sandbox, args.runs, false);
+    let fill = Instant::now();
+    assert!(
+        pool.wait_ready(args.runs, Duration::from_secs(600)),
+        "{:?}",
+        pool.stats()
+    );
+    let prepare_s = fill.elapsed().as_secs_f64();
+    println!(
+        "prepared {} sandboxes in {prepare_s:.1} s: {:.1} per second, {:.2} ms each",
+        args.runs,
+        args.runs as f64 / prepare_s,
+        prepare_s * 1000.0 / args.runs as f64
+    );
+    report("burst (pool filled first)", &pool, args);
+}
+
+/// Runs from a small pool refilling as it goes: what a saturated host sustains.
+fn sustained(sandbox: &Sandbox, args: &Args) {
+    let pool = pool(sandbox, 2 * args.threads, true);
+    assert!(pool.wait_ready(2 * args.threads, Duration::from_secs(120)));
+    report("sustained (pool refilling)", &pool, args);
+}
+
+fn report(label: &str, pool: &WarmPool, args: &Args) {
+    let before = pool.stats();
+    let cpu_before = tree_cpu();
+    let start = Instant::now();
+    let failed = run_from_threads(pool, args.runs, args.threads);
+    let elapsed = start.elapsed().as_secs_f64();
+    let after = pool.stats();
+    let cpu = (tree_cpu() - cpu_before).as_secs_f64();
+    let warm = after.served - before.served;
+    println!(
+        "{label}: {} runs in {elapsed:.2} s = {:.0} runs/s ({warm} warm, {} cold, {failed} failed), {:.2} ms of CPU per run so far",
+        args.runs,
+        args.runs as f64 / elapsed,
+        after.cold_fallbacks - before.cold_fallbacks,
+        cpu * 1000.0 / args.runs as f64,
+    );
+}
+
+fn run_from_threads(pool: &WarmPool, runs: usize, threads: usize) -> usize {
+    let next = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while next.fetch_add(1, Ordering::SeqCst) < runs {
+                    let result = pool.command("/bin/true").discard_output().run();
+                    if !result.is_ok_and(|r| r.success()) {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    failed.load(Ordering::SeqCst)
+}
+
+/// User + system time of this process and every child it reaped.
+fn tree_cpu() -> Duration {
+    let time = |who| {
+        getrusage(who).map_or(Duration::ZERO, |u| {
+            let us =
+                |tv: nix::sys::time::TimeVal| tv.tv_sec() as u64 * 1_000_000 + tv.tv_usec() as u64;
+            Duration::from_micros(us(u.user_time()) + us(u.system_time()))
+        })
+    };
+    time(UsageWho::RUSAGE_SELF) + time(UsageWho::RUSAGE_CHILDREN)
+}
+
+/// What `count` idle prepared sandboxes cost the host.
+fn density(sandbox: &Sandbox, count: usize) {
+    let before = meminfo_kib("MemAvailable");
+    let slab_before = meminfo_kib("Slab");
+    let pool = Arc::new(pool(sandbox, count, false));
+    let start = Instant::now();
+    let ready = pool.wait_ready(count, Duration::from_secs(1200));
+    let took = start.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(2));
+    let after = meminfo_kib("MemAvailable");
+    let slab_after = meminfo_kib("Slab");
+    let pss = tree_pss_kib(std::process::id());
+    let held = pool.stats().ready;
+    let per = |kib: i64| kib as f64 / held.max(1) as f64 / 1024.0;
+    println!(
+        "density: {held} idle sandboxes ready (all: {ready}) in {took:.1} s; MemAvailable fell {:.0} MiB = {:.2} MiB each; kernel slab +{:.2} MiB each; processes' PSS {:.2} MiB each",
+        (before - after) as f64 / 1024.0,
+        per(before - after),
+        per(slab_after - slab_before),
+        per(pss),
+    );
+    drop(pool);
+    let freed = meminfo_kib("MemAvailable");
+    println!(
+        "density: after shutdown MemAvailable is {:.0} MiB above the loaded level",
+        (freed - after) as f64 / 1024.0
+    );
+}
+
+fn meminfo_kib(field: &str) -> i64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{field}:")))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The proportional set size of every descendant of `root` (the pool's inits and their
+/// sandboxes), in KiB.
+fn tree_pss_kib(root: u32) -> i64 {
+    let mut parents = std::collections::HashMap::<u32, Vec<u32>>::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(ppid) = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().nth(1)?.parse().ok())
+        else {
+            continue;
+        };
+        parents.entry(ppid).or_default().push(pid);
+    }
+    let mut total = 0;
+    let mut stack = parents.get(&root).cloned().unwrap_or_default();
+    while let Some(pid) = stack.pop() {
+        total += std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find(|l| l.starts_with("Pss:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<i64>().ok())
+            })
+            .unwrap_or(0);
+        stack.extend(parents.get(&pid).cloned().unwrap_or_default());
+    }
+    total
+}
