@@ -212,15 +212,14 @@ def _start_airlockd(binary: str, tools: Path) -> Airlockd:
         )
     daemon = Airlockd(root, root / "run" / "airlockd.sock", key, proc, cgroup_parent, tls_listen)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"airlockd exited early ({proc.returncode}):\n{daemon.log()}")
+    while time.monotonic() < deadline and proc.poll() is None:
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
             s.connect(str(daemon.socket))
             return daemon
         time.sleep(0.05)
-    _cli.stop(proc)
-    raise RuntimeError(f"airlockd did not start within 60 s:\n{daemon.log()}")
+    text = daemon.log()
+    left = _stop_airlockd(daemon)  # removes the test's directory too
+    raise RuntimeError(f"airlockd did not start ({proc.returncode}; left {left}):\n{text}")
 
 
 def _leftovers(daemon: Airlockd) -> list[str]:
