@@ -1,10 +1,11 @@
-"""Benchmark of the Python client in local mode (the figures go to BENCHMARKS.md).
+"""Benchmark of the Python client (the figures go to BENCHMARKS.md).
 
 - the overhead of ``Sandbox.run`` over running the same ``airlock run --json`` directly;
-- the latency of a ``@tool`` call under PERMISSIVE, SUBPROCESS and SANDBOXED.
+- the latency of a ``@tool`` call under PERMISSIVE, SUBPROCESS and SANDBOXED;
+- with ``--url`` (an airlockd), ``Sandbox.run`` in daemon mode against local mode.
 
 Runs are interleaved so that both sides see the same machine state. Usage:
-``python bench.py [--runs N]`` (default 40).
+``python bench.py [--runs N] [--url unix:///path/airlockd.sock --api-key KEY]`` (default 40).
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ def summary(name: str, samples: list[float]) -> str:
 def bench_run(runs: int) -> None:
     binary = find_binary("airlock")
     argv = [binary, "run", "--json", "--profile", "untrusted", "--", "/bin/true"]
-    sandbox = Sandbox()
+    sandbox = Sandbox(url="local")
     cli: list[float] = []
     client: list[float] = []
-    sandbox.run(["/bin/true"])  # warm: the flag probe and the page cache
+    sandbox.run(["/bin/true"])  # warm: the page cache
     for i in range(runs):
         # Alternate which side goes first, so neither always runs right after the other.
         pair = [
@@ -65,6 +66,26 @@ def bench_run(runs: int) -> None:
     print(f"{'Sandbox.run overhead over the CLI':<34} p50 {overhead:+7.2f} ms")
 
 
+def bench_daemon(runs: int, url: str, api_key: str | None) -> None:
+    local, daemon = Sandbox(url="local"), Sandbox(url=url, api_key=api_key)
+    for sandbox in (local, daemon):
+        warm = sandbox.run(["/bin/true"])
+        assert warm.ok, warm
+    local_ms: list[float] = []
+    daemon_ms: list[float] = []
+    for i in range(runs):
+        pair = [
+            (local_ms, lambda: local.run(["/bin/true"])),
+            (daemon_ms, lambda: daemon.run(["/bin/true"])),
+        ]
+        for samples, fn in pair if i % 2 else reversed(pair):
+            samples.append(timed(fn))
+    print(summary("Sandbox.run, local mode", local_ms))
+    print(summary("Sandbox.run, daemon mode", daemon_ms))
+    difference = statistics.median(daemon_ms) - statistics.median(local_ms)
+    print(f"{'daemon mode over local mode':<34} p50 {difference:+7.2f} ms")
+
+
 def bench_tools(runs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -74,7 +95,7 @@ def bench_tools(runs: int) -> None:
         import bench_tools
 
         for policy in (SandboxPolicy.PERMISSIVE, SandboxPolicy.SUBPROCESS, SandboxPolicy.SANDBOXED):
-            t = tool(policy=policy, timeout="10s")(bench_tools.conjugate)
+            t = tool(policy=policy, timeout="10s", url="local")(bench_tools.conjugate)
             first = t.call(verb="hablar", tense="present")
             assert isinstance(first, ToolResult), first
 
@@ -88,10 +109,15 @@ def bench_tools(runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40)
-    runs = max(10, parser.parse_args().runs)
+    parser.add_argument("--url", help="an airlockd to compare daemon mode with local mode")
+    parser.add_argument("--api-key")
+    args = parser.parse_args()
+    runs = max(10, args.runs)
     print(f"{runs} runs each, interleaved; python {sys.version.split()[0]}")
     bench_run(runs)
     bench_tools(runs)
+    if args.url:
+        bench_daemon(runs, args.url, args.api_key)
 
 
 if __name__ == "__main__":

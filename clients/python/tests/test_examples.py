@@ -1,4 +1,5 @@
-"""Every example of issue 18's "What a Python user writes", in local mode."""
+"""Every example of issue 18's "What a Python user writes", in local mode and (``mode``)
+against a real airlockd."""
 
 from __future__ import annotations
 
@@ -7,13 +8,22 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import cli_features, needs
+from conftest import Mode
 
-from airlock import Exit, Sandbox, SandboxPolicy, Status, Stderr, Stdout, ToolError, ToolResult
+from airlock import (
+    Exit,
+    Sandbox,
+    SandboxPolicy,
+    Status,
+    Stderr,
+    Stdout,
+    ToolResult,
+    WorkspaceError,
+)
 
 
-def test_run_returns_a_full_result() -> None:
-    sb = Sandbox(profile="untrusted", memory="256MiB", wall="30s")
+def test_run_returns_a_full_result(mode: Mode) -> None:
+    sb = Sandbox(profile="untrusted", memory="256MiB", wall="30s", **mode.kw)
     r = sb.run(["python3", "-c", "print(6*7)"])
     assert r.status == Status.EXITED and r.exit_code == 0 and r.ok
     assert r.stdout == "42\n" and r.stderr == ""
@@ -22,21 +32,23 @@ def test_run_returns_a_full_result() -> None:
     assert r.error is None and r.error_kind is None
 
 
-def test_run_code_runs_a_string_with_the_interpreter_registry() -> None:
-    r = Sandbox(memory="256MiB", wall="30s").run_code("print(6*7)", language="python")
+def test_run_code_runs_a_string_with_the_interpreter_registry(mode: Mode) -> None:
+    sb = Sandbox(memory="256MiB", wall="30s", **mode.kw)
+    r = sb.run_code("print(6*7)", language="python")
     assert r.ok and r.stdout == "42\n"
 
 
-def test_stream_yields_output_as_it_comes_then_the_result() -> None:
-    events = list(Sandbox().stream(["bash", "-c", "echo out; echo err >&2; echo more"]))
+def test_stream_yields_output_as_it_comes_then_the_result(mode: Mode) -> None:
+    events = list(Sandbox(**mode.kw).stream(["bash", "-c", "echo out; echo err >&2; echo more"]))
     out = b"".join(e.data for e in events if isinstance(e, Stdout))
     err = b"".join(e.data for e in events if isinstance(e, Stderr))
     assert out == b"out\nmore\n" and b"err\n" in err
     assert isinstance(events[-1], Exit) and events[-1].result.ok
+    assert events[-1].result.stdout == "" and events[-1].result.stderr == ""
 
 
-def test_a_session_keeps_its_workspace_between_runs() -> None:
-    with Sandbox.session(profile="untrusted") as s:
+def test_a_session_keeps_its_workspace_between_runs(mode: Mode) -> None:
+    with Sandbox.session(profile="untrusted", **mode.kw) as s:
         s.files.write("data.csv", b"city,temp\nOslo,3\nLima,19\n")
         s.files.write(
             "analyse.py",
@@ -49,16 +61,14 @@ def test_a_session_keeps_its_workspace_between_runs() -> None:
         assert r.ok, r
         out = s.files.read("report.json")
         assert json.loads(out) == {"rows": 2, "max": 19}
+        assert s.files.list() == ["analyse.py", "data.csv", "report.json"]
+        with pytest.raises(WorkspaceError) as err:
+            s.files.read("missing.txt")
+        assert err.value.reason == "not_found"
         workdir = s.workdir
-    assert not workdir.exists()
+    assert workdir is None or not workdir.exists()
 
 
-@needs(
-    "call",
-    "--ro",
-    "issue 15 gives `airlock call` --ro, so a sandboxed tool's module can "
-    "import airlock (the decorator) from this environment",
-)
 def test_a_decorated_tool_is_called_under_its_policy(tools_dir: Path) -> None:
     module = importlib.import_module("decorated_tools")
     result = module.conjugate.call(verb="hablar", tense="present")
@@ -72,31 +82,3 @@ def test_a_decorated_subprocess_tool_uses_this_environment(tools_dir: Path) -> N
     result = module.conjugate_trusted.call(verb="hablar", tense="present")
     assert isinstance(result, ToolResult), result
     assert result.value["yo"] == "hablo"
-
-
-@pytest.mark.skipif(
-    cli_features().has("call", "--ro"), reason="this airlock has `call --ro`: the call succeeds"
-)
-def test_a_decorated_tool_under_sandboxed_fails_as_a_value_without_call_ro(
-    tools_dir: Path,
-) -> None:
-    module = importlib.import_module("decorated_tools")
-    result = module.conjugate.call(verb="hablar", tense="present")
-    assert isinstance(result, ToolError) and result.kind in ("bad_tool", "raised")
-    assert "airlock" in result.message
-
-
-@needs("run", "--allow-net", "network allowlists are issue 16")
-def test_allow_net_runs_in_allowlist_mode() -> None:
-    r = Sandbox(allow_net=["api.example.com"]).run(["python3", "-c", "print(1)"])
-    assert r.ok, r
-    assert r.network is not None and r.network.get("mode") == "allowlist"
-
-
-@pytest.mark.skipif(
-    cli_features().has("run", "--allow-net"), reason="this airlock has allowlists (issue 16)"
-)
-def test_allow_net_is_refused_not_widened_without_allowlists() -> None:
-    r = Sandbox(allow_net=["api.example.com"]).run(["python3", "-c", "print(1)"])
-    assert r.status == Status.SANDBOX_ERROR and r.error_kind == "unsupported"
-    assert r.error is not None and "issue 16" in r.error

@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import needs
+from conftest import Airlockd, Mode
 
 from airlock import (
     SandboxPolicy,
@@ -19,6 +19,7 @@ from airlock import (
     run_under_sandbox,
     tool,
 )
+from airlock.tools import _plan_call
 
 ISOLATED = [SandboxPolicy.SUBPROCESS, SandboxPolicy.SANDBOXED]
 LIMITS: dict[str, Any] = {"timeout": "2s", "memory": "256MiB", "pids": 32}
@@ -139,23 +140,78 @@ def test_async_calls_run_concurrently(tools: ModuleType) -> None:
     assert isinstance(bad, ToolError) and bad.kind == "raised"
 
 
-@needs(
-    "call",
-    "--profile",
-    "CONTAINER needs `airlock call --profile` (issue 15) to ask for min_isolation = container",
-)
 def test_container_policy_runs_in_a_container(tools: ModuleType) -> None:
     r = call(tools.conjugate, SandboxPolicy.CONTAINER, {"verb": "hablar", "tense": "present"})
     assert isinstance(r, ToolResult), r
 
 
-def test_container_policy_is_refused_not_weakened_without_call_profile(
-    tools: ModuleType,
-) -> None:
-    from conftest import cli_features
+def test_a_tool_takes_the_sandbox_options_of_a_run(tools: ModuleType) -> None:
+    # The same options as Sandbox(...): an allowlist (behind the egress gate), the environment.
+    probe = tool(policy=SandboxPolicy.SANDBOXED, allow_net=["api.example.com"], **LIMITS)(
+        tools.network_probe
+    )
+    plan = _plan_call(probe, "{}", SandboxPolicy.SANDBOXED)
+    assert not isinstance(plan, ToolError)
+    argv, prepared = plan
+    prepared.cleanup()
+    assert argv[argv.index("--allow-net") + 1] == "api.example.com"
+    r = probe.call()
+    assert isinstance(r, ToolResult), r
+    # The gate refuses what the allowlist does not name: the host's loopback, other names.
+    assert r.value["dns"] == "refused" and r.value["loopback"] != "connected", r.value
 
-    if cli_features().has("call", "--profile"):
-        pytest.skip("this airlock has `call --profile`: the CONTAINER call runs")
-    r = call(tools.conjugate, SandboxPolicy.CONTAINER, {"verb": "hablar", "tense": "present"})
-    assert isinstance(r, ToolError) and r.kind == "sandbox_error"
-    assert "min_isolation" in r.message
+
+@pytest.mark.parametrize(
+    ("fn", "expected"),
+    [
+        ("conjugate", None),
+        ("evil_infinite_loop", "timeout"),
+        ("evil_memory_eater", "memory_limit"),
+        ("evil_raise", "raised"),
+        ("evil_not_json", "bad_output"),
+    ],
+)
+def test_sandboxed_calls_in_both_modes(
+    tools: ModuleType, mode: Mode, fn: str, expected: str | None
+) -> None:
+    # Daemon mode calls the same module from the operator's toolset (POST /v1/calls).
+    t = tool(policy=SandboxPolicy.SANDBOXED, toolset="tutor", **LIMITS, **mode.kw)
+    r = t(getattr(tools, fn)).call(*(["tener", "present"] if fn == "conjugate" else []))
+    if expected is None:
+        assert isinstance(r, ToolResult), r
+        assert r.value == {"verb": "tener", "tense": "present", "yo": "tengo"}
+    else:
+        assert isinstance(r, ToolError) and r.kind == expected, r
+
+
+def test_async_calls_in_both_modes(tools: ModuleType, mode: Mode) -> None:
+    t = tool(policy=SandboxPolicy.SANDBOXED, toolset="tutor", **LIMITS, **mode.kw)
+
+    async def main() -> list[Any]:
+        conj = t(tools.conjugate)
+        calls = [conj.acall(verb=v, tense="present") for v in ("hablar", "comer")]
+        return [*await asyncio.gather(*calls), await t(tools.evil_infinite_loop).acall()]
+
+    hablo, como, loop = asyncio.run(main())
+    assert [hablo.value["yo"], como.value["yo"]] == ["hablo", "como"]
+    assert isinstance(loop, ToolError) and loop.kind == "timeout"
+
+
+def test_daemon_calls_are_refused_as_values_not_run_differently(
+    tools: ModuleType, airlockd: Airlockd
+) -> None:
+    at: dict[str, Any] = {"url": airlockd.url, "api_key": airlockd.key}
+    # The tenant's ceiling has no host network; the `trusted` profile of SUBPROCESS has.
+    r = tool(policy=SandboxPolicy.SUBPROCESS, toolset="tutor", **at)(tools.conjugate).call()
+    assert isinstance(r, ToolError) and r.kind == "sandbox_error", r
+    assert r.details["error_kind"] == "ceiling"
+    refused: list[dict[str, Any]] = [
+        {"toolset": None},
+        {"toolset": "tutor", "allow_net": ["a.example.com"]},
+        {"toolset": "tutor", "policy": SandboxPolicy.CONTAINER},
+    ]
+    for options in refused:
+        r = tool(**{"policy": SandboxPolicy.SANDBOXED, **options, **at})(tools.conjugate).call()
+        assert isinstance(r, ToolError) and r.details["error_kind"] == "unsupported", r
+    r = tool(policy=SandboxPolicy.SANDBOXED, toolset="other", **at)(tools.conjugate).call()
+    assert isinstance(r, ToolError) and r.details["error_kind"] == "ceiling", r

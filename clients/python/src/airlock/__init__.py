@@ -1,6 +1,7 @@
 """airlock: run code you did not write behind an OS-enforced boundary, from Python.
 
-Local mode drives the ``airlock`` binary installed with this package (no daemon needed)::
+Local mode drives the ``airlock`` binary installed with this package (no daemon needed);
+with ``AIRLOCK_URL`` set (or ``Sandbox(url=...)``) the same API talks to airlockd::
 
     from airlock import Sandbox
     r = Sandbox(memory="256MiB", wall="30s").run(["python3", "-c", "print(6*7)"])
@@ -12,8 +13,9 @@ See docs/python.md for sessions, streaming, tool calls, workers and the MCP serv
 from __future__ import annotations
 
 from airlock._cli import AirlockError, AirlockNotFound, find_binary
+from airlock._daemon import DaemonError
 from airlock._workspace import Files, WorkspaceError
-from airlock.result import Event, Exit, Result, Status, Stderr, Stdout
+from airlock.result import ErrorKind, Event, Exit, Result, Status, Stderr, Stdout
 from airlock.sandbox import AsyncSandbox, AsyncSession, Sandbox, Session
 from airlock.tools import (
     SandboxPolicy,
@@ -38,6 +40,8 @@ __all__ = [
     "AirlockNotFound",
     "AsyncSandbox",
     "AsyncSession",
+    "DaemonError",
+    "ErrorKind",
     "Event",
     "Exit",
     "Files",

@@ -1,8 +1,7 @@
-"""Local mode: finding the bundled ``airlock`` binary, knowing its flags, running it.
+"""Local mode: finding the bundled ``airlock`` binary and running it.
 
-The wheel installs ``airlock`` and ``airlock-mcp`` into the environment's scripts directory.
-Which flags each subcommand has is read from its ``--help`` once per binary, so that the
-client uses a flag where the CLI has it and otherwise says, by name, what it lacks.
+The wheel installs ``airlock`` and ``airlock-mcp`` (built from the same commit as this package)
+into the environment's scripts directory.
 """
 
 from __future__ import annotations
@@ -10,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sysconfig
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,43 +52,6 @@ def find_binary(name: str = "airlock") -> str:
         f"cannot find the {name} binary: install the airlock-os wheel in this environment, "
         f"put {name} on PATH, or set {'AIRLOCK_BIN' if name == 'airlock' else 'AIRLOCK_MCP_BIN'}"
     )
-
-
-#: A flag at the start of a line of ``--help`` (``  -h, --help``, ``      --mem <SIZE>``).
-_FLAG = re.compile(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)", re.MULTILINE)
-
-SUBCOMMANDS = ("run", "exec", "call", "worker")
-
-
-@dataclass(frozen=True)
-class Features:
-    """The flags each subcommand of one airlock binary accepts."""
-
-    binary: str
-    flags: Mapping[str, frozenset[str]]
-
-    def has(self, subcommand: str, flag: str) -> bool:
-        return flag in self.flags.get(subcommand, frozenset())
-
-
-_features_cache: dict[tuple[str, float], Features] = {}
-
-
-def features(binary: str) -> Features:
-    """The flags of ``binary``, read from ``--help`` once per binary and modification time."""
-    key = (binary, os.stat(binary).st_mtime)
-    cached = _features_cache.get(key)
-    if cached is not None:
-        return cached
-    flags = {}
-    for sub in SUBCOMMANDS:
-        done = subprocess.run(
-            [binary, sub, "--help"], capture_output=True, text=True, timeout=60, check=False
-        )
-        flags[sub] = frozenset(_FLAG.findall(done.stdout))
-    found = Features(binary=binary, flags=flags)
-    _features_cache[key] = found
-    return found
 
 
 @dataclass(frozen=True)

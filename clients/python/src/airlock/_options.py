@@ -1,9 +1,8 @@
-"""Sandbox options and how they become CLI arguments.
+"""Sandbox options and how they become CLI arguments (local mode) or a request (daemon mode).
 
-Each option is a flag where the subcommand has one; otherwise it goes into a small profile
-file that ``extends`` the chosen profile (profiles can say everything the flags can). An
-option that neither can express (``allow_net`` before the CLI has network allowlists) refuses
-the run with the reason: never a silently weaker or wider run.
+Every subcommand that runs a program (run, exec, call, worker) takes the same sandbox flags;
+``min_isolation``, which has no flag, goes into a small profile file that ``extends`` the
+chosen one.
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-from airlock._cli import Features
 
 #: A size: bytes as an int, or text with a unit ("256MiB").
 Size = int | str
@@ -50,11 +47,14 @@ class Options:
     """What a run may do and use. ``None`` keeps the profile's value."""
 
     profile: str = "untrusted"
+    #: The caller named the profile (a daemon otherwise uses the tenant's default profile).
+    profile_named: bool = False
     memory: Size | None = None
     wall: Duration | None = None
     cpu: Duration | None = None
     pids: int | None = None
     allow_net: tuple[str, ...] = ()
+    deny_net: tuple[str, ...] = ()
     network: str | None = None
     backend: str | None = None
     min_isolation: str | None = None
@@ -83,11 +83,10 @@ class Options:
 
 @dataclass
 class Prepared:
-    """CLI arguments for one subcommand, the files they name, or why it cannot run."""
+    """CLI arguments for one subcommand and the files they name."""
 
     args: list[str] = field(default_factory=list)
     temp_files: list[str] = field(default_factory=list)
-    refusal: str | None = None
 
     def cleanup(self) -> None:
         for path in self.temp_files:
@@ -95,22 +94,21 @@ class Prepared:
                 os.unlink(path)
 
 
-def _scalar_options(o: Options) -> list[tuple[object, str, str | None, str]]:
-    """(value, flag, profile section, profile key) for each single-valued option."""
+def _flags(o: Options) -> list[tuple[object, str]]:
+    """(value, flag) for each single-valued option the shared sandbox flag set takes."""
     return [
-        (o.memory, "--mem", "limits", "memory"),
-        (o.wall, "--wall", "limits", "wall_time"),
-        (o.cpu, "--cpu", "limits", "cpu_time"),
-        (o.pids, "--pids", "limits", "processes"),
-        (o.stdout_cap, "--stdout-cap", "limits", "stdout"),
-        (o.stderr_cap, "--stderr-cap", "limits", "stderr"),
-        (o.disk, "--disk", "limits", "disk"),
-        (o.files, "--files", "limits", "files"),
-        (o.file_size, "--fsize", "limits", "file_size"),
-        (o.network, "--network", "network", "mode"),
-        (o.backend, "--backend", None, "backend"),
-        (o.min_isolation, "", None, "min_isolation"),
-        (o.workdir, "--workdir", "filesystem", "workdir"),
+        (o.memory, "--mem"),
+        (o.wall, "--wall"),
+        (o.cpu, "--cpu"),
+        (o.pids, "--pids"),
+        (o.stdout_cap, "--stdout-cap"),
+        (o.stderr_cap, "--stderr-cap"),
+        (o.disk, "--disk"),
+        (o.files, "--files"),
+        (o.file_size, "--fsize"),
+        (o.network, "--network"),
+        (o.backend, "--backend"),
+        (o.workdir, "--workdir"),
     ]
 
 
@@ -122,136 +120,61 @@ def _format(flag: str, value: object) -> str:
     return str(value)
 
 
-def _toml_value(value: object) -> str:
-    # JSON strings, numbers and arrays of strings are valid TOML.
-    return json.dumps(value)
-
-
-def _overlay_text(base: str, overlay: Mapping[str | None, Mapping[str, object]]) -> str:
-    lines = [f"extends = {_toml_value(base)}"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in overlay.get(None, {}).items()]
-    for section, values in overlay.items():
-        if section is None:
-            continue
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
-    return "\n".join(lines) + "\n"
-
-
-def _profile_value(flag: str, value: object) -> object:
-    if flag in ("--pids", "--files"):
-        return value
-    return _format(flag, value) if flag else value
-
-
-def prepare(sub: str, options: Options, feats: Features, *, name_profile: bool = True) -> Prepared:
-    """The arguments of ``airlock SUB`` (before its positional arguments) for ``options``.
-    ``name_profile=False``: pass ``--profile`` only when an overlay needs one (``call``,
-    whose ``--policy`` names the profile)."""
+def prepare(options: Options, *, profile: str | None = None) -> Prepared:
+    """The sandbox flags of ``airlock run/exec/call/worker`` for ``options``. ``profile``:
+    the profile to name (default: the options' own); ``call`` passes the one its policy
+    level implies, so that a profile file is named only when the level needs one."""
     out = Prepared()
-    overlay: dict[str | None, dict[str, object]] = {}
-    for value, flag, section, key in _scalar_options(options):
-        if value is None:
-            continue
-        if flag and feats.has(sub, flag):
+    for value, flag in _flags(options):
+        if value is not None:
             out.args += [flag, _format(flag, value)]
-        else:
-            overlay.setdefault(section, {})[key] = _profile_value(flag, value)
-    _lists(sub, options, feats, out, overlay)
-    _switches(sub, options, feats, out)
-    if options.allow_net and out.refusal is None:
-        if feats.has(sub, "--allow-net"):
-            for rule in options.allow_net:
-                out.args += ["--allow-net", rule]
-        else:
-            out.refusal = (
-                f"allow_net needs network allowlists (`airlock {sub} --allow-net`, issue 16), "
-                "which this airlock binary does not have; the run was refused rather than run "
-                "with no network or the whole network"
-            )
-    if overlay or name_profile:
-        _profile(sub, options, feats, out, overlay)
-    return out
-
-
-def _lists(
-    sub: str,
-    options: Options,
-    feats: Features,
-    out: Prepared,
-    overlay: dict[str | None, dict[str, object]],
-) -> None:
-    for paths, flag, key in ((options.ro, "--ro", "read_only"), (options.rw, "--rw", "read_write")):
-        if not paths:
-            continue
-        absolute = [os.path.abspath(p) for p in paths]
-        if feats.has(sub, flag):
-            for path in absolute:
-                out.args += [flag, path]
-        else:
-            overlay.setdefault("filesystem", {})[key] = absolute
-    if options.env:
-        if feats.has(sub, "--env"):
-            for k, v in options.env.items():
-                out.args += ["--env", f"{k}={v}"]
-        else:
-            overlay.setdefault("env", {})["set"] = dict(options.env)
-
-
-def _switches(sub: str, options: Options, feats: Features, out: Prepared) -> None:
+    for paths, flag in ((options.ro, "--ro"), (options.rw, "--rw")):
+        for path in paths:
+            out.args += [flag, os.path.abspath(path)]
+    for key, value in options.env.items():
+        out.args += ["--env", f"{key}={value}"]
+    for rule in options.allow_net:
+        out.args += ["--allow-net", rule]
+    for rule in options.deny_net:
+        out.args += ["--deny-net", rule]
     for on, flag in (
         (options.allow_degraded, "--allow-degraded"),
         (options.no_cgroup, "--no-cgroup"),
         (options.dev, "--dev"),
     ):
-        if not on:
-            continue
-        if feats.has(sub, flag):
+        if on:
             out.args.append(flag)
-        elif out.refusal is None:
-            out.refusal = f"`airlock {sub}` has no {flag} flag in this airlock binary"
+    base = profile or options.profile_ref()
+    if options.min_isolation is not None:
+        _overlay(out, base, options.min_isolation)
+    elif profile is None:
+        out.args += ["--profile", base]
+    return out
 
 
-def _profile(
-    sub: str,
-    options: Options,
-    feats: Features,
-    out: Prepared,
-    overlay: dict[str | None, dict[str, object]],
-) -> None:
-    has_profile = feats.has(sub, "--profile")
-    if not overlay:
-        if has_profile:
-            out.args += ["--profile", options.profile_ref()]
-        elif options.profile != "untrusted" and out.refusal is None:
-            out.refusal = f"`airlock {sub}` takes no --profile in this airlock binary"
-        return
-    if not has_profile:
-        if out.refusal is None:
-            missing = ", ".join(sorted({k for values in overlay.values() for k in values}))
-            out.refusal = (
-                f"`airlock {sub}` in this airlock binary has no flag or --profile for: {missing} "
-                "(issue 15 gives call and exec the flags of run)"
-            )
-        return
+def _overlay(out: Prepared, base: str, min_isolation: str) -> None:
+    """``min_isolation`` has no flag: a profile file that extends ``base`` says it."""
+    # JSON strings are valid TOML strings.
+    text = f"extends = {json.dumps(base)}\nmin_isolation = {json.dumps(min_isolation)}\n"
     fd, path = tempfile.mkstemp(prefix="airlock-profile-", suffix=".toml")
     with os.fdopen(fd, "w") as f:
-        f.write(_overlay_text(options.profile_ref(), overlay))
+        f.write(text)
     out.temp_files.append(path)
     out.args += ["--profile", path]
     # The built-in `trusted` profile may use backend none; a file extending it must say so.
-    if options.profile == "trusted" and "--dev" not in out.args and feats.has(sub, "--dev"):
+    if base == "trusted" and "--dev" not in out.args:
         out.args.append("--dev")
 
 
 def options_from(
-    profile: str = "untrusted",
+    profile: str | None = None,
     *,
     memory: Size | None = None,
     wall: Duration | None = None,
     cpu: Duration | None = None,
     pids: int | None = None,
     allow_net: Sequence[str] = (),
+    deny_net: Sequence[str] = (),
     network: str | None = None,
     backend: str | None = None,
     min_isolation: str | None = None,
@@ -268,8 +191,8 @@ def options_from(
     dev: bool = False,
 ) -> Options:
     """Checks and normalises the keyword arguments shared by Sandbox and WorkerRuntime."""
-    if isinstance(allow_net, str):
-        raise TypeError("allow_net is a list of rules, e.g. ['api.example.com']")
+    if isinstance(allow_net, str) or isinstance(deny_net, str):
+        raise TypeError("allow_net and deny_net are lists of rules, e.g. ['api.example.com']")
     for duration in (wall, cpu):
         if duration is not None:
             duration_arg(duration)
@@ -277,12 +200,14 @@ def options_from(
         if size is not None:
             size_arg(size)
     return Options(
-        profile=str(profile),
+        profile=str(profile) if profile is not None else "untrusted",
+        profile_named=profile is not None,
         memory=memory,
         wall=wall,
         cpu=cpu,
         pids=pids,
         allow_net=tuple(allow_net),
+        deny_net=tuple(deny_net),
         network=network,
         backend=backend,
         min_isolation=min_isolation,

@@ -18,7 +18,11 @@ import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
+
+from airlock import _daemon
 from airlock._cli import AirlockError
 
 #: Largest file read by default.
@@ -160,3 +164,68 @@ class Files:
             return sorted(os.listdir(fd))
         finally:
             os.close(fd)
+
+
+def _remote_reason(status_code: int, kind: str, fix: str) -> str:
+    """The local ``WorkspaceError.reason`` for a daemon's answer about a workspace file."""
+    if status_code == 403:
+        return "hardlink" if "linking" in fix else "symlink"
+    return {
+        "bad_request": "invalid",
+        "not_a_file": "not_a_regular_file",
+        "changed_during_read": "changed",
+    }.get(kind, kind)
+
+
+class RemoteFiles:
+    """:class:`Files` of a session held by airlockd: the daemon opens each path beneath the
+    workspace without following links (``openat2``), and refuses hardlinked files."""
+
+    def __init__(self, daemon: _daemon.Daemon, session_id: str) -> None:
+        self._daemon = daemon
+        self._base = f"/v1/sessions/{quote(session_id, safe='')}/files"
+
+    def _url(self, text: str) -> str:
+        if text in (".", ""):
+            return self._base
+        return self._base + "/" + "/".join(quote(p, safe="") for p in components(text))
+
+    def _request(self, method: str, text: str, content: bytes | None = None) -> httpx.Response:
+        try:
+            with self._daemon.client() as client:
+                response = client.request(method, self._url(text), content=content)
+        except httpx.HTTPError as e:
+            raise _daemon.unreachable(self._daemon, e) from e
+        if response.status_code >= 400:
+            error = _daemon.daemon_error(response)
+            reason = _remote_reason(response.status_code, error.kind, error.fix)
+            raise WorkspaceError(text, reason, error.message)
+        return response
+
+    def read(self, path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        text = os.fspath(path)
+        response = self._request("GET", text)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            raise WorkspaceError(text, "not_a_regular_file", "a directory: list it instead")
+        if len(response.content) > max_bytes:
+            raise WorkspaceError(text, "too_large", f"larger than {max_bytes} bytes")
+        return response.content
+
+    def read_text(self, path: str | os.PathLike[str], encoding: str = "utf-8") -> str:
+        return self.read(path).decode(encoding)
+
+    def write(self, path: str | os.PathLike[str], data: bytes | str) -> int:
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+        self._request("PUT", os.fspath(path), payload)
+        return len(payload)
+
+    def list(self, path: str | os.PathLike[str] = ".") -> list[str]:
+        text = os.fspath(path)
+        listing = self._request("GET", text).json()
+        if not isinstance(listing, dict) or "entries" not in listing:
+            raise WorkspaceError(text, "not_a_directory", "a file: read it instead")
+        return sorted(str(entry["name"]) for entry in listing["entries"])
+
+    def remove(self, path: str | os.PathLike[str]) -> None:
+        """Removes a file or an empty directory."""
+        self._request("DELETE", os.fspath(path))

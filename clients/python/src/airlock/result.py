@@ -11,7 +11,21 @@ from typing import Any
 from airlock._cli import Completed
 
 
-class Status(str, Enum):
+class _OpenEnum(str, Enum):
+    """A string enum that keeps values a newer airlock adds (as members of their own)."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> _OpenEnum:
+        member = str.__new__(cls, str(value))
+        member._name_ = str(value).upper()
+        member._value_ = str(value)
+        return member
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Status(_OpenEnum):
     """How a run ended (the CLI's ``status``). Values a newer airlock adds are kept as is."""
 
     EXITED = "exited"
@@ -24,15 +38,51 @@ class Status(str, Enum):
     CANCELLED = "cancelled"
     SANDBOX_ERROR = "sandbox_error"
 
-    @classmethod
-    def _missing_(cls, value: object) -> Status:
-        member = str.__new__(cls, str(value))
-        member._name_ = str(value).upper()
-        member._value_ = str(value)
-        return member
 
-    def __str__(self) -> str:
-        return str(self.value)
+class ErrorKind(_OpenEnum):
+    """Why a run did not start (``Result.error_kind``): airlock's typed error kinds, the
+    daemon's refusals, and the client's own. Kinds a newer airlock adds are kept as is."""
+
+    # The library's and the CLI's (airlock::ErrorKind).
+    PROFILE_INVALID = "profile_invalid"
+    PROFILE_NOT_FOUND = "profile_not_found"
+    PROFILE_UNREADABLE = "profile_unreadable"
+    PROFILE_CYCLE = "profile_cycle"
+    VALUE_INVALID = "value_invalid"
+    UNISOLATED_REFUSED = "unisolated_refused"
+    BACKEND_UNAVAILABLE = "backend_unavailable"
+    DEGRADED = "degraded"
+    NETWORK_UNSUPPORTED = "network_unsupported"
+    BAD_PATH = "bad_path"
+    PROGRAM_NOT_ALLOWED = "program_not_allowed"
+    PROGRAM_NOT_FOUND = "program_not_found"
+    WORKDIR_UNUSABLE = "workdir_unusable"
+    COMMAND_INVALID = "command_invalid"
+    INIT_NOT_STARTED = "init_not_started"
+    IO = "io"
+    INTERPRETER_UNKNOWN = "interpreter_unknown"
+    INTERPRETER_NOT_ALLOWED = "interpreter_not_allowed"
+    INTERPRETER_NOT_INSTALLED = "interpreter_not_installed"
+    INTERPRETER_REGISTRY_INVALID = "interpreter_registry_invalid"
+    USAGE_INVALID = "usage_invalid"
+    # The daemon's (ErrorBody.kind): a request beyond the tenant's ceiling, a full queue...
+    CEILING = "ceiling"
+    FORBIDDEN = "forbidden"
+    BAD_REQUEST = "bad_request"
+    INVALID_POLICY = "invalid_policy"
+    QUEUE_FULL = "queue_full"
+    SHUTTING_DOWN = "shutting_down"
+    UNAUTHORIZED = "unauthorized"
+    NOT_FOUND = "not_found"
+    TOO_LARGE = "too_large"
+    # The client's: an option this mode cannot carry (never dropped silently), and a daemon's
+    # event stream that broke before the run ended (the run is cancelled).
+    UNSUPPORTED = "unsupported"
+    STREAM_BROKEN = "stream_broken"
+
+
+def error_kind(value: object) -> ErrorKind | None:
+    return ErrorKind(str(value)) if value else None
 
 
 #: Limits named as in a profile's ``[limits]``, by the status that reports them.
@@ -72,8 +122,8 @@ class Result:
     network: Mapping[str, Any] | None = None
     #: Why the sandbox failed (``status == SANDBOX_ERROR``).
     error: str | None = None
-    #: The typed kind of ``error`` when airlock gives one.
-    error_kind: str | None = None
+    #: The typed kind of ``error`` (an :class:`ErrorKind`, which compares equal to its name).
+    error_kind: ErrorKind | None = None
     backend: str | None = None
     wall_ms: int = 0
     cpu_ms: int = 0
@@ -81,8 +131,10 @@ class Result:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     warnings: tuple[str, ...] = ()
-    #: The CLI's result object as it was printed.
+    #: The CLI's result object as it was printed (daemon mode: the record's ``result``).
     raw: Mapping[str, Any] = field(default_factory=dict)
+    #: The daemon's id of the run (daemon mode).
+    run_id: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -101,7 +153,7 @@ class Result:
             isolation=tuple(raw.get("isolation") or ()),
             network=raw.get("network"),
             error=raw.get("error"),
-            error_kind=raw.get("error_kind"),
+            error_kind=error_kind(raw.get("error_kind")),
             backend=raw.get("backend"),
             wall_ms=int(raw.get("wall_ms") or 0),
             cpu_ms=int(raw.get("cpu_user_ms") or 0) + int(raw.get("cpu_sys_ms") or 0),
@@ -114,8 +166,8 @@ class Result:
 
     @classmethod
     def refused(cls, message: str, kind: str = "unsupported") -> Result:
-        """A run the client refused before starting it, saying why."""
-        return cls(status=Status.SANDBOX_ERROR, error=message, error_kind=kind)
+        """A run refused before it started, saying why."""
+        return cls(status=Status.SANDBOX_ERROR, error=message, error_kind=ErrorKind(kind))
 
 
 def cli_error_line(stderr: bytes) -> str:

@@ -1,13 +1,16 @@
 """``Sandbox`` and ``AsyncSandbox``: one call, an OS-enforced boundary, one :class:`Result`.
 
 In local mode each run is one ``airlock`` CLI process (the binary the wheel installed): the
-sandbox needs no daemon. Sessions keep a workspace directory between runs.
+sandbox needs no daemon. Sessions keep a workspace directory between runs. In daemon mode
+(``AIRLOCK_URL`` or ``url=``) the same calls go to airlockd's HTTP API (see ``_daemon``) and
+give the same Results.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import re
@@ -16,31 +19,31 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from airlock import _cli
+import httpx
+
+from airlock import _cli, _daemon
 from airlock._options import Duration, Options, Prepared, Size, options_from, prepare
-from airlock._workspace import Files
+from airlock._workspace import Files, RemoteFiles
 from airlock.result import Event, Exit, Result, Stderr, Stdout, cli_error_line, parse_result
 
-#: Code is one argument of ``airlock exec``: at most this many bytes (the kernel's limit).
-MAX_CODE_ARG_BYTES = 131071
 #: Bytes of streamed stderr kept to explain a failure.
 _STDERR_TAIL = 64 << 10
 
 
 @dataclass
 class _Plan:
-    """One CLI invocation: its argv, stdin, temporary files, or why it was refused."""
+    """One CLI invocation: its argv, stdin and temporary files."""
 
     argv: list[str]
     stdin: bytes | None
     prepared: Prepared
     result_file: str | None = None
-    refusal: str | None = None
     cleanup_paths: list[str] = field(default_factory=list)
 
     def cleanup(self) -> None:
@@ -59,13 +62,14 @@ class _SandboxBase:
 
     def __init__(
         self,
-        profile: str = "untrusted",
+        profile: str | None = None,
         *,
         memory: Size | None = None,
         wall: Duration | None = None,
         cpu: Duration | None = None,
         pids: int | None = None,
         allow_net: Sequence[str] = (),
+        deny_net: Sequence[str] = (),
         network: str | None = None,
         backend: str | None = None,
         min_isolation: str | None = None,
@@ -81,6 +85,8 @@ class _SandboxBase:
         no_cgroup: bool = False,
         dev: bool = False,
         binary: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.options = options_from(
             profile,
@@ -89,6 +95,7 @@ class _SandboxBase:
             cpu=cpu,
             pids=pids,
             allow_net=allow_net,
+            deny_net=deny_net,
             network=network,
             backend=backend,
             min_isolation=min_isolation,
@@ -105,6 +112,10 @@ class _SandboxBase:
             dev=dev,
         )
         self._binary = binary
+        #: The daemon this sandbox talks to (``url``, else ``$AIRLOCK_URL``); None: local mode.
+        self.daemon = _daemon.Daemon.configured(url, api_key)
+        #: Where runs are created in daemon mode (a session's sandbox runs in its workspace).
+        self._runs_path = "/v1/runs"
 
     @property
     def binary(self) -> str:
@@ -118,6 +129,25 @@ class _SandboxBase:
             return self.options
         return self.options.with_changes(env={**self.options.env, **env})
 
+    def _remote(self, env: Mapping[str, str] | None, **what: Any) -> _daemon.Request:
+        """Daemon mode: (daemon, path, request body) of a run, or why it is refused."""
+        assert self.daemon is not None
+        options = self._options_for(env)
+        why = _daemon.unsupported(options, in_session=self._runs_path != "/v1/runs")
+        if why:
+            return Result.refused(why)
+        return self.daemon, self._runs_path, _daemon.run_request(options, **what)
+
+    def _remote_run(
+        self, argv: Sequence[str], stdin: bytes | str | None, env: Mapping[str, str] | None
+    ) -> _daemon.Request:
+        return self._remote(env, command=_checked(argv), stdin=_stdin_bytes(stdin))
+
+    def _remote_code(
+        self, code: str, language: str, args: Sequence[str], env: Mapping[str, str] | None
+    ) -> _daemon.Request:
+        return self._remote(env, code=code, language=language, args=args)
+
     def _plan_run(
         self,
         argv: Sequence[str],
@@ -125,13 +155,9 @@ class _SandboxBase:
         env: Mapping[str, str] | None,
         streaming: bool = False,
     ) -> _Plan:
-        if isinstance(argv, str):
-            raise TypeError("argv is a list: ['python3', '-c', 'print(1)'], not one string")
-        if not argv:
-            raise ValueError("argv is empty: give the program and its arguments")
-        feats = _cli.features(self.binary)
-        prepared = prepare("run", self._options_for(env), feats)
-        plan = _Plan([], _stdin_bytes(stdin), prepared, refusal=prepared.refusal)
+        argv = _checked(argv)
+        prepared = prepare(self._options_for(env))
+        plan = _Plan([], _stdin_bytes(stdin), prepared)
         if streaming:
             fd, plan.result_file = tempfile.mkstemp(prefix="airlock-result-", suffix=".json")
             os.close(fd)
@@ -145,16 +171,18 @@ class _SandboxBase:
     def _plan_code(
         self, code: str, language: str, args: Sequence[str], env: Mapping[str, str] | None
     ) -> _Plan:
-        prepared = prepare("exec", self._options_for(env), _cli.features(self.binary))
-        plan = _Plan([], None, prepared, refusal=prepared.refusal)
-        size = len(code.encode())
-        if size > MAX_CODE_ARG_BYTES or "\0" in code:
-            plan.refusal = plan.refusal or (
-                f"code is {size} bytes or has a NUL byte; `airlock exec` takes code as one "
-                f"argument of at most {MAX_CODE_ARG_BYTES} bytes (code on stdin: issue 15)"
-            )
-        plan.argv = [self.binary, "exec", "--json", *prepared.args, language, code, *args]
-        return plan
+        prepared = prepare(self._options_for(env))
+        # The code goes on stdin (`-`): any size, and never visible in the process list.
+        argv = [self.binary, "exec", "--json", *prepared.args, "--", language, "-", *args]
+        return _Plan(argv, code.encode(), prepared)
+
+
+def _checked(argv: Sequence[str]) -> Sequence[str]:
+    if isinstance(argv, str):
+        raise TypeError("argv is a list: ['python3', '-c', 'print(1)'], not one string")
+    if not argv:
+        raise ValueError("argv is empty: give the program and its arguments")
+    return argv
 
 
 def _finish_stream(plan: _Plan, stderr_tail: bytearray) -> Result:
@@ -193,6 +221,8 @@ class Sandbox(_SandboxBase):
         env: Mapping[str, str] | None = None,
     ) -> Result:
         """Runs ``argv`` to completion and returns its Result (output captured)."""
+        if self.daemon is not None:
+            return _daemon.result_of_request(self._remote_run(argv, stdin, env))
         return _execute(self._plan_run(argv, stdin, env))
 
     def run_code(
@@ -204,6 +234,8 @@ class Sandbox(_SandboxBase):
         env: Mapping[str, str] | None = None,
     ) -> Result:
         """Runs source code with an interpreter of airlock's registry (python, bash, node...)."""
+        if self.daemon is not None:
+            return _daemon.result_of_request(self._remote_code(code, language, args, env))
         return _execute(self._plan_code(code, language, args, env))
 
     def stream(
@@ -215,6 +247,9 @@ class Sandbox(_SandboxBase):
     ) -> Iterator[Event]:
         """Runs ``argv``, yielding ``Stdout``/``Stderr`` chunks as they come, then ``Exit``.
         Leaving the loop early stops the run."""
+        if self.daemon is not None:
+            yield from _daemon.events_of_request(self._remote_run(argv, stdin, env))
+            return
         plan = self._plan_run(argv, stdin, env, streaming=True)
         try:
             yield from _stream(plan)
@@ -222,7 +257,7 @@ class Sandbox(_SandboxBase):
             plan.cleanup()
 
     @classmethod
-    def session(cls, profile: str = "untrusted", **options: Any) -> Session:
+    def session(cls, profile: str | None = None, **options: Any) -> Session:
         """A workspace that outlives one command: ``with Sandbox.session() as s: ...``."""
         return Session(cls(profile, **options))
 
@@ -233,8 +268,6 @@ class Sandbox(_SandboxBase):
 
 def _execute(plan: _Plan) -> Result:
     try:
-        if plan.refusal:
-            return Result.refused(plan.refusal)
         return parse_result(_cli.run_process(plan.argv, plan.stdin))
     finally:
         plan.cleanup()
@@ -248,9 +281,6 @@ def _feed(pipe: Any, data: bytes) -> None:
 
 
 def _stream(plan: _Plan) -> Iterator[Event]:
-    if plan.refusal:
-        yield Exit(Result.refused(plan.refusal))
-        return
     proc = subprocess.Popen(
         plan.argv,
         stdin=subprocess.PIPE if plan.stdin is not None else subprocess.DEVNULL,
@@ -293,6 +323,8 @@ class AsyncSandbox(_SandboxBase):
         stdin: bytes | str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> Result:
+        if self.daemon is not None:
+            return await _daemon.aresult_of_request(self._remote_run(argv, stdin, env))
         return await _aexecute(self._plan_run(argv, stdin, env))
 
     async def run_code(
@@ -303,6 +335,8 @@ class AsyncSandbox(_SandboxBase):
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> Result:
+        if self.daemon is not None:
+            return await _daemon.aresult_of_request(self._remote_code(code, language, args, env))
         return await _aexecute(self._plan_code(code, language, args, env))
 
     async def stream(
@@ -311,7 +345,16 @@ class AsyncSandbox(_SandboxBase):
         *,
         stdin: bytes | str | None = None,
         env: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
+        """:meth:`Sandbox.stream` for asyncio. To leave early, close it: ``async with
+        contextlib.aclosing(sb.stream(...)) as events:`` (or ``await events.aclose()``), which
+        stops the run at once; an abandoned generator is only closed when collected."""
+        if self.daemon is not None:
+            remote = _daemon.aevents_of_request(self._remote_run(argv, stdin, env))
+            async with contextlib.aclosing(remote) as events:
+                async for event in events:
+                    yield event
+            return
         plan = self._plan_run(argv, stdin, env, streaming=True)
         try:
             async for event in _astream(plan):
@@ -320,7 +363,7 @@ class AsyncSandbox(_SandboxBase):
             plan.cleanup()
 
     @classmethod
-    def session(cls, profile: str = "untrusted", **options: Any) -> AsyncSession:
+    def session(cls, profile: str | None = None, **options: Any) -> AsyncSession:
         return AsyncSession(cls(profile, **options))
 
     def new_session(self) -> AsyncSession:
@@ -329,8 +372,6 @@ class AsyncSandbox(_SandboxBase):
 
 async def _aexecute(plan: _Plan) -> Result:
     try:
-        if plan.refusal:
-            return Result.refused(plan.refusal)
         return parse_result(await _cli.arun_process(plan.argv, plan.stdin))
     finally:
         plan.cleanup()
@@ -345,9 +386,6 @@ async def _pump(
 
 
 async def _astream(plan: _Plan) -> AsyncIterator[Event]:
-    if plan.refusal:
-        yield Exit(Result.refused(plan.refusal))
-        return
     proc = await asyncio.create_subprocess_exec(
         *plan.argv,
         stdin=asyncio.subprocess.PIPE if plan.stdin is not None else asyncio.subprocess.DEVNULL,
@@ -407,20 +445,66 @@ def sandbox_owner(binary: str, profile: str) -> tuple[int, int] | None:
 
 
 class _SessionBase:
+    """A workspace: a local directory, or a session of the daemon (``id``)."""
+
     def __init__(self, sandbox: _SandboxBase) -> None:
-        owner = sandbox_owner(sandbox.binary, sandbox.options.profile_ref())
-        self.workdir = Path(tempfile.mkdtemp(prefix="airlock-session-"))
-        if owner is not None:
-            os.chown(self.workdir, *owner)
-        #: Read and write files of the workspace (``files.write``, ``files.read``, ``files.list``).
-        self.files = Files(self.workdir, owner)
         self._closed = False
+        #: The local workspace directory (local mode).
+        self.workdir: Path | None = None
+        #: The daemon's session id (daemon mode).
+        self.id: str | None = None
+        self._daemon = sandbox.daemon
+        #: Read and write files of the workspace (``files.write``, ``files.read``, ``files.list``).
+        self.files: Files | RemoteFiles
+        if sandbox.daemon is not None:
+            self.id = _open_remote_session(sandbox.daemon, sandbox.options)
+            self.files = RemoteFiles(sandbox.daemon, self.id)
+        else:
+            owner = sandbox_owner(sandbox.binary, sandbox.options.profile_ref())
+            self.workdir = Path(tempfile.mkdtemp(prefix="airlock-session-"))
+            if owner is not None:
+                os.chown(self.workdir, *owner)
+            self.files = Files(self.workdir, owner)
+
+    def _runs_in_workspace(self, sandbox: _SandboxBase) -> None:
+        """Points ``sandbox`` (a copy of the session's) at the workspace."""
+        if self.id is not None:
+            # The daemon's session holds the profile and policy; a run adds its environment.
+            sandbox.options = Options(env=sandbox.options.env)
+            sandbox._runs_path = f"/v1/sessions/{quote(self.id, safe='')}/runs"
+        else:
+            sandbox.options = sandbox.options.with_changes(workdir=str(self.workdir))
 
     def close(self) -> None:
         """Removes the workspace and everything in it (symlinks in it are not followed)."""
-        if not self._closed:
-            self._closed = True
+        if self._closed:
+            return
+        self._closed = True
+        if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+        elif self._daemon is not None and self.id is not None:
+            _close_remote_session(self._daemon, self.id)
+
+
+def _open_remote_session(daemon: _daemon.Daemon, options: Options) -> str:
+    why = _daemon.unsupported(options)
+    if why:
+        raise _daemon.DaemonError("unsupported", why)
+    try:
+        with daemon.client() as client:
+            response = client.post("/v1/sessions", json=_daemon.session_request(options))
+    except httpx.HTTPError as e:
+        raise _daemon.unreachable(daemon, e) from e
+    if response.status_code not in (200, 201):
+        raise _daemon.daemon_error(response)
+    return str(response.json()["id"])
+
+
+def _close_remote_session(daemon: _daemon.Daemon, session_id: str) -> None:
+    """Ends the daemon's session (its runs are cancelled, its workspace removed). A daemon
+    that cannot be reached ends it itself after its idle timeout."""
+    with contextlib.suppress(httpx.HTTPError), daemon.client() as client:
+        client.delete(f"/v1/sessions/{quote(session_id, safe='')}")
 
 
 class Session(_SessionBase):
@@ -428,8 +512,8 @@ class Session(_SessionBase):
 
     def __init__(self, sandbox: Sandbox) -> None:
         super().__init__(sandbox)
-        self.sandbox = Sandbox(binary=sandbox.binary)
-        self.sandbox.options = sandbox.options.with_changes(workdir=str(self.workdir))
+        self.sandbox = copy.copy(sandbox)
+        self._runs_in_workspace(self.sandbox)
 
     def run(self, argv: Sequence[str], **kwargs: Any) -> Result:
         return self.sandbox.run(argv, **kwargs)
@@ -448,12 +532,13 @@ class Session(_SessionBase):
 
 
 class AsyncSession(_SessionBase):
-    """:class:`Session` for asyncio (file operations stay synchronous: they are local)."""
+    """:class:`Session` for asyncio (file operations, and in daemon mode creating and closing
+    the session, stay synchronous: each is one short local operation or request)."""
 
     def __init__(self, sandbox: AsyncSandbox) -> None:
         super().__init__(sandbox)
-        self.sandbox = AsyncSandbox(binary=sandbox.binary)
-        self.sandbox.options = sandbox.options.with_changes(workdir=str(self.workdir))
+        self.sandbox = copy.copy(sandbox)
+        self._runs_in_workspace(self.sandbox)
 
     async def run(self, argv: Sequence[str], **kwargs: Any) -> Result:
         return await self.sandbox.run(argv, **kwargs)
@@ -461,7 +546,7 @@ class AsyncSession(_SessionBase):
     async def run_code(self, code: str, language: str = "python", **kwargs: Any) -> Result:
         return await self.sandbox.run_code(code, language, **kwargs)
 
-    def stream(self, argv: Sequence[str], **kwargs: Any) -> AsyncIterator[Event]:
+    def stream(self, argv: Sequence[str], **kwargs: Any) -> AsyncGenerator[Event, None]:
         return self.sandbox.stream(argv, **kwargs)
 
     async def __aenter__(self) -> AsyncSession:

@@ -21,8 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
-from airlock import _cli
-from airlock._options import Duration, Options, Size, prepare
+from airlock import _cli, _daemon
+from airlock._options import (
+    Duration,
+    Options,
+    Size,
+    duration_arg,
+    options_from,
+    prepare,
+    size_arg,
+)
 
 T = TypeVar("T")
 
@@ -119,10 +127,46 @@ class Tool(Generic[T]):
     no_cgroup: bool = False
     binary: str | None = None
     name: str = field(default="")
+    #: Network rules the tool may reach through the egress gate (``api.example.com``).
+    allow_net: Sequence[str] = ()
+    deny_net: Sequence[str] = ()
+    #: The network mode (``none``, ``allowlist``, ``host``); default: the level's profile's.
+    network: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Host paths the tool may read (``ro``) or write (``rw``).
+    ro: Sequence[str] = ()
+    rw: Sequence[str] = ()
+    backend: str | None = None
+    min_isolation: str | None = None
+    #: Daemon mode: the operator's toolset that holds this tool's module (``POST /v1/calls``).
+    toolset: str | None = None
+    #: The daemon (default: ``$AIRLOCK_URL``; ``"local"``: the bundled CLI) and its key.
+    url: str | None = None
+    api_key: str | None = None
 
     def __post_init__(self) -> None:
         self.name = self.name or getattr(self.fn, "__name__", "tool")
         functools.update_wrapper(self, self.fn)
+
+    def sandbox_options(self) -> Options:
+        """The sandbox options of this tool's calls (those of ``Sandbox(...)`` for a run)."""
+        return options_from(
+            "untrusted",
+            memory=self.memory,
+            wall=self.timeout,
+            cpu=self.cpu,
+            pids=self.pids,
+            allow_net=self.allow_net,
+            deny_net=self.deny_net,
+            network=self.network,
+            backend=self.backend,
+            min_isolation=self.min_isolation,
+            env=self.env,
+            ro=self.ro,
+            rw=self.rw,
+            allow_degraded=self.allow_degraded,
+            no_cgroup=self.no_cgroup,
+        )
 
     def call(self, *args: Any, **kwargs: Any) -> ToolResult[T] | ToolError:
         """Calls the tool under its policy; never raises for the tool's failures."""
@@ -154,6 +198,17 @@ def tool(
     python: str | None = ...,
     allow_degraded: bool = ...,
     no_cgroup: bool = ...,
+    allow_net: Sequence[str] = ...,
+    deny_net: Sequence[str] = ...,
+    network: str | None = ...,
+    env: Mapping[str, str] | None = ...,
+    ro: Sequence[str] = ...,
+    rw: Sequence[str] = ...,
+    backend: str | None = ...,
+    min_isolation: str | None = ...,
+    toolset: str | None = ...,
+    url: str | None = ...,
+    api_key: str | None = ...,
 ) -> Callable[[Callable[..., T]], Tool[T]]: ...
 
 
@@ -169,13 +224,26 @@ def tool(
     python: str | None = None,
     allow_degraded: bool = False,
     no_cgroup: bool = False,
+    allow_net: Sequence[str] = (),
+    deny_net: Sequence[str] = (),
+    network: str | None = None,
+    env: Mapping[str, str] | None = None,
+    ro: Sequence[str] = (),
+    rw: Sequence[str] = (),
+    backend: str | None = None,
+    min_isolation: str | None = None,
+    toolset: str | None = None,
+    url: str | None = None,
+    api_key: str | None = None,
 ) -> Tool[T] | Callable[[Callable[..., T]], Tool[T]]:
     """Registers a function as a tool: ``@tool(policy=SandboxPolicy.SANDBOXED, timeout="5s")``.
 
     ``fn.call(**args)`` returns ``ToolResult`` or ``ToolError``; ``fn(**args)`` returns the
-    value or raises the ToolError. Either way the function runs under its policy. It must be
-    a top-level function of an importable module (sandboxed levels import it by name in a
-    fresh interpreter).
+    value or raises the ToolError. Either way the function runs under its policy, with the
+    sandbox options a :class:`~airlock.Sandbox` run takes (``allow_net=["api.example.com"]``,
+    ``env``, ``ro``/``rw``, ``backend``...). It must be a top-level function of an importable
+    module (sandboxed levels import it by name in a fresh interpreter). In daemon mode
+    (``AIRLOCK_URL`` or ``url=``) the daemon calls it from the operator's ``toolset``.
     """
 
     def register(f: Callable[..., T]) -> Tool[T]:
@@ -189,6 +257,17 @@ def tool(
             python=python,
             allow_degraded=allow_degraded,
             no_cgroup=no_cgroup,
+            allow_net=tuple(allow_net),
+            deny_net=tuple(deny_net),
+            network=network,
+            env=dict(env or {}),
+            ro=tuple(ro),
+            rw=tuple(rw),
+            backend=backend,
+            min_isolation=min_isolation,
+            toolset=toolset,
+            url=url,
+            api_key=api_key,
         )
 
     return register(fn) if fn is not None else register
@@ -220,6 +299,11 @@ def run_under_sandbox(
         return ToolError("bad_args", f"the arguments are not JSON: {e}")
     if level is SandboxPolicy.PERMISSIVE:
         return _in_process(t, args, started)
+    remote = _remote_call(t, args, level)
+    if remote is not None:
+        if isinstance(remote, ToolError):
+            return remote
+        return _remote_outcome(_daemon.call(*remote), level, started)
     plan = _plan_call(t, payload, level)
     if isinstance(plan, ToolError):
         return plan
@@ -246,6 +330,11 @@ async def arun_under_sandbox(
         payload = json.dumps(args if args is not None else {})
     except (TypeError, ValueError) as e:
         return ToolError("bad_args", f"the arguments are not JSON: {e}")
+    remote = _remote_call(t, args, level)
+    if remote is not None:
+        if isinstance(remote, ToolError):
+            return remote
+        return _remote_outcome(await _daemon.acall(*remote), level, started)
     plan = _plan_call(t, payload, level)
     if isinstance(plan, ToolError):
         return plan
@@ -304,25 +393,22 @@ def _location(fn: Callable[..., Any]) -> tuple[str, str] | ToolError:
     return str(root), f"{module_name}:{qualname}"
 
 
-def _interpreter(
-    t: Tool[Any], level: SandboxPolicy, feats: _cli.Features
-) -> tuple[str, tuple[str, ...]]:
-    """The Python a sandboxed tool runs with, and what must be visible for it.
-
-    With ``--ro`` on ``airlock call`` (issue 15) the tool runs with this very environment
-    (``sys.executable``, its packages exposed read-only); before that, Debian's
-    ``/usr/bin/python3`` with the standard library only. SUBPROCESS (Tier 0) sees the host
-    filesystem, so it always uses this environment.
-    """
+def _interpreter(t: Tool[Any], level: SandboxPolicy) -> tuple[str, tuple[str, ...]]:
+    """The Python a sandboxed tool runs with, and what must be visible for it: this very
+    environment (``sys.executable``), its packages exposed read-only. SUBPROCESS (Tier 0)
+    sees the host filesystem, where this environment is as it is."""
     if t.python:
         return t.python, ()
     if level is SandboxPolicy.SUBPROCESS:
-        # Tier 0 shows the host filesystem: this environment is there as it is.
         return sys.executable, ()
-    if feats.has("call", "--ro"):
-        visible = {sys.prefix, sys.base_prefix} - {"/usr", "/"}
-        return sys.executable, tuple(sorted(visible))
-    return "/usr/bin/python3", ()
+    visible = {sys.prefix, sys.base_prefix} - {"/usr", "/"}
+    return sys.executable, tuple(sorted(visible))
+
+
+def _call_options(t: Tool[Any], level: SandboxPolicy, visible: tuple[str, ...]) -> Options:
+    """The tool's sandbox: the same options as :class:`~airlock.Sandbox` takes for a run."""
+    minimum = "container" if level is SandboxPolicy.CONTAINER else t.min_isolation
+    return t.sandbox_options().with_changes(ro=(*visible, *t.ro), min_isolation=minimum)
 
 
 def _plan_call(
@@ -336,26 +422,87 @@ def _plan_call(
         binary = t.binary or _cli.find_binary("airlock")
     except _cli.AirlockNotFound as e:
         return ToolError("sandbox_error", str(e))
-    feats = _cli.features(binary)
-    python, visible = _interpreter(t, level, feats)
-    options = Options(
-        profile="untrusted",
-        wall=t.timeout,
-        memory=t.memory,
-        cpu=t.cpu,
-        pids=t.pids,
-        ro=visible,
-        min_isolation="container" if level is SandboxPolicy.CONTAINER else None,
-        allow_degraded=t.allow_degraded,
-        no_cgroup=t.no_cgroup,
-    )
-    prepared = prepare("call", options, feats, name_profile=False)
-    if prepared.refusal:
-        prepared.cleanup()
-        return ToolError("sandbox_error", f"{level.name} cannot run here: {prepared.refusal}")
-    call_policy = "subprocess" if level is SandboxPolicy.SUBPROCESS else "sandboxed"
-    argv = [binary, "call", "--policy", call_policy, "--path", module_dir, "--python", python]
-    return [*argv, *prepared.args, target, "--args", payload], prepared
+    python, visible = _interpreter(t, level)
+    base = "trusted" if level is SandboxPolicy.SUBPROCESS else "untrusted"
+    prepared = prepare(_call_options(t, level, visible), profile=base)
+    # `--policy` names the level's profile; a profile file (extending it) replaces it.
+    chosen = [] if "--profile" in prepared.args else ["--policy", level.value]
+    argv = [binary, "call", *chosen, "--path", module_dir, "--python", python]
+    return [*argv, *prepared.args, "--args", payload, target], prepared
+
+
+def _remote_call(
+    t: Tool[Any], args: Any, level: SandboxPolicy
+) -> tuple[_daemon.Daemon, dict[str, object]] | ToolError | None:
+    """Daemon mode: (daemon, ``CallRequest``) of a call, or why it cannot go there; None in
+    local mode."""
+    daemon = _daemon.Daemon.configured(t.url, t.api_key)
+    if daemon is None:
+        return None
+    why = _remote_unsupported(t, level)
+    if why:
+        return ToolError("sandbox_error", why, {"error_kind": "unsupported"})
+    location = _location(t.fn)
+    if isinstance(location, ToolError):
+        return location
+    limits: dict[str, object] = {}
+    for key, duration in (("wall_time", t.timeout), ("cpu_time", t.cpu)):
+        if duration is not None:
+            limits[key] = duration_arg(duration)
+    if t.memory is not None:
+        limits["memory"] = size_arg(t.memory)
+    if t.pids is not None:
+        limits["processes"] = t.pids
+    body: dict[str, object] = {
+        "toolset": t.toolset,
+        "target": location[1],
+        "args": args if args is not None else {},
+        "policy": "subprocess" if level is SandboxPolicy.SUBPROCESS else "sandboxed",
+        "limits": limits,
+    }
+    return daemon, body
+
+
+def _remote_unsupported(t: Tool[Any], level: SandboxPolicy) -> str | None:
+    """Why a call cannot go to the daemon as asked (refused, never run differently)."""
+    if t.toolset is None:
+        return (
+            "in daemon mode a tool runs from a toolset the daemon's operator configured: "
+            "tool(toolset='name'), or url='local' to call it through the local CLI"
+        )
+    if level is SandboxPolicy.CONTAINER:
+        return "the daemon's tool calls are SANDBOXED or SUBPROCESS (no min_isolation)"
+    asked = [
+        name
+        for name, value in (
+            ("allow_net", t.allow_net),
+            ("deny_net", t.deny_net),
+            ("network", t.network),
+            ("env", t.env),
+            ("ro", t.ro),
+            ("rw", t.rw),
+            ("backend", t.backend),
+            ("min_isolation", t.min_isolation),
+            ("python", t.python),
+            ("allow_degraded", t.allow_degraded),
+            ("no_cgroup", t.no_cgroup),
+        )
+        if value
+    ]
+    if asked:
+        return (
+            f"{', '.join(asked)}: a daemon's tool call takes limits only (timeout, cpu, "
+            "memory, pids); the rest is its operator's toolset and tenant configuration"
+        )
+    return None
+
+
+def _remote_outcome(outcome: Mapping[str, Any], level: SandboxPolicy, started: float) -> Outcome:
+    if outcome.get("ok"):
+        return ToolResult(outcome.get("value"), level, _ms(started))
+    error = dict(outcome.get("error") or {})
+    kind = str(error.pop("error", "sandbox_error"))
+    return ToolError(kind, str(error.pop("message", "")), error)
 
 
 def _outcome(done: _cli.Completed, level: SandboxPolicy, started: float) -> Outcome:

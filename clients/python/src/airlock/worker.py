@@ -137,10 +137,7 @@ class WorkerRuntime:
     ) -> WorkerResult:
         """Stages ``inputs`` as ``in/NAME``, ``options`` as ``options.json``, runs ``worker``
         (a Python file) and returns its ``out/`` as bytes. Callbacks run as events arrive."""
-        with self._job(worker, inputs or {}, options, args) as job:
-            if isinstance(job, WorkerResult):
-                return job
-            argv, out_dir = job
+        with self._job(worker, inputs or {}, options, args) as (argv, out_dir):
             return _drive(argv, out_dir, on_progress, on_log)
 
     async def arun(
@@ -167,7 +164,7 @@ class WorkerRuntime:
         inputs: Mapping[str, bytes],
         options: Any,
         args: Sequence[str],
-    ) -> Iterator[tuple[list[str], Path] | WorkerResult]:
+    ) -> Iterator[tuple[list[str], Path]]:
         binary = self._binary or _cli.find_binary("airlock")
         script = Path(worker).resolve()
         stage = Path(tempfile.mkdtemp(prefix="airlock-job-"))
@@ -181,11 +178,8 @@ class WorkerRuntime:
                 ro=(*self.options.ro, str(script.parent), str(helper_dir)),
                 env={**self.options.env, "PYTHONPATH": str(helper_dir)},
             )
-            prepared = prepare("worker", opts, _cli.features(binary))
+            prepared = prepare(opts)
             try:
-                if prepared.refusal:
-                    yield _refused(prepared.refusal)
-                    return
                 out_dir = stage / "out"
                 argv = [binary, "worker", *prepared.args, *staged, "--out", str(out_dir)]
                 argv += [a for cap in self.caps for a in cap]
@@ -209,15 +203,6 @@ def _stage(stage: Path, inputs: Mapping[str, bytes], options: Any) -> list[str]:
     options_file = stage / "options.json"
     options_file.write_text(json.dumps(options if options is not None else {}))
     return [*flags, "--options", str(options_file)]
-
-
-def _refused(message: str) -> WorkerResult:
-    return WorkerResult(
-        success=False,
-        status=Status.SANDBOX_ERROR,
-        exit_code=None,
-        failure=WorkerFailure("sandbox_error", message),
-    )
 
 
 def _drive(
