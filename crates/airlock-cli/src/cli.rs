@@ -38,6 +38,12 @@ pub enum Commands {
     Call(Box<crate::call_cmd::CallArgs>),
     /// Run code given as a string or on stdin: `airlock exec python 'print(1)'`, `airlock exec python - < job.py`.
     Exec(Box<crate::exec_cmd::ExecArgs>),
+    /// Run the daemon (`airlockd`) with these arguments, e.g. `airlock serve --check-config`.
+    #[command(disable_help_flag = true)]
+    Serve {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Serve the sandbox as MCP tools over stdio: runs `airlock-mcp ARGS` (see `airlock mcp --help`).
     #[command(disable_help_flag = true)]
     Mcp {
@@ -57,6 +63,7 @@ pub enum ProfileCommand {
 pub fn dispatch(cli: Cli) -> Result<u8> {
     match cli.command {
         Commands::Run(args) => crate::run::run(*args),
+        Commands::Serve { args } => crate::serve_cmd::serve(args),
         Commands::Profile(ProfileCommand::Show { profile }) => {
             let policy = airlock::policy::load_profile(&profile)?;
             print!("# resolved profile: {profile}\n{}", policy.to_toml());

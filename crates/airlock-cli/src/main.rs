@@ -9,6 +9,7 @@ mod net_flags;
 mod outcome;
 mod run;
 mod sandbox_flags;
+mod serve_cmd;
 mod warm_cmd;
 mod worker_cmd;
 

@@ -172,6 +172,7 @@ impl Display {
                 let _ = stdout.write_all(event.to_ndjson().as_bytes());
                 let _ = stdout.flush();
             }
+            _ => {}
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use support::api::{call, CallOptions, ToolError, ToolPolicy, ToolSpec};
+use support::api::{call, CallOptions, CancelToken, ToolError, ToolPolicy, ToolSpec};
 use support::api::{ByteSize, LimitsSection, Overrides, Seconds};
 use support::*;
 
@@ -201,6 +201,36 @@ fn infinite_loop_times_out() {
             "{policy:?}: {result:?}"
         );
         assert!(start.elapsed() < Duration::from_secs(10), "{policy:?}");
+    }
+}
+
+/// A running call stops when its token is cancelled, and one whose token fired before it
+/// started never runs the tool: both are `Cancelled`.
+#[test]
+fn a_cancel_token_stops_a_call() {
+    let tools = Tools::new();
+    for policy in policies() {
+        let token = CancelToken::new();
+        let options = CallOptions {
+            cancel: Some(token.clone()),
+            ..options()
+        };
+        let start = Instant::now();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            token.cancel();
+        });
+        let result = tools.call_with("spin", json!({}), policy, &options);
+        assert!(
+            matches!(result, Err(ToolError::Cancelled)),
+            "{policy:?}: {result:?}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(10), "{policy:?}");
+        let result = tools.call_with("add", json!({"x": 1, "y": 2}), policy, &options);
+        assert!(
+            matches!(result, Err(ToolError::Cancelled)),
+            "{policy:?}: {result:?}"
+        );
     }
 }
 

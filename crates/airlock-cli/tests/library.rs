@@ -6,7 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::api::{
-    load_profile, Input, OutputLimitAction, RunEvent, RunStatus, Sandbox, SandboxOptions,
+    load_profile, CancelToken, Input, OutputLimitAction, RunEvent, RunStatus, Sandbox,
+    SandboxOptions,
 };
 
 fn sandbox(profile: &str) -> Sandbox {
@@ -134,6 +135,61 @@ fn cancel_stops_a_run_from_another_thread() {
             "{profile}: cancel took {:?}",
             started.elapsed()
         );
+    }
+}
+
+/// A cancel token given to the command stops the run for `run` as for `spawn`, when it
+/// fires during the run, and when it fired before the start: the sandbox's set-up is cut
+/// short, which is a cancellation, not a sandbox error (it was `sandbox_error` before).
+#[test]
+fn a_cancel_token_stops_a_run_before_or_during_it() {
+    for profile in profiles() {
+        let sleeper = || sandbox(profile).command("/bin/sleep").arg("60");
+        let early = CancelToken::new();
+        early.cancel();
+        let result = sleeper().cancel_on(&early).run().unwrap();
+        assert_eq!(result.status, RunStatus::Cancelled, "{profile}: {result:?}");
+        assert!(result.error.is_none(), "{profile}: {result:?}");
+        let spawned = sleeper().cancel_on(&early).spawn().unwrap();
+        let result = spawned.wait().unwrap();
+        assert_eq!(result.status, RunStatus::Cancelled, "{profile}: {result:?}");
+
+        let token = CancelToken::new();
+        let canceller = token.clone();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            canceller.cancel();
+        });
+        let result = sleeper().cancel_on(&token).run().unwrap();
+        assert_eq!(result.status, RunStatus::Cancelled, "{profile}: {result:?}");
+        assert!(!result.isolation.is_empty(), "it had started: {result:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{profile}: cancel took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// A program that writes at once is heard after its start, every time.
+#[test]
+fn started_is_always_the_first_event() {
+    for profile in profiles() {
+        for _ in 0..10 {
+            let mut handle = sandbox(profile)
+                .command("/bin/echo")
+                .arg("at once")
+                .stream_output()
+                .spawn()
+                .unwrap();
+            let first = handle.events().unwrap().recv().unwrap();
+            assert!(
+                matches!(first, RunEvent::Started { .. }),
+                "{profile}: {first:?}"
+            );
+            handle.wait().unwrap();
+        }
     }
 }
 

@@ -11,7 +11,10 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use support::api::{load_profile, run_worker, InputFile, WorkerEvent, WorkerJob, WorkerUpdate};
+use support::api::{
+    load_profile, run_worker, CancelToken, InputFile, RunStatus, WorkerEvent, WorkerJob,
+    WorkerUpdate,
+};
 use support::*;
 
 const CANARY: &str = "host secret: must never change or leave the host";
@@ -354,6 +357,7 @@ fn library_run_worker_reports_events_in_order() {
     let outcome = run_worker(&policy, &options, &job, |update| match update {
         WorkerUpdate::Event(event) => events.push(event.clone()),
         WorkerUpdate::Stderr(bytes) => stderr.extend_from_slice(bytes),
+        _ => {}
     })
     .unwrap();
 
@@ -369,6 +373,48 @@ fn library_run_worker_reports_events_in_order() {
         fs::read_to_string(host.dest().join("data.out")).unwrap(),
         "ABC"
     );
+    let leftovers: Vec<_> = fs::read_dir(host.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("airlock-job-"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "job directory not removed: {leftovers:?}"
+    );
+}
+
+const SLOW_WORKER: &str = r#"
+import json, sys, time
+print(json.dumps({"progress": 0.1}), flush=True)
+time.sleep(60)
+print(json.dumps({"done": True}), flush=True)
+"#;
+
+/// A worker job stops when its token is cancelled: status `cancelled`, what it reported so
+/// far delivered after its start, its job directory removed.
+#[test]
+fn library_run_worker_stops_when_cancelled() {
+    let host = Host::new(SLOW_WORKER);
+    let mut policy = load_profile("trusted").unwrap();
+    policy.filesystem.read_only.push(host.path().to_owned());
+    let mut job = WorkerJob::new(host.worker_cmd(), host.dest());
+    job.jobs_root = Some(host.path().to_owned());
+    let token = CancelToken::new();
+    job.cancel = Some(token.clone());
+    let mut updates = Vec::new();
+    let outcome = run_worker(&policy, &sandbox_options(), &job, |update| match update {
+        WorkerUpdate::Started(_) => updates.push("started"),
+        WorkerUpdate::Event(WorkerEvent::Progress { .. }) => {
+            updates.push("progress");
+            token.cancel();
+        }
+        _ => {}
+    })
+    .unwrap();
+    assert_eq!(outcome.result.status, RunStatus::Cancelled, "{outcome:?}");
+    assert!(!outcome.success);
+    assert_eq!(updates, ["started", "progress"]);
     let leftovers: Vec<_> = fs::read_dir(host.path())
         .unwrap()
         .filter_map(Result::ok)

@@ -49,7 +49,7 @@ fn scenarios(cpus: usize) -> Vec<Scenario> {
     let config = |per_tenant_max| PoolConfig {
         max_concurrent: cpus,
         per_tenant_max,
-        queue_timeout: None,
+        ..PoolConfig::default()
     };
     vec![
         Scenario {

@@ -12,7 +12,9 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     // Plumbing, imports nothing.
     ("linux", &[]),
     ("layer", &[]),
-    ("pool", &[]),
+    ("cancel", &[]),
+    // The scheduler knows nothing of runs; it shares the cancel token with them.
+    ("pool", &["cancel"]),
     ("golden", &[]),
     // The API's vocabulary.
     ("error", &["layer"]),
@@ -44,15 +46,20 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     (
         "supervisor",
         &[
-            "backend", "confine", "error", "init", "layer", "linux", "net", "plan", "policy",
-            "result", "rundir", "spec",
+            "backend", "cancel", "confine", "error", "init", "layer", "linux", "net", "plan",
+            "policy", "result", "rundir", "spec",
         ],
     ),
     // Features on top of the API.
-    ("call", &["error", "layer", "plan", "policy", "result"]),
+    (
+        "call",
+        &["cancel", "error", "layer", "plan", "policy", "result"],
+    ),
     (
         "worker",
-        &["error", "layer", "plan", "policy", "result", "rundir"],
+        &[
+            "cancel", "error", "layer", "plan", "policy", "result", "rundir",
+        ],
     ),
     ("interp", &["error"]),
     // Warm start keeps prepared sandboxes; the supervisor lends it `Standby` and never

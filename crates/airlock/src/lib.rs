@@ -26,8 +26,9 @@
 
 //! # The crate's rooms
 //!
-//! The API is the root and five modules: [`policy`] (what a run may do), [`plan`] (what a run
-//! will be), [`result`] (what it was), [`error`] and [`layer`]. Features built on that API each
+//! The API is the root and six modules: [`policy`] (what a run may do), [`plan`] (what a run
+//! will be), [`result`] (what it was), [`error`], [`layer`] and [`cancel`] (one token to
+//! cancel a run, a worker job, a tool call or a place in the pool's queue). Features built on that API each
 //! have a module: [`call`] (Python function calls), [`worker`] (jobs with staged inputs and
 //! outputs), [`pool`] (admission and scheduling), [`warm`] (sandboxes prepared ahead of their
 //! runs), [`interp`] (code strings by interpreter),
@@ -38,6 +39,7 @@
 //! tests, examples and tools, without any compatibility promise.
 
 // The API.
+pub mod cancel;
 pub mod error;
 pub mod layer;
 pub mod plan;
@@ -80,6 +82,7 @@ mod spec;
 #[cfg(target_os = "linux")]
 mod supervisor;
 
+pub use cancel::{CancelRegistration, CancelToken};
 #[cfg(target_os = "linux")]
 pub use confine::cgroup::CgroupConfig;
 pub use error::{

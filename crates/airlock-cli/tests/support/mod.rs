@@ -25,7 +25,9 @@ pub mod api {
     pub use airlock::warm::{WarmBudget, WarmInterpreter, WarmOptions, WarmPool, WarmStats};
     pub use airlock::worker::run::{run_worker, WorkerJob, WorkerUpdate};
     pub use airlock::worker::{InputFile, WorkerEvent};
-    pub use airlock::{ErrorKind, Input, Policy, RunEvent, RunStatus, Sandbox, SandboxOptions};
+    pub use airlock::{
+        CancelToken, ErrorKind, Input, Policy, RunEvent, RunStatus, Sandbox, SandboxOptions,
+    };
 }
 
 /// Debian's interpreter: the one the tests expose to sandboxes.

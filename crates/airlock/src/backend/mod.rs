@@ -336,6 +336,17 @@ mod selection_tests {
 
     use IsolationLevel::{Container, Kernel, Process, UserKernel};
 
+    /// `BackendChoice::level`, which callers read before any backend is built, says what
+    /// each backend's own `level` says.
+    #[test]
+    fn each_backend_has_the_level_its_choice_names() {
+        for backend in all_backends() {
+            let name = serde_json::Value::String(backend.name().into());
+            let choice: crate::policy::BackendChoice = serde_json::from_value(name).unwrap();
+            assert_eq!(choice.level(), Some(backend.level()), "{}", backend.name());
+        }
+    }
+
     #[test]
     fn the_fastest_level_at_or_above_the_minimum_wins() {
         let hosts = || {

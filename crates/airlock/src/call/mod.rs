@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::cancel::CancelToken;
 use crate::error::FailureKind;
 use crate::policy::units::ByteSize;
 use crate::policy::{load_profile, Overrides, Policy};
@@ -80,6 +81,9 @@ pub struct CallOptions {
     pub env: Vec<(String, String)>,
     /// Largest serialised result accepted (default 16 MiB).
     pub max_result_bytes: u64,
+    /// Stops the call when cancelled: [`ToolError::Cancelled`] (also when the token fires
+    /// before the tool started).
+    pub cancel: Option<CancelToken>,
 }
 
 impl Default for CallOptions {
@@ -91,6 +95,7 @@ impl Default for CallOptions {
             overrides: Overrides::default(),
             env: Vec::new(),
             max_result_bytes: 16 << 20,
+            cancel: None,
         }
     }
 }
@@ -212,6 +217,9 @@ pub fn call(
         .command(options.python.clone())
         .args(["-I", "-c", SHIM])
         .stdin(request.to_bytes());
+    if let Some(token) = &options.cancel {
+        command = command.cancel_on(token);
+    }
     for (key, value) in &options.env {
         command = command.env(key.clone(), value.clone());
     }

@@ -51,6 +51,8 @@ pub(super) struct Watch<'a> {
     pub(super) setup_pipe: Option<std::fs::File>,
     pub(super) setup_buffer: Vec<u8>,
     setup_error: Option<SetupError>,
+    /// The setup reported its own failure (rather than ending without a word).
+    setup_failed_itself: bool,
     layers: Vec<Layer>,
     warnings: Vec<String>,
     pub(super) control_open: bool,
@@ -97,7 +99,11 @@ pub(super) fn supervise(
     watch.run_until_exit();
     watch.kill_everything();
     if let Some(error) = watch.setup_error.take() {
-        return Err(error);
+        // A stop (cancel, timeout) during set-up killed it: the stop's outcome, not a setup
+        // failure. A failure the setup reported itself stays one.
+        if watch.stop.is_none() || watch.setup_failed_itself {
+            return Err(error);
+        }
     }
     if watch.finished_early {
         return Ok(None);
@@ -146,6 +152,7 @@ impl<'a> Watch<'a> {
             setup_pipe: Some(std::fs::File::from(setup)),
             setup_buffer: Vec::new(),
             setup_error: None,
+            setup_failed_itself: false,
             layers: Vec::new(),
             warnings,
             control_open: true,
@@ -283,7 +290,10 @@ impl<'a> Watch<'a> {
             match serde_json::from_slice::<SetupMessage>(line) {
                 Ok(SetupMessage::Layers(layers)) => self.layers.extend(layers),
                 Ok(SetupMessage::Warning(warning)) => self.warnings.push(warning),
-                Ok(SetupMessage::Error(error)) => self.setup_error = Some(error),
+                Ok(SetupMessage::Error(error)) => {
+                    self.setup_failed_itself = true;
+                    self.setup_error = Some(error);
+                }
                 Ok(SetupMessage::Ready) => {}
                 Err(_) => {
                     self.setup_error = Some(SetupError::at(

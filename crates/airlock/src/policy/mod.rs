@@ -56,6 +56,21 @@ pub enum ContainerRuntime {
     Docker,
 }
 
+impl BackendChoice {
+    /// How strong the named backend's boundary is; `None` for `auto`, which picks the
+    /// fastest available backend at or above the policy's `min_isolation`. A caller that
+    /// enforces a floor (a daemon's tenant ceiling) compares this with it.
+    pub fn level(self) -> Option<IsolationLevel> {
+        match self {
+            BackendChoice::Auto => None,
+            BackendChoice::Native | BackendChoice::Bwrap => Some(IsolationLevel::Kernel),
+            BackendChoice::Container => Some(IsolationLevel::Container),
+            BackendChoice::Gvisor => Some(IsolationLevel::UserKernel),
+            BackendChoice::None => Some(IsolationLevel::Process),
+        }
+    }
+}
+
 impl ContainerRuntime {
     /// Every choice, in the order `auto` tries the concrete ones.
     pub const ALL: [ContainerRuntime; 5] = [

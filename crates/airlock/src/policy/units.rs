@@ -20,32 +20,50 @@ const SIZE_HELP: &str =
 const DURATION_HELP: &str =
     "expected a duration such as 90s, 2m, 1500ms or a plain number of seconds";
 
-impl FromStr for ByteSize {
-    type Err = String;
+/// A size or duration that cannot be read, with the text and the accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UnitError {
+    #[error("invalid size {text:?}: {SIZE_HELP}")]
+    Size { text: String },
+    #[error("invalid duration {text:?}: {DURATION_HELP}")]
+    Duration { text: String },
+    /// A well-formed duration beyond what a `Duration` holds (about 584 billion years).
+    #[error("duration {text:?} is too long: give at most 18446744073709551615 seconds")]
+    DurationTooLong { text: String },
+}
 
-    fn from_str(text: &str) -> Result<Self, String> {
+impl FromStr for ByteSize {
+    type Err = UnitError;
+
+    fn from_str(text: &str) -> Result<Self, UnitError> {
         // KiB/MiB/GiB are powers of 1024 and KB/MB/GB powers of 1000, as written.
         parse_size::Config::new()
             .parse_size(text.trim())
             .map(ByteSize)
-            .map_err(|_| format!("invalid size {text:?}: {SIZE_HELP}"))
+            .map_err(|_| UnitError::Size { text: text.into() })
     }
 }
 
 impl FromStr for Seconds {
-    type Err = String;
+    type Err = UnitError;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, UnitError> {
         let text = text.trim();
+        let too_long = || UnitError::DurationTooLong { text: text.into() };
         if let Ok(secs) = text.parse::<f64>() {
-            // A number too large for a Duration is an error here, not a panic.
-            if let Ok(duration) = Duration::try_from_secs_f64(secs) {
-                return Ok(Seconds(duration));
+            if secs.is_finite() && secs >= 0.0 {
+                return Duration::try_from_secs_f64(secs)
+                    .map(Seconds)
+                    .map_err(|_| too_long());
             }
         }
         humantime::parse_duration(text)
             .map(Seconds)
-            .map_err(|_| format!("invalid duration {text:?}: {DURATION_HELP}"))
+            .map_err(|e| match e {
+                humantime::DurationError::NumberOverflow => too_long(),
+                _ => UnitError::Duration { text: text.into() },
+            })
     }
 }
 
@@ -91,7 +109,7 @@ impl Serialize for Seconds {
 
 struct UnitVisitor<T>(std::marker::PhantomData<T>, &'static str);
 
-impl<T: FromStr<Err = String>> Visitor<'_> for UnitVisitor<T> {
+impl<T: FromStr<Err = UnitError>> Visitor<'_> for UnitVisitor<T> {
     type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -148,7 +166,7 @@ mod tests {
 
     #[test]
     fn bad_size_names_the_value_and_the_format() {
-        let err = "12XB".parse::<ByteSize>().unwrap_err();
+        let err = "12XB".parse::<ByteSize>().unwrap_err().to_string();
         assert!(err.contains("\"12XB\"") && err.contains("512MiB"), "{err}");
     }
 
@@ -167,7 +185,31 @@ mod tests {
             Ok(Seconds(Duration::from_millis(1500)))
         );
         assert_eq!(Seconds(Duration::from_millis(1500)).to_string(), "1500ms");
-        assert!("soon".parse::<Seconds>().unwrap_err().contains("90s"));
+        assert!("soon"
+            .parse::<Seconds>()
+            .unwrap_err()
+            .to_string()
+            .contains("90s"));
+    }
+
+    /// Found by fuzzing the daemon's API: `Duration::from_secs_f64` panics on these.
+    #[test]
+    fn huge_durations_are_typed_errors_not_panics() {
+        for text in ["1e300", "18446744073709551616", "99999999999999999999999s"] {
+            let err = text.parse::<Seconds>().unwrap_err();
+            assert!(
+                matches!(err, UnitError::DurationTooLong { .. }),
+                "{text}: {err}"
+            );
+        }
+        for json in ["1e300", "\"1e300\"", "18446744073709551615"] {
+            let err = serde_json::from_str::<Seconds>(json).unwrap_err();
+            assert!(err.to_string().contains("too long"), "{json}: {err}");
+        }
+        assert_eq!(
+            "1e9".parse::<Seconds>(),
+            Ok(Seconds(Duration::from_secs(1_000_000_000)))
+        );
         assert!("1e30".parse::<Seconds>().is_err(), "no panic, an error");
     }
 }

@@ -2,15 +2,16 @@
 //!
 //! Everything here runs under the pool's single mutex. The invariant kept after every public
 //! method returns: every queued waiter is blocked, either because all global slots are taken or
-//! because its tenant holds `per_tenant_max` slots. Hence a newcomer that finds room for itself
-//! may take it at once without overtaking anyone who could have run.
+//! because its tenant holds its cap (its own `max_concurrent`, else `per_tenant_max`). Hence a
+//! newcomer that finds room for itself may take it at once without overtaking anyone who could
+//! have run.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar};
 
-use super::PoolStats;
+use super::{PoolConfig, PoolStats, QueueScope, TenantLimits};
 
 /// Queue order: higher priority first, then arrival order.
 pub(super) type QueueKey = (Reverse<i32>, u64);
@@ -50,12 +51,18 @@ struct TenantSlots {
 pub(super) struct Counters {
     pub(super) admitted_total: u64,
     pub(super) rejected_busy: u64,
+    pub(super) rejected_full: u64,
     pub(super) cancelled: u64,
 }
+
+/// Why a request may not wait: the queue that is full, how many wait in it, and its bound.
+pub(super) type QueueFull = (QueueScope, usize, usize);
 
 pub(super) struct Admission {
     max_concurrent: usize,
     per_tenant_max: Option<usize>,
+    max_queued: Option<usize>,
+    limits: BTreeMap<String, TenantLimits>,
     running: usize,
     queued: usize,
     next_seq: u64,
@@ -65,10 +72,12 @@ pub(super) struct Admission {
 }
 
 impl Admission {
-    pub(super) fn new(max_concurrent: usize, per_tenant_max: Option<usize>) -> Self {
+    pub(super) fn new(config: &PoolConfig) -> Self {
         Self {
-            max_concurrent,
-            per_tenant_max,
+            max_concurrent: config.max_concurrent,
+            per_tenant_max: config.per_tenant_max,
+            max_queued: config.max_queued,
+            limits: config.tenants.clone(),
             running: 0,
             queued: 0,
             next_seq: 0,
@@ -92,7 +101,7 @@ impl Admission {
             return None;
         }
         let tenant_running = self.tenants.get(tenant).map_or(0, |slots| slots.running);
-        if !self.tenant_has_room(tenant_running) {
+        if !self.tenant_has_room(tenant, tenant_running) {
             return None;
         }
         let name = self.tenant_entry(tenant);
@@ -102,6 +111,22 @@ impl Admission {
         self.running += 1;
         self.counters.admitted_total += 1;
         Some(name)
+    }
+
+    /// Whether a request of `tenant` may join the queue, or which bound it would pass.
+    pub(super) fn room_to_wait(&self, tenant: &str) -> Result<(), QueueFull> {
+        if let Some(max) = self.max_queued.filter(|max| self.queued >= *max) {
+            return Err((QueueScope::Pool, self.queued, max));
+        }
+        let waiting = self
+            .tenants
+            .get(tenant)
+            .map_or(0, |slots| slots.waiting.len());
+        let tenant_max = self.limits.get(tenant).and_then(|l| l.max_queued);
+        match tenant_max.filter(|max| waiting >= *max) {
+            Some(max) => Err((QueueScope::Tenant, waiting, max)),
+            None => Ok(()),
+        }
     }
 
     /// Queues `waiter`, then admits whoever can run (possibly `waiter` itself).
@@ -177,15 +202,16 @@ impl Admission {
     fn best_admissible_tenant(&self) -> Option<Arc<str>> {
         self.tenants
             .iter()
-            .filter(|(_, slots)| self.tenant_has_room(slots.running))
+            .filter(|(name, slots)| self.tenant_has_room(name, slots.running))
             .filter_map(|(name, slots)| slots.waiting.keys().next().map(|key| (*key, name)))
             .min_by_key(|(key, _)| *key)
             .map(|(_, name)| Arc::clone(name))
     }
 
-    fn tenant_has_room(&self, tenant_running: usize) -> bool {
-        self.per_tenant_max
-            .is_none_or(|per_tenant_max| tenant_running < per_tenant_max)
+    fn tenant_has_room(&self, tenant: &str, tenant_running: usize) -> bool {
+        let own = self.limits.get(tenant).and_then(|l| l.max_concurrent);
+        own.or(self.per_tenant_max)
+            .is_none_or(|cap| tenant_running < cap)
     }
 
     fn tenant_entry(&mut self, tenant: &str) -> Arc<str> {
@@ -225,6 +251,7 @@ impl Admission {
             queued_per_tenant: per_tenant(|slots| slots.waiting.len()),
             admitted_total: self.counters.admitted_total,
             rejected_busy: self.counters.rejected_busy,
+            rejected_full: self.counters.rejected_full,
             cancelled: self.counters.cancelled,
         }
     }

@@ -4,7 +4,10 @@
 //! The pool knows nothing about what a job does; it only hands out slots. [`Pool::acquire`]
 //! blocks until a slot is granted (returning a [`Permit`] that gives it back on drop), the
 //! [`CancelToken`] is cancelled, or the queue timeout passes. [`Pool::run`] wraps a closure in
-//! that. Admission rules are described in `docs/pool.md`.
+//! that. [`Pool::enqueue`] takes the place in line without blocking and returns a [`Ticket`]
+//! to wait on later (a server answers "queued" or "queue full" at once, then waits on another
+//! thread). Caps may differ per tenant ([`TenantLimits`]), and the queue may be bounded, over
+//! all tenants and per tenant. Admission rules are described in `docs/pool.md`.
 //!
 //! ```
 //! use airlock::pool::{CancelToken, JobRequest, Pool, PoolConfig};
@@ -12,7 +15,7 @@
 //! let pool = Pool::new(PoolConfig {
 //!     max_concurrent: 2,
 //!     per_tenant_max: Some(1),
-//!     queue_timeout: None,
+//!     ..PoolConfig::default()
 //! })?;
 //! let request = JobRequest::new("team-a").with_priority(5);
 //! let answer = pool.run(&request, &CancelToken::new(), |_cancel| 42)?;
@@ -22,18 +25,19 @@
 //! ```
 
 mod admission;
-mod cancel;
 #[cfg(test)]
 mod tests;
+mod ticket;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use admission::{Admission, QueueKey, Waiter};
-pub use cancel::{CancelRegistration, CancelToken};
+pub use crate::cancel::{CancelRegistration, CancelToken};
+use admission::Admission;
+pub use ticket::Ticket;
 
 /// Errors of the job pool.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -54,9 +58,50 @@ pub enum PoolError {
     /// The job's cancel token was cancelled before the job started.
     #[error("job of tenant {tenant:?} was cancelled while queued for a slot")]
     Cancelled { tenant: String },
+    /// No slot was free and the queue the job would join is at its bound: refused at once.
+    #[error(
+        "queue full: job of tenant {tenant:?} cannot wait, {queued} jobs already wait {scope} \
+         (at most {max_queued}); retry later"
+    )]
+    QueueFull {
+        tenant: String,
+        scope: QueueScope,
+        queued: usize,
+        max_queued: usize,
+    },
     /// [`PoolConfig`] values the pool cannot work with.
     #[error("invalid pool config: {0}")]
     InvalidConfig(String),
+}
+
+/// Which queue a [`PoolError::QueueFull`] refusal is about.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueScope {
+    /// The pool's queue over all tenants ([`PoolConfig::max_queued`]).
+    Pool,
+    /// The tenant's own queue ([`TenantLimits::max_queued`]).
+    Tenant,
+}
+
+impl std::fmt::Display for QueueScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            QueueScope::Pool => "in the pool",
+            QueueScope::Tenant => "for this tenant",
+        })
+    }
+}
+
+/// One tenant's own limits (a daemon's tenants have different shares).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TenantLimits {
+    /// Jobs of this tenant running at once, instead of [`PoolConfig::per_tenant_max`]. At
+    /// least 1 when set.
+    pub max_concurrent: Option<usize>,
+    /// Jobs of this tenant waiting at once; one more is refused with
+    /// [`PoolError::QueueFull`]. `None`: only the pool's bound applies.
+    pub max_queued: Option<usize>,
 }
 
 /// Limits of a [`Pool`].
@@ -64,21 +109,30 @@ pub enum PoolError {
 pub struct PoolConfig {
     /// Jobs running at once, over all tenants. At least 1.
     pub max_concurrent: usize,
-    /// Jobs running at once for one tenant. `None`: only the global cap applies.
+    /// Jobs running at once for one tenant (unless [`tenants`](Self::tenants) says otherwise
+    /// for it). `None`: only the global cap applies.
     pub per_tenant_max: Option<usize>,
     /// How long a job may wait for a slot before failing with [`PoolError::Busy`]. `None`: wait
     /// forever. `Some(Duration::ZERO)`: fail at once unless a slot is free.
     pub queue_timeout: Option<Duration>,
+    /// Jobs waiting at once over all tenants; a job that would wait beyond it is refused at
+    /// once with [`PoolError::QueueFull`]. `None`: unbounded.
+    pub max_queued: Option<usize>,
+    /// Limits of named tenants; a tenant not named here has `per_tenant_max` and no queue
+    /// bound of its own.
+    pub tenants: BTreeMap<String, TenantLimits>,
 }
 
 impl Default for PoolConfig {
-    /// One slot per CPU, no tenant cap, no queue timeout.
+    /// One slot per CPU, no tenant cap, no queue timeout, no queue bound.
     fn default() -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, |cpus| cpus.get());
         Self {
             max_concurrent: cpus.max(1),
             per_tenant_max: None,
             queue_timeout: None,
+            max_queued: None,
+            tenants: BTreeMap::new(),
         }
     }
 }
@@ -94,6 +148,15 @@ impl PoolConfig {
             return Err(PoolError::InvalidConfig(
                 "per_tenant_max must be at least 1 when set".into(),
             ));
+        }
+        let zero_cap = self
+            .tenants
+            .iter()
+            .find(|(_, l)| l.max_concurrent == Some(0));
+        if let Some((tenant, _)) = zero_cap {
+            return Err(PoolError::InvalidConfig(format!(
+                "tenants[{tenant:?}].max_concurrent must be at least 1 when set"
+            )));
         }
         Ok(())
     }
@@ -147,6 +210,8 @@ pub struct PoolStats {
     pub admitted_total: u64,
     /// Requests that failed with [`PoolError::Busy`].
     pub rejected_busy: u64,
+    /// Requests refused with [`PoolError::QueueFull`].
+    pub rejected_full: u64,
     /// Requests that failed with [`PoolError::Cancelled`].
     pub cancelled: u64,
 }
@@ -188,7 +253,7 @@ impl Pool {
     }
 
     fn from_valid_config(config: PoolConfig) -> Self {
-        let admission = Admission::new(config.max_concurrent, config.per_tenant_max);
+        let admission = Admission::new(&config);
         Self {
             shared: Arc::new(Shared {
                 config,
@@ -204,22 +269,22 @@ impl Pool {
     }
 
     /// Blocks until `request` is granted a slot, `cancel` is cancelled, or the queue timeout
-    /// passes. A request whose token is already cancelled is never granted a slot.
+    /// passes. A request whose token is already cancelled is never granted a slot; one that
+    /// would have to wait in a full queue is refused at once ([`PoolError::QueueFull`]).
     pub fn acquire(&self, request: &JobRequest, cancel: &CancelToken) -> Result<Permit, PoolError> {
-        let started = Instant::now();
-        {
-            let mut admission = self.shared.lock();
-            if cancel.is_cancelled() {
-                admission.counters.cancelled += 1;
-                return Err(cancelled_error(request));
-            }
-            if let Some(tenant) = admission.try_admit_now(&request.tenant) {
-                drop(admission);
-                self.shared.notify_observers();
-                return Ok(self.permit(tenant));
-            }
+        if cancel.is_cancelled() {
+            self.shared.lock().counters.cancelled += 1;
+            return Err(cancelled_error(request));
         }
-        self.wait_in_queue(request, cancel, started)
+        self.enqueue(request)?.wait(cancel)
+    }
+
+    /// Takes `request`'s place without blocking: a slot at once when one is free for its
+    /// tenant, else a place in the queue (its queue timeout runs from now), else, when that
+    /// queue is at its bound, [`PoolError::QueueFull`]. Wait on the [`Ticket`] for the slot;
+    /// dropping it leaves the queue (or gives back a slot already granted).
+    pub fn enqueue(&self, request: &JobRequest) -> Result<Ticket, PoolError> {
+        Ticket::take(self, request)
     }
 
     /// Runs `job` in a slot: acquires as [`acquire`](Self::acquire) does, hands `job` the token so
@@ -246,72 +311,6 @@ impl Pool {
         self.shared.lock().stats()
     }
 
-    fn wait_in_queue(
-        &self,
-        request: &JobRequest,
-        cancel: &CancelToken,
-        started: Instant,
-    ) -> Result<Permit, PoolError> {
-        let waiter = Waiter::new();
-        // Registered before queueing, and the callback takes the pool lock before notifying, so
-        // a cancel racing with the checks below is always seen (flag) or heard (notify).
-        let _cancel_wakeup = cancel.on_cancel({
-            let shared = Arc::clone(&self.shared);
-            let waiter = Arc::clone(&waiter);
-            move || {
-                let _admission = shared.lock();
-                waiter.wakeup.notify_one();
-            }
-        });
-        let deadline = request
-            .queue_timeout
-            .or(self.shared.config.queue_timeout)
-            .and_then(|timeout| started.checked_add(timeout));
-
-        let mut admission = self.shared.lock();
-        let (key, tenant) =
-            admission.enqueue(&request.tenant, request.priority, Arc::clone(&waiter));
-        self.shared.notify_observers();
-        loop {
-            if waiter.is_granted() {
-                return Ok(self.permit(tenant));
-            }
-            if cancel.is_cancelled() {
-                admission.withdraw(&tenant, key);
-                admission.counters.cancelled += 1;
-                self.shared.notify_observers();
-                return Err(cancelled_error(request));
-            }
-            admission = match deadline {
-                None => waiter
-                    .wakeup
-                    .wait(admission)
-                    .unwrap_or_else(PoisonError::into_inner),
-                Some(deadline) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        let error = busy_error(&mut admission, request, key, started);
-                        admission.withdraw(&tenant, key);
-                        self.shared.notify_observers();
-                        return Err(error);
-                    }
-                    waiter
-                        .wakeup
-                        .wait_timeout(admission, deadline - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-            };
-        }
-    }
-
-    fn permit(&self, tenant: Arc<str>) -> Permit {
-        Permit {
-            shared: Arc::clone(&self.shared),
-            tenant,
-        }
-    }
-
     /// Blocks until `ready` holds for the pool's stats; panics after 10 s so a broken test fails
     /// instead of hanging.
     #[cfg(test)]
@@ -336,22 +335,6 @@ impl Pool {
 fn cancelled_error(request: &JobRequest) -> PoolError {
     PoolError::Cancelled {
         tenant: request.tenant.clone(),
-    }
-}
-
-fn busy_error(
-    admission: &mut Admission,
-    request: &JobRequest,
-    key: QueueKey,
-    started: Instant,
-) -> PoolError {
-    admission.counters.rejected_busy += 1;
-    PoolError::Busy {
-        tenant: request.tenant.clone(),
-        waited: started.elapsed(),
-        queued_ahead: admission.queued_ahead(key),
-        running: admission.running(),
-        max_concurrent: admission.max_concurrent(),
     }
 }
 

@@ -15,7 +15,7 @@ fn pool(max_concurrent: usize, per_tenant_max: Option<usize>) -> Pool {
     Pool::new(PoolConfig {
         max_concurrent,
         per_tenant_max,
-        queue_timeout: None,
+        ..PoolConfig::default()
     })
     .expect("valid test config")
 }
@@ -101,7 +101,18 @@ fn rejects_zero_caps() {
         per_tenant_max: Some(0),
         ..PoolConfig::default()
     };
-    for config in [zero_global, zero_tenant] {
+    let zero_named_tenant = PoolConfig {
+        tenants: [(
+            "a".to_string(),
+            TenantLimits {
+                max_concurrent: Some(0),
+                max_queued: None,
+            },
+        )]
+        .into(),
+        ..PoolConfig::default()
+    };
+    for config in [zero_global, zero_tenant, zero_named_tenant] {
         let error = Pool::new(config).expect_err("zero cap must be refused");
         assert!(matches!(error, PoolError::InvalidConfig(_)), "{error:?}");
         assert!(error.to_string().starts_with("invalid pool config: "));
@@ -286,8 +297,8 @@ fn busy_reports_waiters_ahead_in_queue_order() {
 fn request_timeout_overrides_pool_timeout() {
     let pool = Pool::new(PoolConfig {
         max_concurrent: 1,
-        per_tenant_max: None,
         queue_timeout: Some(Duration::ZERO),
+        ..PoolConfig::default()
     })
     .expect("valid config");
     let blocker = hold(&pool, "blocker");
@@ -546,4 +557,156 @@ fn stress_many_threads_random_priorities_and_tenants() {
     assert_eq!((stats.running, stats.queued), (0, 0));
     assert_eq!(stats.admitted_total, JOBS as u64);
     assert!(stats.running_per_tenant.is_empty() && stats.queued_per_tenant.is_empty());
+}
+
+fn with_tenants(
+    max_concurrent: usize,
+    max_queued: Option<usize>,
+    tenants: &[(&str, TenantLimits)],
+) -> Pool {
+    Pool::new(PoolConfig {
+        max_concurrent,
+        max_queued,
+        tenants: tenants
+            .iter()
+            .map(|(name, limits)| (name.to_string(), *limits))
+            .collect(),
+        ..PoolConfig::default()
+    })
+    .expect("valid test config")
+}
+
+fn limits(max_concurrent: Option<usize>, max_queued: Option<usize>) -> TenantLimits {
+    TenantLimits {
+        max_concurrent,
+        max_queued,
+    }
+}
+
+/// Tenants with different shares in one pool: each runs up to its own cap, the others take
+/// the free slots, and a tenant without its own limits has the pool's (none here).
+#[test]
+fn each_tenant_runs_up_to_its_own_cap() {
+    let pool = with_tenants(
+        4,
+        None,
+        &[
+            ("small", limits(Some(1), None)),
+            ("big", limits(Some(2), None)),
+        ],
+    );
+    let _small = hold(&pool, "small");
+    let blocked = pool.enqueue(&JobRequest::new("small")).expect("may queue");
+    assert!(!blocked.is_granted(), "small is at its cap of 1");
+    let _big = [hold(&pool, "big"), hold(&pool, "big")];
+    let third_big = pool.enqueue(&JobRequest::new("big")).expect("may queue");
+    assert!(!third_big.is_granted(), "big is at its cap of 2");
+    let _other = hold(&pool, "other");
+    let stats = pool.stats();
+    assert_eq!((stats.running, stats.queued), (4, 2), "{stats:?}");
+}
+
+/// A bounded queue refuses at once, naming which bound; a free slot is still taken.
+#[test]
+fn a_full_queue_refuses_at_once() {
+    let pool = with_tenants(1, Some(2), &[("a", limits(None, Some(1)))]);
+    let _running = hold(&pool, "b");
+    let _a = pool
+        .enqueue(&JobRequest::new("a"))
+        .expect("a's first waiter");
+    let refused = pool
+        .enqueue(&JobRequest::new("a"))
+        .expect_err("a's queue holds 1");
+    assert!(
+        matches!(
+            refused,
+            PoolError::QueueFull {
+                scope: QueueScope::Tenant,
+                queued: 1,
+                max_queued: 1,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let _b = pool
+        .enqueue(&JobRequest::new("b"))
+        .expect("the pool's queue has room for 2");
+    let refused = pool
+        .acquire(&JobRequest::new("c"), &CancelToken::new())
+        .expect_err("full");
+    assert!(
+        matches!(
+            refused,
+            PoolError::QueueFull {
+                scope: QueueScope::Pool,
+                queued: 2,
+                max_queued: 2,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("queue full"), "{refused}");
+    let stats = pool.stats();
+    assert_eq!((stats.queued, stats.rejected_full), (2, 2), "{stats:?}");
+}
+
+/// A ticket keeps its place from `enqueue` (arrival order is the enqueue's), is waited on
+/// from another thread, and gives its place or its slot back when dropped.
+#[test]
+fn a_ticket_waits_later_and_gives_back_what_it_holds() {
+    let pool = pool(1, None);
+    let blocker = hold(&pool, "t");
+    let first = pool.enqueue(&JobRequest::new("t")).expect("queued");
+    let second = pool.enqueue(&JobRequest::new("t")).expect("queued");
+    drop(first);
+    assert_eq!(pool.stats().queued, 1, "a dropped ticket leaves the queue");
+    let waiting = thread::spawn(move || {
+        second
+            .wait(&CancelToken::new())
+            .map(|p| p.tenant().to_string())
+    });
+    pool.wait_for_stats(|stats| stats.queued == 1);
+    drop(blocker);
+    assert_eq!(waiting.join().expect("no panic").expect("admitted"), "t");
+    let granted = pool.enqueue(&JobRequest::new("t")).expect("a free slot");
+    assert!(granted.is_granted());
+    assert_eq!(pool.stats().running, 1);
+    drop(granted);
+    assert_eq!(
+        pool.stats().running,
+        0,
+        "a dropped granted ticket gives its slot back"
+    );
+    let queued = {
+        let _holder = hold(&pool, "t");
+        let queued = pool.enqueue(&JobRequest::new("t")).expect("queued");
+        assert!(!queued.is_granted());
+        queued
+    };
+    assert!(queued.is_granted(), "granted when the holder left");
+    drop(queued);
+    let stats = pool.stats();
+    assert_eq!((stats.running, stats.queued), (0, 0), "{stats:?}");
+}
+
+/// The queue timeout of a ticket runs from `enqueue`, not from `wait`.
+#[test]
+fn a_tickets_queue_timeout_runs_from_enqueue() {
+    let pool = pool(1, None);
+    let _blocker = hold(&pool, "t");
+    let ticket = pool
+        .enqueue(&JobRequest::new("t").with_queue_timeout(Duration::from_millis(50)))
+        .expect("queued");
+    thread::sleep(Duration::from_millis(60));
+    let started = std::time::Instant::now();
+    let error = ticket
+        .wait(&CancelToken::new())
+        .expect_err("timed out already");
+    assert!(matches!(error, PoolError::Busy { .. }), "{error:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(40),
+        "waited again"
+    );
 }

@@ -30,7 +30,7 @@ pub use create::{write_file, NewRunDir, RunDirError, RunFile};
 pub use remove::{remove, remove_tree};
 pub use runtime::{default_runtime_dir, existing_runtime_dir, new_run_id, runtime_dir};
 pub use scratch::{memory_scratch, MemoryScratch};
-pub use sweep::{sweep_if_due, SWEEP_STAMP};
+pub use sweep::{sweep, sweep_if_due, sweep_supervisor, SWEEP_STAMP};
 
 /// The file in a run directory whose workdir the caller asked to keep (`--keep`): the sweep
 /// never removes such a directory, whose supervisor is always gone once a caller reads it.

@@ -1,14 +1,15 @@
 //! Removing what runs left behind when both their supervisor and their init were killed
 //! (SIGKILL leaves nobody to clean up): run directories, cgroups and any processes still in
-//! those cgroups. Only entries named `run-<pid>-…` whose supervisor pid is gone, and that are
-//! old enough that an init still cleaning up would be done, are touched.
+//! those cgroups. Only entries named `run-<pid>-…` whose supervisor pid is gone are touched:
+//! by the periodic [`sweep`] once they are old enough that an init still cleaning up would be
+//! done, and by [`sweep_supervisor`] at once, for a caller that knows the supervisor died.
 //!
 //! Many runs start at once and each may find a sweep due: one of them sweeps (it holds an
 //! exclusive `flock` on the stamp while it checks, stamps and sweeps), the others go ahead
 //! without waiting, and an entry another sweep removed first counts as removed.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
@@ -33,42 +34,95 @@ fn supervisor_pid(run_id: &str) -> Option<i32> {
     run_id.strip_prefix("run-")?.split('-').next()?.parse().ok()
 }
 
-fn abandoned(path: &Path, name: &str) -> bool {
-    let Some(pid) = supervisor_pid(name) else {
-        return false;
-    };
-    if path.join(KEPT_MARKER).exists() {
-        return false;
-    }
-    let supervisor_gone = pid > 0 && kill(Pid::from_raw(pid), None) == Err(Errno::ESRCH);
-    let old = std::fs::symlink_metadata(path)
-        .and_then(|m| m.modified())
-        .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() > ABANDONED_AFTER)
-        .unwrap_or(false);
-    supervisor_gone && old
+fn is_gone(pid: i32) -> bool {
+    pid > 0 && kill(Pid::from_raw(pid), None) == Err(Errno::ESRCH)
 }
 
-fn abandoned_entries(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| abandoned(&e.path(), &e.file_name().to_string_lossy()))
-        .map(|e| e.path())
-        .collect()
+/// Which entries a sweep takes: those of any dead supervisor once old, or those of one
+/// supervisor known to be dead whatever their age.
+#[derive(Debug, Clone, Copy)]
+enum Abandoned {
+    Old,
+    OfSupervisor(i32),
+}
+
+impl Abandoned {
+    fn takes(self, path: &Path, name: &str) -> bool {
+        let Some(pid) = supervisor_pid(name) else {
+            return false;
+        };
+        if path.join(KEPT_MARKER).exists() || !is_gone(pid) {
+            return false;
+        }
+        match self {
+            Abandoned::OfSupervisor(dead) => pid == dead,
+            Abandoned::Old => std::fs::symlink_metadata(path)
+                .and_then(|m| m.modified())
+                .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() > ABANDONED_AFTER)
+                .unwrap_or(false),
+        }
+    }
+
+    fn entries(self, dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| self.takes(&e.path(), &e.file_name().to_string_lossy()))
+            .map(|e| e.path())
+            .collect()
+    }
+
+    /// The run directories and cgroups this sweep would take.
+    fn leftovers(self, runtime_dir: &Path, cgroup_parents: &[PathBuf]) -> Vec<PathBuf> {
+        let mut found = self.entries(runtime_dir);
+        for parent in cgroup_parents {
+            found.extend(self.entries(parent));
+        }
+        found
+    }
 }
 
 /// Sweeps abandoned run directories and cgroups. Best effort: failures are left for the next
 /// sweep and never stop a new run.
 pub fn sweep(runtime_dir: &Path, cgroup: Option<&CgroupConfig>) -> usize {
+    remove_abandoned(Abandoned::Old, runtime_dir, cgroup)
+}
+
+/// Sweeps every run of supervisor `pid`, which the caller knows died (a daemon restarting
+/// after its predecessor was killed), without waiting for the runs to be old: their inits get
+/// up to `grace` to finish their own clean-up first. Nothing is touched while `pid` lives.
+pub fn sweep_supervisor(
+    runtime_dir: &Path,
+    cgroup: Option<&CgroupConfig>,
+    pid: u32,
+    grace: Duration,
+) -> usize {
+    let Ok(pid) = i32::try_from(pid) else {
+        return 0;
+    };
+    let abandoned = Abandoned::OfSupervisor(pid);
+    let parents = cgroup.map(cgroup_parents).unwrap_or_default();
+    let deadline = Instant::now() + grace;
+    while !abandoned.leftovers(runtime_dir, &parents).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    remove_abandoned(abandoned, runtime_dir, cgroup)
+}
+
+fn remove_abandoned(
+    abandoned: Abandoned,
+    runtime_dir: &Path,
+    cgroup: Option<&CgroupConfig>,
+) -> usize {
     let mut swept = 0;
-    for run_dir in abandoned_entries(runtime_dir) {
+    for run_dir in abandoned.entries(runtime_dir) {
         remove_tree(&run_dir);
         swept += usize::from(!run_dir.exists());
     }
     if let Some(cgroup) = cgroup {
         for parent in cgroup_parents(cgroup) {
-            for run in abandoned_entries(&parent) {
+            for run in abandoned.entries(&parent) {
                 swept += usize::from(remove_cgroup(&run));
             }
         }
@@ -129,8 +183,8 @@ fn cgroup_parents(cgroup: &CgroupConfig) -> Vec<PathBuf> {
 }
 
 /// Kills whatever is still in an abandoned cgroup (orphans of a killed Tier-0 run), then
-/// removes it. Gone already (another sweep was first) counts as removed; a cgroup this user
-/// may not remove is left at once, not retried.
+/// removes it, nested cgroups (a container runtime's own) first. Gone already (another sweep
+/// was first) counts as removed; a cgroup this user may not remove is left at once, not retried.
 fn remove_cgroup(path: &Path) -> bool {
     for _ in 0..50 {
         let members = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
@@ -141,6 +195,11 @@ fn remove_cgroup(path: &Path) -> bool {
             .collect();
         for pid in &pids {
             let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+        for child in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            if child.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup(&child.path());
+            }
         }
         match std::fs::remove_dir(path) {
             Ok(()) => return true,
@@ -245,5 +304,36 @@ mod tests {
         }
         assert_eq!(sweep(dir.path(), None), 1);
         assert!(!dead.exists() && live.exists() && other.exists());
+    }
+
+    /// A restarted daemon knows its predecessor died: its runs go at once, fresh or not,
+    /// with their nested cgroups, and no other supervisor's runs are touched.
+    #[test]
+    fn a_dead_supervisors_runs_are_swept_at_once() {
+        let runtime = tempfile::tempdir().unwrap();
+        let cgroups = tempfile::tempdir().unwrap();
+        let config = CgroupConfig {
+            root: cgroups.path().to_owned(),
+            parent: "airlock".into(),
+            keep_parent: true,
+        };
+        let dead_run = runtime.path().join("run-999999999-1-0");
+        let other_dead = runtime.path().join("run-999999998-1-0");
+        let live = runtime
+            .path()
+            .join(format!("run-{}-1-0", std::process::id()));
+        let cgroup = cgroups.path().join("memory/airlock/run-999999999-1-0");
+        let nested = cgroup.join("runc-own");
+        for path in [&dead_run, &other_dead, &live, &nested] {
+            std::fs::create_dir_all(path).unwrap();
+        }
+        assert_eq!(sweep(runtime.path(), Some(&config)), 0, "all fresh");
+        let own = std::process::id();
+        let swept = sweep_supervisor(runtime.path(), Some(&config), own, Duration::ZERO);
+        assert_eq!(swept, 0, "a living supervisor's runs are never swept");
+        let swept = sweep_supervisor(runtime.path(), Some(&config), 999999999, Duration::ZERO);
+        assert_eq!(swept, 2, "its run directory and its cgroup");
+        assert!(!dead_run.exists() && !cgroup.exists());
+        assert!(other_dead.exists() && live.exists());
     }
 }

@@ -2,14 +2,14 @@
 //! plan, run or spawn.
 
 use std::path::PathBuf;
-
 use std::sync::Arc;
 
-use super::output::OutputSink;
+use super::output::{OutputSink, StartGate};
 use super::signals::{BlockedSignals, CANCEL_SIGNALS};
 use super::standby::{self, StandbySource};
 use super::terminal::RawTerminal;
 use super::{finish, handle, launch, prepare};
+use crate::cancel::CancelToken;
 use crate::confine::cgroup::CgroupConfig;
 use crate::error::Error;
 use crate::layer::Layer;
@@ -68,7 +68,8 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum RunEvent {
-    /// The program was exec'd with these layers in force.
+    /// The program was exec'd with these layers in force; always the first event (output
+    /// the program wrote at once is held until this is sent).
     Started { layers: Vec<Layer> },
     /// A chunk of stdout (within the cap).
     Stdout(Vec<u8>),
@@ -91,6 +92,7 @@ pub struct Command {
     pub(super) stderr: Sink,
     pub(super) keep: bool,
     pub(super) tty: bool,
+    pub(super) cancel: Option<CancelToken>,
     pub(super) files: Vec<StagedFile>,
     /// Where a prepared sandbox comes from (a command made by a warm pool).
     pub(super) standby: Option<Arc<dyn StandbySource>>,
@@ -146,6 +148,7 @@ impl Sandbox {
             stderr: Sink::Capture,
             keep: false,
             tty: false,
+            cancel: None,
             files: Vec::new(),
             standby: None,
             cancel_on_signals: false,
@@ -238,6 +241,15 @@ impl Command {
         self
     }
 
+    /// Stops the run when `token` is cancelled (as [`RunHandle::cancel`](super::RunHandle::cancel)
+    /// does: SIGTERM, then SIGKILL after the grace period; status `cancelled`), for `run` as
+    /// for `spawn`. A token cancelled before the program starts, even before `run` is called,
+    /// stops the sandbox's set-up: status `cancelled`, no layers, nothing left behind.
+    pub fn cancel_on(mut self, token: &CancelToken) -> Self {
+        self.cancel = Some(token.clone());
+        self
+    }
+
     /// Makes [`run`](Command::run) end the run as `cancelled` (the process tree stopped,
     /// everything removed, the result returned with `cancel_signal`) when the calling process
     /// receives SIGINT, SIGTERM or SIGHUP, instead of dying of the signal with the run's
@@ -299,22 +311,25 @@ impl Command {
     /// Starts the run and returns a handle to stream, cancel and wait for it.
     pub fn spawn(self) -> Result<handle::RunHandle, Error> {
         let (events, receiver) = std::sync::mpsc::channel();
+        let start = Arc::new(StartGate::default());
         if let Some(warm) = standby::start_warm(&self)? {
             if let Some(network) = &warm.network {
-                *network.lock().unwrap_or_else(|e| e.into_inner()) = Some(events.clone());
+                *network.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((events.clone(), Arc::clone(&start)));
             }
             return Ok(handle::serve_from_threads(
                 &self,
                 warm.started,
                 warm.ending,
                 (events, receiver),
+                start,
                 warm.network,
             ));
         }
         let prepared = prepare::prepare_to_run(&self)?;
         let (on_network, network) = match prepared.egress.is_some() {
             true => {
-                let (sink, sender) = handle::network_events(events.clone());
+                let (sink, sender) = handle::network_events(events.clone(), Arc::clone(&start));
                 (Some(sink), Some(sender))
             }
             false => (None, None),
@@ -325,6 +340,7 @@ impl Command {
             started,
             ending,
             (events, receiver),
+            start,
             network,
         ))
     }

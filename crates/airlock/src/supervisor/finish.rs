@@ -1,7 +1,7 @@
 //! Ending a run: reaping the init (every process of the run is gone by then) and turning what
 //! the pipes carried into the [`RunResult`].
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::builder::Command;
@@ -11,6 +11,7 @@ use super::launch::{InitProcess, Started};
 use super::output::{Collector, StreamKind};
 use super::serve;
 use super::signals::BlockedSignals;
+use crate::cancel::CancelRegistration;
 use crate::error::{Error, SetupErrorKind};
 use crate::net::RunGate;
 use crate::policy::OutputLimitAction;
@@ -60,7 +61,8 @@ pub(super) fn serve_in_this_thread(
         stderr: Collector::new(StreamKind::Stderr, &sinks.1, policy.limits.stderr.0),
     };
     let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
-    let control = Mutex::new(started.control);
+    let control = Arc::new(Mutex::new(started.control));
+    let cancel = stop_when_cancelled(command, &control);
     let react = serve::Reactions {
         on_overflow: || {
             if kill_on_overflow {
@@ -73,8 +75,19 @@ pub(super) fn serve_in_this_thread(
     let served = serve::serve(started.pipes, outputs, react);
     let result = ending.conclude(served);
     // Open until the init is gone: its end reading EOF means the supervisor died.
-    drop(control);
+    drop((cancel, control));
     result
+}
+
+/// Sends the init a stop when the command's cancel token fires (at once if it already did).
+/// The registration holds a handle on the control pipe: drop it with the pipe's other end.
+pub(super) fn stop_when_cancelled(
+    command: &Command,
+    control: &Arc<Mutex<std::fs::File>>,
+) -> Option<CancelRegistration> {
+    let token = command.cancel.as_ref()?;
+    let control = Arc::clone(control);
+    Some(token.on_cancel(move || send_stop(&control, StopReason::Cancelled)))
 }
 
 impl Ending {

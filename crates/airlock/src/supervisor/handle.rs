@@ -12,8 +12,9 @@ use std::thread::JoinHandle;
 use super::builder::{Command, RunEvent, Sink};
 use super::finish::Ending;
 use super::launch::Started;
-use super::output::{self, Drained, OutputSink, StreamKind};
+use super::output::{self, Drained, OutputSink, StartGate, StreamKind};
 use super::serve;
+use crate::cancel::CancelRegistration;
 use crate::error::Error;
 use crate::policy::OutputLimitAction;
 use crate::result::RunResult;
@@ -29,6 +30,8 @@ pub struct RunHandle {
     stderr_reader: Option<JoinHandle<Drained>>,
     stdin_writer: Option<JoinHandle<()>>,
     events: Option<Receiver<RunEvent>>,
+    /// The command's cancel token stops the run until it ended.
+    cancel: Option<CancelRegistration>,
 }
 
 /// A cloneable way to cancel a run from another thread.
@@ -55,24 +58,30 @@ pub(super) fn send_stop(control: &Mutex<std::fs::File>, reason: StopReason) {
 /// The egress gate's sender of [`RunEvent::Network`]s, taken away when the init is gone (the
 /// gate itself lives until `wait`): the event channel then closes with the run, as a caller
 /// reading it to the end before waiting expects. Later events are in the result's report.
-pub(super) type NetworkSender = Arc<Mutex<Option<Sender<RunEvent>>>>;
+pub(super) type NetworkSender = Arc<Mutex<Option<(Sender<RunEvent>, Arc<StartGate>)>>>;
 
-/// The egress gate's decisions as [`RunEvent::Network`]s on the handle's event channel.
-pub(super) fn network_events(events: Sender<RunEvent>) -> (EventSink, NetworkSender) {
+/// The egress gate's decisions as [`RunEvent::Network`]s on the handle's event channel, after
+/// the run's start (`Started` leads the events, as for output).
+pub(super) fn network_events(
+    events: Sender<RunEvent>,
+    start: Arc<StartGate>,
+) -> (EventSink, NetworkSender) {
     let (sink, sender) = network_slot();
-    *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(events);
+    *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some((events, start));
     (sink, sender)
 }
 
-/// A sink for the gate's decisions whose channel is set later: a warm sandbox's gate starts
-/// while the sandbox is prepared, before any run has a handle. Decisions made while the slot
-/// is empty are only in the result's report.
+/// A sink for the gate's decisions whose channel (and the run's start gate) is set later: a
+/// warm sandbox's gate starts while the sandbox is prepared, before any run has a handle.
+/// Decisions made while the slot is empty are only in the result's report.
 pub(super) fn network_slot() -> (EventSink, NetworkSender) {
     let sender: NetworkSender = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&sender);
     let sink: EventSink = Box::new(move |event| {
-        let guard = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(events) = guard.as_ref() {
+        // Not waiting with the slot locked: the event reader takes it at the run's end.
+        let target = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some((events, start)) = target {
+            start.wait();
             let _ = events.send(RunEvent::Network(event.clone()));
         }
     });
@@ -85,6 +94,7 @@ pub(super) fn serve_from_threads(
     started: Started,
     ending: Ending,
     channel: (Sender<RunEvent>, Receiver<RunEvent>),
+    start: Arc<StartGate>,
     network: Option<NetworkSender>,
 ) -> RunHandle {
     let policy = &command.sandbox.policy;
@@ -102,7 +112,7 @@ pub(super) fn serve_from_threads(
     let reader = |pipe: Option<OwnedFd>, sink: Sink, kind: StreamKind, cap: u64| {
         pipe.map(|fd| {
             let sink = match sink {
-                Sink::Stream => OutputSink::Stream(event_tx.clone()),
+                Sink::Stream => OutputSink::Stream(event_tx.clone(), Arc::clone(&start)),
                 other => other.blocking_sink(),
             };
             let control = Arc::clone(&control);
@@ -127,9 +137,16 @@ pub(super) fn serve_from_threads(
         StreamKind::Stderr,
         policy.limits.stderr.0,
     );
-    let events_reader = spawn_event_reader(pipes.events, pipes.end_at_finished, event_tx, network);
+    let events_reader = spawn_event_reader(
+        pipes.events,
+        pipes.end_at_finished,
+        event_tx,
+        start,
+        network,
+    );
     RunHandle {
         ending,
+        cancel: super::finish::stop_when_cancelled(command, &control),
         control,
         events_reader,
         stdout_reader,
@@ -139,10 +156,13 @@ pub(super) fn serve_from_threads(
     }
 }
 
+/// Reads the init's events; the first one (the start, or a setup failure) opens the gate of
+/// the output streams, as does the end of the events.
 fn spawn_event_reader(
     events: OwnedFd,
     end_at_finished: bool,
     tx: Sender<RunEvent>,
+    start: Arc<StartGate>,
     network: Option<NetworkSender>,
 ) -> JoinHandle<Vec<InitEvent>> {
     std::thread::spawn(move || {
@@ -156,11 +176,13 @@ fn spawn_event_reader(
                         layers: layers.clone(),
                     });
                 }
+                start.open();
             }
             if end_at_finished && log.has_finished() {
                 break;
             }
         }
+        start.open();
         if let Some(network) = network {
             network.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
@@ -201,11 +223,68 @@ impl RunHandle {
         if let Some(writer) = self.stdin_writer.take() {
             let _ = writer.join();
         }
-        self.ending.conclude(serve::Served {
+        let result = self.ending.conclude(serve::Served {
             stdout,
             stderr,
             events,
             cancel_signal: None,
-        })
+        });
+        drop(self.cancel.take());
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::layer::Layer;
+
+    /// The program's output arrives before the init's start report (it writes at once, the
+    /// init is slow to report): the stream still begins with `Started`.
+    #[test]
+    fn started_leads_the_stream_even_when_output_comes_first() {
+        let (out_read, out_write) = super::super::launch::pipe().unwrap();
+        let (events_read, events_write) = super::super::launch::pipe().unwrap();
+        let (tx, rx) = channel();
+        let start = Arc::new(StartGate::default());
+        let sink = OutputSink::Stream(tx.clone(), Arc::clone(&start));
+        let stdout = std::thread::spawn(move || {
+            output::drain(
+                std::fs::File::from(out_read),
+                StreamKind::Stdout,
+                &sink,
+                1 << 20,
+                || {},
+            )
+        });
+        let events = spawn_event_reader(events_read, false, tx, start, None);
+        let mut out = std::fs::File::from(out_write);
+        out.write_all(b"early output").unwrap();
+        drop(out);
+        std::thread::sleep(Duration::from_millis(100));
+        let started = InitEvent::Started {
+            layers: vec![Layer::Seccomp],
+            warnings: Vec::new(),
+            workdir: "/work".into(),
+        };
+        let mut line = serde_json::to_vec(&started).unwrap();
+        line.push(b'\n');
+        std::fs::File::from(events_write).write_all(&line).unwrap();
+        stdout.join().unwrap();
+        events.join().unwrap();
+        let received: Vec<RunEvent> = rx.try_iter().collect();
+        assert_eq!(
+            received,
+            vec![
+                RunEvent::Started {
+                    layers: vec![Layer::Seccomp]
+                },
+                RunEvent::Stdout(b"early output".to_vec()),
+            ]
+        );
     }
 }

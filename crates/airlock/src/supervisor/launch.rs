@@ -11,7 +11,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Instant;
 
 use nix::sys::signal::{kill, Signal};
@@ -276,7 +276,9 @@ struct InitLaunch {
 /// The init process of one run.
 #[derive(Debug)]
 pub(super) enum InitProcess {
-    Spawned(Child),
+    /// Executed as `airlock __init`: it reads the spec on its control pipe.
+    Executed(Pid),
+    /// Forked with the spec already in its memory.
     Forked(Pid),
 }
 
@@ -284,36 +286,33 @@ impl InitProcess {
     /// Whether the init still needs the spec on its control pipe (it was executed, not forked
     /// with the spec in memory).
     pub fn reads_spec(&self) -> bool {
-        matches!(self, InitProcess::Spawned(_))
+        matches!(self, InitProcess::Executed(_))
+    }
+
+    fn pid(&self) -> Pid {
+        match self {
+            InitProcess::Executed(pid) | InitProcess::Forked(pid) => *pid,
+        }
     }
 
     pub fn id(&self) -> u32 {
-        match self {
-            InitProcess::Spawned(child) => child.id(),
-            InitProcess::Forked(pid) => pid.as_raw() as u32,
-        }
+        self.pid().as_raw() as u32
     }
 
     pub fn kill(&mut self) {
-        match self {
-            InitProcess::Spawned(child) => drop(child.kill()),
-            InitProcess::Forked(pid) => drop(kill(*pid, Signal::SIGKILL)),
-        }
+        let _ = kill(self.pid(), Signal::SIGKILL);
     }
 
     pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        match self {
-            InitProcess::Spawned(child) => child.wait(),
-            InitProcess::Forked(pid) => loop {
-                match waitpid(*pid, None) {
-                    Ok(WaitStatus::Exited(_, code)) => return Ok(ExitStatus::from_raw(code << 8)),
-                    Ok(WaitStatus::Signaled(_, signal, _)) => {
-                        return Ok(ExitStatus::from_raw(signal as i32))
-                    }
-                    Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-                    Err(e) => return Err(e.into()),
+        loop {
+            match waitpid(self.pid(), None) {
+                Ok(WaitStatus::Exited(_, code)) => return Ok(ExitStatus::from_raw(code << 8)),
+                Ok(WaitStatus::Signaled(_, signal, _)) => {
+                    return Ok(ExitStatus::from_raw(signal as i32))
                 }
-            },
+                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 }
@@ -342,21 +341,28 @@ fn start_init(
     spawn(launch, stdio, pipes)
 }
 
-/// In the forked child: the descriptors go where an exec'd init finds them, signal handlers
-/// are reset as exec would, and the child never returns into the supervisor's code.
-fn become_init(stdio: &InitStdio, pipes: &InitPipes, spec: &InitSpec) -> ! {
+/// Where each of the init's descriptors goes: the pipes at [`CONTROL_FD`], [`EVENTS_FD`] (and
+/// [`GATE_FD`]), the given stdio at 0, 1 and 2 (an absent one is inherited).
+fn placements(stdio: &InitStdio, pipes: &InitPipes) -> Vec<(RawFd, RawFd)> {
     let mut placed = pipes.placements();
-    let highest = placed
-        .iter()
-        .map(|(_, target)| *target)
-        .max()
-        .unwrap_or(EVENTS_FD);
     let standard = [&stdio.stdin, &stdio.stdout, &stdio.stderr];
     for (target, fd) in standard.into_iter().enumerate() {
         if let Some(fd) = fd {
             placed.push((fd.as_raw_fd(), target as RawFd));
         }
     }
+    placed
+}
+
+/// In the forked child: the descriptors go where an exec'd init finds them, signal handlers
+/// are reset as exec would, and the child never returns into the supervisor's code.
+fn become_init(stdio: &InitStdio, pipes: &InitPipes, spec: &InitSpec) -> ! {
+    let placed = placements(stdio, pipes);
+    let highest = placed
+        .iter()
+        .map(|(_, target)| *target)
+        .max()
+        .unwrap_or(EVENTS_FD);
     if sys::place_fds_inheritable(&placed).is_err() || sys::close_from(highest + 1).is_err() {
         sys::exit_now(127);
     }
@@ -365,18 +371,105 @@ fn become_init(stdio: &InitStdio, pipes: &InitPipes, spec: &InitSpec) -> ! {
     sys::exit_now(101)
 }
 
+/// Executes the init (`posix_spawn`: no copy of a large caller's memory, see
+/// [`sys::spawn_with_fds`]) with an empty environment and its descriptors in place.
 fn spawn(launch: &InitLaunch, stdio: InitStdio, pipes: InitPipes) -> Result<InitProcess, Error> {
-    let mut init = std::process::Command::new(&launch.program);
-    init.arg(INIT_ARG).env_clear();
-    let or_inherit = |fd: Option<OwnedFd>| fd.map_or_else(Stdio::inherit, Stdio::from);
-    init.stdin(or_inherit(stdio.stdin));
-    init.stdout(or_inherit(stdio.stdout));
-    init.stderr(or_inherit(stdio.stderr));
-    sys::map_fds_on_spawn(&mut init, &pipes.placements());
-    init.spawn()
-        .map(InitProcess::Spawned)
+    sys::spawn_with_fds(&launch.program, &[INIT_ARG], &placements(&stdio, &pipes))
+        .map(InitProcess::Executed)
         .map_err(|cause| Error::Spawn {
             program: launch.program.clone(),
             cause,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    /// What an executed init starts with, as before `posix_spawn`: stdio and the two pipes at
+    /// their numbers and no other descriptor, an empty environment, no blocked signal and
+    /// SIGPIPE at its default (this process, like every Rust program, ignores it).
+    #[test]
+    fn an_executed_init_gets_exactly_its_descriptors_and_a_clean_start() {
+        let (out_read, out_write) = pipe().unwrap();
+        let (control_read, _control_write) = pipe().unwrap();
+        let (_events_read, events_write) = pipe().unwrap();
+        let _stray = std::fs::File::open("/dev/null").unwrap();
+        let script = "ls /proc/self/fd; env; grep -E '^Sig(Blk|Ign)' /proc/self/status";
+        let stdio = InitStdio {
+            stdout: Some(out_write),
+            ..InitStdio::default()
+        };
+        let pipes = InitPipes {
+            control: control_read,
+            events: events_write,
+            gate: None,
+            go: None,
+        };
+        let pid = sys::spawn_with_fds(
+            std::path::Path::new("/bin/sh"),
+            &["-c", script],
+            &placements(&stdio, &pipes),
+        )
+        .unwrap();
+        drop((stdio, pipes));
+        let mut report = String::new();
+        std::fs::File::from(out_read)
+            .read_to_string(&mut report)
+            .unwrap();
+        let mut init = InitProcess::Executed(pid);
+        assert!(init.wait().unwrap().success(), "{report}");
+        let fds: Vec<i32> = report
+            .lines()
+            .take_while(|l| !l.contains('='))
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert!((0..=4).all(|fd| fds.contains(&fd)), "{report}");
+        // Besides 0-4, only what this process holds without close-on-exec (a test harness
+        // may) and the descriptor `ls` opens on /proc/self/fd: none of the close-on-exec
+        // ones (the stray file, the other pipe ends, the copies made while placing).
+        let inheritable = inheritable_fds();
+        let extra: Vec<&i32> = fds
+            .iter()
+            .filter(|fd| **fd > 4 && !inheritable.contains(fd))
+            .collect();
+        assert!(extra.len() <= 1, "leaked {extra:?}: {report}");
+        let env: Vec<&str> = report.lines().filter(|l| l.contains('=')).collect();
+        assert!(
+            env.iter()
+                .all(|v| ["PWD=", "SHLVL=", "_="].iter().any(|s| v.starts_with(s))),
+            "only what sh sets itself: {env:?}"
+        );
+        assert!(report.contains("SigBlk:\t0000000000000000"), "{report}");
+        let ignored = report.lines().find(|l| l.starts_with("SigIgn")).unwrap();
+        let mask = u64::from_str_radix(ignored.split_whitespace().nth(1).unwrap(), 16).unwrap();
+        assert_eq!(
+            mask & (1 << (libc::SIGPIPE - 1)),
+            0,
+            "SIGPIPE ignored: {report}"
+        );
+        assert!(_stray.as_raw_fd() > 4);
+    }
+
+    /// This process's descriptors without close-on-exec.
+    fn inheritable_fds() -> Vec<i32> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|fd| {
+                nix::fcntl::fcntl(*fd, nix::fcntl::FcntlArg::F_GETFD)
+                    .is_ok_and(|flags| flags & libc::FD_CLOEXEC == 0)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_missing_init_program_is_a_spawn_error() {
+        let error = sys::spawn_with_fds(std::path::Path::new("/no/such/airlock"), &[], &[]);
+        assert_eq!(error.unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    }
 }

@@ -14,6 +14,7 @@
 //! ```
 
 mod builder;
+mod cleanup;
 mod describe;
 mod finish;
 mod handle;

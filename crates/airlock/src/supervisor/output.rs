@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 /// Where a stream's bytes go.
 #[derive(Debug, Clone)]
@@ -13,10 +14,35 @@ pub enum OutputSink {
     Capture,
     /// Copy them to the supervisor's own stdout or stderr as they arrive.
     Forward,
-    /// Send them as events to the run handle.
-    Stream(Sender<crate::supervisor::RunEvent>),
+    /// Send them as events to the run handle, once the gate is open.
+    Stream(Sender<crate::supervisor::RunEvent>, Arc<StartGate>),
     /// Drop them (still counted).
     Discard,
+}
+
+/// Holds streamed output until the run's start has been sent, so that `Started` always
+/// leads a run's events: the program's output and the init's start report come on different
+/// pipes, read by different threads, and a program that writes at once could otherwise be
+/// heard before its start. Opened by the init's first event, or the end of its events.
+#[derive(Debug, Default)]
+pub struct StartGate {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl StartGate {
+    pub fn open(&self) {
+        *self.open.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.opened.notify_all();
+    }
+
+    pub fn wait(&self) {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let _open = self
+            .opened
+            .wait_while(open, |open| !*open)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
 }
 
 /// Which of the two streams.
@@ -116,7 +142,8 @@ fn deliver(bytes: &[u8], kind: StreamKind, sink: &OutputSink, kept: &mut Vec<u8>
                 StreamKind::Stderr => forward(std::io::stderr().lock(), bytes),
             };
         }
-        OutputSink::Stream(events) => {
+        OutputSink::Stream(events, start) => {
+            start.wait();
             let event = match kind {
                 StreamKind::Stdout => crate::supervisor::RunEvent::Stdout(bytes.to_vec()),
                 StreamKind::Stderr => crate::supervisor::RunEvent::Stderr(bytes.to_vec()),

@@ -361,18 +361,15 @@ pub(super) fn credentials(policy: &Policy) -> Option<Credentials> {
 }
 
 fn cgroup_request(command: &Command, run_id: &str) -> Option<CgroupRequest> {
-    let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
-    if options.no_cgroup {
-        return None;
-    }
-    let l = &policy.limits;
+    let config = command.sandbox.options.cgroup_config()?;
+    let l = &command.sandbox.policy.limits;
     let limits = CgroupLimits {
         memory_bytes: Some(l.memory.0),
         pids: Some(l.processes),
         cpu_millicores: (l.cpus > 0.0).then(|| (l.cpus * 1000.0).round() as u64),
     };
     Some(CgroupRequest {
-        config: options.cgroup.clone().unwrap_or_default(),
+        config,
         run_id: run_id.to_string(),
         limits,
     })

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{ingest, stage, EventDecoder, IngestLimits, IngestReport, InputFile, WorkerError};
 use super::{StagedJob, WorkerEvent};
+use crate::cancel::CancelToken;
 use crate::error::Error;
+use crate::layer::Layer;
 use crate::policy::Policy;
 use crate::result::{RunResult, RunStatus};
 use crate::rundir::new_run_id;
@@ -43,6 +45,9 @@ pub struct WorkerJob {
     /// Where the job directory is created (default: the system temp directory). The worker's
     /// user must be able to traverse it.
     pub jobs_root: Option<PathBuf>,
+    /// Stops the worker when cancelled (status `cancelled`; a token cancelled before the
+    /// worker starts stops the sandbox's set-up). `out/` is still ingested.
+    pub cancel: Option<CancelToken>,
 }
 
 impl WorkerJob {
@@ -56,17 +61,23 @@ impl WorkerJob {
             env: Vec::new(),
             ingest_limits: IngestLimits::default(),
             jobs_root: None,
+            cancel: None,
         }
     }
 }
 
 /// Something the worker said while running.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum WorkerUpdate<'a> {
+    /// The worker was started with these layers in force (always the first update).
+    Started(&'a [Layer]),
     /// A decoded stdout line (an error event for a line that is not a valid event).
     Event(&'a WorkerEvent),
     /// A chunk of the worker's free-form stderr.
     Stderr(&'a [u8]),
+    /// A decision of the egress gate (network `allowlist` or `report`).
+    Network(&'a airlock_egress::GateEvent),
 }
 
 /// Counts of the events a worker emitted.
@@ -221,6 +232,9 @@ fn run_and_ingest(
     for (key, value) in &job.env {
         command = command.env(key.clone(), value.clone());
     }
+    if let Some(token) = &job.cancel {
+        command = command.cancel_on(token);
+    }
     let mut handle = command.spawn()?;
     let mut watch = Watch::default();
     if let Some(events) = handle.events() {
@@ -261,7 +275,8 @@ impl Watch {
                 on_update(WorkerUpdate::Stderr(&chunk));
                 keep_tail(&mut self.stderr_tail, &chunk, STDERR_TAIL_BYTES);
             }
-            _ => {}
+            RunEvent::Started { layers } => on_update(WorkerUpdate::Started(&layers)),
+            RunEvent::Network(event) => on_update(WorkerUpdate::Network(&event)),
         }
     }
 

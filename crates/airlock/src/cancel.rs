@@ -1,4 +1,6 @@
-//! A cloneable cancellation flag that queued waiters and running jobs can both observe.
+//! A cloneable cancellation flag that queued waiters, running jobs and runs can all observe:
+//! the pool's queue ([`crate::pool::Pool::acquire`]), a run (`Command::cancel_on`), a worker
+//! job and a tool call take one, so one token cancels a request wherever it is.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,8 +11,10 @@ type Callback = Box<dyn FnOnce() + Send>;
 
 /// Shared cancellation signal. Clones observe and trigger the same signal.
 ///
-/// A queued [`Pool::acquire`](super::Pool::acquire) returns
-/// [`PoolError::Cancelled`](super::PoolError::Cancelled) as soon as its token is cancelled.
+/// A queued [`Pool::acquire`](crate::pool::Pool::acquire) returns
+/// [`PoolError::Cancelled`](crate::pool::PoolError::Cancelled) as soon as its token is
+/// cancelled; a run given the token with `Command::cancel_on` is stopped (status
+/// `cancelled`, also when the token fires during the sandbox's set-up or before it).
 /// A running job is handed the token and is expected to stop when told: poll
 /// [`is_cancelled`](Self::is_cancelled), block in [`wait_cancelled`](Self::wait_cancelled), or
 /// register a callback with [`on_cancel`](Self::on_cancel) (e.g. one that kills the sandboxed

@@ -1,0 +1,432 @@
+//! The run engine: admits runs, runs each on a thread of its own through the library, streams
+//! its events and records its end.
+//!
+//! A run is recorded (`queued`) before its id is returned to anyone, marked `running` when it
+//! holds its slots, and recorded terminal, with its events, before anyone can see it ended:
+//! the store commit comes first, then the log closes and waiters wake.
+
+pub mod admission;
+pub mod events;
+mod execute;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use airlock::pool::CancelToken;
+use tokio::sync::watch;
+
+use crate::audit::Audit;
+use crate::error::{ApiError, ErrorDetail};
+use crate::metrics::{LatencyLabels, Metrics, RunLabels, TenantLabels};
+use crate::resolve::Resolved;
+use crate::store::{Ending, Inserted, NewRun, RunRow, Store};
+use crate::tenant::Tenant;
+use crate::workspace::Workspace;
+use admission::Admission;
+use events::EventLog;
+
+pub use execute::{CallWork, CommandWork, WorkerWork};
+
+/// What a run does once it has its slots.
+#[derive(Debug)]
+pub enum Work {
+    Command(CommandWork),
+    Worker(WorkerWork),
+    Call(Box<CallWork>),
+}
+
+/// A run ready to be admitted.
+#[derive(Debug)]
+pub struct Job {
+    pub record: NewRun,
+    pub tenant: Arc<Tenant>,
+    pub key_name: String,
+    pub priority: i32,
+    pub resolved: Resolved,
+    pub work: Work,
+    pub queue_timeout: Duration,
+}
+
+/// A run this node is serving.
+#[derive(Debug)]
+pub struct LiveRun {
+    pub id: String,
+    pub tenant: String,
+    pub session_id: Option<String>,
+    pub log: EventLog,
+    pub cancel: CancelToken,
+    state: Mutex<LiveState>,
+    done: watch::Sender<bool>,
+    /// The run's record as stored at its end, so a caller that waited for it gets it without
+    /// reading it back (unset when the store did not take it).
+    recorded: OnceLock<RunRow>,
+}
+
+#[derive(Debug, Default)]
+struct LiveState {
+    running: bool,
+    /// When it got its slot, and how long it had waited for it.
+    started: Option<(i64, i64)>,
+    /// How long the library took to run it (set up, run, tear down).
+    sandbox_time: Option<Duration>,
+    /// Why the run is being stopped, when the daemon (not the caller) stops it.
+    stop_reason: Option<ErrorDetail>,
+}
+
+impl LiveRun {
+    /// Waits until the run's terminal record is in the store, at most `timeout`.
+    pub async fn wait_done(&self, timeout: Duration) -> bool {
+        let mut done = self.done.subscribe();
+        let finished = tokio::time::timeout(timeout, done.wait_for(|d| *d))
+            .await
+            .is_ok();
+        finished
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .running
+    }
+
+    /// The terminal record, once stored.
+    pub fn recorded(&self) -> Option<&RunRow> {
+        self.recorded.get()
+    }
+
+    /// How long the library took to run it, once it ran.
+    pub fn sandbox_time(&self) -> Option<Duration> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sandbox_time
+    }
+
+    fn set_sandbox_time(&self, time: Duration) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sandbox_time = Some(time);
+    }
+
+    /// Marks the run started now, after waiting `queue_ms` for its slot.
+    fn mark_started(&self, started_ms: i64, queue_ms: i64) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.running = true;
+        state.started = Some((started_ms, queue_ms));
+    }
+
+    /// Cancels the run, recording why when the daemon decided it.
+    pub fn stop(&self, reason: Option<ErrorDetail>) {
+        if let Some(reason) = reason {
+            self.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .stop_reason
+                .get_or_insert(reason);
+        }
+        self.cancel.cancel();
+    }
+
+    fn stop_reason(&self) -> Option<ErrorDetail> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stop_reason
+            .clone()
+    }
+}
+
+/// What submitting a run did.
+#[derive(Debug)]
+pub enum Submitted {
+    /// A new run, now queued.
+    New(Arc<LiveRun>),
+    /// An earlier request with the same idempotency key made this run.
+    Existing(Box<RunRow>),
+}
+
+/// Where runs keep files on this node.
+#[derive(Debug, Clone)]
+pub struct EnginePaths {
+    /// Workspaces of runs that were sent files, and worker jobs.
+    pub work: PathBuf,
+    /// Worker outputs, one directory per run.
+    pub outputs: PathBuf,
+}
+
+/// The engine of one node.
+#[derive(Debug)]
+pub struct Engine {
+    pub store: Store,
+    pub node: String,
+    pub admission: Arc<Admission>,
+    pub metrics: Arc<Metrics>,
+    pub audit: Arc<Audit>,
+    pub paths: EnginePaths,
+    pub python: String,
+    pub keep_output: bool,
+    live: Mutex<HashMap<String, Arc<LiveRun>>>,
+    pub(crate) runtime: tokio::runtime::Handle,
+    draining: AtomicBool,
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Store,
+        node: String,
+        admission: Arc<Admission>,
+        metrics: Arc<Metrics>,
+        audit: Arc<Audit>,
+        paths: EnginePaths,
+        python: String,
+        keep_output: bool,
+    ) -> Engine {
+        Engine {
+            store,
+            node,
+            admission,
+            metrics,
+            audit,
+            paths,
+            python,
+            keep_output,
+            live: Mutex::new(HashMap::new()),
+            runtime: tokio::runtime::Handle::current(),
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// Records and queues a run; its own thread takes it from there.
+    pub async fn submit(self: &Arc<Self>, job: Job) -> Result<Submitted, ApiError> {
+        if self.is_draining() {
+            return Err(ApiError::shutting_down());
+        }
+        let ticket = self
+            .admission
+            .enqueue(&job.tenant, job.priority, job.queue_timeout)
+            .inspect_err(|_| self.metrics.deny("queue_full"))?;
+        let granted = ticket.is_granted();
+        match self
+            .store
+            .insert_run(&job.record)
+            .await
+            .map_err(ApiError::store)?
+        {
+            Inserted::Existing(row) => return Ok(Submitted::Existing(row)),
+            Inserted::New => {}
+        }
+        let live = Arc::new(LiveRun {
+            id: job.record.id.clone(),
+            tenant: job.tenant.name.clone(),
+            session_id: job.record.session_id.clone(),
+            log: EventLog::default(),
+            cancel: CancelToken::new(),
+            state: Mutex::default(),
+            done: watch::channel(false).0,
+            recorded: OnceLock::new(),
+        });
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(live.id.clone(), Arc::clone(&live));
+        let engine = Arc::clone(self);
+        let thread_live = Arc::clone(&live);
+        let run = move || execute::run_job(&engine, &thread_live, job, ticket);
+        // A run with its slot already goes to the runtime's pool of blocking threads (no thread
+        // to create); a queued one waits on a thread of its own, so waiting runs never take
+        // all of the pool's threads from the runs that hold slots.
+        let spawned = if granted {
+            self.runtime.spawn_blocking(run);
+            Ok(())
+        } else {
+            std::thread::Builder::new()
+                .name(format!("run {}", live.id))
+                .spawn(run)
+                .map(drop)
+        };
+        if let Err(e) = spawned {
+            let ending = internal_ending(&format!("cannot start a thread for the run: {e}"));
+            self.finish(&live, ending, "none", None, None).await;
+        }
+        Ok(Submitted::New(live))
+    }
+
+    pub fn live(&self, id: &str) -> Option<Arc<LiveRun>> {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
+    }
+
+    pub fn live_runs(&self) -> Vec<Arc<LiveRun>> {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// SIGTERM: admit nothing more; cancel queued runs now; let running ones finish within
+    /// `grace`, then cancel them; return once every run has its terminal record.
+    pub async fn drain(&self, grace: Duration) {
+        self.draining.store(true, Ordering::Relaxed);
+        let shutting_down = || ErrorDetail {
+            kind: "shutting_down".into(),
+            message: "the daemon shut down before the run could start".into(),
+            fix: "submit the run again".into(),
+        };
+        for run in self.live_runs().iter().filter(|r| !r.is_running()) {
+            run.stop(Some(shutting_down()));
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while !self.live_runs().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for run in self.live_runs() {
+            run.stop(Some(ErrorDetail {
+                kind: "shutting_down".into(),
+                message: format!(
+                    "the daemon shut down and its {}s grace period for running runs passed",
+                    grace.as_secs()
+                ),
+                fix: "submit the run again".into(),
+            }));
+        }
+        while !self.live_runs().is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Records a run's end (the store first), updates metrics and the audit log, then lets
+    /// subscribers and waiters know.
+    async fn finish(
+        &self,
+        live: &LiveRun,
+        mut ending: Ending,
+        tenant: &str,
+        wall: Option<Duration>,
+        record: Option<&NewRun>,
+    ) {
+        if ending.status == "cancelled" && ending.error.is_none() {
+            ending.error = live
+                .stop_reason()
+                .map(|r| serde_json::to_value(r).unwrap_or_default());
+        }
+        let started = live
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .started;
+        (ending.started_ms, ending.queue_ms) = started.unzip();
+        ending.ended_ms = crate::store::now_ms();
+        let events = live.log.snapshot();
+        let mut stored = false;
+        for attempt in 0..5u64 {
+            match self.store.finish_run(&live.id, &ending, &events).await {
+                Ok(()) => {
+                    stored = true;
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!(run = %live.id, "cannot record the run's end (attempt {}): {e}", attempt + 1);
+                    tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
+                }
+            }
+        }
+        match record {
+            Some(record) if stored => drop(live.recorded.set(ending.row(record))),
+            _ if !stored => {
+                tracing::error!(run = %live.id, "the run's end is not recorded; a restart marks it lost");
+            }
+            _ => {}
+        }
+        self.count(&ending, tenant, wall);
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&live.id);
+        live.log.close();
+        live.done.send_replace(true);
+    }
+
+    fn count(&self, ending: &Ending, tenant: &str, wall: Option<Duration>) {
+        let backend = ending.backend.clone().unwrap_or_else(|| "none".into());
+        self.metrics
+            .runs
+            .get_or_create(&RunLabels {
+                status: ending.status.clone(),
+                backend: backend.clone(),
+                tenant: tenant.into(),
+            })
+            .inc();
+        if let Some(wall) = wall {
+            self.admission.observe_run(wall);
+            self.metrics
+                .run_seconds
+                .get_or_create(&LatencyLabels {
+                    backend,
+                    tenant: tenant.into(),
+                })
+                .observe(wall.as_secs_f64());
+        }
+    }
+
+    /// Refreshes the queue gauges (called when metrics are scraped).
+    pub fn refresh_gauges(&self) {
+        let stats = self.admission.stats();
+        self.metrics.queue_depth.clear();
+        for (tenant, count) in stats.queued_per_tenant {
+            self.metrics
+                .queue_depth
+                .get_or_create(&TenantLabels { tenant })
+                .set(count as i64);
+        }
+        self.metrics.running.clear();
+        for (tenant, count) in stats.running_per_tenant {
+            self.metrics
+                .running
+                .get_or_create(&TenantLabels { tenant })
+                .set(count as i64);
+        }
+    }
+
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+}
+
+fn internal_ending(message: &str) -> Ending {
+    Ending {
+        status: "sandbox_error".into(),
+        error: Some(serde_json::json!({
+            "kind": "internal",
+            "message": message,
+            "fix": "retry; an operator should read the daemon's log",
+        })),
+        ..Ending::default()
+    }
+}
+
+/// Keeps a workspace until dropped, then removes it (a run's own files, a worker's job).
+#[derive(Debug)]
+pub struct OwnedWorkspace(pub Workspace);
+
+impl Drop for OwnedWorkspace {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.remove() {
+            tracing::warn!("cannot remove workspace {}: {e}", self.0.dir.display());
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The daemon tested through real HTTP against a started `airlockd`.
+
+mod common;
+
+mod api;
+mod dashboard;
+mod drain;
+mod network;
+mod openapi;
+mod recovery;
+mod security;
+mod serve;
+mod sessions;
+mod store;
+mod tls;
+mod workers;
