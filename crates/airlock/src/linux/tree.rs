@@ -33,14 +33,18 @@ pub fn is_exiting(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat_shows_exiting(&stat))
 }
 
+/// The pids of every process on the host now (none when /proc cannot be read).
+fn host_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+}
+
 /// Every process on the host and its parent.
 fn process_parents() -> HashMap<i32, i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return HashMap::new();
-    };
-    entries
-        .filter_map(|entry| {
-            let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+    host_pids()
+        .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             Some((pid, parent_from_stat(&stat)?))
         })
@@ -50,15 +54,9 @@ fn process_parents() -> HashMap<i32, i32> {
 /// How many tasks (threads included: RLIMIT_NPROC counts each) run with real uid `uid` on the
 /// host now, from `/proc/<pid>/status`. Unreadable entries (gone meanwhile) count as none.
 pub fn tasks_of_real_uid(uid: u32) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .filter_map(|entry| {
-            let name = entry.ok()?.file_name();
-            name.to_str()?.parse::<u32>().ok()?;
-            let status =
-                std::fs::read_to_string(format!("/proc/{}/status", name.to_str()?)).ok()?;
+    host_pids()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
             tasks_if_real_uid(&status, uid)
         })
         .sum()
