@@ -83,8 +83,7 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
     let rlimits_by_tool =
         matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::RlimitsByTool));
     let has_cgroup = ctx.cgroup.is_some();
-    let native = matches!(spec.confinement, Confinement::Native(_));
-    apply_rlimits(spec, has_cgroup, native, rlimits_by_tool)?;
+    apply_rlimits(spec, has_cgroup, rlimits_by_tool)?;
     layers.push(Layer::Rlimits);
     if let (Some(credentials), false) = (spec.credentials, wrap_keeps_root(spec)) {
         drop_root(credentials)?;
@@ -158,12 +157,7 @@ pub(super) fn new_session(tty: bool) -> Setup<()> {
 /// to RLIMIT_NPROC, which counts every process of the uid in the user namespace where it was
 /// set: the native sandbox sets it inside its own (see `native::enter`), so that concurrent
 /// runs, all as the sandbox user, do not count against each other's limit.
-fn apply_rlimits(
-    spec: &InitSpec,
-    has_cgroup: bool,
-    native: bool,
-    rlimits_by_tool: bool,
-) -> Setup<()> {
+fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Setup<()> {
     let l = &spec.limits;
     let cpu = l.cpu_time.as_secs().max(1);
     let mut limits = vec![
@@ -185,12 +179,17 @@ fn apply_rlimits(
     if !has_cgroup {
         limits.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
     }
-    if !has_cgroup && !native {
-        let headroom = match spec.confinement {
-            Confinement::Tier0 => tasks_already_running_as(spec),
-            _ => 0,
-        };
-        let processes = l.processes.saturating_add(headroom);
+    // Without a cgroup the process cap is RLIMIT_NPROC; the native sandbox sets it in its own
+    // user namespace (`native::enter`).
+    let processes = match spec.confinement {
+        Confinement::Tier0 if !has_cgroup => Some(
+            l.processes
+                .saturating_add(tier0_tasks_already_running(spec)),
+        ),
+        Confinement::Wrapped(_) if !has_cgroup => Some(l.processes),
+        _ => None,
+    };
+    if let Some(processes) = processes {
         limits.push((Resource::RLIMIT_NPROC, processes, processes));
     }
     for (resource, soft, hard) in limits {
@@ -206,11 +205,11 @@ fn apply_rlimits(
 /// Wrapping tools keep the exact cap: the attack suite holds them to it, and their programs
 /// run in a user namespace of the tool's, where the cap belongs (not done yet, see
 /// docs/attacks.md).
-fn tasks_already_running_as(spec: &InitSpec) -> u64 {
-    let uid = match (spec.credentials, wrap_keeps_root(spec)) {
-        (Some(credentials), false) => credentials.uid,
-        _ => nix::unistd::getuid().as_raw(),
-    };
+fn tier0_tasks_already_running(spec: &InitSpec) -> u64 {
+    let uid = spec.credentials.map_or_else(
+        || nix::unistd::getuid().as_raw(),
+        |credentials| credentials.uid,
+    );
     crate::linux::tree::tasks_of_real_uid(uid)
 }
 
