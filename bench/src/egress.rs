@@ -38,17 +38,41 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
     let server = start_server();
     let port = server.port();
     let (gate, sandbox) = start_gate(port);
-    let (mut direct, mut gated) = (Vec::new(), Vec::new());
-    let (mut direct_cpu, mut gated_cpu) = (0.0, 0.0);
+    let (mut direct, mut gated, mut spliced) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut direct_cpu, mut gated_cpu, mut spliced_cpu) = (0.0, 0.0, 0.0);
+    let mut host = [HostCpu::default(); 3];
+    let timed = |side, kernel: bool, rates: &mut Vec<f64>, cpu: &mut f64, host: &mut HostCpu| {
+        airlock_egress::set_kernel_forwarding(kernel);
+        let (before, host_before) = (cpu_seconds(), HostCpu::now());
+        rates.push(bulk(port, side));
+        *cpu += cpu_seconds() - before;
+        host.add(&HostCpu::now(), &host_before);
+    };
     for _ in 0..rounds {
-        let before = cpu_seconds();
-        direct.push(bulk(port, Side::Direct));
-        let middle = cpu_seconds();
-        gated.push(bulk(port, Side::Sandbox(&sandbox)));
-        direct_cpu += middle - before;
-        gated_cpu += cpu_seconds() - middle;
+        timed(
+            Side::Direct,
+            true,
+            &mut direct,
+            &mut direct_cpu,
+            &mut host[0],
+        );
+        timed(
+            Side::Sandbox(&sandbox),
+            true,
+            &mut gated,
+            &mut gated_cpu,
+            &mut host[1],
+        );
+        timed(
+            Side::Sandbox(&sandbox),
+            false,
+            &mut spliced,
+            &mut spliced_cpu,
+            &mut host[2],
+        );
     }
-    let (direct_rate, gated_rate) = (median(direct), median(gated));
+    airlock_egress::set_kernel_forwarding(true);
+    let (direct_rate, gated_rate, spliced_rate) = (median(direct), median(gated), median(spliced));
     let gigabytes = (rounds as u64 * BULK_BYTES) as f64 / 1e9;
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
@@ -74,9 +98,21 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             ">= 1 GB/s",
         ),
         format!(
-            "egress: CPU per GB moved (client, gate and server, all in the bench): direct {:.2} s, through the gate {:.2} s",
+            "egress: spliced in the gate instead (in-kernel forwarding off): {:.2} GB/s = {:.0} % of direct",
+            spliced_rate / 1e9,
+            spliced_rate / direct_rate * 100.0
+        ),
+        format!(
+            "egress: CPU per GB moved (client, gate and server, all in the bench): direct {:.2} s, through the gate {:.2} s (forwarded in the kernel), {:.2} s (spliced)",
             direct_cpu / gigabytes,
-            gated_cpu / gigabytes
+            gated_cpu / gigabytes,
+            spliced_cpu / gigabytes
+        ),
+        format!(
+            "egress: host CPU per GB (/proc/stat, every process: user / sys / softirq s): direct {}, forwarded in the kernel {}, spliced {}",
+            host[0].per(gigabytes),
+            host[1].per(gigabytes),
+            host[2].per(gigabytes)
         ),
         verdict(
             "egress: added latency per connection",
@@ -91,8 +127,9 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             "<= 1 MiB",
         ),
         format!(
-            "egress: {} connections relayed, {} rounds of {} MiB and {} connections each",
+            "egress: {} connections relayed ({} forwarded in the kernel), {} rounds of {} MiB and {} connections each",
             report.counters.connections_allowed,
+            report.decisions.iter().filter(|r| r.relay == Some(airlock_egress::RelayPath::Kernel)).count(),
             rounds,
             BULK_BYTES >> 20,
             LATENCY_CONNECTIONS
@@ -289,4 +326,48 @@ fn resident_bytes() -> u64 {
         .parse::<u64>()
         .unwrap()
         * 1024
+}
+
+/// The whole host's CPU time by kind, in ticks (/proc/stat's first line).
+#[derive(Clone, Copy, Default)]
+struct HostCpu {
+    user: u64,
+    system: u64,
+    softirq: u64,
+}
+
+impl HostCpu {
+    fn now() -> HostCpu {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .map(|t| t.parse().unwrap_or(0))
+            .collect();
+        let at = |i: usize| ticks.get(i).copied().unwrap_or(0);
+        HostCpu {
+            user: at(0) + at(1),
+            system: at(2),
+            softirq: at(6),
+        }
+    }
+
+    fn add(&mut self, after: &HostCpu, before: &HostCpu) {
+        self.user += after.user - before.user;
+        self.system += after.system - before.system;
+        self.softirq += after.softirq - before.softirq;
+    }
+
+    fn per(&self, gigabytes: f64) -> String {
+        let seconds = |ticks: u64| ticks as f64 / 100.0 / gigabytes;
+        format!(
+            "{:.2} / {:.2} / {:.2}",
+            seconds(self.user),
+            seconds(self.system),
+            seconds(self.softirq)
+        )
+    }
 }
