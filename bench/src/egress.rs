@@ -38,41 +38,25 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
     let server = start_server();
     let port = server.port();
     let (gate, sandbox) = start_gate(port);
-    let (mut direct, mut gated, mut spliced) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut direct_cpu, mut gated_cpu, mut spliced_cpu) = (0.0, 0.0, 0.0);
-    let mut host = [HostCpu::default(); 3];
-    let timed = |side, kernel: bool, rates: &mut Vec<f64>, cpu: &mut f64, host: &mut HostCpu| {
-        airlock_egress::set_kernel_forwarding(kernel);
+    let (mut direct, mut gated) = (Vec::new(), Vec::new());
+    let (mut direct_cpu, mut gated_cpu) = (0.0, 0.0);
+    let mut host = [HostCpu::default(); 2];
+    let timed = |side, rates: &mut Vec<f64>, cpu: &mut f64, host: &mut HostCpu| {
         let (before, host_before) = (cpu_seconds(), HostCpu::now());
         rates.push(bulk(port, side));
         *cpu += cpu_seconds() - before;
         host.add(&HostCpu::now(), &host_before);
     };
     for _ in 0..rounds {
-        timed(
-            Side::Direct,
-            true,
-            &mut direct,
-            &mut direct_cpu,
-            &mut host[0],
-        );
+        timed(Side::Direct, &mut direct, &mut direct_cpu, &mut host[0]);
         timed(
             Side::Sandbox(&sandbox),
-            true,
             &mut gated,
             &mut gated_cpu,
             &mut host[1],
         );
-        timed(
-            Side::Sandbox(&sandbox),
-            false,
-            &mut spliced,
-            &mut spliced_cpu,
-            &mut host[2],
-        );
     }
-    airlock_egress::set_kernel_forwarding(true);
-    let (direct_rate, gated_rate, spliced_rate) = (median(direct), median(gated), median(spliced));
+    let (direct_rate, gated_rate) = (median(direct), median(gated));
     let gigabytes = (rounds as u64 * BULK_BYTES) as f64 / 1e9;
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
@@ -98,21 +82,14 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             ">= 1 GB/s",
         ),
         format!(
-            "egress: spliced in the gate instead (in-kernel forwarding off): {:.2} GB/s = {:.0} % of direct",
-            spliced_rate / 1e9,
-            spliced_rate / direct_rate * 100.0
-        ),
-        format!(
-            "egress: CPU per GB moved (client, gate and server, all in the bench): direct {:.2} s, through the gate {:.2} s (forwarded in the kernel), {:.2} s (spliced)",
+            "egress: CPU per GB moved (client, gate and server, all in the bench): direct {:.2} s, through the gate {:.2} s",
             direct_cpu / gigabytes,
-            gated_cpu / gigabytes,
-            spliced_cpu / gigabytes
+            gated_cpu / gigabytes
         ),
         format!(
-            "egress: host CPU per GB (/proc/stat, every process: user / sys / softirq s): direct {}, forwarded in the kernel {}, spliced {}",
+            "egress: host CPU per GB (/proc/stat, every process on the host: user / sys / softirq s): direct {}, through the gate {}",
             host[0].per(gigabytes),
-            host[1].per(gigabytes),
-            host[2].per(gigabytes)
+            host[1].per(gigabytes)
         ),
         verdict(
             "egress: added latency per connection",
@@ -127,9 +104,8 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             "<= 1 MiB",
         ),
         format!(
-            "egress: {} connections relayed ({} forwarded in the kernel), {} rounds of {} MiB and {} connections each",
+            "egress: {} connections relayed, {} rounds of {} MiB and {} connections each",
             report.counters.connections_allowed,
-            report.decisions.iter().filter(|r| r.relay == Some(airlock_egress::RelayPath::Kernel)).count(),
             rounds,
             BULK_BYTES >> 20,
             LATENCY_CONNECTIONS

@@ -59,7 +59,6 @@ impl Audit {
             bytes_in: 0,
             duration_ms: 0.0,
             ended_by: None,
-            relay: None,
         }
     }
 
@@ -98,7 +97,6 @@ impl Audit {
         record.bytes_in = traffic.bytes_in;
         record.duration_ms = traffic.duration.as_secs_f64() * 1000.0;
         record.ended_by = traffic.ended_by;
-        record.relay = traffic.path;
         let closed = record.clone();
         drop(records);
         self.emit(GateEvent::Closed(closed));
@@ -153,6 +151,4 @@ pub(crate) struct Traffic {
     pub(crate) bytes_in: u64,
     pub(crate) duration: Duration,
     pub(crate) ended_by: Option<crate::report::Reason>,
-    /// How the bytes moved.
-    pub(crate) path: Option<crate::report::RelayPath>,
 }

@@ -53,8 +53,7 @@
 //! socket (an idle gate costs that thread and its sockets, about 20 KiB resident); each
 //! connection gets a thread, a relayed one a second for its other direction, and bytes move
 //! with splice(2).
-// `unsafe` lives in `sys` alone (bpf(2), TCP_INFO): the raw calls rustix does not offer.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 // The policy model, the plan and the report: every platform (airlock's portable policy
 // model and results use them).
@@ -80,8 +79,6 @@ pub mod gate;
 #[cfg(target_os = "linux")]
 mod http_relay;
 #[cfg(target_os = "linux")]
-mod kernel_relay;
-#[cfg(target_os = "linux")]
 mod meter;
 #[cfg(target_os = "linux")]
 mod own_addresses;
@@ -98,8 +95,6 @@ mod sniff;
 #[cfg(target_os = "linux")]
 pub mod sockets;
 #[cfg(target_os = "linux")]
-mod sys;
-#[cfg(target_os = "linux")]
 mod tls_relay;
 
 #[cfg(target_os = "linux")]
@@ -107,11 +102,9 @@ pub use audit::{EventSink, MAX_RECORDS};
 pub use error::{EgressError, RuleError};
 #[cfg(target_os = "linux")]
 pub use gate::{Gate, RunningGate};
-#[cfg(target_os = "linux")]
-pub use kernel_relay::set_kernel_forwarding;
 pub use plan::SandboxPlan;
 pub use policy::{EgressConfig, EgressPolicy, GateMode, Limits, Resolver};
-pub use report::{DecisionRecord, GateEvent, NetworkReport, RelayPath};
+pub use report::{DecisionRecord, GateEvent, NetworkReport};
 #[cfg(target_os = "linux")]
 pub use sockets::SandboxSockets;
 pub use unix_sockets::expand as expand_unix_sockets;

@@ -112,26 +112,6 @@ impl Meter {
         granted
     }
 
-    /// Takes half the bytes left in one direction for a stream the kernel forwards (other
-    /// streams keep the rest); not a cap reached, even when nothing is left.
-    pub(crate) fn lease(&self, direction: Direction) -> u64 {
-        let (used, cap) = self.counter(direction);
-        let mut leased = 0;
-        let _ = used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
-            leased = cap.saturating_sub(current) / 2;
-            Some(current + leased)
-        });
-        leased
-    }
-
-    /// Gives back bytes leased and not spent.
-    pub(crate) fn refund(&self, direction: Direction, bytes: u64) {
-        let (used, _) = self.counter(direction);
-        let _ = used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
-            Some(current.saturating_sub(bytes))
-        });
-    }
-
     fn remaining(&self, direction: Direction) -> u64 {
         let (used, cap) = self.counter(direction);
         cap.saturating_sub(used.load(Ordering::Acquire))

@@ -10,16 +10,13 @@ use std::thread;
 use std::time::Instant;
 
 use crate::audit::Traffic;
-use crate::kernel_relay::Offload;
 use crate::meter::{Direction, Meter};
-use crate::report::{LimitKind, Reason, RelayPath};
+use crate::report::{LimitKind, Reason};
 
 /// The most bytes moved per splice or copy.
 const CHUNK: usize = 1 << 20;
 /// The pipe size asked for (the kernel may grant less).
 const PIPE_SIZE: usize = 1 << 20;
-/// The buffer of a copy loop.
-const COPY_CHUNK: usize = 64 * 1024;
 /// Stack of the thread pumping the second direction: it holds no large buffers.
 const PUMP_STACK: usize = 64 * 1024;
 
@@ -37,87 +34,16 @@ pub(crate) enum End {
 }
 
 /// Relays until both directions end; returns what flowed. A cap reached or a broken side
-/// closes both sides at once. The kernel forwards the bytes when it can ([`Offload`]),
-/// splice(2) moves them otherwise.
+/// closes both sides at once.
 pub(crate) fn relay(
     meter: &Meter,
     client: TcpStream,
     upstream: TcpStream,
     started: Instant,
 ) -> io::Result<Traffic> {
-    match Offload::begin(meter, &client, &upstream) {
-        Ok(offload) => relay_in_kernel(meter, offload, client, upstream, started),
-        Err(_) => {
-            let mut traffic = relay_pumps(
-                meter,
-                client,
-                upstream,
-                started,
-                |from, to| move_bytes(meter, Direction::Out, from, to),
-                |from, to| move_bytes(meter, Direction::In, from, to),
-            )?;
-            traffic.path = Some(RelayPath::Splice);
-            Ok(traffic)
-        }
-    }
-}
-
-/// Relays a stream the kernel forwards: each direction's thread waits for the end or for
-/// the bytes the kernel hands back past the lease, then relays those through the meter.
-fn relay_in_kernel(
-    meter: &Meter,
-    offload: Offload<'_>,
-    client: TcpStream,
-    upstream: TcpStream,
-    started: Instant,
-) -> io::Result<Traffic> {
-    let shared = &offload;
-    let traffic = relay_pumps(
-        meter,
-        client,
-        upstream,
-        started,
-        |from, to| pump_offloaded(shared, meter, Direction::Out, from, to),
-        |from, to| pump_offloaded(shared, meter, Direction::In, from, to),
-    );
-    let moved = offload.finish();
-    let mut traffic = traffic?;
-    traffic.bytes_out += moved.bytes_out;
-    traffic.bytes_in += moved.bytes_in;
-    traffic.path = Some(RelayPath::Kernel);
-    Ok(traffic)
-}
-
-/// One offloaded direction: blocks until the source ends or the kernel hands bytes back
-/// (the lease is spent); either way the kernel's redirected bytes reach `to` first.
-fn pump_offloaded(
-    offload: &Offload<'_>,
-    meter: &Meter,
-    direction: Direction,
-    mut from: &TcpStream,
-    to: &TcpStream,
-) -> (u64, End) {
-    offload.wait_quietly(direction, from);
-    let mut buffer = vec![0u8; COPY_CHUNK];
-    let n = loop {
-        match from.read(&mut buffer) {
-            Ok(n) => break n,
-            Err(e) if retry(&e) => {}
-            Err(_) => return (0, End::Broken),
-        }
-    };
-    offload.drain(direction, to, 0);
-    if n == 0 {
-        return (0, End::Eof);
-    }
-    offload.spilled(direction);
-    match forward(meter, direction, &buffer[..n], to) {
-        (granted, Some(end)) => (granted, end),
-        (granted, None) => {
-            let (moved, end) = pump_copy(meter, direction, from, to);
-            (granted + moved, end)
-        }
-    }
+    relay_with(meter, client, upstream, started, |from, to| {
+        move_bytes(meter, Direction::Out, from, to)
+    })
 }
 
 /// Relays with `outbound` moving the sandbox's bytes (it returns the bytes delivered and how
@@ -129,28 +55,12 @@ pub(crate) fn relay_with(
     started: Instant,
     outbound: impl FnOnce(&TcpStream, &TcpStream) -> (u64, End),
 ) -> io::Result<Traffic> {
-    let mut traffic = relay_pumps(meter, client, upstream, started, outbound, |from, to| {
-        move_bytes(meter, Direction::In, from, to)
-    })?;
-    traffic.path = Some(RelayPath::Inspected);
-    Ok(traffic)
-}
-
-/// Runs `outbound` here and `inbound` on a second thread until both directions end.
-fn relay_pumps(
-    _meter: &Meter,
-    client: TcpStream,
-    upstream: TcpStream,
-    started: Instant,
-    outbound: impl FnOnce(&TcpStream, &TcpStream) -> (u64, End),
-    inbound: impl FnOnce(&TcpStream, &TcpStream) -> (u64, End) + Send,
-) -> io::Result<Traffic> {
     let (client_in, upstream_out) = (client.try_clone()?, upstream.try_clone()?);
     let ((bytes_out, end_out), (bytes_in, end_in)) = thread::scope(|scope| -> io::Result<_> {
         let inbound = thread::Builder::new()
             .stack_size(PUMP_STACK)
             .spawn_scoped(scope, || {
-                let (moved, end) = inbound(&upstream_out, &client_in);
+                let (moved, end) = move_bytes(meter, Direction::In, &upstream_out, &client_in);
                 end_direction(end, &upstream_out, &client_in);
                 (moved, end)
             })?;
@@ -168,7 +78,6 @@ fn relay_pumps(
         bytes_in,
         duration: started.elapsed(),
         ended_by,
-        path: None,
     })
 }
 
@@ -252,47 +161,24 @@ fn pump_copy(
     meter: &Meter,
     direction: Direction,
     mut from: &TcpStream,
-    to: &TcpStream,
+    mut to: &TcpStream,
 ) -> (u64, End) {
-    let mut buffer = vec![0u8; COPY_CHUNK];
+    let mut buffer = vec![0u8; 64 * 1024];
     let mut moved = 0u64;
     loop {
         let n = match from.read(&mut buffer) {
             Ok(0) => return (moved, End::Eof),
             Ok(n) => n,
-            Err(e) if retry(&e) => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return (moved, End::Broken),
         };
-        let (granted, end) = forward(meter, direction, &buffer[..n], to);
-        moved += granted;
-        if let Some(end) = end {
-            return (moved, end);
+        let granted = meter.take_bytes(direction, n as u64) as usize;
+        if to.write_all(&buffer[..granted]).is_err() {
+            return (moved, End::Broken);
+        }
+        moved += granted as u64;
+        if granted < n {
+            return (moved, End::Limit(direction.limit()));
         }
     }
-}
-
-/// A read to try again: interrupted, or (a socket the kernel forwards, whose reads wake
-/// on bytes it then redirects) nothing left to read after all. Relayed sockets have no
-/// read timeout, so this is never a timeout.
-fn retry(error: &io::Error) -> bool {
-    matches!(
-        error.kind(),
-        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
-    )
-}
-
-/// Sends `chunk` as far as the cap allows: the bytes delivered, and the end when the cap cut
-/// it or `to` failed.
-fn forward(
-    meter: &Meter,
-    direction: Direction,
-    chunk: &[u8],
-    mut to: &TcpStream,
-) -> (u64, Option<End>) {
-    let granted = meter.take_bytes(direction, chunk.len() as u64) as usize;
-    if to.write_all(&chunk[..granted]).is_err() {
-        return (0, Some(End::Broken));
-    }
-    let end = (granted < chunk.len()).then_some(End::Limit(direction.limit()));
-    (granted as u64, end)
 }

@@ -210,22 +210,6 @@ pub struct DecisionRecord {
     /// Why an allowed stream was cut short (`limit:bytes_out`, `gate_shutdown`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_by: Option<Reason>,
-    /// How an allowed stream's bytes moved: `inspected` (plain-HTTP requests parsed in the
-    /// gate), `splice`, or `kernel` (forwarded in the kernel after the gate's checks).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub relay: Option<RelayPath>,
-}
-
-/// How a relayed stream's bytes moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RelayPath {
-    /// Parsed in the gate (plain-HTTP requests), answers spliced.
-    Inspected,
-    /// splice(2) through a pipe, both ways.
-    Splice,
-    /// Redirected in the kernel (BPF sockhash) after the gate's checks.
-    Kernel,
 }
 
 /// A decision as it happens (streamed to the daemon).
@@ -341,7 +325,6 @@ mod tests {
             bytes_in: 0,
             duration_ms: 0.0,
             ended_by: None,
-            relay: None,
         }
     }
 
