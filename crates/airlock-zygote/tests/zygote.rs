@@ -1,27 +1,211 @@
-//! Interpreter zygotes end to end: each test forks runs from a real template.
+//! Interpreter zygotes end to end: each test forks runs from a real template (the
+//! `airlock-zygote` built with these tests) and checks the result and the host.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use airlock::zygote::{Zygote, ZygoteOptions, ZygoteRun};
-use airlock::{RunResult, RunStatus, Sandbox};
+use airlock::{Layer, Policy, RunResult, RunStatus, Sandbox};
 
-fn zygote(preload: &[&str]) -> Zygote {
-    let policy = airlock::policy::load_profile("untrusted").expect("profile");
+fn untrusted() -> Policy {
+    airlock::policy::load_profile("untrusted").expect("the untrusted profile")
+}
+
+fn zygote_of(policy: Policy, preload: &[&str]) -> Zygote {
     let sandbox = Sandbox::new(policy).expect("sandbox");
     let mut options = ZygoteOptions::python(preload);
     options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
     sandbox.zygote(options).expect("zygote")
 }
 
+fn zygote(preload: &[&str]) -> Zygote {
+    zygote_of(untrusted(), preload)
+}
+
 fn run(zygote: &Zygote, code: &str) -> RunResult {
     zygote.run(&ZygoteRun::code(code)).expect("run")
 }
 
+fn stdout(result: &RunResult) -> &str {
+    assert_eq!(result.status, RunStatus::Exited, "{result:#?}");
+    result.stdout.as_deref().unwrap_or_default()
+}
+
+/// Processes running the zygote binary built for these tests (other sessions on this host
+/// run other builds).
+fn zygote_processes() -> Vec<i32> {
+    let ours = std::fs::canonicalize(env!("CARGO_BIN_EXE_airlock-zygote")).unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == ours))
+        .collect()
+}
+
 #[test]
-fn smoke() {
-    let z = zygote(&["json", "re"]);
-    let r = run(&z, "import json; print(json.dumps([1]))");
-    eprintln!("{}", serde_json::to_string_pretty(&r).unwrap());
-    assert_eq!(r.status, RunStatus::Exited);
-    let _ = Duration::from_secs(1);
+fn a_zygote_run_has_the_cold_runs_isolation() {
+    let zygote = zygote(&["json", "re"]);
+    let result = run(
+        &zygote,
+        "import json, re; print(json.dumps(re.findall('a', 'banana')))",
+    );
+    assert_eq!(stdout(&result), "[\"a\", \"a\", \"a\"]\n");
+    // The cold run's layers as planned (a cold run needs the airlock binary as its init,
+    // which this crate's tests do not build; tests/warm.rs compares real cold runs).
+    let cold = Sandbox::new(untrusted())
+        .unwrap()
+        .command("/usr/bin/python3")
+        .args(["-c", "pass"])
+        .plan()
+        .unwrap();
+    let mut warm = result.isolation.clone();
+    let mut cold_layers = cold.layers.clone();
+    if cold.cgroup.is_some() {
+        cold_layers.push(Layer::Cgroup); // planned apart from the layers
+    }
+    warm.sort();
+    cold_layers.sort();
+    assert_eq!(warm, cold_layers);
+    for layer in [
+        Layer::Seccomp,
+        Layer::LandlockFs,
+        Layer::NetNs,
+        Layer::PidNs,
+        Layer::Cgroup,
+    ] {
+        assert!(result.isolation.contains(&layer), "{layer:?}");
+    }
+}
+
+#[test]
+fn nothing_passes_between_two_runs() {
+    let zygote = zygote(&["json", "random"]);
+    let first = run(
+        &zygote,
+        "import json, os, random\n\
+         open('/tmp/left', 'w').write('x'); open('left', 'w').write('x')\n\
+         json.marker = 1; os.environ['LEFT'] = '1'\n\
+         print(random.random(), random.random())",
+    );
+    let second = run(
+        &zygote,
+        "import json, os, random\n\
+         print(os.path.exists('/tmp/left'), os.path.exists('left'), hasattr(json, 'marker'), 'LEFT' in os.environ)\n\
+         print(random.random(), random.random())",
+    );
+    let second_out = stdout(&second);
+    let mut lines = second_out.lines();
+    assert_eq!(lines.next(), Some("False False False False"));
+    assert_ne!(
+        lines.next(),
+        Some(stdout(&first).trim_end()),
+        "the random sequence repeated"
+    );
+}
+
+#[test]
+fn concurrent_children_cannot_see_each_other() {
+    let zygote = std::sync::Arc::new(zygote(&[]));
+    let holder = {
+        let zygote = std::sync::Arc::clone(&zygote);
+        std::thread::spawn(move || {
+            run(
+                &zygote,
+                "import socket, time, os\n\
+                 s = socket.socket(socket.AF_UNIX); s.bind('\\0airlock-zygote-test'); s.listen()\n\
+                 open('/tmp/mine', 'w').write('x')\n\
+                 print(os.getpid(), flush=True); time.sleep(3)",
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1200));
+    let looker = run(
+        &zygote,
+        "import socket, os\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         try:\n    s.connect('\\0airlock-zygote-test'); print('connected')\n\
+         except OSError: print('refused')\n\
+         print(os.path.exists('/tmp/mine'))\n\
+         print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))",
+    );
+    let out = stdout(&looker).to_string();
+    let holder = holder.join().unwrap();
+    assert_eq!(holder.status, RunStatus::Exited, "{holder:#?}");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("refused"));
+    assert_eq!(lines.next(), Some("False"));
+    // At most PID 1 (hidden by hidepid) and the program: no process of the other run.
+    let pids = lines.next().unwrap();
+    assert!(pids == "[2]" || pids == "[1, 2]", "{pids}");
+}
+
+#[test]
+fn memory_and_process_limits_hold_per_run() {
+    let mut policy = untrusted();
+    policy.limits.memory.0 = 96 << 20;
+    policy.limits.processes = 16;
+    let zygote = zygote_of(policy, &[]);
+    let eater = run(&zygote, "b = []\nwhile True: b.append(bytearray(8 << 20))");
+    assert_eq!(eater.status, RunStatus::MemoryLimit, "{eater:#?}");
+    let bomb = run(
+        &zygote,
+        "import os\nn = 0\nfor _ in range(200):\n    try:\n        if os.fork() == 0:\n            import time; time.sleep(5); os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)",
+    );
+    let forked: u32 = stdout(&bomb).trim().parse().unwrap();
+    assert!(forked < 16, "{forked} forks under a limit of 16");
+    assert!(
+        bomb.warnings.iter().any(|w| w.contains("process limit")),
+        "{bomb:#?}"
+    );
+    // The next run is unaffected by either.
+    assert_eq!(stdout(&run(&zygote, "print(1)")), "1\n");
+}
+
+#[test]
+fn attacks_through_the_zygote_are_contained() {
+    let zygote = zygote(&[]);
+    let attacks = [
+        // host secrets and files outside the sandbox
+        ("print(open('/etc/shadow').read())", "shadow"),
+        ("print(os.listdir('/root'))", "root home"),
+        ("print(open('/proc/1/environ').read())", "PID 1's environment"),
+        // network: an empty network namespace (no traffic leaves)
+        ("import socket; socket.create_connection(('192.0.2.1', 80), timeout=1)", "network"),
+        // namespaces, mounts, privileges (seccomp, no capabilities)
+        ("os.unshare(0x10000000) if hasattr(os, 'unshare') else os.setuid(0)", "setuid/unshare"),
+        ("import ctypes; assert ctypes.CDLL(None).mount(b'none', b'/mnt', b'tmpfs', 0, None) == 0", "mount"),
+        ("import ctypes; assert ctypes.CDLL(None).ptrace(16, 1, 0, 0) == 0", "ptrace"),
+        ("open('/usr/bin/evil', 'w')", "write outside the workdir"),
+    ];
+    for (code, what) in attacks {
+        let result = run(&zygote, &format!("import os\n{code}"));
+        assert_ne!(result.exit_code, Some(0), "{what}: {result:#?}");
+    }
+}
+
+#[test]
+fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
+    let before = zygote_processes();
+    let policy = untrusted();
+    let sandbox = Sandbox::new(policy).unwrap();
+    let mut options = ZygoteOptions::python(&[]);
+    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
+    options.max_forks = 2;
+    let zygote = sandbox.zygote(options).unwrap();
+    let first = zygote.stats().template_pid;
+    for _ in 0..3 {
+        assert_eq!(stdout(&run(&zygote, "print(1)")), "1\n");
+    }
+    let stats = zygote.stats();
+    assert_eq!((stats.templates, stats.runs), (2, 3));
+    assert_ne!(stats.template_pid, first);
+    zygote.shutdown();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while zygote_processes().len() > before.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<i32> = zygote_processes()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert!(left.is_empty(), "zygote processes left: {left:?}");
 }

@@ -265,7 +265,7 @@ impl TemplateProcess {
             &[],
             &[(template_end.as_raw_fd(), ZYGOTE_CONTROL_FD)],
         )
-        .map_err(|e| Error::io(&format!("cannot start {}", binary.display()), e))?;
+        .map_err(|e| Error::io(format!("cannot start {}", binary.display()), e))?;
         drop(template_end);
         let template = TemplateProcess {
             control,

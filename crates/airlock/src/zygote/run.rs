@@ -98,7 +98,7 @@ fn join_files(cgroup: &RunCgroup) -> Result<Vec<OwnedFd>, Error> {
                 .write(true)
                 .open(&path)
                 .map(OwnedFd::from)
-                .map_err(|e| Error::io(&format!("cannot open {}", path.display()), e))
+                .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))
         })
         .collect()
 }
