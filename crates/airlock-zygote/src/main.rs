@@ -56,6 +56,11 @@ impl<'py> Embedded<'py> {
         let module = PyModule::from_code(py, &code, c"<airlock-zygote>", &CString::new(name)?)?;
         // The code finds sys.modules as under `python3 -c`, plus the preloads.
         py.import("sys")?.getattr("modules")?.del_item(name)?;
+        // Everything imported so far moves to the collector's permanent generation: a child's
+        // collections then never touch (and copy) the template's objects.
+        let gc = py.import("gc")?;
+        gc.call_method0("collect")?;
+        gc.call_method0("freeze")?;
         Ok(Embedded {
             fork: py.import("os")?.getattr("fork")?,
             run: module.getattr("run")?,

@@ -209,3 +209,114 @@ fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
         .collect();
     assert!(left.is_empty(), "zygote processes left: {left:?}");
 }
+
+/// The owner of a zygote dies (SIGKILL) with a run going: the run's PID 1 sees its report
+/// socket close and ends the run, the template sees its control socket close and exits; no
+/// process is left. The run's cgroup (named after the dead owner) is what a sweep of dead
+/// supervisors' runs removes, which a daemon does at start: after it, nothing is left.
+#[test]
+fn killing_the_owner_ends_its_runs_and_template() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let before = zygote_processes();
+    let mut owner = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "zygote_owner",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("AIRLOCK_ZYGOTE_OWNER", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(owner.stdout.take().unwrap()).lines();
+    let ready = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("OWNER READY"));
+    let owner_pid = owner.id();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(owner_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    owner.wait().unwrap();
+    assert!(ready.is_some(), "the zygote's owner never got ready");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let left = || {
+        let mut left: Vec<String> = zygote_processes()
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .map(|p| format!("zygote process {p}"))
+            .collect();
+        left.extend(run_processes(owner_pid));
+        left
+    };
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(left(), Vec::<String>::new());
+    airlock::SandboxOptions::default().sweep_runs_of_dead_supervisor(owner_pid, Duration::ZERO);
+    assert_eq!(run_cgroups(owner_pid), Vec::<String>::new());
+}
+
+/// The process [`killing_the_owner_ends_its_runs_and_template`] kills: a zygote with one run
+/// going (a program sleeping for a minute).
+#[test]
+#[ignore = "run by killing_the_owner_ends_its_runs_and_template"]
+fn zygote_owner() {
+    if std::env::var_os("AIRLOCK_ZYGOTE_OWNER").is_none() {
+        return;
+    }
+    let zygote = std::sync::Arc::new(zygote(&[]));
+    let running = std::sync::Arc::clone(&zygote);
+    std::thread::spawn(move || run(&running, "import time; time.sleep(60)"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The process mirroring PID 1, PID 1 and the program (which writes nothing: a closed
+    // output pipe must not be what ends it).
+    while run_processes(std::process::id()).len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if run_processes(std::process::id()).len() >= 3 {
+        println!("OWNER READY");
+    }
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// The cgroups of the runs of `owner` (named `run-<owner>-*`), in every hierarchy.
+fn run_cgroups(owner: u32) -> Vec<String> {
+    let prefix = format!("run-{owner}-");
+    let mut found = Vec::new();
+    let mut dirs = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                found.push(path.display().to_string());
+            } else if dir.components().count() < 6 {
+                dirs.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The processes in those cgroups.
+fn run_processes(owner: u32) -> Vec<String> {
+    run_cgroups(owner)
+        .into_iter()
+        .filter_map(|dir| std::fs::read_to_string(format!("{dir}/cgroup.procs")).ok())
+        .flat_map(|procs| {
+            procs
+                .lines()
+                .map(|p| format!("process {p}"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}

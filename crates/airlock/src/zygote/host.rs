@@ -2,7 +2,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -10,6 +10,7 @@ use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::unistd::Pid;
 
 use super::wire::{self, RunRequest, TemplateSpec, TemplateStatus};
+use crate::confine::cgroup::RunCgroup;
 use crate::error::Error;
 use crate::linux::sys;
 use crate::spec::fds::ZYGOTE_CONTROL_FD;
@@ -105,6 +106,40 @@ pub struct ZygoteStats {
     pub runs: u64,
     /// The running template's pid, if one runs.
     pub template_pid: Option<u32>,
+    /// Run cgroups that could not be removed (a later sweep removes them).
+    pub cleanup_failures: u64,
+}
+
+/// Cgroup removals in flight, which shutting a zygote down waits for.
+#[derive(Debug, Default)]
+struct Teardowns {
+    pending: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Teardowns {
+    fn begin(&self) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    }
+
+    fn end(&self) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        self.done.notify_all();
+    }
+
+    fn wait_all(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        while *pending > 0 {
+            pending = self.done.wait(pending).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        self.template.lock().map(|mut t| t.take()).ok();
+        self.teardowns.wait_all();
+    }
 }
 
 /// Runs Python code forked from a template (see [`crate::zygote`]). `Send + Sync`.
@@ -116,7 +151,8 @@ pub struct Zygote {
     /// The policy's stdout and stderr caps.
     output_caps: (u64, u64),
     template: Mutex<Option<TemplateProcess>>,
-    stats: Mutex<ZygoteStats>,
+    stats: Arc<Mutex<ZygoteStats>>,
+    teardowns: Arc<Teardowns>,
 }
 
 impl Sandbox {
@@ -154,7 +190,8 @@ impl Zygote {
             plan,
             options,
             template: Mutex::new(None),
-            stats: Mutex::new(ZygoteStats::default()),
+            stats: Arc::default(),
+            teardowns: Arc::default(),
         };
         zygote.with_template(|_| Ok(()))?;
         Ok(zygote)
@@ -174,8 +211,30 @@ impl Zygote {
         self.stats.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    /// Stops the template (runs in flight finish). Dropping the zygote does the same.
+    /// Stops the template (runs in flight finish) and waits until every run's cgroup is
+    /// removed. Dropping the zygote does the same.
     pub fn shutdown(self) {}
+
+    /// Removes a finished run's cgroup off the caller's path: PID 1's exit ends the
+    /// namespace, and its last processes (PID 1 itself, the process mirroring it) leave the
+    /// cgroup within moments; an empty cgroup is removed without a kill round, and whatever
+    /// stays is killed by `remove`.
+    pub(super) fn tear_down(&self, cgroup: RunCgroup) {
+        let (teardowns, stats) = (Arc::clone(&self.teardowns), Arc::clone(&self.stats));
+        teardowns.begin();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < deadline && cgroup.pids().is_ok_and(|p| !p.is_empty()) {
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            if cgroup.remove().is_err() {
+                if let Ok(mut stats) = stats.lock() {
+                    stats.cleanup_failures += 1;
+                }
+            }
+            teardowns.end();
+        });
+    }
 
     /// Hands a run's descriptors to the template, replacing it first when it is due.
     pub(super) fn fork_run(&self, fds: &[RawFd]) -> Result<(), Error> {

@@ -32,22 +32,9 @@ pub(super) fn run(zygote: &Zygote, run: &ZygoteRun) -> Result<RunResult, Error> 
     let cgroup = create_cgroup(zygote)?;
     let outcome = run_in(zygote, run, cgroup.as_ref(), started);
     if let Some(cgroup) = cgroup {
-        // PID 1's exit ends the namespace; its last processes (PID 1 itself, the process
-        // mirroring it) leave the cgroup within moments, and an empty cgroup is removed
-        // without a kill round (freeze, signal, thaw). Whatever stays is killed by `remove`.
-        wait_until_empty(&cgroup, Duration::from_millis(200));
-        cgroup
-            .remove()
-            .map_err(|e| Error::io("cannot remove the run's cgroup", std::io::Error::other(e)))?;
+        zygote.tear_down(cgroup);
     }
     outcome
-}
-
-fn wait_until_empty(cgroup: &RunCgroup, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline && cgroup.pids().is_ok_and(|pids| !pids.is_empty()) {
-        std::thread::sleep(Duration::from_micros(200));
-    }
 }
 
 fn run_in(
