@@ -192,6 +192,19 @@ fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
     options.max_forks = 2;
     let zygote = sandbox.zygote(options).unwrap();
     let first = zygote.stats().template_pid;
+    // The template holds no capability, has no_new_privs and a seccomp filter of its own.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", first.unwrap())).unwrap();
+    for (key, value) in [
+        ("CapEff", "0000000000000000"),
+        ("NoNewPrivs", "1"),
+        ("Seccomp", "2"),
+    ] {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(&format!("{key}:")))
+            .unwrap();
+        assert_eq!(line.split_whitespace().nth(1), Some(value), "{line}");
+    }
     for _ in 0..3 {
         assert_eq!(stdout(&run(&zygote, "print(1)")), "1\n");
     }

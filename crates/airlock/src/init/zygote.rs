@@ -65,8 +65,9 @@ pub(crate) fn enter(spec: &InitSpec, native: &NativeSpec, tasks: &[OwnedFd]) -> 
 /// dropped), its own user, mount, network, IPC and UTS namespaces (no network at all), no
 /// capabilities even in its user namespace, and `no_new_privs`. Its children create their
 /// own namespaces from here: a new user namespace gives them the capabilities their mounts
-/// need, so the template keeps none. Landlock is the children's alone: a Landlock domain
-/// forbids mounts in every process under it.
+/// need, so the template keeps none. A seccomp filter of its own refuses what no child's
+/// setup needs (ptrace, bpf, keyrings, ...). Landlock is the children's alone: a Landlock
+/// domain forbids mounts in every process under it.
 pub(crate) fn enter_template(spec: &InitSpec) -> Setup<()> {
     use nix::sched::CloneFlags;
     if let Some(credentials) = spec.credentials {
@@ -80,7 +81,9 @@ pub(crate) fn enter_template(spec: &InitSpec) -> Setup<()> {
     let privileges =
         |e: crate::confine::caps::CapsError| SetupError::at(Step::Privileges, e.to_string());
     crate::confine::caps::set_no_new_privs().map_err(privileges)?;
-    crate::confine::caps::drop_all_capabilities().map_err(privileges)
+    crate::confine::caps::drop_all_capabilities().map_err(privileges)?;
+    crate::confine::seccomp::install_template_filter()
+        .map_err(|e| SetupError::at(Step::Seccomp, e.to_string()))
 }
 
 /// Moves this (single-threaded) process into the run's cgroup: "0" written to `tasks` moves
