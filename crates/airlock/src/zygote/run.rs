@@ -29,8 +29,11 @@ struct Report {
 
 pub(super) fn run(zygote: &Zygote, run: &ZygoteRun) -> Result<RunResult, Error> {
     let started = Instant::now();
-    let cgroup = create_cgroup(zygote)?;
-    let outcome = run_in(zygote, run, cgroup.as_ref(), started);
+    let (cgroup, cgroup_warning) = create_cgroup(zygote);
+    let outcome = run_in(zygote, run, cgroup.as_ref(), started).map(|mut result| {
+        result.warnings.extend(cgroup_warning);
+        result
+    });
     if let Some(cgroup) = cgroup {
         zygote.tear_down(cgroup);
     }
@@ -71,14 +74,23 @@ fn run_in(
     Ok(assemble(zygote, report, cgroup, started, stdout, stderr))
 }
 
-fn create_cgroup(zygote: &Zygote) -> Result<Option<RunCgroup>, Error> {
+/// The run's cgroup, or (as for a cold run) none and a warning when it cannot be created:
+/// the limits fall back to rlimits, and a required `cgroup` layer refuses the run unless
+/// degradation was accepted.
+fn create_cgroup(zygote: &Zygote) -> (Option<RunCgroup>, Option<String>) {
     let Some(request) = &zygote.plan.spec.cgroup else {
-        return Ok(None);
+        return (None, None);
     };
     let run_id = crate::rundir::new_run_id();
-    RunCgroup::create(&request.config, &run_id, &request.limits)
-        .map(Some)
-        .map_err(|e| Error::io("cannot create the run's cgroup", std::io::Error::other(e)))
+    match RunCgroup::create(&request.config, &run_id, &request.limits) {
+        Ok(cgroup) => (Some(cgroup), None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "no cgroup for this run ({e}); limits fall back to rlimits"
+            )),
+        ),
+    }
 }
 
 /// The files the child writes "0" to, opened here (by the host's user) for the child.
