@@ -333,3 +333,19 @@ fn run_processes(owner: u32) -> Vec<String> {
         })
         .collect()
 }
+
+/// A run past its wall time is killed and reported as a timeout, its processes gone.
+#[test]
+fn a_run_past_its_wall_time_is_a_timeout() {
+    let mut policy = untrusted();
+    policy.limits.wall_time.0 = Duration::from_secs(1);
+    let zygote = zygote_of(policy, &[]);
+    let started = Instant::now();
+    let result = run(
+        &zygote,
+        "import os, time\nos.fork()\nwhile True: time.sleep(1)",
+    );
+    assert_eq!(result.status, RunStatus::Timeout, "{result:#?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(stdout(&run(&zygote, "print(2)")), "2\n");
+}

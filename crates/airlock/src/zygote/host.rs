@@ -176,6 +176,11 @@ impl Zygote {
             )));
         }
         let plan = crate::supervisor::plan_zygote(sandbox, &options.program.display().to_string())?;
+        if !plan.spec.mapped.is_empty() {
+            return Err(Error::Command(
+                "zygotes do not map a workspace's owner (idmapped mounts are the cold init's); use a warm pool or a cold run".into(),
+            ));
+        }
         if plan.spec.egress.is_some() {
             return Err(Error::Command(
                 "zygotes run without network (`none`) only; use a warm pool or a cold run for `allowlist`/`report`".into(),

@@ -146,7 +146,7 @@ fn collect(pipe: OwnedFd, kind: StreamKind, cap: u64) -> JoinHandle<Drained> {
 }
 
 /// Reads the child's lines until its exit report or EOF; at the wall-clock deadline every
-/// process of the run is killed (and PID 1's end closes the socket).
+/// process of the run is killed, with a cgroup or without one.
 fn read_report(socket: UnixStream, deadline: Instant, cgroup: Option<&RunCgroup>) -> Report {
     let mut report = Report::default();
     let mut lines = BufReader::new(&socket);
@@ -177,6 +177,9 @@ fn read_report(socket: UnixStream, deadline: Instant, cgroup: Option<&RunCgroup>
                     return report;
                 }
                 report.timed_out = true;
+                // PID 1 ends (and with it the namespace) when its report socket closes; the
+                // cgroup's kill also takes what a run without a new PID namespace would leave.
+                let _ = socket.shutdown(std::net::Shutdown::Both);
                 if let Some(cgroup) = cgroup {
                     let _ = cgroup.kill_all();
                 }
