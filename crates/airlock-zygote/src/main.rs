@@ -7,10 +7,8 @@
 use std::ffi::CString;
 use std::process::ExitCode;
 
-use airlock::zygote::{Forked, Interpreter, Template};
+use airlock::zygote::{Forked, Interpreter, Template, RUNNER};
 use pyo3::prelude::*;
-
-const RUNNER: &str = include_str!("runner.py");
 
 fn main() -> ExitCode {
     let template = match Template::start() {

@@ -25,4 +25,12 @@ mod wire;
 pub use crate::linux::sys::Forked;
 pub use host::{Zygote, ZygoteOptions, ZygoteRun, ZygoteStats};
 pub use nix::unistd::Pid;
+
+/// The Python a template runs each request's code with (its `run(code, args, env)`), for the
+/// embedding binary: the warm shim's way of running code as `-c` would, then the zygote's
+/// environment and reseeding.
+pub const RUNNER: &str = concat!(
+    include_str!("../warm/run_code.py"),
+    include_str!("runner.py")
+);
 pub use template::{Interpreter, Template};
