@@ -40,13 +40,21 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
     let (gate, sandbox) = start_gate(port);
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
     let (mut direct_cpu, mut gated_cpu) = (0.0, 0.0);
+    let mut host = [HostCpu::default(); 2];
+    let timed = |side, rates: &mut Vec<f64>, cpu: &mut f64, host: &mut HostCpu| {
+        let (before, host_before) = (cpu_seconds(), HostCpu::now());
+        rates.push(bulk(port, side));
+        *cpu += cpu_seconds() - before;
+        host.add(&HostCpu::now(), &host_before);
+    };
     for _ in 0..rounds {
-        let before = cpu_seconds();
-        direct.push(bulk(port, Side::Direct));
-        let middle = cpu_seconds();
-        gated.push(bulk(port, Side::Sandbox(&sandbox)));
-        direct_cpu += middle - before;
-        gated_cpu += cpu_seconds() - middle;
+        timed(Side::Direct, &mut direct, &mut direct_cpu, &mut host[0]);
+        timed(
+            Side::Sandbox(&sandbox),
+            &mut gated,
+            &mut gated_cpu,
+            &mut host[1],
+        );
     }
     let (direct_rate, gated_rate) = (median(direct), median(gated));
     let gigabytes = (rounds as u64 * BULK_BYTES) as f64 / 1e9;
@@ -77,6 +85,11 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             "egress: CPU per GB moved (client, gate and server, all in the bench): direct {:.2} s, through the gate {:.2} s",
             direct_cpu / gigabytes,
             gated_cpu / gigabytes
+        ),
+        format!(
+            "egress: host CPU per GB (/proc/stat, every process on the host: user / sys / softirq s): direct {}, through the gate {}",
+            host[0].per(gigabytes),
+            host[1].per(gigabytes)
         ),
         verdict(
             "egress: added latency per connection",
@@ -289,4 +302,48 @@ fn resident_bytes() -> u64 {
         .parse::<u64>()
         .unwrap()
         * 1024
+}
+
+/// The whole host's CPU time by kind, in ticks (/proc/stat's first line).
+#[derive(Clone, Copy, Default)]
+struct HostCpu {
+    user: u64,
+    system: u64,
+    softirq: u64,
+}
+
+impl HostCpu {
+    fn now() -> HostCpu {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .map(|t| t.parse().unwrap_or(0))
+            .collect();
+        let at = |i: usize| ticks.get(i).copied().unwrap_or(0);
+        HostCpu {
+            user: at(0) + at(1),
+            system: at(2),
+            softirq: at(6),
+        }
+    }
+
+    fn add(&mut self, after: &HostCpu, before: &HostCpu) {
+        self.user += after.user - before.user;
+        self.system += after.system - before.system;
+        self.softirq += after.softirq - before.softirq;
+    }
+
+    fn per(&self, gigabytes: f64) -> String {
+        let seconds = |ticks: u64| ticks as f64 / 100.0 / gigabytes;
+        format!(
+            "{:.2} / {:.2} / {:.2}",
+            seconds(self.user),
+            seconds(self.system),
+            seconds(self.softirq)
+        )
+    }
 }

@@ -175,7 +175,7 @@ impl<'a> Attempt<'a> {
             read_opening(client, prefix, timeout).map_err(|_| Refusal::new(Reason::NoRequest))?;
         let _ = client.set_read_timeout(None);
         self.record.protocol = Some(protocol_of(&opening));
-        if let Err(refusal) = check_opening(&name, port, &opening, bytes.is_empty()) {
+        if let Err(refusal) = check_opening(&name, port, &opening, &bytes) {
             self.soft(refusal)?;
         }
         match &opening {
@@ -427,20 +427,31 @@ fn protocol_of(opening: &Opening) -> Protocol {
 }
 
 /// Ties the stream to the name: TLS must name it in clear SNI, HTTP in its one `Host` (and
-/// in an absolute-form target); anything else is refused on a name-bound rule.
+/// in an absolute-form target); anything else is refused on a name-bound rule. `bytes` is
+/// what the stream sent.
 pub(crate) fn check_opening(
     name: &str,
     port: u16,
     opening: &Opening,
-    silent: bool,
+    bytes: &[u8],
 ) -> Result<(), Refusal> {
     match opening {
         Opening::Tls(hello) => check_hello(name, hello),
         Opening::Http(head) => check_head(name, port, head),
-        Opening::Other if silent => Err(Refusal::new(Reason::NoRequest)),
+        Opening::Other if bytes.is_empty() => Err(Refusal::new(Reason::NoRequest)),
+        Opening::Other if bytes.starts_with(H2_PREFACE) => {
+            Err(Refusal::with(Reason::ProtocolNotAllowed, H2C_REFUSED))
+        }
         Opening::Other => Err(Refusal::new(Reason::ProtocolNotAllowed)),
     }
 }
+
+/// The start of HTTP/2's connection preface (prior knowledge: HTTP/2 without TLS).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2";
+/// Why h2c is refused: each HTTP/2 stream could name another host (`:authority`), and the
+/// gate checks names per request on HTTP/1.1 only.
+pub(crate) const H2C_REFUSED: &str =
+    "h2c (HTTP/2 without TLS) is not relayed: use HTTP/1.1, or HTTPS (HTTP/2 over TLS works)";
 
 /// The detail of an allowed stream whose ClientHello carried ECH: its outer SNI is the
 /// allowed name; an inner ClientHello, if real, is not seen.
@@ -483,6 +494,9 @@ pub(crate) fn check_head(name: &str, port: u16, head: &RequestHead) -> Result<()
         }
     }
     match upgrade_of(head) {
+        Some(protocol) if protocol.eq_ignore_ascii_case("h2c") => {
+            Err(Refusal::with(Reason::UnsafeRequest, H2C_REFUSED))
+        }
         Some(protocol) if !protocol.eq_ignore_ascii_case("websocket") => Err(Refusal::with(
             Reason::UnsafeRequest,
             format!("an Upgrade to {protocol} (only WebSocket is followed)"),

@@ -5,12 +5,14 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
 use crate::policy::Resolver;
 use crate::sniff::is_timeout;
@@ -32,8 +34,8 @@ pub struct HostResolver {
 }
 
 impl HostResolver {
-    /// A resolver asking the system or the given server; a lookup asking a server gives up
-    /// as soon as `cancel` becomes readable (getaddrinfo cannot be interrupted).
+    /// A resolver asking the system or the given server; a lookup gives up as soon as
+    /// `cancel` becomes readable (the run ended).
     pub fn new(resolver: Resolver, cancel: Option<OwnedFd>) -> HostResolver {
         HostResolver {
             resolver,
@@ -49,7 +51,11 @@ impl HostResolver {
             return Ok(cached);
         }
         let (addresses, ttl) = match self.resolver {
-            Resolver::System => (resolve_system(name)?, 0),
+            Resolver::System => {
+                let name = name.to_string();
+                let cancel = self.cancel.as_ref().map(AsFd::as_fd);
+                (off_thread(cancel, move || resolve_system(&name))?, 0)
+            }
             Resolver::Server(server) => ask(server, name, self.cancel.as_ref().map(AsFd::as_fd))?,
         };
         if ttl > 0 {
@@ -84,6 +90,63 @@ fn resolve_system(name: &str) -> io::Result<Vec<IpAddr>> {
         Err(e) if e.raw_os_error().is_none() => Ok(Vec::new()),
         Err(e) => Err(e),
     }
+}
+
+/// System lookups running at once, across the process's gates, at most.
+const MAX_SYSTEM_LOOKUPS: usize = 64;
+/// Stack of a system lookup's thread (NSS modules run on it).
+const LOOKUP_STACK: usize = 256 * 1024;
+static SYSTEM_LOOKUPS: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs a lookup that cannot be interrupted (getaddrinfo) on a thread of its own and waits
+/// for its answer or for `cancel`, whichever comes first: the run's end never waits on it.
+/// A cancelled lookup's thread holds nothing of the run and ends when the lookup returns
+/// (the system resolver's own timeouts bound it); at most [`MAX_SYSTEM_LOOKUPS`] run at once.
+fn off_thread<T: Send + 'static>(
+    cancel: Option<BorrowedFd<'_>>,
+    lookup: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    let Some(cancel) = cancel else {
+        return lookup();
+    };
+    let taken = SYSTEM_LOOKUPS.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+        (n < MAX_SYSTEM_LOOKUPS).then_some(n + 1)
+    });
+    if taken.is_err() {
+        return Err(io::Error::other("too many system lookups at once"));
+    }
+    let done = eventfd(0, EventfdFlags::CLOEXEC)?;
+    let signal = done.try_clone()?;
+    let (send, answer) = mpsc::channel();
+    let spawned = thread::Builder::new()
+        .name("airlock-egress-lookup".into())
+        .stack_size(LOOKUP_STACK)
+        .spawn(move || {
+            let _ = send.send(lookup());
+            let _ = rustix::io::write(&signal, &1u64.to_ne_bytes());
+            SYSTEM_LOOKUPS.fetch_sub(1, Ordering::AcqRel);
+        });
+    if let Err(e) = spawned {
+        SYSTEM_LOOKUPS.fetch_sub(1, Ordering::AcqRel);
+        return Err(e);
+    }
+    let mut fds = [
+        PollFd::new(&done, PollFlags::IN),
+        PollFd::from_borrowed_fd(cancel, PollFlags::IN),
+    ];
+    loop {
+        match poll(&mut fds, None) {
+            Ok(_) => break,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    answer.try_recv().unwrap_or_else(|_| {
+        Err(io::Error::new(
+            io::ErrorKind::Interrupted,
+            "the run ended during the lookup",
+        ))
+    })
 }
 
 /// Asks a DNS server for A and AAAA, over UDP with a retry, and over TCP when truncated;
@@ -233,4 +296,37 @@ fn random_id() -> io::Result<u16> {
     let mut bytes = [0u8; 2];
     rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())?;
     Ok(u16::from_ne_bytes(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lookup_that_hangs_is_left_at_the_end_of_the_run_and_its_thread_ends_later() {
+        let cancel = eventfd(0, EventfdFlags::CLOEXEC).unwrap();
+        let answered = off_thread(Some(cancel.as_fd()), || Ok(7)).unwrap();
+        assert_eq!(answered, 7);
+        let before = SYSTEM_LOOKUPS.load(Ordering::Acquire);
+        rustix::io::write(&cancel, &1u64.to_ne_bytes()).unwrap();
+        let started = Instant::now();
+        let hung = off_thread(Some(cancel.as_fd()), || {
+            thread::sleep(Duration::from_millis(500));
+            Ok(8)
+        });
+        assert_eq!(hung.unwrap_err().kind(), io::ErrorKind::Interrupted);
+        assert!(
+            started.elapsed() < Duration::from_millis(200),
+            "the end waited"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while SYSTEM_LOOKUPS.load(Ordering::Acquire) > before && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            SYSTEM_LOOKUPS.load(Ordering::Acquire),
+            before,
+            "the lookup's thread ended"
+        );
+    }
 }

@@ -168,6 +168,47 @@ print(head.split(b"\r\n")[0].decode(), t.recv(100).decode())
 }
 
 #[test]
+fn h2c_is_refused_at_once_with_its_reason() {
+    let world = world_or_skip!();
+    let started = world.start_gate(with_test_ranges(&["allowed.test"]));
+    let code = r#"
+import socket, time
+def attempt(opening):
+    start = time.monotonic()
+    s = socket.create_connection(("allowed.test", 80), timeout=10)
+    s.sendall(opening)
+    try:
+        answer = s.recv(200).split(b"\r\n")[0].decode() or "closed"
+    except ConnectionResetError:
+        answer = "reset"
+    return "%s %s" % (answer, time.monotonic() - start < 2)
+print(attempt(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+print(attempt(b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n"))
+"#;
+    let output = world.python(code);
+    let lines: Vec<&str> = output.lines().collect();
+    assert_eq!(
+        lines,
+        ["reset True", "HTTP/1.1 403 Forbidden True"],
+        "{output}"
+    );
+    let report = started.gate.finish();
+    let refused: Vec<_> = report
+        .decisions
+        .iter()
+        .filter(|r| r.decision == Decision::Deny)
+        .map(|r| (r.reason, r.detail.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert_eq!(refused[0].0, Reason::ProtocolNotAllowed);
+    assert_eq!(refused[1].0, Reason::UnsafeRequest);
+    assert!(
+        refused.iter().all(|(_, detail)| detail.starts_with("h2c")),
+        "{refused:?}"
+    );
+}
+
+#[test]
 fn raw_tcp_rules_and_address_ranges_relay_any_protocol() {
     let world = world_or_skip!();
     let started = world.start_gate(allow(&[
