@@ -4,10 +4,10 @@
 mod dashboard;
 pub mod extract;
 mod jobs;
-mod prepare;
+pub(crate) mod prepare;
 mod proxy;
 mod runs;
-mod sessions;
+pub(crate) mod sessions;
 mod stream;
 mod system;
 pub mod types;
