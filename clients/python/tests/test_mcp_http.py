@@ -13,12 +13,13 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+from conftest import Airlockd
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import Airlockd
-
 Call = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, dict[str, Any]]]]
+#: A program's attempt to hand the host a file out of its workspace.
+LEAK = "ln -s /etc/passwd leak"
 Scenario = Callable[[Call, ClientSession], Awaitable[None]]
 
 
@@ -113,7 +114,10 @@ def test_sessions_are_the_tenants_and_refuse_escapes(airlockd: Airlockd) -> None
         assert w == {"status": "ok", "path": "in/a.txt", "bytes": 2}
         _, r = await call(
             "run_command",
-            {"session_id": sid, "argv": ["sh", "-c", "tr a-z A-Z < in/a.txt > out.txt; ln -s /etc/passwd leak"]},
+            {
+                "session_id": sid,
+                "argv": ["sh", "-c", "tr a-z A-Z < in/a.txt > out.txt; ln -s /etc/passwd leak"],
+            },
         )
         assert r["status"] == "exited" and r["exit_code"] == 0, r
         _, out = await call("file_read", {"session_id": sid, "path": "out.txt"})
@@ -128,12 +132,13 @@ def test_sessions_are_the_tenants_and_refuse_escapes(airlockd: Airlockd) -> None
 
     async def intruder(call: Call, session: ClientSession) -> None:
         sid = held["sid"]
-        for name, args in [
+        attempts: list[tuple[str, dict[str, Any]]] = [
             ("file_read", {"session_id": sid, "path": "out.txt"}),
             ("file_write", {"session_id": sid, "path": "x", "content": "x"}),
             ("run_command", {"session_id": sid, "argv": ["cat", "out.txt"]}),
             ("session_close", {"session_id": sid}),
-        ]:
+        ]
+        for name, args in attempts:
             error, r = await call(name, args)
             assert error and r["status"] == "not_found", (name, r)
 

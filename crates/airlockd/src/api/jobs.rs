@@ -329,7 +329,11 @@ async fn call_response(
         Submitted::New(live) => live,
         Submitted::Existing(row) => return Ok(prepare::run_response(&row, false)),
     };
+    // A caller that goes away while the daemon holds its request (a cancelled task, a
+    // closed connection) has no run id to cancel: its call stops with the request.
+    let guard = crate::engine::StopOnDrop::new(&live);
     live.wait_done(wait).await;
+    guard.disarm();
     let row = daemon
         .store
         .run(&live.id)

@@ -65,6 +65,29 @@ pub struct LiveRun {
     recorded: OnceLock<RunRow>,
 }
 
+/// Stops a run when dropped: held by a caller waiting for the run, so that a caller that
+/// goes away (a closed connection, a cancelled MCP request) stops it instead of leaving it to
+/// its limits. [`StopOnDrop::disarm`] once the run has ended.
+pub struct StopOnDrop(Option<Arc<LiveRun>>);
+
+impl StopOnDrop {
+    pub fn new(live: &Arc<LiveRun>) -> StopOnDrop {
+        StopOnDrop(Some(Arc::clone(live)))
+    }
+
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(live) = self.0.take() {
+            live.stop(None);
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct LiveState {
     running: bool,

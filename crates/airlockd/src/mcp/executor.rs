@@ -17,7 +17,7 @@ use crate::api::types::{RunRequest as ApiRunRequest, SessionRequest};
 use crate::auth::Principal;
 use crate::daemon::Daemon;
 use crate::engine::events::EventBody;
-use crate::engine::{LiveRun, Submitted};
+use crate::engine::{LiveRun, StopOnDrop, Submitted};
 use crate::error::ApiError;
 use crate::resolve::PolicyRequest;
 use crate::sessions::LiveSession;
@@ -52,9 +52,9 @@ impl DaemonExecutor {
         };
         // A request the client abandons (a cancelled tool call, a closed MCP session) stops
         // its run instead of leaving it to its wall limit.
-        let guard = CancelOnDrop(Arc::clone(&live));
+        let guard = StopOnDrop::new(&live);
         while !live.wait_done(Duration::from_secs(3600)).await {}
-        std::mem::forget(guard);
+        guard.disarm();
         if let Some(session) = &session {
             session.touch();
         }
@@ -243,15 +243,6 @@ impl Executor for DaemonExecutor {
 
     fn write_file(&self, session: String, path: String, data: Vec<u8>) -> ExecFuture<'_, u64> {
         Box::pin(async move { self.write(&session, &path, &data).await })
-    }
-}
-
-/// Stops the run when dropped (forgotten once the run has ended).
-struct CancelOnDrop(Arc<LiveRun>);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.stop(None);
     }
 }
 

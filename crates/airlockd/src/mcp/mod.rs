@@ -128,3 +128,63 @@ async fn serve(State(mcp): State<Arc<McpHttp>>, request: Request) -> Response {
     }
     response
 }
+
+/// The OpenAPI description of `/mcp` (the transport itself is rmcp's; these functions only
+/// carry the documentation).
+pub mod doc {
+    #![allow(dead_code)]
+
+    use crate::error::ErrorBody;
+
+    /// Sends one JSON-RPC message of the Model Context Protocol (streamable HTTP transport).
+    /// `initialize` opens an MCP session (its id comes back in `Mcp-Session-Id`, to send with
+    /// every later request); tools: run_code, run_command, session_create, session_close,
+    /// file_read, file_write, describe_policy. The key's tenant ceiling decides what runs may
+    /// do. Send `Accept: application/json, text/event-stream`.
+    #[utoipa::path(
+        post, path = "/mcp", tag = "mcp",
+        request_body(content = Object, description = "A JSON-RPC 2.0 request or notification", content_type = "application/json"),
+        params(("Mcp-Session-Id" = Option<String>, Header, description = "The MCP session, from the answer to `initialize`")),
+        responses(
+            (status = 200, description = "The JSON-RPC answer, as JSON or as an SSE stream", content((Object = "application/json"), (String = "text/event-stream"))),
+            (status = 202, description = "A notification or response was accepted"),
+            (status = 400, description = "Not a JSON-RPC message, or no session id where one is needed", body = ErrorBody),
+            (status = 401, description = "No or unknown API key", body = ErrorBody),
+            (status = 403, description = "A browser Origin that the configuration does not allow", body = ErrorBody),
+            (status = 404, description = "No such MCP session for this key", body = ErrorBody),
+            (status = 406, description = "Accept does not list application/json and text/event-stream", body = ErrorBody),
+            (status = 413, description = "Body too large", body = ErrorBody),
+            (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
+        )
+    )]
+    pub fn post() {}
+
+    /// Opens the MCP session's SSE stream of server messages (`Accept: text/event-stream`).
+    #[utoipa::path(
+        get, path = "/mcp", tag = "mcp",
+        params(("Mcp-Session-Id" = String, Header, description = "The MCP session")),
+        responses(
+            (status = 200, description = "Server messages", content_type = "text/event-stream", body = String),
+            (status = 400, description = "No session id", body = ErrorBody),
+            (status = 401, description = "No or unknown API key", body = ErrorBody),
+            (status = 403, description = "A browser Origin that the configuration does not allow", body = ErrorBody),
+            (status = 404, description = "No such MCP session for this key", body = ErrorBody),
+            (status = 406, description = "Accept does not list text/event-stream", body = ErrorBody),
+        )
+    )]
+    pub fn get() {}
+
+    /// Ends the MCP session (runs in flight are cancelled; sessions made with session_create
+    /// stay until session_close or their idle timeout).
+    #[utoipa::path(
+        delete, path = "/mcp", tag = "mcp",
+        params(("Mcp-Session-Id" = String, Header, description = "The MCP session")),
+        responses(
+            (status = 200, description = "Ended"),
+            (status = 400, description = "No session id", body = ErrorBody),
+            (status = 401, description = "No or unknown API key", body = ErrorBody),
+            (status = 404, description = "No such MCP session for this key", body = ErrorBody),
+        )
+    )]
+    pub fn delete() {}
+}
