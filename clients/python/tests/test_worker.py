@@ -1,4 +1,6 @@
-"""WorkerRuntime: the plugin platform's worker contract through `airlock worker`."""
+"""WorkerRuntime: the plugin platform's worker contract, in local mode (`airlock worker`) and
+against airlockd (`POST /v1/workers`, the helper shipped by the daemon), with the same
+assertions."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, Mode
 
 from airlock import Progress, Status, WorkerRuntime
 
@@ -19,9 +21,9 @@ def worker(shared_dir: Path) -> Path:
     return path
 
 
-def test_a_worker_turns_inputs_into_outputs_with_progress(worker: Path) -> None:
+def test_a_worker_turns_inputs_into_outputs_with_progress(worker: Path, mode: Mode) -> None:
     seen: list[Progress] = []
-    result = WorkerRuntime(memory="256MiB", wall="30s").run(
+    result = WorkerRuntime(memory="256MiB", wall="30s", **mode.kw).run(
         worker=str(worker),
         inputs={"a.csv": b"x,y\n1,2\n", "b.txt": b"hello"},
         options={"mode": "fast"},
@@ -34,35 +36,35 @@ def test_a_worker_turns_inputs_into_outputs_with_progress(worker: Path) -> None:
     assert result.logs == ["2 inputs, mode fast"]
 
 
-def test_a_misbehaving_worker_cannot_smuggle_a_symlink_out(worker: Path) -> None:
-    result = WorkerRuntime().run(worker, {"a": b"1"}, {"mode": "misbehave"})
+def test_a_misbehaving_worker_cannot_smuggle_a_symlink_out(worker: Path, mode: Mode) -> None:
+    result = WorkerRuntime(**mode.kw).run(worker, {"a": b"1"}, {"mode": "misbehave"})
     assert result.success
     assert "escape" not in result.outputs and result.outputs == {"a.out": b"1"}
     assert [s["reason"] for s in result.skipped] == ["symlink"]
     assert any("hello from a bare print" in line for line in result.bad_lines)
 
 
-def test_a_failing_worker_is_a_typed_failure(worker: Path) -> None:
-    result = WorkerRuntime().run(worker, {"a": b"1"}, {"mode": "fail"})
+def test_a_failing_worker_is_a_typed_failure(worker: Path, mode: Mode) -> None:
+    result = WorkerRuntime(**mode.kw).run(worker, {"a": b"1"}, {"mode": "fail"})
     assert not result.success and result.exit_code == 3
     assert result.failure is not None and result.failure.kind == "crashed"
     assert result.outputs == {"a.out": b"1"}
 
 
-def test_a_hung_worker_times_out(worker: Path) -> None:
-    result = WorkerRuntime(wall="2s").run(worker, {"a": b"1"}, {"mode": "hang"})
+def test_a_hung_worker_times_out(worker: Path, mode: Mode) -> None:
+    result = WorkerRuntime(wall="2s", **mode.kw).run(worker, {"a": b"1"}, {"mode": "hang"})
     assert result.status == Status.TIMEOUT
     assert result.failure is not None and result.failure.kind == "timeout"
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-def test_the_backend_is_chosen_by_the_platform(worker: Path) -> None:
-    result = WorkerRuntime(backend="bwrap").run(worker, {"a": b"q"})
+def test_the_backend_is_chosen_by_the_platform(worker: Path, mode: Mode) -> None:
+    result = WorkerRuntime(backend="bwrap", **mode.kw).run(worker, {"a": b"q"})
     assert result.success, (result.failure, result.stderr)
     assert result.outputs == {"a.out": b"Q"}
 
 
-def test_bad_input_names_are_refused_before_anything_runs(worker: Path) -> None:
-    result = WorkerRuntime().run(worker, {"../evil": b"1"})
+def test_bad_input_names_are_refused_before_anything_runs(worker: Path, mode: Mode) -> None:
+    result = WorkerRuntime(**mode.kw).run(worker, {"../evil": b"1"})
     assert not result.success and result.failure is not None
     assert result.failure.kind == "sandbox_error" and "../evil" in result.failure.message

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airlock import _cli
+from airlock import _cli, _daemon, _remote_worker
 from airlock._options import Duration, Size, options_from, prepare
 from airlock.result import Status, cli_error_line
 
@@ -99,6 +99,8 @@ class WorkerRuntime:
         allow_degraded: bool = False,
         no_cgroup: bool = False,
         binary: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.options = options_from(
             profile,
@@ -124,6 +126,13 @@ class WorkerRuntime:
             if value is not None
         ]
         self._binary = binary
+        self._remote_caps: dict[str, Size | None] = {
+            "max_output_bytes": max_output_bytes,
+            "max_output_files": max_output_files,
+            "max_file_bytes": max_file_bytes,
+        }
+        #: The daemon jobs go to (``url=`` or ``AIRLOCK_URL``); None runs them locally.
+        self.daemon = _daemon.Daemon.configured(url, api_key)
 
     def run(
         self,
@@ -137,8 +146,42 @@ class WorkerRuntime:
     ) -> WorkerResult:
         """Stages ``inputs`` as ``in/NAME``, ``options`` as ``options.json``, runs ``worker``
         (a Python file) and returns its ``out/`` as bytes. Callbacks run as events arrive."""
+        if self.daemon is not None:
+            return self._run_remote(
+                self.daemon, Path(worker), inputs or {}, options, args, on_progress, on_log
+            )
         with self._job(worker, inputs or {}, options, args) as (argv, out_dir):
             return _drive(argv, out_dir, on_progress, on_log)
+
+    def _run_remote(
+        self,
+        daemon: _daemon.Daemon,
+        script: Path,
+        inputs: Mapping[str, bytes],
+        options: Any,
+        args: Sequence[str],
+        on_progress: Callable[[Progress], None] | None,
+        on_log: Callable[[str], None] | None,
+    ) -> WorkerResult:
+        """The job through the daemon (see ``_remote_worker``), as the same WorkerResult."""
+        why = _daemon.unsupported(self.options)
+        if self._remote_caps["max_file_bytes"] is not None:
+            why = "max_file_bytes: the daemon's operator sets it (sessions.max_file_bytes)"
+        if why:
+            job = _remote_worker.refused("unsupported", why)
+        else:
+            body = _remote_worker.request(
+                self.options, self.python, script, options, args, self._remote_caps
+            )
+            job = _remote_worker.run(
+                daemon,
+                body,
+                inputs,
+                lambda fraction, message: on_progress and on_progress(Progress(fraction, message)),
+                lambda message: on_log and on_log(message),
+            )
+        progress = [Progress(fraction, message) for fraction, message in job.progress]
+        return _result(job.final, job.outputs, progress, job.logs, job.bad_lines, job.stderr)
 
     async def arun(
         self,
@@ -244,7 +287,7 @@ def _drive(
         _cli.stop(proc)
         reader.join()
     text = stderr.decode("utf-8", "replace")
-    return _result(final, out_dir, progress, logs, bad, text)
+    return _result(final, _outputs(out_dir), progress, logs, bad, text)
 
 
 def _collect(pipe: Any, buffer: bytearray) -> None:
@@ -295,7 +338,7 @@ def _failure(final: Mapping[str, Any], stderr: str) -> WorkerFailure | None:
 
 def _result(
     final: Mapping[str, Any],
-    out_dir: Path,
+    outputs: dict[str, bytes],
     progress: list[Progress],
     logs: list[str],
     bad: list[str],
@@ -306,7 +349,7 @@ def _result(
         success=bool(final.get("success")),
         status=Status(final.get("status", "sandbox_error")),
         exit_code=final.get("exit_code"),
-        outputs=_outputs(out_dir),
+        outputs=outputs,
         progress=progress,
         logs=logs,
         bad_lines=bad,

@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod events;
 mod execute;
+pub mod worker_lib;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
