@@ -4,11 +4,14 @@ assertions."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import time
 from pathlib import Path
 
+import httpx
 import pytest
-from conftest import FIXTURES, Mode
+from conftest import FIXTURES, Airlockd, Mode
 
 from airlock import Progress, Status, WorkerRuntime
 
@@ -68,3 +71,45 @@ def test_bad_input_names_are_refused_before_anything_runs(worker: Path, mode: Mo
     result = WorkerRuntime(**mode.kw).run(worker, {"../evil": b"1"})
     assert not result.success and result.failure is not None
     assert result.failure.kind == "sandbox_error" and "../evil" in result.failure.message
+
+
+def test_arun_gives_the_same_result(worker: Path, mode: Mode) -> None:
+    seen: list[Progress] = []
+    runtime = WorkerRuntime(memory="256MiB", wall="30s", **mode.kw)
+    result = asyncio.run(runtime.arun(worker, {"a.csv": b"x"}, {"mode": "fast"}, seen.append))
+    assert result.success and result.outputs == {"a.csv.out": b"X"}
+    assert seen == result.progress and seen[-1] == Progress(1.0, "done")
+
+
+def test_a_cancelled_async_job_ends_cancelled_on_the_daemon(
+    worker: Path, airlockd: Airlockd
+) -> None:
+    runtime = WorkerRuntime(wall="120s", url=airlockd.url, api_key=airlockd.key)
+    started: list[Progress] = []
+
+    async def main() -> None:
+        task = asyncio.ensure_future(
+            runtime.arun(worker, {"a": b"1"}, {"mode": "hang"}, started.append)
+        )
+        deadline = time.monotonic() + 30
+        while not started and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    since = int(time.time() * 1000)
+    asyncio.run(main())
+    assert started, "the job never reported progress"
+    headers = {"Authorization": f"Bearer {airlockd.key}"}
+    transport = httpx.HTTPTransport(uds=str(airlockd.socket))
+    with httpx.Client(transport=transport, base_url="http://airlockd", headers=headers) as c:
+        deadline = time.monotonic() + 20
+        while True:
+            runs = c.get("/v1/runs", params={"since": str(since)}).json()["runs"]
+            jobs = [r for r in runs if r["kind"] == "worker"]
+            if jobs and jobs[0]["status"] not in ("queued", "running"):
+                break
+            assert time.monotonic() < deadline, jobs
+            time.sleep(0.2)
+    assert jobs[0]["status"] == "cancelled"

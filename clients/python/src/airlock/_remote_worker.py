@@ -87,6 +87,71 @@ def refused(kind: str, message: str) -> RemoteJob:
     return RemoteJob(final)
 
 
+class _JobStream:
+    """Turns NDJSON lines of a job's event stream into progress, logs and stderr, calling the
+    callbacks as they come; remembers the record."""
+
+    def __init__(
+        self,
+        run_id: str,
+        on_progress: Callable[[float, str | None], None],
+        on_log: Callable[[str], None],
+    ) -> None:
+        self.run_id = run_id
+        self.job = RemoteJob(final={})
+        self.ended: Mapping[str, Any] | None = None
+        self._stderr = bytearray()
+        self._on_progress = on_progress
+        self._on_log = on_log
+
+    def feed(self, line: str) -> None:
+        if not line.strip():
+            return
+        event = json.loads(line)
+        kind = event.get("event")
+        if kind == "progress":
+            fraction, message = float(event.get("fraction", 0)), event.get("message")
+            self.job.progress.append((fraction, message))
+            self._on_progress(fraction, message)
+        elif kind == "log":
+            self._log(str(event.get("message", "")))
+        elif kind == "stderr":
+            self._stderr += _daemon._chunk(event)
+        elif kind == "ended":
+            self.ended = event.get("run") or {}
+
+    def _log(self, message: str) -> None:
+        bad = _NOT_AN_EVENT.match(message)
+        if bad:
+            self.job.bad_lines.append(f"{bad['reason']}: {bad['line']}")
+            return
+        self.job.logs.append(message)
+        self._on_log(message)
+
+    def finish(self) -> RemoteJob:
+        self.job.stderr = self._stderr.decode("utf-8", "replace")
+        self.job.final = final_line(self.run_id, self.ended)
+        return self.job
+
+
+def _parts(
+    body: Mapping[str, object], inputs: Mapping[str, bytes]
+) -> list[tuple[str, tuple[str | None, bytes, str]]]:
+    """The multipart form: the ``request`` part, then each input under its name."""
+    parts: list[tuple[str, tuple[str | None, bytes, str]]] = [
+        ("request", (None, json.dumps(body).encode(), "application/json"))
+    ]
+    parts += [
+        (name, (name, bytes(data), "application/octet-stream")) for name, data in inputs.items()
+    ]
+    return parts
+
+
+def _refusal(created: httpx.Response) -> RemoteJob:
+    error = _daemon.daemon_error(created)
+    return refused(error.kind, f"{error.message} ({error.fix})")
+
+
 def run(
     daemon: _daemon.Daemon,
     body: Mapping[str, object],
@@ -96,26 +161,66 @@ def run(
 ) -> RemoteJob:
     try:
         with daemon.client() as client:
-            created = _create(client, body, inputs)
-            if created.status_code not in (200, 201, 202):
-                error = _daemon.daemon_error(created)
-                return refused(error.kind, f"{error.message} ({error.fix})")
-            job = _follow(client, str(created.json()["id"]), on_progress, on_log)
-            job.outputs = _download(client, job.final.get("run_id", ""), job.final)
+            created = _create(client, _parts(body, inputs))
+            if created.status_code not in _daemon._CREATED:
+                return _refusal(created)
+            stream = _JobStream(str(created.json()["id"]), on_progress, on_log)
+            try:
+                with client.stream("GET", _daemon._events_path(stream.run_id), **_STREAM) as events:
+                    for line in events.iter_lines():
+                        stream.feed(line)
+            except httpx.HTTPError:
+                pass
+            finally:
+                if stream.ended is None:
+                    _daemon._cancel(client, stream.run_id)
+            job = stream.finish()
+            for rel, path in _output_paths(stream.run_id, job.final):
+                job.outputs[rel] = _output(client.get(path), rel)
             return job
     except httpx.HTTPError as e:
         return refused("unreachable", str(_daemon.unreachable(daemon, e)))
 
 
+async def arun(
+    daemon: _daemon.Daemon,
+    body: Mapping[str, object],
+    inputs: Mapping[str, bytes],
+    on_progress: Callable[[float, str | None], None],
+    on_log: Callable[[str], None],
+) -> RemoteJob:
+    """:func:`run` on ``httpx.AsyncClient``; a cancelled task cancels the job on the daemon."""
+    try:
+        async with daemon.async_client() as client:
+            created = await _daemon._acreate(client, "/v1/workers", files=_parts(body, inputs))
+            if created.status_code not in _daemon._CREATED:
+                return _refusal(created)
+            stream = _JobStream(str(created.json()["id"]), on_progress, on_log)
+            try:
+                async with client.stream(
+                    "GET", _daemon._events_path(stream.run_id), **_STREAM
+                ) as events:
+                    async for line in events.aiter_lines():
+                        stream.feed(line)
+            except httpx.HTTPError:
+                pass
+            finally:
+                if stream.ended is None:
+                    await _daemon._acancel(client, stream.run_id)
+            job = stream.finish()
+            for rel, path in _output_paths(stream.run_id, job.final):
+                job.outputs[rel] = _output(await client.get(path), rel)
+            return job
+    except httpx.HTTPError as e:
+        return refused("unreachable", str(_daemon.unreachable(daemon, e)))
+
+
+_STREAM: dict[str, Any] = {"params": _daemon._NDJSON, "timeout": _daemon._STREAM_TIMEOUT}
+
+
 def _create(
-    client: httpx.Client, body: Mapping[str, object], inputs: Mapping[str, bytes]
+    client: httpx.Client, parts: list[tuple[str, tuple[str | None, bytes, str]]]
 ) -> httpx.Response:
-    parts: list[tuple[str, tuple[str | None, bytes, str]]] = [
-        ("request", (None, json.dumps(body).encode(), "application/json"))
-    ]
-    parts += [
-        (name, (name, bytes(data), "application/octet-stream")) for name, data in inputs.items()
-    ]
     # Under an idempotency key: interrupted while the daemon answers, the same request names
     # the same job, which is then cancelled.
     headers = {"Idempotency-Key": secrets.token_hex(16)}
@@ -123,59 +228,9 @@ def _create(
         return client.post("/v1/workers", files=parts, headers=headers)
     except KeyboardInterrupt:
         again = client.post("/v1/workers", files=parts, headers=headers)
-        if again.status_code in (200, 201, 202):
+        if again.status_code in _daemon._CREATED:
             _daemon._cancel(client, str(again.json()["id"]))
         raise
-
-
-def _follow(
-    client: httpx.Client,
-    run_id: str,
-    on_progress: Callable[[float, str | None], None],
-    on_log: Callable[[str], None],
-) -> RemoteJob:
-    job = RemoteJob(final={})
-    stderr = bytearray()
-    ended: Mapping[str, Any] | None = None
-    try:
-        with client.stream(
-            "GET",
-            _daemon._events_path(run_id),
-            params=_daemon._NDJSON,
-            timeout=_daemon._STREAM_TIMEOUT,
-        ) as stream:
-            for line in stream.iter_lines():
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                kind = event.get("event")
-                if kind == "progress":
-                    fraction, message = float(event.get("fraction", 0)), event.get("message")
-                    job.progress.append((fraction, message))
-                    on_progress(fraction, message)
-                elif kind == "log":
-                    _log(job, str(event.get("message", "")), on_log)
-                elif kind == "stderr":
-                    stderr += _daemon._chunk(event)
-                elif kind == "ended":
-                    ended = event.get("run") or {}
-    except httpx.HTTPError:
-        pass
-    finally:
-        if ended is None:
-            _daemon._cancel(client, run_id)
-    job.stderr = stderr.decode("utf-8", "replace")
-    job.final = final_line(run_id, ended)
-    return job
-
-
-def _log(job: RemoteJob, message: str, on_log: Callable[[str], None]) -> None:
-    bad = _NOT_AN_EVENT.match(message)
-    if bad:
-        job.bad_lines.append(f"{bad['reason']}: {bad['line']}")
-        return
-    job.logs.append(message)
-    on_log(message)
 
 
 def final_line(run_id: str, run: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -206,15 +261,15 @@ def final_line(run_id: str, run: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _download(client: httpx.Client, run_id: str, final: Mapping[str, Any]) -> dict[str, bytes]:
-    """The files the daemon ingested from the worker's ``out/``."""
+def _output_paths(run_id: str, final: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The files the daemon ingested from the worker's ``out/``, with their download paths."""
     ingest: Mapping[str, Any] = final.get("ingest") or {}
     base = f"/v1/runs/{quote(run_id, safe='')}/outputs/"
-    outputs = {}
-    for entry in ingest.get("files") or []:
-        rel = str(entry["rel_path"])
-        response = client.get(base + "/".join(quote(p, safe="") for p in rel.split("/")))
-        if response.status_code != 200:
-            raise httpx.HTTPError(f"output {rel!r} of job {run_id}: HTTP {response.status_code}")
-        outputs[rel] = response.content
-    return dict(sorted(outputs.items()))
+    rels = sorted(str(entry["rel_path"]) for entry in ingest.get("files") or [])
+    return [(rel, base + "/".join(quote(p, safe="") for p in rel.split("/"))) for rel in rels]
+
+
+def _output(response: httpx.Response, rel: str) -> bytes:
+    if response.status_code != 200:
+        raise httpx.HTTPError(f"output {rel!r}: HTTP {response.status_code}")
+    return response.content

@@ -164,24 +164,23 @@ class WorkerRuntime:
         on_log: Callable[[str], None] | None,
     ) -> WorkerResult:
         """The job through the daemon (see ``_remote_worker``), as the same WorkerResult."""
+        job = self._remote_request(script, options, args)
+        if not isinstance(job, _remote_worker.RemoteJob):
+            job = _remote_worker.run(daemon, job, inputs, *_callbacks(on_progress, on_log))
+        return _remote_result(job)
+
+    def _remote_request(
+        self, script: Path, options: Any, args: Sequence[str]
+    ) -> dict[str, object] | _remote_worker.RemoteJob:
+        """The daemon's WorkerRequest, or the refusal of options a daemon cannot take."""
         why = _daemon.unsupported(self.options)
         if self._remote_caps["max_file_bytes"] is not None:
             why = "max_file_bytes: the daemon's operator sets it (sessions.max_file_bytes)"
         if why:
-            job = _remote_worker.refused("unsupported", why)
-        else:
-            body = _remote_worker.request(
-                self.options, self.python, script, options, args, self._remote_caps
-            )
-            job = _remote_worker.run(
-                daemon,
-                body,
-                inputs,
-                lambda fraction, message: on_progress and on_progress(Progress(fraction, message)),
-                lambda message: on_log and on_log(message),
-            )
-        progress = [Progress(fraction, message) for fraction, message in job.progress]
-        return _result(job.final, job.outputs, progress, job.logs, job.bad_lines, job.stderr)
+            return _remote_worker.refused("unsupported", why)
+        return _remote_worker.request(
+            self.options, self.python, script, options, args, self._remote_caps
+        )
 
     async def arun(
         self,
@@ -193,9 +192,18 @@ class WorkerRuntime:
         on_log: Callable[[str], None] | None = None,
         args: Sequence[str] = (),
     ) -> WorkerResult:
-        """:meth:`run` in a worker thread, for asyncio (callbacks run in that thread)."""
+        """:meth:`run` for asyncio: in daemon mode on ``httpx.AsyncClient`` (a cancelled task
+        cancels the job on the daemon; callbacks run in the event loop), locally in a worker
+        thread (callbacks run in that thread)."""
         import asyncio
 
+        if self.daemon is not None:
+            job = self._remote_request(Path(worker), options, args)
+            if not isinstance(job, _remote_worker.RemoteJob):
+                job = await _remote_worker.arun(
+                    self.daemon, job, inputs or {}, *_callbacks(on_progress, on_log)
+                )
+            return _remote_result(job)
         return await asyncio.to_thread(
             self.run, worker, inputs, options, on_progress, on_log=on_log, args=args
         )
@@ -231,6 +239,25 @@ class WorkerRuntime:
                 prepared.cleanup()
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def _callbacks(
+    on_progress: Callable[[Progress], None] | None, on_log: Callable[[str], None] | None
+) -> tuple[Callable[[float, str | None], None], Callable[[str], None]]:
+    def progress(fraction: float, message: str | None) -> None:
+        if on_progress is not None:
+            on_progress(Progress(fraction, message))
+
+    def log(message: str) -> None:
+        if on_log is not None:
+            on_log(message)
+
+    return progress, log
+
+
+def _remote_result(job: _remote_worker.RemoteJob) -> WorkerResult:
+    progress = [Progress(fraction, message) for fraction, message in job.progress]
+    return _result(job.final, job.outputs, progress, job.logs, job.bad_lines, job.stderr)
 
 
 def _stage(stage: Path, inputs: Mapping[str, bytes], options: Any) -> list[str]:
