@@ -581,6 +581,7 @@ class AsyncSession(_SessionBase):
         super().__init__(sandbox, open_remote=False)
         self.sandbox = copy.copy(sandbox)
         self._options = sandbox.options
+        self._opening = asyncio.Lock()  # runs started together open one session
         #: The workspace's files as coroutines (``await afiles.write(...)``, ``.read``, ``.list``).
         self.afiles: AsyncFiles
         if self._daemon is None:
@@ -589,10 +590,12 @@ class AsyncSession(_SessionBase):
 
     async def open(self) -> AsyncSession:
         """Opens the daemon's session (nothing to do in local mode or once open)."""
-        if self._daemon is not None and self.id is None and not self._closed:
-            self._opened(self._daemon, await _aopen_remote_session(self._daemon, self._options))
-            self._runs_in_workspace(self.sandbox)
-            self.afiles = AsyncFiles(self.files)
+        async with self._opening:
+            if self._daemon is not None and self.id is None and not self._closed:
+                session_id = await _aopen_remote_session(self._daemon, self._options)
+                self._opened(self._daemon, session_id)
+                self._runs_in_workspace(self.sandbox)
+                self.afiles = AsyncFiles(self.files)
         return self
 
     async def run(self, argv: Sequence[str], **kwargs: Any) -> Result:

@@ -74,6 +74,15 @@ impl DaemonExecutor {
                 .map_err(|e| failure(&ApiError::store(e)))?
                 .ok_or_else(|| internal("the run's record vanished"))?,
         };
+        if row.status == "rejected" {
+            let message = row.error.as_ref().and_then(|e| e["message"].as_str());
+            return Err(Failure::new(
+                FailureKind::Busy,
+                message.unwrap_or("no slot was free in time"),
+            )
+            .with_reason("queue_timeout")
+            .with_fix("try again later; the daemon is at its concurrency limit"));
+        }
         let (stdout, stderr) = output(live);
         let mut report = match row
             .result
