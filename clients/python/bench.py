@@ -2,7 +2,8 @@
 
 - the overhead of ``Sandbox.run`` over running the same ``airlock run --json`` directly;
 - the latency of a ``@tool`` call under PERMISSIVE, SUBPROCESS and SANDBOXED;
-- with ``--url`` (an airlockd), ``Sandbox.run`` in daemon mode against local mode.
+- with ``--url`` (an airlockd), ``Sandbox.run`` in daemon mode against local mode, and an
+  MCP tool call over the daemon's ``/mcp`` (streamable HTTP) against ``airlock-mcp`` over stdio.
 
 Runs are interleaved so that both sides see the same machine state. Usage:
 ``python bench.py [--runs N] [--url unix:///path/airlockd.sock --api-key KEY]`` (default 40).
@@ -86,6 +87,59 @@ def bench_daemon(runs: int, url: str, api_key: str | None) -> None:
     print(f"{'daemon mode over local mode':<34} p50 {difference:+7.2f} ms")
 
 
+async def _mcp_latency(runs: int, url: str, api_key: str | None) -> dict[str, list[float]]:
+    """Both MCP transports open at once, calls interleaved: ``describe_policy`` (the protocol
+    and the server, no sandbox) and ``run_code`` of ``pass`` (a sandboxed Python run)."""
+    import contextlib
+
+    import httpx2
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from airlock import mcp_server_command
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    if url.startswith("unix://"):
+        transport = httpx2.AsyncHTTPTransport(uds=url.removeprefix("unix://"))
+        http = httpx2.AsyncClient(transport=transport, headers=headers, timeout=300)
+        endpoint = "http://localhost/mcp"
+    else:
+        http = httpx2.AsyncClient(headers=headers, timeout=300)
+        endpoint = url.rstrip("/") + "/mcp"
+    command, *args = mcp_server_command("untrusted")
+    samples: dict[str, list[float]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = {}
+        for name, streams in (
+            ("stdio", stdio_client(StdioServerParameters(command=command, args=args))),
+            ("http", streamable_http_client(endpoint, http_client=http)),
+        ):
+            read, write = await stack.enter_async_context(streams)
+            sessions[name] = await stack.enter_async_context(ClientSession(read, write))
+            await sessions[name].initialize()
+        calls = [("describe_policy", {}), ("run_code", {"code": "pass"})]
+        for i in range(runs + 2):
+            order = list(sessions.items()) if i % 2 else list(reversed(sessions.items()))
+            for transport_name, session in order:
+                for tool_name, arguments in calls:
+                    start = time.perf_counter()
+                    result = await session.call_tool(tool_name, arguments)
+                    elapsed = (time.perf_counter() - start) * 1000
+                    assert not result.is_error, result
+                    if i >= 2:  # the first two rounds warm both servers
+                        samples.setdefault(f"{tool_name} over {transport_name}", []).append(elapsed)
+    await http.aclose()
+    return samples
+
+
+def bench_mcp(runs: int, url: str, api_key: str | None) -> None:
+    import asyncio
+
+    for name, samples in asyncio.run(_mcp_latency(runs, url, api_key)).items():
+        print(summary(f"MCP {name}", samples))
+
+
 def bench_tools(runs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -118,6 +172,7 @@ def main() -> None:
     bench_tools(runs)
     if args.url:
         bench_daemon(runs, args.url, args.api_key)
+        bench_mcp(runs, args.url, args.api_key)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,10 @@ allowlist = ["**.example.com"]
 min_isolation = "process"
 memory = "1GiB"
 wall_time = "10m"
+
+[[tenants]]
+name = "other"
+keys = [{{ name = "other", hash = "{other_hash}" }}]
 """
 
 
@@ -124,6 +128,8 @@ class Airlockd:
     proc: subprocess.Popen[bytes]
     cgroup_parent: str
     tls_listen: str
+    #: A key of another tenant, to check that tenants cannot reach each other's things.
+    other_key: str = ""
 
     @property
     def https_url(self) -> str:
@@ -190,6 +196,7 @@ def _start_airlockd(binary: str, tools: Path) -> Airlockd:
     _self_signed(root / "tls")
     tls_listen = f"127.0.0.1:{_free_port()}"
     key, hashed = _new_key()
+    other_key, other_hash = _new_key()
     cgroup_parent = root.name.replace(".", "-")
     config = root / "airlockd.toml"
     config.write_text(
@@ -197,6 +204,7 @@ def _start_airlockd(binary: str, tools: Path) -> Airlockd:
             root=root,
             airlock=_cli.find_binary("airlock"),
             hash=hashed,
+            other_hash=other_hash,
             cgroup_parent=cgroup_parent,
             tools=tools,
             tls_listen=tls_listen,
@@ -210,7 +218,9 @@ def _start_airlockd(binary: str, tools: Path) -> Airlockd:
             stderr=log,
             env={**os.environ, "AIRLOCKD_LOG": "info"},
         )
-    daemon = Airlockd(root, root / "run" / "airlockd.sock", key, proc, cgroup_parent, tls_listen)
+    daemon = Airlockd(
+        root, root / "run" / "airlockd.sock", key, proc, cgroup_parent, tls_listen, other_key
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import Airlockd
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 PAGES = ["python.md", "mcp.md"]
@@ -32,12 +33,31 @@ def workdir(shared_dir: Path) -> Path:
     return shared_dir
 
 
+def _daemon_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """What a block that talks to airlockd's /mcp reads: a started daemon's URL and key, and
+    its certificate as the trust store."""
+    daemon: Airlockd = request.getfixturevalue("airlockd")
+    return {
+        "AIRLOCK_MCP_URL": f"{daemon.https_url}/mcp",
+        "AIRLOCK_API_KEY": daemon.key,
+        "SSL_CERT_FILE": str(daemon.ca_file),
+    }
+
+
 @pytest.mark.parametrize(("where", "code"), blocks("python"), ids=lambda v: str(v)[:20])
-def test_python_block_runs(where: str, code: str, workdir: Path) -> None:
+def test_python_block_runs(
+    where: str, code: str, workdir: Path, request: pytest.FixtureRequest
+) -> None:
     script = workdir / "snippet.py"
     script.write_text(code)
+    env = {**os.environ, **(_daemon_env(request) if "AIRLOCK_MCP_URL" in code else {})}
     done = subprocess.run(
-        [sys.executable, str(script)], cwd=workdir, capture_output=True, text=True, timeout=300
+        [sys.executable, str(script)],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, f"{where}:\n{code}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
 

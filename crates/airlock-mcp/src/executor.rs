@@ -57,6 +57,8 @@ pub enum FailureKind {
     Busy,
     /// The sandbox could not be set up on this host.
     SandboxError,
+    /// The client cancelled the request; its run was stopped.
+    Cancelled,
 }
 
 impl std::fmt::Display for FailureKind {

@@ -295,7 +295,7 @@ impl Executor for LocalExecutor {
 
 /// The backend the policy selects here and the layers it puts in force, from the library's dry
 /// run of a run under this policy (each run's result lists those actually in force).
-fn expected_isolation(policy: &Policy, options: &SandboxOptions) -> (Value, Value) {
+pub fn expected_isolation(policy: &Policy, options: &SandboxOptions) -> (Value, Value) {
     let program = policy
         .allowed_programs
         .as_ref()

@@ -8,7 +8,8 @@ use base64::Engine;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{tool, tool_handler, tool_router, ServerHandler};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, RoleServer, ServerHandler};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -98,20 +99,28 @@ impl AirlockMcp {
     #[tool(
         description = "Run source code with an interpreter (python by default) in the sandbox. Returns JSON: status, exit_code, stdout, stderr, limits_hit, isolation, network."
     )]
-    async fn run_code(&self, Parameters(args): Parameters<RunCodeArgs>) -> CallToolResult {
+    async fn run_code(
+        &self,
+        Parameters(args): Parameters<RunCodeArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let program = Program::Code {
             language: args.language,
             code: args.code,
         };
-        self.run(program, None, args.session_id).await
+        self.run(program, None, args.session_id, context).await
     }
 
     #[tool(
         description = "Run a command (argv) in the sandbox, optionally with stdin. Returns JSON: status, exit_code, stdout, stderr, limits_hit, isolation, network."
     )]
-    async fn run_command(&self, Parameters(args): Parameters<RunCommandArgs>) -> CallToolResult {
+    async fn run_command(
+        &self,
+        Parameters(args): Parameters<RunCommandArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let stdin = args.stdin.map(String::into_bytes);
-        self.run(Program::Command(args.argv), stdin, args.session_id)
+        self.run(Program::Command(args.argv), stdin, args.session_id, context)
             .await
     }
 
@@ -181,13 +190,22 @@ impl AirlockMcp {
         program: Program,
         stdin: Option<Vec<u8>>,
         session: Option<String>,
+        context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let request = RunRequest {
             program,
             stdin,
             session,
         };
-        match self.executor.run(request).await {
+        // rmcp keeps running a handler whose request the client cancelled (or whose session
+        // ended) and only signals it: dropping the executor's future stops the run.
+        let outcome = tokio::select! {
+            outcome = self.executor.run(request) => outcome,
+            () = context.ct.cancelled() => {
+                Err(Failure::new(FailureKind::Cancelled, "the client cancelled the request"))
+            }
+        };
+        match outcome {
             Ok(report) => ok(report),
             Err(failure) => refused(&failure),
         }

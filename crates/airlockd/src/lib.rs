@@ -13,6 +13,7 @@ pub mod config;
 pub mod daemon;
 pub mod engine;
 pub mod error;
+pub mod mcp;
 pub mod metrics;
 pub mod recovery;
 pub mod resolve;

@@ -128,7 +128,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let daemon = Daemon::start(config.clone()).await?;
-    let app = airlockd::api::router(Arc::clone(&daemon), None);
+    let mcp = airlockd::mcp::McpHttp::new(Arc::clone(&daemon), config.mcp.allowed_origins.clone());
+    let mcp_router = config.mcp.enabled.then(|| ("/mcp", mcp.router()));
+    let app = airlockd::api::router(Arc::clone(&daemon), mcp_router);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn({
         let config = config.clone();
@@ -142,6 +144,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     // Keep serving reads while draining: clients wait for results and stream events.
     daemon.shutdown().await;
+    mcp.shutdown();
     let _ = stop_tx.send(true);
     tokio::time::sleep(Duration::from_millis(100)).await;
     daemon.store.close().await;

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from airlock._cli import AirlockError, AirlockNotFound, find_binary
 from airlock._daemon import DaemonError
-from airlock._workspace import Files, WorkspaceError
+from airlock._workspace import AsyncFiles, Files, WorkspaceError
 from airlock.result import ErrorKind, Event, Exit, Result, Status, Stderr, Stdout
 from airlock.sandbox import AsyncSandbox, AsyncSession, Sandbox, Session
 from airlock.tools import (
@@ -38,6 +38,7 @@ def mcp_server_command(profile: str = "untrusted", *extra: str) -> list[str]:
 __all__ = [
     "AirlockError",
     "AirlockNotFound",
+    "AsyncFiles",
     "AsyncSandbox",
     "AsyncSession",
     "DaemonError",

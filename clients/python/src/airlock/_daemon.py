@@ -401,7 +401,7 @@ async def afollow(
     """:func:`follow` for asyncio; a cancelled task cancels the run."""
     async with daemon.async_client() as client:
         try:
-            created = await _acreate(client, path, body)
+            created = await _acreate(client, path, json=body)
         except httpx.HTTPError as e:
             raise unreachable(daemon, e) from e
         if created.status_code not in _CREATED:
@@ -415,12 +415,11 @@ async def afollow(
         yield follower.exit()
 
 
-async def _acreate(
-    client: httpx.AsyncClient, path: str, body: Mapping[str, object]
-) -> httpx.Response:
-    """Creates the run. A task cancelled while the daemon answers (the run may already be
-    running) still learns the run's id, and cancels the run before it stops."""
-    post = asyncio.ensure_future(client.post(path, json=body))
+async def _acreate(client: httpx.AsyncClient, path: str, **request: Any) -> httpx.Response:
+    """Creates the run (``request``: the body, as ``json=`` or ``files=``). A task cancelled
+    while the daemon answers (the run may already be running) still learns the run's id, and
+    cancels the run before it stops."""
+    post = asyncio.ensure_future(client.post(path, **request))
     try:
         return await asyncio.shield(post)
     except asyncio.CancelledError:

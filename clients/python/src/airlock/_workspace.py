@@ -11,6 +11,7 @@ replaced itself, never followed).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -196,20 +197,11 @@ class RemoteFiles:
                 response = client.request(method, self._url(text), content=content)
         except httpx.HTTPError as e:
             raise _daemon.unreachable(self._daemon, e) from e
-        if response.status_code >= 400:
-            error = _daemon.daemon_error(response)
-            reason = _remote_reason(response.status_code, error.kind, error.fix)
-            raise WorkspaceError(text, reason, error.message)
-        return response
+        return _checked(response, text)
 
     def read(self, path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
         text = os.fspath(path)
-        response = self._request("GET", text)
-        if response.headers.get("content-type", "").startswith("application/json"):
-            raise WorkspaceError(text, "not_a_regular_file", "a directory: list it instead")
-        if len(response.content) > max_bytes:
-            raise WorkspaceError(text, "too_large", f"larger than {max_bytes} bytes")
-        return response.content
+        return _content(self._request("GET", text), text, max_bytes)
 
     def read_text(self, path: str | os.PathLike[str], encoding: str = "utf-8") -> str:
         return self.read(path).decode(encoding)
@@ -221,11 +213,76 @@ class RemoteFiles:
 
     def list(self, path: str | os.PathLike[str] = ".") -> list[str]:
         text = os.fspath(path)
-        listing = self._request("GET", text).json()
-        if not isinstance(listing, dict) or "entries" not in listing:
-            raise WorkspaceError(text, "not_a_directory", "a file: read it instead")
-        return sorted(str(entry["name"]) for entry in listing["entries"])
+        return _names(self._request("GET", text), text)
 
     def remove(self, path: str | os.PathLike[str]) -> None:
         """Removes a file or an empty directory."""
         self._request("DELETE", os.fspath(path))
+
+
+def _checked(response: httpx.Response, text: str) -> httpx.Response:
+    if response.status_code >= 400:
+        error = _daemon.daemon_error(response)
+        reason = _remote_reason(response.status_code, error.kind, error.fix)
+        raise WorkspaceError(text, reason, error.message)
+    return response
+
+
+def _content(response: httpx.Response, text: str, max_bytes: int) -> bytes:
+    if response.headers.get("content-type", "").startswith("application/json"):
+        raise WorkspaceError(text, "not_a_regular_file", "a directory: list it instead")
+    if len(response.content) > max_bytes:
+        raise WorkspaceError(text, "too_large", f"larger than {max_bytes} bytes")
+    return response.content
+
+
+def _names(response: httpx.Response, text: str) -> list[str]:
+    listing = response.json()
+    if not isinstance(listing, dict) or "entries" not in listing:
+        raise WorkspaceError(text, "not_a_directory", "a file: read it instead")
+    return sorted(str(entry["name"]) for entry in listing["entries"])
+
+
+class AsyncFiles:
+    """The files of an :class:`~airlock.AsyncSession` for asyncio, with the same refusals as
+    :class:`Files`: in daemon mode each call is a request on an ``httpx.AsyncClient``; in
+    local mode the descriptor-walking :class:`Files` runs in a worker thread."""
+
+    def __init__(self, files: Files | RemoteFiles) -> None:
+        self._files = files
+
+    async def _request(
+        self, remote: RemoteFiles, method: str, text: str, content: bytes | None = None
+    ) -> httpx.Response:
+        daemon = remote._daemon
+        try:
+            async with daemon.async_client() as client:
+                response = await client.request(method, remote._url(text), content=content)
+        except httpx.HTTPError as e:
+            raise _daemon.unreachable(daemon, e) from e
+        return _checked(response, text)
+
+    async def read(
+        self, path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> bytes:
+        text = os.fspath(path)
+        if isinstance(self._files, RemoteFiles):
+            return _content(await self._request(self._files, "GET", text), text, max_bytes)
+        return await asyncio.to_thread(self._files.read, text, max_bytes=max_bytes)
+
+    async def read_text(self, path: str | os.PathLike[str], encoding: str = "utf-8") -> str:
+        return (await self.read(path)).decode(encoding)
+
+    async def write(self, path: str | os.PathLike[str], data: bytes | str) -> int:
+        text = os.fspath(path)
+        if isinstance(self._files, RemoteFiles):
+            payload = data.encode() if isinstance(data, str) else bytes(data)
+            await self._request(self._files, "PUT", text, payload)
+            return len(payload)
+        return await asyncio.to_thread(self._files.write, text, data)
+
+    async def list(self, path: str | os.PathLike[str] = ".") -> list[str]:
+        text = os.fspath(path)
+        if isinstance(self._files, RemoteFiles):
+            return _names(await self._request(self._files, "GET", text), text)
+        return await asyncio.to_thread(self._files.list, text)

@@ -29,7 +29,7 @@ import httpx
 
 from airlock import _cli, _daemon
 from airlock._options import Duration, Options, Prepared, Size, options_from, prepare
-from airlock._workspace import Files, RemoteFiles
+from airlock._workspace import AsyncFiles, Files, RemoteFiles
 from airlock.result import Event, Exit, Result, Stderr, Stdout, cli_error_line, parse_result
 
 #: Bytes of streamed stderr kept to explain a failure.
@@ -447,7 +447,7 @@ def sandbox_owner(binary: str, profile: str) -> tuple[int, int] | None:
 class _SessionBase:
     """A workspace: a local directory, or a session of the daemon (``id``)."""
 
-    def __init__(self, sandbox: _SandboxBase) -> None:
+    def __init__(self, sandbox: _SandboxBase, open_remote: bool = True) -> None:
         self._closed = False
         #: The local workspace directory (local mode).
         self.workdir: Path | None = None
@@ -457,14 +457,18 @@ class _SessionBase:
         #: Read and write files of the workspace (``files.write``, ``files.read``, ``files.list``).
         self.files: Files | RemoteFiles
         if sandbox.daemon is not None:
-            self.id = _open_remote_session(sandbox.daemon, sandbox.options)
-            self.files = RemoteFiles(sandbox.daemon, self.id)
+            if open_remote:
+                self._opened(sandbox.daemon, _open_remote_session(sandbox.daemon, sandbox.options))
         else:
             owner = sandbox_owner(sandbox.binary, sandbox.options.profile_ref())
             self.workdir = Path(tempfile.mkdtemp(prefix="airlock-session-"))
             if owner is not None:
                 os.chown(self.workdir, *owner)
             self.files = Files(self.workdir, owner)
+
+    def _opened(self, daemon: _daemon.Daemon, session_id: str) -> None:
+        self.id = session_id
+        self.files = RemoteFiles(daemon, session_id)
 
     def _runs_in_workspace(self, sandbox: _SandboxBase) -> None:
         """Points ``sandbox`` (a copy of the session's) at the workspace."""
@@ -504,7 +508,43 @@ def _close_remote_session(daemon: _daemon.Daemon, session_id: str) -> None:
     """Ends the daemon's session (its runs are cancelled, its workspace removed). A daemon
     that cannot be reached ends it itself after its idle timeout."""
     with contextlib.suppress(httpx.HTTPError), daemon.client() as client:
-        client.delete(f"/v1/sessions/{quote(session_id, safe='')}")
+        client.delete(_session_path(session_id))
+
+
+def _session_path(session_id: str) -> str:
+    return f"/v1/sessions/{quote(session_id, safe='')}"
+
+
+async def _aopen_remote_session(daemon: _daemon.Daemon, options: Options) -> str:
+    """:func:`_open_remote_session` for asyncio. A task cancelled while the daemon answers
+    still learns the session's id and ends the session before it stops."""
+    why = _daemon.unsupported(options)
+    if why:
+        raise _daemon.DaemonError("unsupported", why)
+    async with daemon.async_client() as client:
+        post = asyncio.ensure_future(
+            client.post("/v1/sessions", json=_daemon.session_request(options))
+        )
+        try:
+            response = await asyncio.shield(post)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                created = await asyncio.wait_for(post, _daemon.REQUEST_TIMEOUT)
+                if created.status_code in (200, 201):
+                    await client.delete(_session_path(str(created.json()["id"])))
+            raise
+        except httpx.HTTPError as e:
+            raise _daemon.unreachable(daemon, e) from e
+    if response.status_code not in (200, 201):
+        raise _daemon.daemon_error(response)
+    return str(response.json()["id"])
+
+
+async def _aclose_remote_session(daemon: _daemon.Daemon, session_id: str) -> None:
+    """:func:`_close_remote_session` for asyncio."""
+    with contextlib.suppress(httpx.HTTPError):
+        async with daemon.async_client() as client:
+            await client.delete(_session_path(session_id))
 
 
 class Session(_SessionBase):
@@ -532,25 +572,57 @@ class Session(_SessionBase):
 
 
 class AsyncSession(_SessionBase):
-    """:class:`Session` for asyncio (file operations, and in daemon mode creating and closing
-    the session, stay synchronous: each is one short local operation or request)."""
+    """:class:`Session` for asyncio. In daemon mode the session is opened on the daemon by
+    ``async with`` (or :meth:`open`, or the first run) and ended by leaving it (or
+    :meth:`aclose`), each an ``httpx.AsyncClient`` request; ``afiles`` moves files without
+    blocking the event loop (``files`` stays the synchronous view)."""
 
     def __init__(self, sandbox: AsyncSandbox) -> None:
-        super().__init__(sandbox)
+        super().__init__(sandbox, open_remote=False)
         self.sandbox = copy.copy(sandbox)
-        self._runs_in_workspace(self.sandbox)
+        self._options = sandbox.options
+        self._opening = asyncio.Lock()  # runs started together open one session
+        #: The workspace's files as coroutines (``await afiles.write(...)``, ``.read``, ``.list``).
+        self.afiles: AsyncFiles
+        if self._daemon is None:
+            self._runs_in_workspace(self.sandbox)
+            self.afiles = AsyncFiles(self.files)
+
+    async def open(self) -> AsyncSession:
+        """Opens the daemon's session (nothing to do in local mode or once open)."""
+        async with self._opening:
+            if self._daemon is not None and self.id is None and not self._closed:
+                session_id = await _aopen_remote_session(self._daemon, self._options)
+                self._opened(self._daemon, session_id)
+                self._runs_in_workspace(self.sandbox)
+                self.afiles = AsyncFiles(self.files)
+        return self
 
     async def run(self, argv: Sequence[str], **kwargs: Any) -> Result:
+        await self.open()
         return await self.sandbox.run(argv, **kwargs)
 
     async def run_code(self, code: str, language: str = "python", **kwargs: Any) -> Result:
+        await self.open()
         return await self.sandbox.run_code(code, language, **kwargs)
 
-    def stream(self, argv: Sequence[str], **kwargs: Any) -> AsyncGenerator[Event, None]:
-        return self.sandbox.stream(argv, **kwargs)
+    async def stream(self, argv: Sequence[str], **kwargs: Any) -> AsyncGenerator[Event, None]:
+        await self.open()
+        async with contextlib.aclosing(self.sandbox.stream(argv, **kwargs)) as events:
+            async for event in events:
+                yield event
+
+    async def aclose(self) -> None:
+        """Removes the workspace; in daemon mode ends the session without blocking."""
+        if self._daemon is None or self.id is None:
+            self.close()
+            return
+        if not self._closed:
+            self._closed = True
+            await _aclose_remote_session(self._daemon, self.id)
 
     async def __aenter__(self) -> AsyncSession:
-        return self
+        return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
-        self.close()
+        await self.aclose()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airlock import _cli
+from airlock import _cli, _daemon, _remote_worker
 from airlock._options import Duration, Size, options_from, prepare
 from airlock.result import Status, cli_error_line
 
@@ -99,6 +99,8 @@ class WorkerRuntime:
         allow_degraded: bool = False,
         no_cgroup: bool = False,
         binary: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.options = options_from(
             profile,
@@ -124,6 +126,13 @@ class WorkerRuntime:
             if value is not None
         ]
         self._binary = binary
+        self._remote_caps: dict[str, Size | None] = {
+            "max_output_bytes": max_output_bytes,
+            "max_output_files": max_output_files,
+            "max_file_bytes": max_file_bytes,
+        }
+        #: The daemon jobs go to (``url=`` or ``AIRLOCK_URL``); None runs them locally.
+        self.daemon = _daemon.Daemon.configured(url, api_key)
 
     def run(
         self,
@@ -137,8 +146,41 @@ class WorkerRuntime:
     ) -> WorkerResult:
         """Stages ``inputs`` as ``in/NAME``, ``options`` as ``options.json``, runs ``worker``
         (a Python file) and returns its ``out/`` as bytes. Callbacks run as events arrive."""
+        if self.daemon is not None:
+            return self._run_remote(
+                self.daemon, Path(worker), inputs or {}, options, args, on_progress, on_log
+            )
         with self._job(worker, inputs or {}, options, args) as (argv, out_dir):
             return _drive(argv, out_dir, on_progress, on_log)
+
+    def _run_remote(
+        self,
+        daemon: _daemon.Daemon,
+        script: Path,
+        inputs: Mapping[str, bytes],
+        options: Any,
+        args: Sequence[str],
+        on_progress: Callable[[Progress], None] | None,
+        on_log: Callable[[str], None] | None,
+    ) -> WorkerResult:
+        """The job through the daemon (see ``_remote_worker``), as the same WorkerResult."""
+        job = self._remote_request(script, options, args)
+        if not isinstance(job, _remote_worker.RemoteJob):
+            job = _remote_worker.run(daemon, job, inputs, *_callbacks(on_progress, on_log))
+        return _remote_result(job)
+
+    def _remote_request(
+        self, script: Path, options: Any, args: Sequence[str]
+    ) -> dict[str, object] | _remote_worker.RemoteJob:
+        """The daemon's WorkerRequest, or the refusal of options a daemon cannot take."""
+        why = _daemon.unsupported(self.options)
+        if self._remote_caps["max_file_bytes"] is not None:
+            why = "max_file_bytes: the daemon's operator sets it (sessions.max_file_bytes)"
+        if why:
+            return _remote_worker.refused("unsupported", why)
+        return _remote_worker.request(
+            self.options, self.python, script, options, args, self._remote_caps
+        )
 
     async def arun(
         self,
@@ -150,9 +192,18 @@ class WorkerRuntime:
         on_log: Callable[[str], None] | None = None,
         args: Sequence[str] = (),
     ) -> WorkerResult:
-        """:meth:`run` in a worker thread, for asyncio (callbacks run in that thread)."""
+        """:meth:`run` for asyncio: in daemon mode on ``httpx.AsyncClient`` (a cancelled task
+        cancels the job on the daemon; callbacks run in the event loop), locally in a worker
+        thread (callbacks run in that thread)."""
         import asyncio
 
+        if self.daemon is not None:
+            job = self._remote_request(Path(worker), options, args)
+            if not isinstance(job, _remote_worker.RemoteJob):
+                job = await _remote_worker.arun(
+                    self.daemon, job, inputs or {}, *_callbacks(on_progress, on_log)
+                )
+            return _remote_result(job)
         return await asyncio.to_thread(
             self.run, worker, inputs, options, on_progress, on_log=on_log, args=args
         )
@@ -188,6 +239,25 @@ class WorkerRuntime:
                 prepared.cleanup()
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def _callbacks(
+    on_progress: Callable[[Progress], None] | None, on_log: Callable[[str], None] | None
+) -> tuple[Callable[[float, str | None], None], Callable[[str], None]]:
+    def progress(fraction: float, message: str | None) -> None:
+        if on_progress is not None:
+            on_progress(Progress(fraction, message))
+
+    def log(message: str) -> None:
+        if on_log is not None:
+            on_log(message)
+
+    return progress, log
+
+
+def _remote_result(job: _remote_worker.RemoteJob) -> WorkerResult:
+    progress = [Progress(fraction, message) for fraction, message in job.progress]
+    return _result(job.final, job.outputs, progress, job.logs, job.bad_lines, job.stderr)
 
 
 def _stage(stage: Path, inputs: Mapping[str, bytes], options: Any) -> list[str]:
@@ -244,7 +314,7 @@ def _drive(
         _cli.stop(proc)
         reader.join()
     text = stderr.decode("utf-8", "replace")
-    return _result(final, out_dir, progress, logs, bad, text)
+    return _result(final, _outputs(out_dir), progress, logs, bad, text)
 
 
 def _collect(pipe: Any, buffer: bytearray) -> None:
@@ -295,7 +365,7 @@ def _failure(final: Mapping[str, Any], stderr: str) -> WorkerFailure | None:
 
 def _result(
     final: Mapping[str, Any],
-    out_dir: Path,
+    outputs: dict[str, bytes],
     progress: list[Progress],
     logs: list[str],
     bad: list[str],
@@ -306,7 +376,7 @@ def _result(
         success=bool(final.get("success")),
         status=Status(final.get("status", "sandbox_error")),
         exit_code=final.get("exit_code"),
-        outputs=_outputs(out_dir),
+        outputs=outputs,
         progress=progress,
         logs=logs,
         bad_lines=bad,

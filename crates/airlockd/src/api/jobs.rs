@@ -92,7 +92,12 @@ async fn submit_worker(
         max_file_bytes: daemon.config.sessions.max_file_bytes.0,
         ..IngestLimits::default()
     };
+    let program_files = program_files(daemon, &request.program_files)?;
     let mut stored = serde_json::to_value(&request).unwrap_or_default();
+    if !daemon.config.store.keep_file_contents {
+        let names: Vec<_> = program_files.iter().map(|(name, _)| name).collect();
+        stored["program_files"] = serde_json::json!(names);
+    }
     if !daemon.config.store.keep_env_values {
         stored["env"] = serde_json::json!(request.env.keys().collect::<Vec<_>>());
     }
@@ -120,10 +125,43 @@ async fn submit_worker(
         options: request.options.clone(),
         ingest,
         job: job_spec(&resolved),
+        program_files,
     });
     let job = prepare::job(daemon, caller, record, priority, resolved, work);
     let wait = prepare::wait_time(daemon, request.wait);
     prepare::submit(daemon, prepare::Prepared { job, wait }).await
+}
+
+/// The request's program files, decoded: plain file names, each within the file limit.
+fn program_files(
+    daemon: &Daemon,
+    files: &[super::types::FileInput],
+) -> Result<Vec<(String, Vec<u8>)>, ApiError> {
+    let max = daemon.config.sessions.max_file_bytes.0;
+    let mut decoded: Vec<(String, Vec<u8>)> = Vec::new();
+    for file in files {
+        airlock::worker::validate_input_name(&file.path).map_err(|e| {
+            ApiError::bad_request(
+                e.to_string(),
+                "name each program file with a plain file name",
+            )
+        })?;
+        if decoded.iter().any(|(name, _)| *name == file.path) {
+            return Err(ApiError::bad_request(
+                format!("program file {:?} is sent twice", file.path),
+                "give each program file a distinct name",
+            ));
+        }
+        let bytes = prepare::file_bytes(file)?;
+        if bytes.len() as u64 > max {
+            return Err(ApiError::too_large(
+                format!("program file {:?} is over {max} bytes", file.path),
+                "send smaller files; the limit is sessions.max_file_bytes",
+            ));
+        }
+        decoded.push((file.path.clone(), bytes));
+    }
+    Ok(decoded)
 }
 
 fn job_spec(resolved: &Resolved) -> WorkspaceSpec {
@@ -329,7 +367,11 @@ async fn call_response(
         Submitted::New(live) => live,
         Submitted::Existing(row) => return Ok(prepare::run_response(&row, false)),
     };
+    // A caller that goes away while the daemon holds its request (a cancelled task, a
+    // closed connection) has no run id to cancel: its call stops with the request.
+    let guard = crate::engine::StopOnDrop::new(&live);
     live.wait_done(wait).await;
+    guard.disarm();
     let row = daemon
         .store
         .run(&live.id)

@@ -4,10 +4,10 @@
 mod dashboard;
 pub mod extract;
 mod jobs;
-mod prepare;
+pub(crate) mod prepare;
 mod proxy;
 mod runs;
-mod sessions;
+pub(crate) mod sessions;
 mod stream;
 mod system;
 pub mod types;
@@ -45,6 +45,7 @@ pub use proxy::FORWARDED;
         jobs::worker, jobs::call,
         system::capabilities, system::queue, system::audit, system::verify_audit,
         system::healthz, system::metrics,
+        crate::mcp::doc::post, crate::mcp::doc::get, crate::mcp::doc::delete,
     ),
     modifiers(&Security),
     security(("bearer" = []), ("api_key" = [])),
@@ -54,6 +55,7 @@ pub use proxy::FORWARDED;
         (name = "workers", description = "Worker jobs with input and output files"),
         (name = "calls", description = "Python tool calls with typed errors as results"),
         (name = "system", description = "Capabilities, queue, audit, health, metrics"),
+        (name = "mcp", description = "The Model Context Protocol over streamable HTTP: airlock's tools for agents"),
     )
 )]
 pub struct ApiDoc;

@@ -189,24 +189,27 @@ fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), Api
 pub fn write_files(workspace: &Workspace, files: &[FileInput]) -> Result<(), ApiError> {
     for file in files {
         let path = SafePath::parse(&file.path).map_err(|e| file_error(&e))?;
-        let bytes = match (&file.content, &file.content_base64) {
-            (Some(text), None) => text.as_bytes().to_vec(),
-            (None, Some(b64)) => decode_base64(b64, "files[].content_base64")?,
-            _ => {
-                return Err(ApiError::bad_request(
-                    format!(
-                        "file {:?} needs exactly one of `content` and `content_base64`",
-                        file.path
-                    ),
-                    "give the content as text or as base64",
-                ))
-            }
-        };
+        let bytes = file_bytes(file)?;
         workspace
             .write_file(&path, &bytes)
             .map_err(|e| file_error(&e))?;
     }
     Ok(())
+}
+
+/// A sent file's bytes, from `content` or `content_base64`.
+pub fn file_bytes(file: &FileInput) -> Result<Vec<u8>, ApiError> {
+    match (&file.content, &file.content_base64) {
+        (Some(text), None) => Ok(text.as_bytes().to_vec()),
+        (None, Some(b64)) => decode_base64(b64, "files[].content_base64"),
+        _ => Err(ApiError::bad_request(
+            format!(
+                "file {:?} needs exactly one of `content` and `content_base64`",
+                file.path
+            ),
+            "give the content as text or as base64",
+        )),
+    }
 }
 
 /// The API error for a workspace file problem.

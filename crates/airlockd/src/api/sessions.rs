@@ -39,17 +39,23 @@ pub async fn create(
     Caller(caller): Caller,
     ApiJson(request): ApiJson<SessionRequest>,
 ) -> Result<Response, ApiError> {
+    let row = open(&daemon, &caller, &request).await?;
+    Ok((StatusCode::CREATED, Json(SessionView::from_row(&row))).into_response())
+}
+
+/// Creates a session of the caller's tenant within its ceiling and the daemon's caps (also
+/// what the MCP tool `session_create` does).
+pub(crate) async fn open(
+    daemon: &Daemon,
+    caller: &Principal,
+    request: &SessionRequest,
+) -> Result<SessionRow, ApiError> {
     if daemon.engine.is_draining() {
         return Err(ApiError::shutting_down());
     }
-    let resolved = prepare::policy(
-        &daemon,
-        &caller,
-        request.profile.as_deref(),
-        &request.policy,
-    )
-    .await?;
-    let new = session_terms(&daemon, &caller, &request, &resolved).await?;
+    let resolved =
+        prepare::policy(daemon, caller, request.profile.as_deref(), &request.policy).await?;
+    let new = session_terms(daemon, caller, request, &resolved).await?;
     let held = daemon
         .store
         .count_active_sessions(&caller.tenant.name)
@@ -74,7 +80,7 @@ pub async fn create(
         .create(new_id("ses"), new)
         .await
         .map_err(|e| ApiError::internal("cannot create the session", e))?;
-    Ok((StatusCode::CREATED, Json(SessionView::from_row(&row))).into_response())
+    Ok(row)
 }
 
 /// Idle timeout, lifetime and caps of a new session, within the daemon's maximums.
@@ -187,12 +193,16 @@ async fn visible_session(
 }
 
 /// Where an active session lives: here, or on another node.
-enum Place {
+pub(crate) enum Place {
     Here(Arc<LiveSession>),
     Elsewhere(String),
 }
 
-async fn active_session(daemon: &Daemon, caller: &Principal, id: &str) -> Result<Place, ApiError> {
+pub(crate) async fn active_session(
+    daemon: &Daemon,
+    caller: &Principal,
+    id: &str,
+) -> Result<Place, ApiError> {
     let row = visible_session(daemon, caller, id).await?;
     if row.status != "active" {
         return Err(ApiError::conflict(

@@ -222,6 +222,11 @@ pub struct WorkerRequest {
     #[schema(value_type = Option<String>)]
     pub max_output_bytes: Option<ByteSize>,
     pub max_output_files: Option<u64>,
+    /// Files written read-only into the directory on the program's `PYTHONPATH` that also
+    /// holds the worker helper `airlock_worker` (every worker gets it): e.g. the worker
+    /// module, run as `["python3", "-m", "NAME"]`. `path` is a plain file name.
+    #[serde(default)]
+    pub program_files: Vec<FileInput>,
 }
 
 /// The multipart form of `POST /v1/workers` (for the OpenAPI document).

@@ -37,6 +37,29 @@ pub struct Config {
     /// Directories of Python tools that `POST /v1/calls` may name, by toolset name.
     #[serde(default)]
     pub toolsets: BTreeMap<String, ToolsetConfig>,
+    /// The MCP server at `/mcp`.
+    #[serde(default)]
+    pub mcp: McpConfig,
+}
+
+/// The MCP server over streamable HTTP at `/mcp` (behind the same keys as the API).
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// Serve `/mcp` at all.
+    pub enabled: bool,
+    /// Browser origins (`scheme://host:port`) allowed to call `/mcp`; a request with any
+    /// other `Origin` is refused (403). Programs send no `Origin` and need no entry.
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            enabled: true,
+            allowed_origins: Vec::new(),
+        }
+    }
 }
 
 /// Listeners and request handling.

@@ -41,6 +41,8 @@ pub struct WorkerWork {
     pub options: serde_json::Value,
     pub ingest: IngestLimits,
     pub job: WorkspaceSpec,
+    /// Files for the worker's `PYTHONPATH` directory, beside the helper (see `worker_lib`).
+    pub program_files: Vec<(String, Vec<u8>)>,
 }
 
 /// A Python tool call.
@@ -310,16 +312,23 @@ fn count_setup_failure(engine: &Engine, reason: &str) {
 fn run_worker(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: WorkerWork) -> Ending {
     let dir = engine.paths.work.join(format!("job-{}", live.id));
     let workspace = Workspace::create(&dir, work.job).map(OwnedWorkspace);
-    let ending = match workspace {
-        Ok(workspace) => {
+    let lib = workspace.and_then(|workspace| {
+        let lib = super::worker_lib::install(&workspace.0.dir, &work.program_files)?;
+        Ok((workspace, lib))
+    });
+    let ending = match lib {
+        Ok((workspace, lib)) => {
             let mut job = WorkerJob::new(work.program, engine.paths.outputs.join(&live.id));
             job.inputs = work.inputs;
             job.options = work.options;
             job.env = work.env;
+            super::worker_lib::python_path(&lib, &mut job.env);
             job.ingest_limits = work.ingest;
             job.jobs_root = Some(workspace.0.dir.clone());
             job.cancel = Some(live.cancel.clone());
-            worker_ending(engine, live, resolved, &job)
+            let mut resolved = resolved.clone();
+            resolved.policy.filesystem.read_only.push(lib);
+            worker_ending(engine, live, &resolved, &job)
         }
         Err(e) => worker_failure(
             "worker_stage",

@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod events;
 mod execute;
+pub mod worker_lib;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -63,6 +64,29 @@ pub struct LiveRun {
     /// The run's record as stored at its end, so a caller that waited for it gets it without
     /// reading it back (unset when the store did not take it).
     recorded: OnceLock<RunRow>,
+}
+
+/// Stops a run when dropped: held by a caller waiting for the run, so that a caller that
+/// goes away (a closed connection, a cancelled MCP request) stops it instead of leaving it to
+/// its limits. [`StopOnDrop::disarm`] once the run has ended.
+pub struct StopOnDrop(Option<Arc<LiveRun>>);
+
+impl StopOnDrop {
+    pub fn new(live: &Arc<LiveRun>) -> StopOnDrop {
+        StopOnDrop(Some(Arc::clone(live)))
+    }
+
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(live) = self.0.take() {
+            live.stop(None);
+        }
+    }
 }
 
 #[derive(Debug, Default)]

@@ -1,0 +1,190 @@
+//! The MCP server over streamable HTTP at `/mcp`: airlock-mcp's tools (the same
+//! [`airlock_mcp::AirlockMcp`] that `airlock-mcp` serves over stdio) over a
+//! [`DaemonExecutor`], behind the API's keys.
+//!
+//! Every request needs a key, like every other endpoint. Each key gets an MCP service of its
+//! own (with its own `Mcp-Session-Id`s), so an MCP session belongs to the key that opened
+//! it: another key presenting that id is served by another service, which does not know it
+//! (404). The tools act as that key, within its tenant's ceiling. A request carrying an
+//! `Origin` (a browser) is refused with 403 unless `mcp.allowed_origins` lists it, as
+//! the MCP specification asks of servers to stop DNS-rebinding pages; `Host` is not checked
+//! (the key is what authorizes a request, and the daemon may be served under any name).
+//! Errors the transport answers itself (406, 415, an unknown session's 404) get the API's
+//! error shape from [`crate::error::uniform_errors`]; JSON-RPC errors stay JSON-RPC.
+
+mod executor;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::api::extract::Caller;
+use crate::auth::Principal;
+use crate::daemon::Daemon;
+use crate::error::ApiError;
+use airlock_mcp::AirlockMcp;
+pub use executor::DaemonExecutor;
+
+type McpService = StreamableHttpService<AirlockMcp, LocalSessionManager>;
+
+/// The `/mcp` endpoint's state: one MCP service per key, made on the key's first request.
+pub struct McpHttp {
+    daemon: Arc<Daemon>,
+    services: Mutex<HashMap<(String, String), McpService>>,
+    allowed_origins: Vec<String>,
+    stop: CancellationToken,
+}
+
+impl McpHttp {
+    pub fn new(daemon: Arc<Daemon>, allowed_origins: Vec<String>) -> Arc<McpHttp> {
+        Arc::new(McpHttp {
+            daemon,
+            services: Mutex::new(HashMap::new()),
+            allowed_origins,
+            stop: CancellationToken::new(),
+        })
+    }
+
+    /// The router to nest at `/mcp` (see [`crate::api::router`]).
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new().fallback(serve).with_state(Arc::clone(self))
+    }
+
+    /// Ends every MCP session and its open streams (the daemon is stopping).
+    pub fn shutdown(&self) {
+        self.stop.cancel();
+    }
+
+    fn service_for(&self, caller: &Principal) -> McpService {
+        let key = (caller.tenant.name.clone(), caller.key_name.clone());
+        let mut services = self.services.lock().unwrap_or_else(PoisonError::into_inner);
+        services
+            .entry(key)
+            .or_insert_with(|| self.new_service(caller))
+            .clone()
+    }
+
+    fn new_service(&self, caller: &Principal) -> McpService {
+        let executor = Arc::new(DaemonExecutor::new(
+            Arc::clone(&self.daemon),
+            caller.clone(),
+        ));
+        let mut config = StreamableHttpServerConfig::default()
+            .disable_allowed_hosts()
+            .with_allowed_origins(self.allowed_origins.clone())
+            .enforce_origin_validation()
+            .with_cancellation_token(self.stop.child_token());
+        config.max_request_body_bytes = self.daemon.config.server.max_body.0 as usize;
+        StreamableHttpService::new(
+            move || Ok(AirlockMcp::new(executor.clone())),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        )
+    }
+
+    fn origin_allowed(&self, request: &Request) -> bool {
+        let Some(origin) = request.headers().get(header::ORIGIN) else {
+            return true;
+        };
+        let origin = origin.to_str().unwrap_or_default();
+        self.allowed_origins.iter().any(|allowed| allowed == origin)
+    }
+}
+
+async fn serve(State(mcp): State<Arc<McpHttp>>, request: Request) -> Response {
+    if !mcp.origin_allowed(&request) {
+        mcp.daemon.metrics.deny("mcp_origin");
+        return ApiError::forbidden(
+            "requests from a browser origin are refused at /mcp",
+            "call /mcp from a program (no Origin header), or list the origin in mcp.allowed_origins of the daemon's configuration",
+        )
+        .into_response();
+    }
+    let (mut parts, body) = request.into_parts();
+    let caller = match Caller::from_request_parts(&mut parts, &mcp.daemon).await {
+        Ok(Caller(principal)) => principal,
+        Err(error) => return error.into_response(),
+    };
+    let service = mcp.service_for(&caller);
+    let ending = parts.method == Method::DELETE;
+    let request = Request::from_parts(parts, body);
+    let mut response = match service.oneshot(request).await {
+        Ok(response) => response.map(Body::new),
+        Err(never) => match never {},
+    };
+    // The session is ended when the DELETE is answered: say so with 200, which clients
+    // (the official SDK among them) expect, rather than rmcp's 202.
+    if ending && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
+}
+
+/// The OpenAPI description of `/mcp` (the transport itself is rmcp's; these functions only
+/// carry the documentation).
+pub mod doc {
+    #![allow(dead_code)]
+
+    use crate::error::ErrorBody;
+
+    /// Sends one JSON-RPC message of the Model Context Protocol (streamable HTTP transport).
+    /// `initialize` opens an MCP session (its id comes back in `Mcp-Session-Id`, to send with
+    /// every later request); tools: run_code, run_command, session_create, session_close,
+    /// file_read, file_write, describe_policy. The key's tenant ceiling decides what runs may
+    /// do. Send `Accept: application/json, text/event-stream`.
+    #[utoipa::path(
+        post, path = "/mcp", tag = "mcp",
+        request_body(content = Object, description = "A JSON-RPC 2.0 request or notification", content_type = "application/json"),
+        params(("Mcp-Session-Id" = Option<String>, Header, description = "The MCP session, from the answer to `initialize`")),
+        responses(
+            (status = 200, description = "The JSON-RPC answer, as JSON or as an SSE stream", content((Object = "application/json"), (String = "text/event-stream"))),
+            (status = 202, description = "A notification or response was accepted"),
+            (status = 400, description = "Not a JSON-RPC message, or no session id where one is needed", body = ErrorBody),
+            (status = 401, description = "No or unknown API key", body = ErrorBody),
+            (status = 403, description = "A browser Origin that the configuration does not allow", body = ErrorBody),
+            (status = 404, description = "No such MCP session for this key", body = ErrorBody),
+            (status = 406, description = "Accept does not list application/json and text/event-stream", body = ErrorBody),
+            (status = 413, description = "Body too large", body = ErrorBody),
+            (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
+        )
+    )]
+    pub fn post() {}
+
+    /// Opens the MCP session's SSE stream of server messages (`Accept: text/event-stream`).
+    #[utoipa::path(
+        get, path = "/mcp", tag = "mcp",
+        params(("Mcp-Session-Id" = String, Header, description = "The MCP session")),
+        responses(
+            (status = 200, description = "Server messages", content_type = "text/event-stream", body = String),
+            (status = 400, description = "No session id", body = ErrorBody),
+            (status = 401, description = "No or unknown API key", body = ErrorBody),
+            (status = 403, description = "A browser Origin that the configuration does not allow", body = ErrorBody),
+            (status = 404, description = "No such MCP session for this key", body = ErrorBody),
+            (status = 406, description = "Accept does not list text/event-stream", body = ErrorBody),
+        )
+    )]
+    pub fn get() {}
+
+    /// Ends the MCP session (runs in flight are cancelled; sessions made with session_create
+    /// stay until session_close or their idle timeout).
+    #[utoipa::path(
+        delete, path = "/mcp", tag = "mcp",
+        params(("Mcp-Session-Id" = String, Header, description = "The MCP session")),
+        responses(
+            (status = 200, description = "Ended"),
+            (status = 400, description = "No session id", body = ErrorBody),
+            (status = 401, description = "No or unknown API key", body = ErrorBody),
+            (status = 404, description = "No such MCP session for this key", body = ErrorBody),
+        )
+    )]
+    pub fn delete() {}
+}
