@@ -44,8 +44,13 @@ pub async fn create(
     headers: HeaderMap,
     ApiJson(request): ApiJson<RunRequest>,
 ) -> Result<Response, ApiError> {
+    let entered = std::time::Instant::now();
     let idempotency = prepare::idempotency_key(&headers)?;
     let prepared = prepare::run(&daemon, &caller, request, None, idempotency).await?;
+    tracing::debug!(
+        prepare_us = entered.elapsed().as_micros() as u64,
+        "prepared"
+    );
     prepare::submit(&daemon, prepared).await
 }
 

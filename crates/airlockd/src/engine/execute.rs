@@ -13,7 +13,7 @@ use airlock::{RunEvent, RunResult, Sandbox};
 use serde_json::json;
 
 use super::events::EventBody;
-use super::{Engine, Job, LiveRun, OwnedWorkspace, Work};
+use super::{Engine, Job, LiveRun, OwnedWorkspace, Step, Work};
 use crate::resolve::Resolved;
 use crate::store::{now_ms, AuditEntry, Ending};
 use crate::workspace::{Workspace, WorkspaceSpec};
@@ -52,7 +52,16 @@ pub struct CallWork {
     pub options: CallOptions,
 }
 
-pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticket: Ticket) {
+/// `admitted_running`: the run held its slot when it was submitted, and was recorded
+/// `running` then.
+pub(super) fn run_job(
+    engine: &Arc<Engine>,
+    live: &Arc<LiveRun>,
+    job: Job,
+    ticket: Ticket,
+    admitted_running: bool,
+) {
+    live.mark(Step::Thread);
     let waited = Instant::now();
     let slots = ticket.wait(&live.cancel);
     let queue = waited.elapsed();
@@ -64,18 +73,25 @@ pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticke
     let (ending, wall) = match slots {
         Ok(slots) => {
             let (started_ms, queue_ms) = (now_ms(), queue.as_millis() as i64);
-            live.mark_started(started_ms, queue_ms);
+            if !admitted_running {
+                live.mark_started(started_ms, queue_ms);
+            }
+            live.mark(Step::Slot);
             let started = Instant::now();
-            // Recorded without waiting: the run's start is not delayed by a store write, and
-            // the terminal write that follows only applies to a `queued` or `running` row.
-            let (store, id) = (engine.store.clone(), live.id.clone());
-            engine.runtime.spawn(async move {
-                if let Err(e) = store.mark_running(&id, started_ms, queue_ms).await {
-                    tracing::error!(run = %id, "cannot mark the run running: {e}");
-                }
-            });
+            // A run that waited is marked running without waiting: its start is not delayed
+            // by a store write, and the terminal write that follows only applies to a
+            // `queued` or `running` row. (One admitted at once was inserted `running`.)
+            if !admitted_running {
+                let (store, id) = (engine.store.clone(), live.id.clone());
+                engine.runtime.spawn(async move {
+                    if let Err(e) = store.mark_running(&id, started_ms, queue_ms).await {
+                        tracing::error!(run = %id, "cannot mark the run running: {e}");
+                    }
+                });
+            }
             let ending = execute(engine, live, &job.resolved, job.work);
             live.set_sandbox_time(started.elapsed());
+            live.mark(Step::SandboxDone);
             drop(slots);
             (ending, Some(started.elapsed()))
         }

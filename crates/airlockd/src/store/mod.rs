@@ -209,7 +209,7 @@ pub(crate) struct Conditions {
     binds: Vec<Bind>,
 }
 
-type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+pub(crate) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
 impl Conditions {
     /// Adds `condition`, whose one `?` stands for `bind`.

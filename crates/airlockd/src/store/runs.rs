@@ -3,7 +3,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{now_ms, Bind, Conditions, Store, StoreError, StoreResult};
+use super::{now_ms, AnyQuery, Bind, Conditions, Dialect, Store, StoreError, StoreResult};
 
 /// A run as admitted (status `queued`).
 #[derive(Debug, Clone)]
@@ -51,18 +51,20 @@ pub struct RunRow {
     pub wall_ms: Option<i64>,
 }
 
-/// Rows per INSERT statement: at most 7 parameters each, well within SQLite's 32,766 and
-/// PostgreSQL's 65,535.
+/// Rows per INSERT statement: at most 7 parameters each; a run's end writes at most one
+/// chunk of events and one of decisions with its 11 own (12,011), well within SQLite's 32,766
+/// and PostgreSQL's 65,535.
 const ROWS_PER_INSERT: usize = 1000;
 
 /// One INSERT of `rows` rows into `table (columns)`, numbered `$n` parameters (both databases
-/// read them). A row already stored (a retry after the status update failed) is skipped.
-fn rows_insert(table: &str, columns: &[&str], rows: usize) -> String {
+/// read them) after the first `skip`. A row already stored (a retry after the status update
+/// failed) is skipped.
+fn rows_insert(table: &str, columns: &[&str], rows: usize, skip: usize) -> String {
     let width = columns.len();
     let values: Vec<String> = (0..rows)
         .map(|row| {
             let params: Vec<String> = (1..=width)
-                .map(|i| format!("${}", row * width + i))
+                .map(|i| format!("${}", skip + row * width + i))
                 .collect();
             format!("({})", params.join(", "))
         })
@@ -108,6 +110,99 @@ fn decisions_of(report: Option<&serde_json::Value>) -> Vec<StoredDecision> {
             record: record.clone(),
         })
         .collect()
+}
+
+/// The terminal status of a run still `queued` or `running` ($1 to $11, see [`bind_ending`]).
+const END_RUN: &str = "UPDATE runs SET status = $2, backend = $3, result = $4, error = $5, \
+    outputs = $6, wall_ms = $7, ended_ms = $8, started_ms = COALESCE(started_ms, $9), \
+    queue_ms = COALESCE(queue_ms, $10), network = $11 \
+    WHERE id = $1 AND status IN ('queued', 'running')";
+
+/// Parameters of [`END_RUN`]; the rows' parameters follow them.
+const END_RUN_PARAMS: usize = 11;
+
+/// [`END_RUN`] with the inserts of `events` and `decisions` rows before it, as one request.
+fn finish_statement(dialect: Dialect, events: usize, decisions: usize) -> String {
+    let mut inserts = Vec::new();
+    if events > 0 {
+        inserts.push(rows_insert(
+            "run_events",
+            &EVENT_COLUMNS,
+            events,
+            END_RUN_PARAMS,
+        ));
+    }
+    if decisions > 0 {
+        let skip = END_RUN_PARAMS + events * EVENT_COLUMNS.len();
+        inserts.push(rows_insert(
+            "run_network",
+            &DECISION_COLUMNS,
+            decisions,
+            skip,
+        ));
+    }
+    if inserts.is_empty() {
+        return END_RUN.to_string();
+    }
+    match dialect {
+        // Statements run in order, each committed: the status last.
+        Dialect::Sqlite => format!("{}; {END_RUN}", inserts.join("; ")),
+        // Data-modifying WITH clauses run once, in the same statement and transaction.
+        Dialect::Postgres => {
+            let with: Vec<String> = inserts
+                .iter()
+                .enumerate()
+                .map(|(i, insert)| format!("rows{i} AS ({insert} RETURNING 1)"))
+                .collect();
+            format!("WITH {} {END_RUN}", with.join(", "))
+        }
+    }
+}
+
+fn bind_ending<'q>(query: AnyQuery<'q>, id: &str, ending: &Ending) -> AnyQuery<'q> {
+    query
+        .bind(id.to_string())
+        .bind(ending.status.clone())
+        .bind(ending.backend.clone())
+        .bind(text(&ending.result))
+        .bind(text(&ending.error))
+        .bind(text(&ending.outputs))
+        .bind(ending.wall_ms)
+        .bind(ending.ended_ms)
+        .bind(ending.started_ms)
+        .bind(ending.queue_ms)
+        .bind(text(&ending.network))
+}
+
+fn bind_events<'q>(mut query: AnyQuery<'q>, id: &str, events: &[StoredEvent]) -> AnyQuery<'q> {
+    for event in events {
+        query = query
+            .bind(id.to_string())
+            .bind(event.seq)
+            .bind(event.at_ms)
+            .bind(event.kind.clone())
+            .bind(event.data.to_string());
+    }
+    query
+}
+
+fn bind_decisions<'q>(
+    mut query: AnyQuery<'q>,
+    id: &str,
+    at_ms: i64,
+    decisions: &[StoredDecision],
+) -> AnyQuery<'q> {
+    for decision in decisions {
+        query = query
+            .bind(id.to_string())
+            .bind(decision.seq)
+            .bind(at_ms)
+            .bind(decision.decision.clone())
+            .bind(decision.reason.clone())
+            .bind(decision.host.clone())
+            .bind(decision.record.to_string());
+    }
+    query
 }
 
 /// Statuses after which nothing about a run changes.
@@ -243,10 +338,25 @@ impl Store {
     /// Records an admitted run, or returns the run an earlier request with the same
     /// idempotency key created.
     pub async fn insert_run(&self, run: &NewRun) -> StoreResult<Inserted> {
+        self.insert_run_as(run, None).await
+    }
+
+    /// As [`Store::insert_run`], for a run that holds its slot already: recorded `running`
+    /// from `started_ms`, in the same statement (no separate `mark_running`).
+    pub async fn insert_running(&self, run: &NewRun, started_ms: i64) -> StoreResult<Inserted> {
+        self.insert_run_as(run, Some(started_ms)).await
+    }
+
+    async fn insert_run_as(&self, run: &NewRun, started_ms: Option<i64>) -> StoreResult<Inserted> {
+        let status = if started_ms.is_some() {
+            "running"
+        } else {
+            "queued"
+        };
         let outcome = sqlx::query(
             "INSERT INTO runs (id, tenant, key_name, kind, session_id, node, status, priority, \
-             idempotency_key, request_hash, request, profile, policy, created_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, $11, $12, $13)",
+             idempotency_key, request_hash, request, profile, policy, created_ms, started_ms, queue_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $14, $7, $8, $9, $10, $11, $12, $13, $15, $16)",
         )
         .bind(&run.id)
         .bind(&run.tenant)
@@ -261,6 +371,9 @@ impl Store {
         .bind(run.profile.clone())
         .bind(text(&run.policy))
         .bind(run.created_ms)
+        .bind(status)
+        .bind(started_ms)
+        .bind(started_ms.map(|_| 0i64))
         .execute(self.pool())
         .await;
         match outcome {
@@ -309,75 +422,64 @@ impl Store {
         Ok(())
     }
 
-    /// Records how a run ended, with its events (and a gated run's network decisions). The
-    /// events go first and the terminal status last, each statement its own commit (two round
-    /// trips to the database, three for a gated run, not a transaction's four or more): a crash between them leaves a `running` record, which
-    /// recovery marks lost, never a terminal record without its events. A run already marked
-    /// terminal (lost by another node's verdict) is left as it is.
+    /// Records how a run ended, with its events (and a gated run's network decisions), in one
+    /// round trip to the database: on SQLite one request of two or three statements (events,
+    /// decisions, then the terminal status, each its own commit: a crash between them leaves a
+    /// `running` record, which recovery marks lost, never a terminal record without its
+    /// events); on PostgreSQL one statement whose `WITH` inserts commit with the status. A
+    /// run already marked terminal (lost by another node's verdict) is left as it is. A run
+    /// with more rows than one INSERT holds writes them in chunks first.
     pub async fn finish_run(
         &self,
         id: &str,
         ending: &Ending,
         events: &[StoredEvent],
     ) -> StoreResult<()> {
-        self.insert_events(id, events).await?;
-        self.insert_decisions(id, ending).await?;
-        sqlx::query(
-            "UPDATE runs SET status = $2, backend = $3, result = $4, error = $5, outputs = $6, \
-             wall_ms = $7, ended_ms = $8, started_ms = COALESCE(started_ms, $9), \
-             queue_ms = COALESCE(queue_ms, $10), network = $11 \
-             WHERE id = $1 AND status IN ('queued', 'running')",
-        )
-        .bind(id)
-        .bind(&ending.status)
-        .bind(ending.backend.clone())
-        .bind(text(&ending.result))
-        .bind(text(&ending.error))
-        .bind(text(&ending.outputs))
-        .bind(ending.wall_ms)
-        .bind(ending.ended_ms)
-        .bind(ending.started_ms)
-        .bind(ending.queue_ms)
-        .bind(text(&ending.network))
-        .execute(self.pool())
-        .await?;
+        let decisions = decisions_of(ending.network.as_ref());
+        if events.len() > ROWS_PER_INSERT || decisions.len() > ROWS_PER_INSERT {
+            self.insert_events(id, events).await?;
+            self.insert_decisions(id, ending.ended_ms, &decisions)
+                .await?;
+            return self.end_run(id, ending).await;
+        }
+        let sql = finish_statement(self.dialect(), events.len(), decisions.len());
+        let query = bind_ending(sqlx::query(&sql), id, ending);
+        let query = bind_events(query, id, events);
+        let query = bind_decisions(query, id, ending.ended_ms, &decisions);
+        query.execute(self.pool()).await?;
+        Ok(())
+    }
+
+    /// The terminal status alone.
+    async fn end_run(&self, id: &str, ending: &Ending) -> StoreResult<()> {
+        bind_ending(sqlx::query(END_RUN), id, ending)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
     async fn insert_events(&self, id: &str, events: &[StoredEvent]) -> StoreResult<()> {
         for chunk in events.chunks(ROWS_PER_INSERT) {
-            let sql = rows_insert("run_events", &EVENT_COLUMNS, chunk.len());
-            let mut insert = sqlx::query(&sql);
-            for event in chunk {
-                insert = insert
-                    .bind(id)
-                    .bind(event.seq)
-                    .bind(event.at_ms)
-                    .bind(event.kind.as_str())
-                    .bind(event.data.to_string());
-            }
-            insert.execute(self.pool()).await?;
+            let sql = rows_insert("run_events", &EVENT_COLUMNS, chunk.len(), 0);
+            bind_events(sqlx::query(&sql), id, chunk)
+                .execute(self.pool())
+                .await?;
         }
         Ok(())
     }
 
-    /// The gate's decisions, one row each (a third statement, only for a gated run).
-    async fn insert_decisions(&self, id: &str, ending: &Ending) -> StoreResult<()> {
-        let decisions = decisions_of(ending.network.as_ref());
+    /// The gate's decisions, one row each.
+    async fn insert_decisions(
+        &self,
+        id: &str,
+        at_ms: i64,
+        decisions: &[StoredDecision],
+    ) -> StoreResult<()> {
         for chunk in decisions.chunks(ROWS_PER_INSERT) {
-            let sql = rows_insert("run_network", &DECISION_COLUMNS, chunk.len());
-            let mut insert = sqlx::query(&sql);
-            for decision in chunk {
-                insert = insert
-                    .bind(id)
-                    .bind(decision.seq)
-                    .bind(ending.ended_ms)
-                    .bind(decision.decision.as_str())
-                    .bind(decision.reason.clone())
-                    .bind(decision.host.clone())
-                    .bind(decision.record.to_string());
-            }
-            insert.execute(self.pool()).await?;
+            let sql = rows_insert("run_network", &DECISION_COLUMNS, chunk.len(), 0);
+            bind_decisions(sqlx::query(&sql), id, at_ms, chunk)
+                .execute(self.pool())
+                .await?;
         }
         Ok(())
     }
