@@ -146,7 +146,7 @@ fn execute(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Work) -> 
     match work {
         Work::Command(work) => run_command(engine, live, resolved, work),
         Work::Worker(work) => run_worker(engine, live, resolved, work),
-        Work::Call(work) => run_call(live, *work),
+        Work::Call(work) => run_call(engine, live, *work),
     }
 }
 
@@ -415,22 +415,27 @@ fn worker_event(event: &WorkerEvent) -> Option<EventBody> {
     }
 }
 
-fn run_call(live: &LiveRun, mut work: CallWork) -> Ending {
+fn run_call(engine: &Engine, live: &LiveRun, mut work: CallWork) -> Ending {
     let started = Instant::now();
     work.options.cancel = Some(live.cancel.clone());
-    let outcome = airlock::call::call(&work.tool, &work.args, work.policy, &work.options);
+    let outcome = airlock::call::call_with_run(&work.tool, &work.args, work.policy, &work.options);
     let wall_ms = started.elapsed().as_millis() as i64;
-    let (status, result) = match &outcome {
+    let (status, result) = match &outcome.value {
         Ok(value) => ("exited".to_string(), json!({"ok": true, "value": value})),
         Err(error) => (call_status(error), json!({"ok": false, "error": error})),
     };
+    let run = outcome.run.as_ref();
+    let network = run.and_then(|r| r.network.as_ref());
+    count_network_denials(engine, network);
     Ending {
         status,
-        backend: Some(match work.policy {
-            ToolPolicy::Subprocess => "none".into(),
-            ToolPolicy::Sandboxed => "auto".into(),
+        backend: Some(match (run, work.policy) {
+            (Some(run), _) => run.backend.clone(),
+            (None, ToolPolicy::Subprocess) => "none".into(),
+            (None, ToolPolicy::Sandboxed) => "auto".into(),
         }),
         result: Some(result),
+        network: network.and_then(|report| serde_json::to_value(report).ok()),
         wall_ms: Some(wall_ms),
         ..Ending::default()
     }
