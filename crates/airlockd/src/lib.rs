@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod engine;
 pub mod error;
 pub mod metrics;
+pub mod peers;
 pub mod recovery;
 pub mod resolve;
 pub mod server;

@@ -69,6 +69,8 @@ pub struct Options {
     pub tls: Option<(String, String)>,
     /// Extra lines in tenant gamma's table.
     pub gamma: String,
+    /// A PEM CA certificate: the node advertises https:// and verifies its peers with it.
+    pub peer_ca: Option<String>,
     /// A network namespace (under /run/netns) the daemon runs in: a test world's gate
     /// namespace, so its gates reach only the world's hosts.
     pub netns: Option<String>,
@@ -134,11 +136,13 @@ impl TestDaemon {
             .as_ref()
             .map(|(cert, key)| format!("tls_cert = \"{cert}\"\ntls_key = \"{key}\""))
             .unwrap_or_default();
-        let advertise = self
-            .tcp
-            .as_ref()
-            .map(|a| format!("advertise = \"http://{a}\""))
-            .unwrap_or_default();
+        // With a certificate the node is reached over TLS, its peers verified against the
+        // test's CA; without, plain HTTP is declared trusted (loopback).
+        let advertise = match (&self.tcp, &options.peer_ca) {
+            (Some(a), Some(ca)) => format!("advertise = \"https://{a}\"\npeer_ca = \"{ca}\""),
+            (Some(a), None) => format!("advertise = \"http://{a}\"\nplain_http_peers = true"),
+            (None, _) => String::new(),
+        };
         let node = options.node.clone().unwrap_or_else(|| "test-node".into());
         let pool = options.pool.clone().unwrap_or_else(|| {
             "[pool]\nmax_concurrent = 4\nmax_queued = 50\nqueue_timeout = \"30s\"".into()
