@@ -227,6 +227,10 @@ memory = "256MiB"
     }
 
     pub fn spawn(&mut self) {
+        // The socket file a killed daemon left: connecting to it can succeed while a child of
+        // the dead daemon, caught between fork and exec, still holds the listening socket,
+        // and fail with a reset once that child goes. Ready means the new daemon's own file.
+        let stale = socket_inode(&self.socket);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -254,10 +258,10 @@ memory = "256MiB"
             .spawn()
             .expect("airlockd starts");
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready(stale);
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self, stale: Option<(u64, i64, i64)>) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Some(status) = self
@@ -267,7 +271,8 @@ memory = "256MiB"
             {
                 panic!("airlockd exited early ({status}):\n{}", self.log());
             }
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+            let fresh = socket_inode(&self.socket).is_some_and(|file| Some(file) != stale);
+            if fresh && std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -682,4 +687,13 @@ pub async fn postgres_database() -> Option<String> {
         .map(|(base, _)| base)
         .unwrap_or(&admin);
     Some(format!("{base}/{name}"))
+}
+
+/// Which file is at `path`: its inode and change time (an inode number alone may be reused
+/// by the file that replaces it).
+fn socket_inode(path: &std::path::Path) -> Option<(u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
 }
