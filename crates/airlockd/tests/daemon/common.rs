@@ -689,6 +689,24 @@ pub async fn postgres_database() -> Option<String> {
     Some(format!("{base}/{name}"))
 }
 
+/// Reads `stream` until its text so far contains `needle` (each frame within 20 s); returns
+/// the text.
+pub async fn read_until(stream: &mut hyper::body::Incoming, needle: &str) -> String {
+    use http_body_util::BodyExt;
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let frame = tokio::time::timeout(Duration::from_secs(20), stream.frame())
+            .await
+            .unwrap_or_else(|_| panic!("no {needle:?} within 20 s; seen: {seen}"))
+            .expect("the stream goes on")
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    seen
+}
+
 /// Which file is at `path`: its inode and change time (an inode number alone may be reused
 /// by the file that replaces it).
 fn socket_inode(path: &std::path::Path) -> Option<(u64, i64, i64)> {

@@ -59,19 +59,9 @@ fn decisions<'a>(network: &'a Value, decision: &str, name: &str) -> Vec<&'a Valu
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_allowed_name_is_reached_and_the_others_refused_with_the_decisions_recorded() {
-    if let Some(reason) = airlock_testworld::skip_reason() {
-        return eprintln!("{reason}");
-    }
-    let world = airlock_testworld::World::new();
-    let key = airlockd::auth::new_key();
-    let dir = tempfile::tempdir().unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let daemon = TestDaemon::start(Options {
-        extra: delta_tenant(dir.path(), &airlockd::auth::hash_line(&key)),
-        netns: Some(world.gate_ns.clone()),
-        ..Options::default()
-    });
+    let Some((world, daemon, key, _profile)) = gated_daemon() else {
+        return;
+    };
     let client = daemon.client(&key);
     let response = client
         .run(json!({

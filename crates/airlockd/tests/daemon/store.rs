@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use serde_json::json;
 
 use crate::common::{postgres_database, Options, TestDaemon};
@@ -177,17 +177,7 @@ async fn two_daemons_share_one_postgresql_and_serve_each_others_runs() {
         )
         .await
         .into_body();
-    let mut seen = String::new();
-    while !seen.contains("tick3") {
-        let frame = tokio::time::timeout(Duration::from_secs(20), stream.frame())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        if let Ok(data) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&data));
-        }
-    }
+    let seen = crate::common::read_until(&mut stream, "tick3").await;
     assert!(seen.contains("\"event\":\"started\""), "{seen}");
     // B cancels it on A.
     on_b.delete(&format!("/v1/runs/{id}")).await;

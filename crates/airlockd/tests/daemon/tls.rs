@@ -39,15 +39,22 @@ fn self_signed(dir: &std::path::Path) -> Option<(String, String)> {
         .arg(&cert)
         .output()
         .is_ok_and(|o| o.status.success());
+    openssl_made(made, "test certificate")?;
+    Some((cert.display().to_string(), key.display().to_string()))
+}
+
+/// `Some` when openssl made the test's `what`; outside CI its absence skips the test,
+/// saying why (CI installs openssl).
+fn openssl_made(made: bool, what: &str) -> Option<()> {
     if !made {
         assert!(
             std::env::var_os("CI").is_none(),
-            "CI needs openssl to make a test certificate"
+            "CI needs openssl to make a {what}"
         );
-        eprintln!("skipped: openssl is not installed, so no test certificate can be made");
+        eprintln!("skipped: openssl is not installed, so no {what} can be made");
         return None;
     }
-    Some((cert.display().to_string(), key.display().to_string()))
+    Some(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -190,14 +197,7 @@ fn fleet_ca(dir: &std::path::Path, name: &str) -> Option<(String, String, String
         "-out",
         &s(path("node.pem")),
     ]);
-    if !made {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs openssl to make the test CA"
-        );
-        eprintln!("skipped: openssl is not installed, so no test CA can be made");
-        return None;
-    }
+    openssl_made(made, "test CA")?;
     Some((s(path("ca.pem")), s(path("node.pem")), s(path("node.key"))))
 }
 
@@ -272,17 +272,7 @@ async fn nodes_forward_to_each_other_over_tls_verified_against_the_fleet_ca() {
         )
         .await
         .into_body();
-    let mut seen = String::new();
-    while !seen.contains("over-tls") {
-        let frame = tokio::time::timeout(std::time::Duration::from_secs(20), stream.frame())
-            .await
-            .expect("events forwarded in time")
-            .unwrap()
-            .unwrap();
-        if let Ok(data) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&data));
-        }
-    }
+    crate::common::read_until(&mut stream, "over-tls").await;
     drop(stream);
 
     // With another CA, B does not trust A's certificate: nothing is forwarded.
