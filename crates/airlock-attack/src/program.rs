@@ -51,6 +51,7 @@ programs!(
     "ptrace_pid.py",
     "raw_socket.py",
     "read_path.py",
+    "setuid_plant.py",
     "signal_pid.py",
     "survivor.py",
     "symlink_own.py",

@@ -152,7 +152,27 @@ fn as_root_a_root_owned_repository_is_a_workspace_on_every_backend() {
                 "{name}: {result}"
             );
         }
+        let planted = plant_setuid(&args, repo.path());
+        // Tier 0 has no seccomp: the check can fail, and does there.
+        assert_eq!(
+            planted,
+            name == "tier0",
+            "{name}: setuid bit on a root-owned file"
+        );
     }
+}
+
+/// What the program makes in a root-owned workspace is root's on the host: it must never be
+/// a setuid or setgid program (seccomp refuses the mode bits). Whether one got through.
+fn plant_setuid(flags: &[&str], repo: &Path) -> bool {
+    let plant = "cp /bin/true planted; chmod 6755 planted; touch made; chmod g+s made; exit 0";
+    let result = run_json(flags, &["/bin/sh", "-c", plant]);
+    assert_eq!(result["exit_code"], 0, "{result}");
+    ["planted", "made"].iter().any(|name| {
+        let meta = std::fs::metadata(repo.join(name)).unwrap();
+        assert_eq!(meta.uid(), 0, "{name} is root's on the host");
+        meta.mode() & 0o6000 != 0
+    })
 }
 
 #[test]

@@ -16,6 +16,10 @@ pub(super) fn attacks() -> Vec<Attack> {
             "no_new_privs, nosuid binds",
             setuid_binary)
             .root_only("planting a setuid-root binary needs root"),
+        attack("plant_setuid_in_workspace", (D, Privilege, Tier0),
+            "a setuid or setgid file in the `--workdir` directory on the host",
+            "seccomp (setuid/setgid mode bits refused in chmod, open, mknod)",
+            plant_setuid_in_workspace),
         attack("capabilities_kept", (D, Privilege, Bare),
             "program reports an effective capability or no_new_privs off",
             "capabilities dropped, uid drop, no_new_privs (Tier 0)",
@@ -96,6 +100,34 @@ fn setuid_binary(s: &mut Scene) -> Result<Plan, String> {
     Ok(plan
         .flags(["--ro".to_string(), dir.display().to_string()])
         .expect(ran))
+}
+
+/// A workdir that outlives the run, given to the sandbox user (gVisor refuses a root-owned
+/// one; `tests/workspace.rs` plants into a root-owned, id-mapped one on the other backends):
+/// a setuid file of any owner planted there is a credential handed to whoever runs it.
+fn plant_setuid_in_workspace(s: &mut Scene) -> Result<Plan, String> {
+    let workspace = s.dir.join("workspace");
+    s.make_dir(&workspace, 0o777)?;
+    s.chown_to_sandbox_user(&workspace)?;
+    let program = s.python("setuid_plant.py", [workspace.display().to_string()]);
+    let host_dir = workspace.clone();
+    let evidence = move |_: &Outcome| {
+        let entries = std::fs::read_dir(&host_dir).ok()?;
+        entries.flatten().find_map(|entry| {
+            let meta = entry.path().symlink_metadata().ok()?;
+            let setid = meta.is_file() && meta.permissions().mode() & 0o6000 != 0;
+            setid.then(|| {
+                let owner = std::os::unix::fs::MetadataExt::uid(&meta);
+                let mode = meta.permissions().mode();
+                format!(
+                    "{} is mode {mode:o}, owner uid {owner}",
+                    entry.path().display()
+                )
+            })
+        })
+    };
+    Ok(Plan::new(program, evidence)
+        .flags(["--workdir".to_string(), workspace.display().to_string()]))
 }
 
 fn capabilities_kept(s: &mut Scene) -> Result<Plan, String> {

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use serde_json::{json, Value};
 
 use super::OciSeccomp;
+use crate::confine::seccomp::{setid_mode_arguments, SETID_BITS};
 
 pub(super) const ENOSYS: u32 = libc::ENOSYS as u32;
 const EPERM: u32 = libc::EPERM as u32;
@@ -21,6 +22,13 @@ const NARROWED: &[&str] = &[
     "personality",
     "mknod",
     "mknodat",
+    "open",
+    "creat",
+    "openat",
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
 ];
 
 pub(super) fn seccomp_section(cfg: &OciSeccomp) -> Value {
@@ -42,6 +50,7 @@ pub(super) fn seccomp_section(cfg: &OciSeccomp) -> Value {
     }
     rules.extend(personality_rules());
     rules.extend(device_node_rules());
+    rules.extend(setid_mode_rules());
     rules.extend(socket_rules(cfg));
     json!({
         "defaultAction": "SCMP_ACT_ERRNO",
@@ -91,28 +100,59 @@ fn personality_rules() -> Vec<Value> {
         .collect()
 }
 
-/// mknod of files, FIFOs and sockets only: a device node is refused even where the kernel
-/// behind the program would allow it (gVisor's tmpfs does, for an unprivileged program).
+/// mknod of files, FIFOs and sockets only, without the setuid or setgid bit: a device node
+/// is refused even where the kernel behind the program would allow it (gVisor's tmpfs does,
+/// for an unprivileged program). The rules compare the mode once each and never overlap
+/// (libseccomp resolves overlapping rules of different actions by its own tree order).
 fn device_node_rules() -> Vec<Value> {
     let file_type = u64::from(libc::S_IFMT);
-    let rule = |name: &str, index: u32, kind: libc::mode_t, refuse: bool| {
-        let args = json!([{ "index": index, "value": file_type, "valueTwo": u64::from(kind), "op": "SCMP_CMP_MASKED_EQ" }]);
-        if refuse {
-            json!({ "names": [name], "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM, "args": args })
-        } else {
-            json!({ "names": [name], "action": "SCMP_ACT_ALLOW", "args": args })
-        }
-    };
     let mut rules = Vec::new();
-    for (name, index) in [("mknod", 1), ("mknodat", 2)] {
-        for kind in [0, libc::S_IFREG, libc::S_IFIFO, libc::S_IFSOCK] {
-            rules.push(rule(name, index, kind, false));
+    for (name, index) in setid_mode_arguments().filter(|(name, _)| name.starts_with("mknod")) {
+        let mode_is = |mask: u64, value: u64| masked_mode_rule(name, index, mask, value);
+        for kind in [0, libc::S_IFREG, libc::S_IFIFO, libc::S_IFSOCK].map(u64::from) {
+            rules.push(mode_is(file_type | SETID_BITS, kind));
+            rules.extend(setid_variants().map(|bits| mode_is(file_type | SETID_BITS, kind | bits)));
         }
-        for kind in [libc::S_IFCHR, libc::S_IFBLK] {
-            rules.push(rule(name, index, kind, true));
+        for kind in [libc::S_IFCHR, libc::S_IFBLK].map(u64::from) {
+            rules.push(mode_is(file_type, kind));
         }
     }
     rules
+}
+
+/// The other calls that give a file its mode (open, creat, openat, the chmods): allowed
+/// without the setuid and setgid bits, refused with either (`confine/seccomp` says why).
+fn setid_mode_rules() -> Vec<Value> {
+    let mut rules = Vec::new();
+    for (name, index) in setid_mode_arguments().filter(|(name, _)| !name.starts_with("mknod")) {
+        rules.push(masked_mode_rule(name, index, SETID_BITS, 0));
+        rules.extend(setid_variants().map(|bits| masked_mode_rule(name, index, SETID_BITS, bits)));
+    }
+    rules
+}
+
+/// Setuid, setgid, both: the mode bits refused, as three values that never overlap.
+fn setid_variants() -> impl Iterator<Item = u64> {
+    [
+        u64::from(libc::S_ISUID),
+        u64::from(libc::S_ISGID),
+        SETID_BITS,
+    ]
+    .into_iter()
+}
+
+/// `name` when `mode & mask == value`: refused if the value holds a device type or a setuid
+/// or setgid bit, allowed otherwise.
+fn masked_mode_rule(name: &str, index: u8, mask: u64, value: u64) -> Value {
+    let devices = [libc::S_IFCHR, libc::S_IFBLK].map(u64::from);
+    let refused = value & SETID_BITS != 0 || devices.contains(&(value & u64::from(libc::S_IFMT)));
+    let args =
+        json!([{ "index": index, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ" }]);
+    if refused {
+        json!({ "names": [name], "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM, "args": args })
+    } else {
+        json!({ "names": [name], "action": "SCMP_ACT_ALLOW", "args": args })
+    }
 }
 
 fn socket_rules(cfg: &OciSeccomp) -> Vec<Value> {

@@ -50,7 +50,7 @@ pub(super) const DESCRIPTOR_IO: &[Syscall] = syscalls![
 /// Landlock, not here.
 #[rustfmt::skip]
 pub(super) const PATHS: &[Syscall] = syscalls![
-    SYS_openat, SYS_openat2, SYS_newfstatat, SYS_fstat, SYS_statx, SYS_statfs, SYS_fstatfs,
+    SYS_openat, SYS_newfstatat, SYS_fstat, SYS_statx, SYS_statfs, SYS_fstatfs,
     SYS_faccessat, SYS_faccessat2, SYS_readlinkat, SYS_getdents64, SYS_mkdirat, SYS_mknodat,
     SYS_unlinkat, SYS_renameat2, SYS_linkat, SYS_symlinkat, SYS_fchmod, SYS_fchmodat,
     SYS_fchmodat2, SYS_fchown, SYS_fchownat, SYS_utimensat, SYS_getcwd, SYS_chdir, SYS_fchdir,
@@ -285,6 +285,38 @@ pub const IP_SOCKET_TYPES_REFUSED: &[libc::c_int] = &[
 /// The obsolete packet socket type (libc deprecates the name in favour of `AF_PACKET`, which
 /// is refused as a family anyway).
 const SOCK_PACKET: libc::c_int = 10;
+
+/// The setuid and setgid mode bits.
+pub const SETID_BITS: u64 = (libc::S_ISUID | libc::S_ISGID) as u64;
+
+/// Calls that give a file its mode bits, with the index of the mode argument. A mode with
+/// the setuid or setgid bit is refused: a file the program makes in a directory that outlives
+/// the run (`--workdir`, `--rw`, a session's workspace) belongs on the host to the
+/// directory's owner (root, for a root-owned workspace mapped to the sandbox user), so a
+/// setuid copy of a shell planted there would run as that owner for anyone who executes it.
+/// `open` and `openat` are checked whatever the flags (libc passes 0 without `O_CREAT`);
+/// `openat2` hides its mode in a struct the filter cannot read and is left unlisted
+/// (ENOSYS), as on a kernel before 5.6: libc's `open` never uses it.
+#[cfg(target_arch = "x86_64")]
+pub(super) const MODE_ARGUMENTS: &[(Syscall, u8)] = &[
+    (("SYS_open", sysno::SYS_open), 2),
+    (("SYS_creat", sysno::SYS_creat), 1),
+    (("SYS_openat", sysno::SYS_openat), 3),
+    (("SYS_chmod", sysno::SYS_chmod), 1),
+    (("SYS_fchmod", sysno::SYS_fchmod), 1),
+    (("SYS_fchmodat", sysno::SYS_fchmodat), 2),
+    (("SYS_fchmodat2", sysno::SYS_fchmodat2), 2),
+    (("SYS_mknod", sysno::SYS_mknod), 1),
+    (("SYS_mknodat", sysno::SYS_mknodat), 2),
+];
+#[cfg(target_arch = "aarch64")]
+pub(super) const MODE_ARGUMENTS: &[(Syscall, u8)] = &[
+    (("SYS_openat", sysno::SYS_openat), 3),
+    (("SYS_fchmod", sysno::SYS_fchmod), 1),
+    (("SYS_fchmodat", sysno::SYS_fchmodat), 2),
+    (("SYS_fchmodat2", sysno::SYS_fchmodat2), 2),
+    (("SYS_mknodat", sysno::SYS_mknodat), 2),
+];
 
 /// `TIOCSTI` pushes input into a terminal, `TIOCLINUX` can read the virtual console: both let a
 /// sandbox type commands into a terminal it shares with the host.

@@ -32,7 +32,7 @@ mod table;
 
 use lists::*;
 
-pub use lists::IP_SOCKET_TYPES_REFUSED;
+pub use lists::{IP_SOCKET_TYPES_REFUSED, SETID_BITS};
 
 use seccompiler::{
     sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
@@ -200,8 +200,15 @@ fn argument_rules(cfg: &SeccompConfig) -> Result<BTreeMap<i64, Vec<SeccompRule>>
     rules.insert(libc::SYS_clone, clone_namespace_rules()?);
     rules.insert(libc::SYS_personality, personality_rules()?);
     rules.insert(libc::SYS_ioctl, ioctl_rules()?);
+    #[cfg(target_arch = "x86_64")]
     rules.insert(libc::SYS_mknod, device_node_rules(1)?);
     rules.insert(libc::SYS_mknodat, device_node_rules(2)?);
+    for &((_, number), mode_arg) in MODE_ARGUMENTS {
+        rules
+            .entry(number)
+            .or_insert_with(Vec::new)
+            .extend(setid_mode_rules(mode_arg)?);
+    }
     if !cfg.allow_network {
         let socket_rules = match cfg.allow_inet {
             true => non_ip_socket_rules()?,
@@ -268,6 +275,29 @@ fn device_node_rules(mode_arg: u8) -> Result<Vec<SeccompRule>, SeccompError> {
             rule(vec![condition])
         })
         .collect()
+}
+
+/// A mode with the setuid or the setgid bit (one rule per bit: rules are alternatives).
+fn setid_mode_rules(mode_arg: u8) -> Result<Vec<SeccompRule>, SeccompError> {
+    [libc::S_ISUID, libc::S_ISGID]
+        .iter()
+        .map(|&bit| {
+            let bit = u64::from(bit);
+            rule(vec![arg_condition(
+                mode_arg,
+                SeccompCmpOp::MaskedEq(bit),
+                bit,
+            )?])
+        })
+        .collect()
+}
+
+/// The calls whose mode argument may not carry the setuid or setgid bit, by name without
+/// `SYS_`, with the index of that argument (for policies written with names: OCI, Docker).
+pub fn setid_mode_arguments() -> impl Iterator<Item = (&'static str, u8)> {
+    MODE_ARGUMENTS
+        .iter()
+        .map(|&((name, _), index)| (name.strip_prefix("SYS_").unwrap_or(name), index))
 }
 
 /// Families other than unix, IPv4 and IPv6 (all conditions of a rule must hold), and IP

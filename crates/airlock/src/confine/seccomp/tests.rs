@@ -322,6 +322,89 @@ fn device_nodes_are_refused_and_fifos_are_not() {
     );
 }
 
+/// NULL paths again (EFAULT once through the filter), except `fchmod` on an fd that is not
+/// open (EBADF): the mode decides, never the file.
+fn setid_mode_probes() -> Vec<Probe> {
+    let at_fdcwd = libc::AT_FDCWD as u64;
+    let (suid, sgid) = (u64::from(libc::S_ISUID), u64::from(libc::S_ISGID));
+    let creat = (libc::O_CREAT | libc::O_WRONLY) as u64;
+    let regular = u64::from(libc::S_IFREG);
+    let mut probes = vec![
+        probe("fchmodat_plain", libc::SYS_fchmodat, &[at_fdcwd, 0, 0o755]),
+        probe(
+            "fchmodat_suid",
+            libc::SYS_fchmodat,
+            &[at_fdcwd, 0, suid | 0o755],
+        ),
+        probe(
+            "fchmodat_sgid",
+            libc::SYS_fchmodat,
+            &[at_fdcwd, 0, sgid | 0o755],
+        ),
+        probe(
+            "fchmodat_suid_upper",
+            libc::SYS_fchmodat,
+            &[at_fdcwd, 0, (1 << 32) | suid],
+        ),
+        probe(
+            "fchmodat2_suid",
+            sysno::SYS_fchmodat2,
+            &[at_fdcwd, 0, suid | 0o755, 0],
+        ),
+        probe("fchmod_suid", libc::SYS_fchmod, &[999, suid | 0o755]),
+        probe(
+            "openat_plain",
+            libc::SYS_openat,
+            &[at_fdcwd, 0, creat, 0o644],
+        ),
+        probe(
+            "openat_suid",
+            libc::SYS_openat,
+            &[at_fdcwd, 0, creat, suid | 0o755],
+        ),
+        probe(
+            "mknodat_suid",
+            libc::SYS_mknodat,
+            &[at_fdcwd, 0, regular | suid, 0],
+        ),
+        probe("openat2", libc::SYS_openat2, &[at_fdcwd, 0, 0, 0]),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    probes.extend([
+        probe("open_suid", libc::SYS_open, &[0, creat, suid | 0o755]),
+        probe("creat_sgid", libc::SYS_creat, &[0, sgid | 0o755]),
+        probe("chmod_suid", libc::SYS_chmod, &[0, suid | 0o4755]),
+        probe("mknod_sgid", libc::SYS_mknod, &[0, regular | sgid, 0]),
+    ]);
+    probes
+}
+
+/// A setuid or setgid bit never reaches the kernel (a file planted in a workspace that
+/// outlives the run would be the workspace owner's setuid program); plain modes do.
+#[test]
+fn setuid_and_setgid_modes_are_refused() {
+    if missing(PYTHON) {
+        return;
+    }
+    const EFAULT: &str = "14";
+    const EBADF: &str = "9";
+    let seen = outcomes(Some(OFFLINE), &setid_mode_probes());
+    for (label, outcome) in &seen {
+        let expected = match label.as_str() {
+            "fchmodat_plain" | "openat_plain" => EFAULT,
+            "openat2" => ENOSYS,
+            _ => EPERM,
+        };
+        assert_eq!(outcome, expected, "{label}");
+    }
+    let free = outcomes(None, &setid_mode_probes());
+    assert_eq!(
+        free["fchmodat_suid"], EFAULT,
+        "unfiltered, the kernel decides"
+    );
+    assert_eq!(free["fchmod_suid"], EBADF, "unfiltered, the kernel decides");
+}
+
 #[test]
 fn network_off_allows_only_unix_sockets() {
     if missing(PYTHON) {
