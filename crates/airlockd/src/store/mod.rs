@@ -8,6 +8,7 @@
 //! before any client can learn the run ended.
 
 mod audit;
+mod ending;
 mod migrate;
 mod runs;
 mod sessions;
@@ -18,7 +19,8 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 pub use audit::{AuditEntry, AuditFilter, AuditRecord, ChainCheck};
-pub use runs::{Ending, Inserted, NewRun, RunFilter, RunRow, StoredEvent};
+pub use ending::Ending;
+pub use runs::{Inserted, NewRun, RunFilter, RunRow, StoredEvent};
 pub use sessions::SessionRow;
 
 /// Which database is behind the store, for the few statements that differ.
