@@ -563,6 +563,14 @@ impl Client {
         sender.send_request(request).await.unwrap()
     }
 
+    /// Opens a run's event stream.
+    pub async fn open_events(&self, id: &str) -> hyper::body::Incoming {
+        let path = format!("/v1/runs/{id}/events");
+        self.open(self.request("GET", &path).body(Full::default()).unwrap())
+            .await
+            .into_body()
+    }
+
     pub async fn get(&self, path: &str) -> Response {
         self.send(self.request("GET", path).body(Full::default()).unwrap())
             .await

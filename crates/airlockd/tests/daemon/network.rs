@@ -46,6 +46,19 @@ for name in ("other.test", "denied.test"):
         print(name, "no-address")
 "#;
 
+/// The run of CLIENT, which must have reached allowed.test and no other name.
+fn client_ran(daemon: &TestDaemon, response: crate::common::Response) -> Value {
+    assert_eq!(response.status, 200, "{}", response.text());
+    let run = response.json();
+    assert_eq!(run["status"], "exited", "{run:#}\n{}", daemon.log());
+    assert_eq!(
+        run["result"]["stdout"],
+        "host=allowed.test\nother.test no-address\ndenied.test no-address\n",
+        "{run:#}"
+    );
+    run
+}
+
 fn decisions<'a>(network: &'a Value, decision: &str, name: &str) -> Vec<&'a Value> {
     network["decisions"]
         .as_array()
@@ -74,14 +87,7 @@ async fn an_allowed_name_is_reached_and_the_others_refused_with_the_decisions_re
             }},
         }))
         .await;
-    assert_eq!(response.status, 200, "{}", response.text());
-    let run = response.json();
-    assert_eq!(run["status"], "exited", "{run:#}\n{}", daemon.log());
-    assert_eq!(
-        run["result"]["stdout"],
-        "host=allowed.test\nother.test no-address\ndenied.test no-address\n",
-        "{run:#}"
-    );
+    let run = client_ran(&daemon, response);
     let seen = world.seen.hosts.lock().unwrap().clone();
     assert_eq!(
         seen,
@@ -261,14 +267,7 @@ async fn a_session_run_reaches_only_its_allowed_names() {
             }),
         )
         .await;
-    assert_eq!(response.status, 200, "{}", response.text());
-    let run = response.json();
-    assert_eq!(run["status"], "exited", "{run:#}\n{}", daemon.log());
-    assert_eq!(
-        run["result"]["stdout"],
-        "host=allowed.test\nother.test no-address\ndenied.test no-address\n",
-        "{run:#}"
-    );
+    let run = client_ran(&daemon, response);
     assert_gated(&world, &run);
     let stored = client
         .get(&format!("/v1/runs/{}", run["id"].as_str().unwrap()))

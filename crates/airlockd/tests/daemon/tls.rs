@@ -264,14 +264,7 @@ async fn nodes_forward_to_each_other_over_tls_verified_against_the_fleet_ca() {
     let id = run["id"].as_str().unwrap().to_string();
     crate::api::wait_status(&on_b, &id, "running").await;
     // B forwards the event stream from A over TLS; A's TCP port speaks nothing else.
-    let mut stream = on_b
-        .open(
-            on_b.request("GET", &format!("/v1/runs/{id}/events"))
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await
-        .into_body();
+    let mut stream = on_b.open_events(&id).await;
     crate::common::read_until(&mut stream, "over-tls").await;
     drop(stream);
 
