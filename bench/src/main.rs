@@ -10,6 +10,7 @@ mod report;
 mod stats;
 mod tools;
 mod warm;
+mod zygote;
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -47,6 +48,9 @@ struct Args {
     /// Rounds of the egress gate's throughput and latency measurements (0: skip them).
     #[arg(long, default_value_t = 5)]
     egress_rounds: usize,
+    /// Runs of the zygote's latency measurement (0: skip the zygote).
+    #[arg(long, default_value_t = 200)]
+    zygote_runs: usize,
 }
 
 /// One (tool, workload) combination and its samples.
@@ -139,6 +143,16 @@ fn bench(args: Args) -> ExitCode {
         match egress::measure(args.egress_rounds) {
             Ok(lines) => egress_lines = lines,
             Err(why) => notes.push(why),
+        }
+    }
+    if args.zygote_runs > 0 {
+        eprintln!(
+            "airlock-bench: interpreter zygotes, {} runs",
+            args.zygote_runs
+        );
+        match zygote::measure(args.zygote_runs) {
+            Ok(lines) => egress_lines.extend(lines),
+            Err(why) => notes.push(format!("airlock-zygote: {why}, skipped")),
         }
     }
     if args.markdown {

@@ -12,6 +12,7 @@ mod sandbox_flags;
 mod serve_cmd;
 mod warm_cmd;
 mod worker_cmd;
+mod zygote_cmd;
 
 use std::process::ExitCode;
 

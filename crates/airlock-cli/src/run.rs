@@ -30,6 +30,11 @@ pub struct RunArgs {
     /// first). One CLI call gains no time from it: it prepares the sandbox, then runs.
     #[arg(long, conflicts_with_all = ["tty", "keep", "dry_run"])]
     pub warm: bool,
+    /// Run Python code (`-- python3 [-B] -c CODE [ARGS...]`) in a child forked from an
+    /// interpreter zygote (see docs/warm.md). One CLI call starts the template, runs once and
+    /// stops it: it gains no time; it exercises the zygote path end to end.
+    #[arg(long, conflicts_with_all = ["tty", "keep", "dry_run", "warm"])]
+    pub zygote: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -38,6 +43,13 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> Result<u8> {
     if args.dry_run {
         return Ok(dry_run(&args));
+    }
+    if args.zygote {
+        return Ok(crate::zygote_cmd::run(
+            &args.sandbox,
+            &args.output,
+            &args.command,
+        ));
     }
     // A warm run's pool outlives the run (its sandbox is reaped when the pool is dropped).
     let mut pool = None;

@@ -65,6 +65,23 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     // Warm start keeps prepared sandboxes; the supervisor lends it `Standby` and never
     // imports it back.
     ("warm", &["error", "supervisor"]),
+    // Interpreter zygotes: the template's loop and the host's run. A zygote child's
+    // confinement is the init's own code (`init::zygote`), never a second copy.
+    (
+        "zygote",
+        &[
+            "confine",
+            "error",
+            "init",
+            "layer",
+            "linux",
+            "result",
+            "rundir",
+            "spec",
+            "supervisor",
+            "warm",
+        ],
+    ),
     (
         "doctor",
         &["backend", "confine", "layer", "policy", "rundir"],

@@ -59,6 +59,8 @@ pub mod pool;
 #[cfg(target_os = "linux")]
 pub mod warm;
 pub mod worker;
+#[cfg(target_os = "linux")]
+pub mod zygote;
 
 // The import rules of docs/architecture.md, checked.
 #[cfg(test)]

@@ -74,6 +74,18 @@ fn attacks_contained_on_warm_path_as_unprivileged_user() {
     run_suite_on_with(Mode::Contained, User::Unprivileged, None, &["--warm"]);
 }
 
+/// Interpreter zygotes (issue 19): each attack program runs as code in a child forked from a
+/// template interpreter (`airlock run --zygote`), confined by the cold run's steps.
+#[test]
+fn attacks_contained_on_zygote_path_as_root() {
+    run_suite_on_with(Mode::Contained, User::Root, None, &["--zygote"]);
+}
+
+#[test]
+fn attacks_contained_on_zygote_path_as_unprivileged_user() {
+    run_suite_on_with(Mode::Contained, User::Unprivileged, None, &["--zygote"]);
+}
+
 #[test]
 fn attacks_contained_on_container_as_root() {
     run_suite_on(Mode::Contained, User::Root, Some("container"));

@@ -276,6 +276,13 @@ impl Suite {
             (Mode::Escape, Baseline::BareAsNobody) => Runner::BareAsNobody,
         };
         let result = (attack.prepare)(&mut scene).and_then(|mut plan| {
+            let zygote = self.backend_flags.contains(&"--zygote");
+            if zygote && plan.argv.first().map(String::as_str) != Some(PYTHON) {
+                return Err(format!(
+                    "not a Python program ({}): a zygote runs Python code only",
+                    plan.argv.first().map(String::as_str).unwrap_or("nothing")
+                ));
+            }
             if let Some(weakening) = weakening {
                 let dir = scene.dir.display().to_string();
                 plan.flags
@@ -387,7 +394,12 @@ impl Suite {
     /// `/bin/true` under the untrusted profile, as the suite's contained runs start it.
     fn run_true(&self, name: &str, index: usize) -> Result<Outcome, String> {
         let mut scene = Scene::new(&self.stage, name, index)?;
-        let mut plan = Plan::new(vec!["/bin/true".into()], |_: &Outcome| None);
+        // A zygote runs Python code only.
+        let argv = match self.backend_flags.contains(&"--zygote") {
+            true => vec![PYTHON.into(), "-c".into(), "pass".into()],
+            false => vec!["/bin/true".into()],
+        };
+        let mut plan = Plan::new(argv, |_: &Outcome| None);
         let outcome = self.execute(&scene, Runner::Untrusted, &mut plan);
         scene.cleanup();
         outcome

@@ -29,7 +29,7 @@ pub(super) use crate::spec::fds::{GATE_FD, REPORT_FD, SETUP_FD, TOOL_STATUS_FD};
 /// One line on the setup pipe.
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(rename_all = "snake_case")]
-pub(super) enum SetupMessage {
+pub(crate) enum SetupMessage {
     Layers(Vec<Layer>),
     Warning(String),
     Error(SetupError),
@@ -157,7 +157,7 @@ pub(super) fn new_session(tty: bool) -> Setup<()> {
 /// to RLIMIT_NPROC, which counts every process of the uid in the user namespace where it was
 /// set: the native sandbox sets it inside its own (see `native::enter`), so that concurrent
 /// runs, all as the sandbox user, do not count against each other's limit.
-fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Setup<()> {
+pub(super) fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: bool) -> Setup<()> {
     let l = &spec.limits;
     let cpu = l.cpu_time.as_secs().max(1);
     let mut limits = vec![
@@ -227,7 +227,7 @@ pub(super) fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Setup<()
         .map_err(|e| failed(format!("cannot set {resource:?} to {soft}: {e}")))
 }
 
-fn drop_root(credentials: Credentials) -> Setup<()> {
+pub(crate) fn drop_root(credentials: Credentials) -> Setup<()> {
     let failed = |message: String| SetupError::at(Step::Credentials, message);
     let gid = Gid::from_raw(credentials.gid);
     let uid = Uid::from_raw(credentials.uid);
@@ -298,7 +298,7 @@ fn enter_workdir(spec: &InitSpec) -> Setup<()> {
 
 /// The layers really in force, judged by the same rule as the plan (see
 /// [`crate::plan::judge`]): the host may have changed since it was probed.
-fn check_required(spec: &InitSpec, layers: &[Layer]) -> Setup<()> {
+pub(super) fn check_required(spec: &InitSpec, layers: &[Layer]) -> Setup<()> {
     let (missing, verdict) = crate::plan::judge(&spec.require, layers, spec.allow_degraded);
     match verdict {
         Verdict::Runs => Ok(()),

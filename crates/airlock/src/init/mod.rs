@@ -18,6 +18,7 @@ mod standby;
 mod status;
 mod watch;
 mod wrapped;
+pub(crate) mod zygote;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -36,6 +37,7 @@ use run::PreparedRun;
 type Setup<T> = Result<T, SetupError>;
 
 pub use child::resolve_program;
+pub(crate) use child::SetupMessage;
 
 /// The argument that makes the airlock binary act as the init.
 pub const INIT_ARG: &str = "__init";

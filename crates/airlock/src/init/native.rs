@@ -69,7 +69,7 @@ pub(super) fn enter(
     }
 }
 
-fn enter_namespaces(new_net: bool) -> Setup<()> {
+pub(super) fn enter_namespaces(new_net: bool) -> Setup<()> {
     let mut others = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
@@ -117,7 +117,7 @@ fn write_proc_self(file: &str, contents: &str) -> Setup<()> {
 }
 
 /// Waits for PID 1 and exits with its status; PID 1 reports the program's own status itself.
-fn mirror_exit(pid1: Pid) -> ! {
+pub(super) fn mirror_exit(pid1: Pid) -> ! {
     let _ = sys::close_from(0);
     let code = loop {
         match waitpid(pid1, None) {
@@ -157,7 +157,7 @@ fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
 
 /// Every confinement step of PID 1, in the only order that works: mounts need capabilities,
 /// Landlock and seccomp need no_new_privs, and seccomp would forbid the earlier steps.
-fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Setup<()> {
+pub(super) fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Setup<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| {
         SetupError::at(
             Step::Init,
@@ -247,7 +247,7 @@ fn reap_until(program: Pid, spec: &InitSpec, native: &NativeSpec) -> Setup<Infal
 
 /// Whether a file in the writable areas reached the size limit: RLIMIT_FSIZE stops writes at
 /// exactly the limit, and interpreters that ignore SIGXFSZ leave only that evidence behind.
-fn file_size_hit(spec: &InitSpec, native: &NativeSpec) -> bool {
+pub(super) fn file_size_hit(spec: &InitSpec, native: &NativeSpec) -> bool {
     let mut dirs = vec![spec.workdir.clone(), "/tmp".into()];
     dirs.extend(native.rootfs.read_write.iter().cloned());
     super::any_file_at_least(&dirs, spec.limits.file_size_bytes)

@@ -238,6 +238,23 @@ pub fn cloexec_from(first: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// A descriptor the process holds at a fixed number for the rest of its life (a zygote
+/// child's report socket), borrowed for a call that needs a `BorrowedFd`.
+pub fn borrow_fd(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
+    // SAFETY: callers pass only descriptors placed at fixed numbers that nothing closes while
+    // the process runs (see `spec::fds`); a closed one would make calls fail with EBADF, not
+    // touch memory.
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
+}
+
+/// Owns a descriptor the kernel just installed in this process for a received
+/// `SCM_RIGHTS` message.
+pub fn own_received_fd(fd: RawFd) -> std::os::fd::OwnedFd {
+    // SAFETY: the kernel created this descriptor for the message just received; nothing
+    // else in the process knows its number, so this is its only owner.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
 /// Closes every descriptor from `first` upwards.
 pub fn close_from(first: RawFd) -> io::Result<()> {
     // SAFETY: close_range only closes descriptors; none of them is owned by Rust code that

@@ -41,6 +41,13 @@ pub const TOOL_STATUS_FD: RawFd = 7;
 /// A warm sandbox's command pipe in PID 1, which claims it.
 pub const CHILD_GO_FD: RawFd = 8;
 
+// In an interpreter zygote's template (`airlock-zygote`).
+
+/// The template's control socket (`SOCK_SEQPACKET`) from the host: the spec, then one
+/// message per run with its descriptors. A zygote child places its report socket at
+/// [`SETUP_FD`] (the setup pipe's number: it carries the same messages).
+pub const ZYGOTE_CONTROL_FD: RawFd = 3;
+
 // In a wrapping tool.
 
 /// Where bwrap reads airlock's two seccomp filters (`--add-seccomp-fd`: the syscall table,

@@ -274,7 +274,33 @@ impl Standby {
 
 /// A cold run's plan and spec for `sandbox`, refused unless it runs natively.
 fn plan_standby(sandbox: &Sandbox, effects: Effects) -> Result<prepare::Prepared, Error> {
-    let prepared = prepare::prepare(&sandbox.command("/bin/true"), effects)?;
+    plan_native(&sandbox.command("/bin/true"), effects)
+}
+
+/// What an interpreter zygote's children are confined by: a cold run's spec for `program`
+/// (the plan, the native confinement, the required layers, limits and environment), with the
+/// plan's warnings and details; refused as a warm pool is (see [`plan_standby`]).
+pub(crate) fn plan_zygote(sandbox: &Sandbox, program: &str) -> Result<ZygotePlan, Error> {
+    let prepared = plan_native(&sandbox.command(program), Effects::Run)?;
+    Ok(ZygotePlan {
+        backend: prepared.plan.backend.clone(),
+        details: prepared.plan.details.clone(),
+        spec: prepared.spec,
+        warnings: prepared.warnings,
+    })
+}
+
+/// A zygote's plan (see [`plan_zygote`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ZygotePlan {
+    pub spec: crate::spec::InitSpec,
+    pub warnings: Vec<String>,
+    pub details: Vec<String>,
+    pub backend: String,
+}
+
+fn plan_native(command: &Command, effects: Effects) -> Result<prepare::Prepared, Error> {
+    let prepared = prepare::prepare(command, effects)?;
     if let Some(refused) = prepared.plan.refusal() {
         return Err(refused);
     }

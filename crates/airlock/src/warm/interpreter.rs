@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::supervisor::Prestart;
 
 /// The program the shim runs in: Python, whose `-c` takes the shim.
-const SHIM: &str = include_str!("shim.py");
+const SHIM: &str = concat!(include_str!("run_code.py"), include_str!("shim.py"));
 /// What the shim writes on stdout once its modules are imported (must match `shim.py`).
 const READY_MARKER: &[u8] = b"\0airlock-warm-ready\0\n";
 
@@ -55,7 +55,7 @@ impl WarmInterpreter {
     }
 }
 
-fn is_module_name(name: &str) -> bool {
+pub(crate) fn is_module_name(name: &str) -> bool {
     !name.is_empty()
         && name.split('.').all(|part| {
             !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')

@@ -30,6 +30,7 @@
 mod fill;
 mod interpreter;
 
+pub(crate) use interpreter::is_module_name;
 pub use interpreter::WarmInterpreter;
 
 use std::collections::VecDeque;

@@ -157,6 +157,28 @@ pub fn install(cfg: &SeccompConfig) -> Result<(), SeccompError> {
     Ok(())
 }
 
+/// An interpreter zygote's template's own filter, installed before its interpreter starts:
+/// every refused syscall of the policy but the namespace and mount calls (and `sethostname`)
+/// its children need to set themselves up, refused with `EPERM`; everything else allowed.
+/// Each child installs the full policy ([`install`]) on top before any user code runs.
+pub fn install_template_filter() -> Result<(), SeccompError> {
+    let child_setup = |syscall: &&Syscall| {
+        syscall.1 == libc::SYS_sethostname || REFUSED_NAMESPACES_AND_MOUNTS.contains(*syscall)
+    };
+    let rules: BTreeMap<i64, Vec<SeccompRule>> = every(REFUSED)
+        .filter(|syscall| !child_setup(syscall))
+        .map(|&(_, number)| (number, Vec::new()))
+        .collect();
+    let filter = "template filter";
+    let program = compile(
+        filter,
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+    )?;
+    seccompiler::apply_filter(&program).map_err(|source| SeccompError::Install { filter, source })
+}
+
 fn compile(
     filter: &'static str,
     rules: BTreeMap<i64, Vec<SeccompRule>>,

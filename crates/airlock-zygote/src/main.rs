@@ -1,0 +1,88 @@
+//! `airlock-zygote`: the template of an interpreter zygote (see `airlock::zygote` and
+//! docs/warm.md). Started by the host with its control socket at fd 3; enters its own
+//! sandbox before the interpreter exists, imports the preloads, then forks one confined child
+//! per run. It never runs user code itself: only its children do, after every confinement
+//! step.
+
+use std::ffi::CString;
+use std::process::ExitCode;
+
+use airlock::zygote::{Forked, Interpreter, Template, RUNNER};
+use pyo3::prelude::*;
+
+fn main() -> ExitCode {
+    let template = match Template::start() {
+        Ok(template) => template,
+        Err(error) => {
+            eprintln!("airlock-zygote: {error}");
+            return ExitCode::from(125);
+        }
+    };
+    let served = Python::with_gil(|py| {
+        let mut python = match Embedded::new(py, template.preload()) {
+            Ok(python) => python,
+            Err(error) => {
+                let error = airlock::Error::Command(format!("the interpreter: {error}"));
+                Template::report_failure(Some(&template), &error);
+                return Err(error);
+            }
+        };
+        template.serve(&mut python)
+    });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("airlock-zygote: {error}");
+            ExitCode::from(125)
+        }
+    }
+}
+
+/// The embedded CPython: `os.fork` and the runner, looked up once.
+struct Embedded<'py> {
+    fork: Bound<'py, PyAny>,
+    run: Bound<'py, PyAny>,
+}
+
+impl<'py> Embedded<'py> {
+    fn new(py: Python<'py>, preload: &[String]) -> PyResult<Embedded<'py>> {
+        for module in preload {
+            py.import(module.as_str())?;
+        }
+        let name = "_airlock_zygote";
+        let code = CString::new(RUNNER)?;
+        let module = PyModule::from_code(py, &code, c"<airlock-zygote>", &CString::new(name)?)?;
+        // The code finds sys.modules as under `python3 -c`, plus the preloads.
+        py.import("sys")?.getattr("modules")?.del_item(name)?;
+        // Everything imported so far moves to the collector's permanent generation: a child's
+        // collections then never touch (and copy) the template's objects.
+        let gc = py.import("gc")?;
+        gc.call_method0("collect")?;
+        gc.call_method0("freeze")?;
+        Ok(Embedded {
+            fork: py.import("os")?.getattr("fork")?,
+            run: module.getattr("run")?,
+        })
+    }
+}
+
+impl Interpreter for Embedded<'_> {
+    fn fork(&mut self) -> std::io::Result<Forked> {
+        let pid: i32 = self
+            .fork
+            .call0()
+            .and_then(|pid| pid.extract())
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(match pid {
+            0 => Forked::Child,
+            pid => Forked::Parent(airlock::zygote::Pid::from_raw(pid)),
+        })
+    }
+
+    fn run(&mut self, code: &str, args: &[String], env: &[(String, String)]) -> i32 {
+        self.run
+            .call1((code, args.to_vec(), env.to_vec()))
+            .and_then(|status| status.extract())
+            .unwrap_or(1)
+    }
+}

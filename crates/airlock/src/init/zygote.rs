@@ -1,0 +1,205 @@
+//! A run forked from an interpreter zygote (see `crate::zygote`), the confinement half: the
+//! same steps, in the same order and by the same code, as a cold native run's child and
+//! PID 1 — join the run's cgroup, a new session, rlimits, fresh namespaces, then in PID 1 the
+//! root built from scratch, the hostname, Landlock, `no_new_privs`, no capabilities and
+//! seccomp — so that the layers the child reports are a cold run's.
+//!
+//! Descriptors in a zygote child: 0-2 the run's stdio, [`SETUP_FD`] the run's report socket
+//! (setup messages as in a cold run, then the program's exit: [`ChildLine`]), then the
+//! cgroup's `tasks` files, which the host opened for it.
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+use super::child::{send_setup, SetupMessage, SETUP_FD};
+use super::{ExitReport, Setup, Step};
+use crate::error::SetupError;
+use crate::layer::Layer;
+use crate::linux::sys;
+use crate::spec::{InitSpec, NativeSpec};
+
+/// One line on a zygote child's report socket.
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(untagged)]
+pub(crate) enum ChildLine {
+    Setup(SetupMessage),
+    Exit { exit: ExitReport },
+}
+
+/// In the forked child, before PID 1 exists: the cgroup, session, rlimits and namespaces,
+/// with the layers they give.
+pub(crate) fn enter(spec: &InitSpec, native: &NativeSpec, tasks: &[OwnedFd]) -> Setup<Vec<Layer>> {
+    let mut layers = vec![Layer::EnvScrub, Layer::FdClose, Layer::TreeKill];
+    join_cgroup(tasks)?;
+    if !tasks.is_empty() {
+        layers.push(Layer::Cgroup);
+    }
+    super::child::new_session(false)?;
+    layers.push(Layer::NewSession);
+    super::child::apply_rlimits(spec, !tasks.is_empty(), false)?;
+    layers.push(Layer::Rlimits);
+    // The template dropped root before it started the interpreter.
+    if spec.credentials.is_some() {
+        layers.push(Layer::UidDrop);
+    }
+    super::native::enter_namespaces(native.new_net)?;
+    if tasks.is_empty() {
+        let processes = spec.limits.processes;
+        let nproc = nix::sys::resource::Resource::RLIMIT_NPROC;
+        super::child::lower_rlimit(nproc, processes, processes)?;
+    }
+    layers.extend(Layer::NAMESPACES_BUT_NET);
+    if native.new_net {
+        layers.push(Layer::NetNs);
+    }
+    Ok(layers)
+}
+
+/// The template's own confinement, before its interpreter starts: the sandbox user (root
+/// dropped), its own user, mount, network, IPC and UTS namespaces (no network at all), no
+/// capabilities even in its user namespace, and `no_new_privs`. Its children create their
+/// own namespaces from here: a new user namespace gives them the capabilities their mounts
+/// need, so the template keeps none. A seccomp filter of its own refuses what no child's
+/// setup needs (ptrace, bpf, keyrings, ...). Landlock is the children's alone: a Landlock
+/// domain forbids mounts in every process under it.
+pub(crate) fn enter_template(spec: &InitSpec) -> Setup<()> {
+    use nix::sched::CloneFlags;
+    if let Some(credentials) = spec.credentials {
+        super::child::drop_root(credentials)?;
+    }
+    let others = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS;
+    super::native::enter_user_namespace(others)?;
+    let privileges =
+        |e: crate::confine::caps::CapsError| SetupError::at(Step::Privileges, e.to_string());
+    crate::confine::caps::set_no_new_privs().map_err(privileges)?;
+    crate::confine::caps::drop_all_capabilities().map_err(privileges)?;
+    crate::confine::seccomp::install_template_filter()
+        .map_err(|e| SetupError::at(Step::Seccomp, e.to_string()))
+}
+
+/// Moves this (single-threaded) process into the run's cgroup: "0" written to `tasks` moves
+/// the calling thread without the global lock a write of a pid takes (see
+/// `child::join_cgroup`). The host opened the files, so the sandbox user needs no access.
+fn join_cgroup(tasks: &[OwnedFd]) -> Setup<()> {
+    for file in tasks {
+        nix::unistd::write(file, b"0").map_err(|e| {
+            SetupError::at(Step::Cgroup, format!("cannot join the run's cgroup: {e}"))
+        })?;
+    }
+    Ok(())
+}
+
+/// In PID 1: every confinement step of a cold PID 1, then the required layers checked and
+/// the layers in force reported.
+pub(crate) fn confine(spec: &InitSpec, native: &NativeSpec, layers: &mut Vec<Layer>) -> Setup<()> {
+    super::native::confine(native, layers)?;
+    super::child::check_required(spec, layers)?;
+    send_setup(&SetupMessage::Layers(layers.clone()));
+    Ok(())
+}
+
+/// Reports a setup failure on the report socket and ends the process.
+pub(crate) fn fail(error: SetupError) -> ! {
+    send_setup(&SetupMessage::Error(error));
+    sys::exit_now(126)
+}
+
+/// The process that created the namespaces waits for PID 1 and mirrors its exit.
+pub(crate) fn mirror(pid1: Pid) -> ! {
+    super::native::mirror_exit(pid1)
+}
+
+/// PID 1's duty: reap every process of the namespace until the program exits, then report
+/// its exit and end (which ends every process left in the namespace). The report socket
+/// closing means the host is gone: PID 1 ends at once, and with it the run.
+pub(crate) fn reap_and_report(program: Pid, spec: &InitSpec, native: &NativeSpec) -> ! {
+    for fd in 0..=2 {
+        let _ = nix::unistd::close(fd);
+    }
+    let mut children = SigSet::empty();
+    children.add(Signal::SIGCHLD);
+    let signals = children
+        .thread_block()
+        .ok()
+        .and_then(|()| SignalFd::with_flags(&children, SfdFlags::SFD_NONBLOCK).ok());
+    loop {
+        if let Some(status) = reap_ended(program) {
+            let report = ExitReport {
+                children_usage: super::ChildrenUsage::now(),
+                ..ExitReport::from_status(status, super::native::file_size_hit(spec, native))
+            };
+            send_exit(report);
+            sys::exit_now(0);
+        }
+        if host_gone(signals.as_ref()) {
+            sys::exit_now(1);
+        }
+    }
+}
+
+/// Reaps what has ended; the program's status once it has.
+fn reap_ended(program: Pid) -> Option<WaitStatus> {
+    loop {
+        match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+            Ok(status) if status.pid() == Some(program) => return Some(status),
+            Ok(WaitStatus::StillAlive) | Err(_) => return None,
+            Ok(_) => continue,
+        }
+    }
+}
+
+/// Waits for a child to end or the report socket to close; true when it closed.
+fn host_gone(signals: Option<&SignalFd>) -> bool {
+    let report = sys::borrow_fd(SETUP_FD);
+    let mut fds = vec![PollFd::new(report, PollFlags::POLLIN)];
+    if let Some(signals) = signals {
+        fds.push(PollFd::new(signals.as_fd(), PollFlags::POLLIN));
+    }
+    // Without a signalfd, check for ended children every few milliseconds.
+    let timeout = match signals {
+        Some(_) => PollTimeout::NONE,
+        None => PollTimeout::from(5u8),
+    };
+    let _ = poll(&mut fds, timeout);
+    let closed = fds[0].revents().is_some_and(|r| !r.is_empty());
+    if let Some(signals) = signals {
+        while let Ok(Some(_)) = signals.read_signal() {}
+    }
+    closed
+}
+
+fn send_exit(exit: ExitReport) {
+    if let Ok(mut line) = serde_json::to_vec(&ChildLine::Exit { exit }) {
+        line.push(b'\n');
+        let _ = sys::write_all_to_fd(SETUP_FD, &line);
+    }
+}
+
+/// How a zygote run ended, decided by the cold run's rule (`status::decide_status`).
+pub(crate) fn decide_status(
+    timed_out: bool,
+    exit: ExitReport,
+    usage: &crate::confine::cgroup::CgroupUsage,
+    cpu_limit: std::time::Duration,
+) -> crate::result::RunStatus {
+    let cpu_used = usage
+        .cpu_usage_ns
+        .map(std::time::Duration::from_nanos)
+        .unwrap_or_default();
+    super::status::decide_status(&super::status::Evidence {
+        stop: timed_out.then_some(super::watch::StopCause::Timeout),
+        exit,
+        oom_kills: usage.oom_kills,
+        cpu_used,
+        cpu_limit,
+    })
+}

@@ -1,0 +1,189 @@
+//! The template's side of an interpreter zygote, run by the `airlock-zygote` binary (which
+//! embeds the interpreter): [`Template::start`] before the interpreter exists, then
+//! [`Template::serve`], which forks one child per run request. The interpreter itself is
+//! behind [`Interpreter`], so this library never links it.
+//!
+//! A run's processes: the template forks the child (through the interpreter, so that its
+//! own after-fork work runs: `os.fork` resets its locks and reseeds `random`); the child
+//! reads its request, joins the run's cgroup and creates fresh namespaces (`init::zygote`),
+//! then forks PID 1, which applies every confinement step of a cold PID 1 and forks the
+//! program; the program runs the code in the interpreter it inherited.
+
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+
+use super::wire::{self, RunRequest, TemplateSpec, TemplateStatus};
+use crate::error::{Error, SetupError, SetupStep as Step};
+use crate::init::zygote as confine;
+use crate::linux::sys::{self, Forked};
+use crate::spec::fds::{SETUP_FD, ZYGOTE_CONTROL_FD};
+use crate::spec::{Confinement, NativeSpec};
+
+/// The interpreter a template embeds.
+pub trait Interpreter {
+    /// Forks this process through the interpreter, so that its after-fork work runs in both.
+    fn fork(&mut self) -> std::io::Result<Forked>;
+    /// Runs a request's code in this (confined) process, as `-c` would, and returns its exit
+    /// status. `env` is the program's whole environment.
+    fn run(&mut self, code: &str, args: &[String], env: &[(String, String)]) -> i32;
+}
+
+/// A started template: in its own namespaces as the sandbox user, holding the control socket.
+#[derive(Debug)]
+pub struct Template {
+    control: OwnedFd,
+    spec: TemplateSpec,
+}
+
+impl Template {
+    /// Takes the control socket, reads the spec, drops root and enters the template's own
+    /// namespaces (user, mount, network, IPC, UTS) with no capabilities and `no_new_privs`.
+    pub fn start() -> Result<Template, Error> {
+        let control = sys::claim_inherited_fd(ZYGOTE_CONTROL_FD)
+            .map_err(|e| Error::io("cannot take the zygote's control socket", e))?;
+        sys::close_from(ZYGOTE_CONTROL_FD + 1)
+            .map_err(|e| Error::io("cannot close inherited descriptors", e))?;
+        let (spec, _) = wire::receive::<TemplateSpec>(&control, 0)?
+            .ok_or_else(|| Error::Command("the zygote's host sent no spec".into()))?;
+        if !matches!(spec.init.confinement, Confinement::Native(_)) {
+            return Err(Error::Command(
+                "a zygote needs a native sandbox plan".into(),
+            ));
+        }
+        confine::enter_template(&spec.init)
+            .map_err(|e| Error::Command(format!("the zygote's template: {}", e.message)))?;
+        Ok(Template { control, spec })
+    }
+
+    /// The modules to import before serving.
+    pub fn preload(&self) -> &[String] {
+        &self.spec.preload
+    }
+
+    /// Says the template is ready (or why not), then forks a child per request until the host
+    /// closes the control socket.
+    pub fn serve(self, interpreter: &mut dyn Interpreter) -> Result<(), Error> {
+        wire::send(&self.control, &TemplateStatus::Ready, &[])?;
+        loop {
+            reap_ended();
+            if !readable(&self.control, Duration::from_millis(500)) {
+                continue;
+            }
+            let Some((_, fds)) = wire::receive::<RunRequest>(&self.control, 64)? else {
+                return Ok(());
+            };
+            match interpreter.fork() {
+                Ok(Forked::Child) => self.child(fds, interpreter),
+                Ok(Forked::Parent(_)) => drop(fds),
+                Err(_) => drop(fds), // the host sees the report socket close unread
+            }
+        }
+    }
+
+    /// Tells the host why the template could not start.
+    pub fn report_failure(control: Option<&Template>, error: &Error) {
+        if let Some(template) = control {
+            let failed = TemplateStatus::Failed(error.to_string());
+            let _ = wire::send(&template.control, &failed, &[]);
+        }
+    }
+
+    fn native(&self) -> &NativeSpec {
+        match &self.spec.init.confinement {
+            Confinement::Native(native) => native,
+            _ => unreachable!("checked in start"),
+        }
+    }
+
+    /// The forked child: its descriptors placed, its request read, confined, then PID 1 and
+    /// the program. Never returns.
+    fn child(&self, fds: Vec<OwnedFd>, interpreter: &mut dyn Interpreter) -> ! {
+        let tasks = match place_child_fds(fds) {
+            Ok(tasks) => tasks,
+            Err(e) => sys::exit_now(e.raw_os_error().unwrap_or(1).clamp(1, 125)),
+        };
+        let request = read_request().unwrap_or_else(|e| confine::fail(e));
+        let (spec, native) = (&self.spec.init, self.native());
+        let mut layers = confine::enter(spec, native, &tasks).unwrap_or_else(|e| confine::fail(e));
+        drop(tasks);
+        match interpreter.fork() {
+            Ok(Forked::Parent(pid1)) => confine::mirror(pid1),
+            Ok(Forked::Child) => {}
+            Err(e) => confine::fail(forking("the sandbox's PID 1", e)),
+        }
+        if let Err(e) = confine::confine(spec, native, &mut layers) {
+            confine::fail(e);
+        }
+        match interpreter.fork() {
+            Ok(Forked::Parent(program)) => confine::reap_and_report(program, spec, native),
+            Ok(Forked::Child) => {}
+            Err(e) => confine::fail(forking("the program", e)),
+        }
+        let _ = nix::unistd::close(SETUP_FD);
+        let status = interpreter.run(&request.code, &request.args, &request.env);
+        sys::exit_now(status)
+    }
+}
+
+fn forking(what: &str, e: std::io::Error) -> SetupError {
+    SetupError::at(Step::Init, format!("cannot fork {what}: {e}"))
+}
+
+/// Puts the run's stdio at 0-2, its report socket at [`SETUP_FD`] and the cgroup's files
+/// after it, and closes every other descriptor (the control socket, other runs' pipes).
+fn place_child_fds(fds: Vec<OwnedFd>) -> std::io::Result<Vec<OwnedFd>> {
+    if fds.len() < 4 {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let raw: Vec<RawFd> = fds.into_iter().map(IntoRawFd::into_raw_fd).collect();
+    let pairs: Vec<(RawFd, RawFd)> = raw.iter().copied().zip(0..).collect();
+    sys::place_fds_inheritable(&pairs)?;
+    let first_task = SETUP_FD + 1;
+    sys::close_from(first_task + (raw.len() as RawFd - 4))?;
+    (first_task..first_task + raw.len() as RawFd - 4)
+        .map(sys::claim_inherited_fd)
+        .collect()
+}
+
+/// The request the host wrote on the report socket: an 8-byte little-endian length, then
+/// JSON.
+fn read_request() -> Result<RunRequest, SetupError> {
+    let failed = |e: &dyn std::fmt::Display| {
+        SetupError::at(Step::Spec, format!("cannot read the run's request: {e}"))
+    };
+    // Borrowed, not claimed: the number was the template's control socket, claimed there,
+    // and the socket stays open here for the setup messages and the exit report.
+    let mut socket = Borrowed(sys::borrow_fd(SETUP_FD));
+    let mut size = [0u8; 8];
+    socket.read_exact(&mut size).map_err(|e| failed(&e))?;
+    let mut body = vec![0u8; u64::from_le_bytes(size).min(wire::MAX_REQUEST) as usize];
+    socket.read_exact(&mut body).map_err(|e| failed(&e))?;
+    serde_json::from_slice(&body).map_err(|e| failed(&e))
+}
+
+struct Borrowed(std::os::fd::BorrowedFd<'static>);
+
+impl Read for Borrowed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        nix::unistd::read(self.0.as_raw_fd(), buf).map_err(std::io::Error::from)
+    }
+}
+
+fn readable(fd: &OwnedFd, timeout: Duration) -> bool {
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    let millis = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    poll(&mut fds, PollTimeout::from(millis)).unwrap_or(0) > 0
+}
+
+/// Reaps the children that have ended (each run's first process ends with its run).
+fn reap_ended() {
+    while let Ok(status) = waitpid(None::<nix::unistd::Pid>, Some(WaitPidFlag::WNOHANG)) {
+        if matches!(status, WaitStatus::StillAlive) {
+            break;
+        }
+    }
+}
