@@ -41,6 +41,8 @@ pub struct Daemon {
     /// `airlock doctor`'s report, probed once at start-up.
     pub doctor: serde_json::Value,
     pub paths: DaemonPaths,
+    /// How requests are forwarded to other nodes.
+    pub peers: crate::peers::PeerLinks,
 }
 
 /// The directories of this node.
@@ -181,6 +183,7 @@ impl Daemon {
             interpreters,
             doctor,
             paths,
+            peers: crate::peers::PeerLinks::from_config(&config)?,
             config,
         });
         daemon

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod error;
 pub mod mcp;
 pub mod metrics;
+pub mod peers;
 pub mod recovery;
 pub mod resolve;
 pub mod server;

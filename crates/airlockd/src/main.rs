@@ -117,6 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             "{}: the configuration is valid",
             config_path(&cli).display()
         );
+        println!("{}", airlockd::peers::describe(&config));
         return Ok(());
     }
     tokio::runtime::Builder::new_multi_thread()

@@ -111,12 +111,13 @@ pub async fn serve(
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
-            "listening for other nodes on http://{}",
+            "listening for other nodes on {}://{}",
+            if tls.is_some() { "https" } else { "http" },
             listener.local_addr()?
         );
         tasks.push(tokio::spawn(accept_loop(
             nodelay(listener),
-            None,
+            tls.clone(),
             app.clone(),
             limits.clone(),
             Arc::clone(&graceful),

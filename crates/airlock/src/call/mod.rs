@@ -211,8 +211,37 @@ pub fn call(
     policy: ToolPolicy,
     options: &CallOptions,
 ) -> Result<Value, ToolError> {
-    let request = Request::new(tool, args)?;
-    let sandbox = tool_sandbox(request.module_dir.as_ref(), policy, options)?;
+    call_with_run(tool, args, policy, options).value
+}
+
+/// A call's outcome with the run behind it, for callers that record what the sandbox did
+/// (isolation layers, the egress gate's decisions).
+#[derive(Debug)]
+pub struct CallRun {
+    pub value: Result<Value, ToolError>,
+    /// The sandbox's result; `None` when the call was refused before a sandbox ran.
+    pub run: Option<RunResult>,
+}
+
+/// [`call`], also returning the sandbox's [`RunResult`].
+pub fn call_with_run(
+    tool: &ToolSpec,
+    args: &Value,
+    policy: ToolPolicy,
+    options: &CallOptions,
+) -> CallRun {
+    let refused = |value: ToolError| CallRun {
+        value: Err(value),
+        run: None,
+    };
+    let request = match Request::new(tool, args) {
+        Ok(request) => request,
+        Err(e) => return refused(e),
+    };
+    let sandbox = match tool_sandbox(request.module_dir.as_ref(), policy, options) {
+        Ok(sandbox) => sandbox,
+        Err(e) => return refused(e),
+    };
     let mut command = sandbox
         .command(options.python.clone())
         .args(["-I", "-c", SHIM])
@@ -223,8 +252,13 @@ pub fn call(
     for (key, value) in &options.env {
         command = command.env(key.clone(), value.clone());
     }
-    let result = command.run().map_err(ToolError::refused)?;
-    interpret(&result, &request.nonce, options.max_result_bytes)
+    match command.run() {
+        Ok(result) => CallRun {
+            value: interpret(&result, &request.nonce, options.max_result_bytes),
+            run: Some(result),
+        },
+        Err(e) => refused(ToolError::refused(e)),
+    }
 }
 
 /// The policy a call runs under: the profile (`options.profile`, else the one for `policy`),

@@ -287,11 +287,17 @@ pub async fn call(
         ..CallOptions::default()
     };
     options.overrides.limits = resolve::limits_section(&request.limits);
-    let tool_policy = airlock::call::tool_policy(&toolset, policy, &options)
-        .map_err(|e| ApiError::invalid("invalid_policy", e.to_string(), "check the limits"))?;
+    call_network(&mut options, &request, tenant);
+    let tool_policy = airlock::call::tool_policy(&toolset, policy, &options).map_err(|e| {
+        ApiError::invalid(
+            "invalid_policy",
+            e.to_string(),
+            "check the limits and the network rules",
+        )
+    })?;
     if let Err(v) = resolve::within_ceiling(
         &tool_policy,
-        &[],
+        &options.overrides.allow_net,
         false,
         &tenant.ceiling,
         tenant.default_policy(),
@@ -335,6 +341,19 @@ pub async fn call(
     }));
     let job = prepare::job(&daemon, &caller, record, priority, resolved, work);
     call_response(&daemon, job).await
+}
+
+/// The call's network, as a run's: the request's mode and rules (judged against the ceiling
+/// with the resolved policy), resolved where the tenant's default profile says.
+fn call_network(options: &mut CallOptions, request: &CallRequest, tenant: &crate::tenant::Tenant) {
+    let asked = resolve::overrides(&resolve::PolicyRequest {
+        network: request.network.clone(),
+        ..resolve::PolicyRequest::default()
+    });
+    options.overrides.network = asked.network;
+    options.overrides.allow_net = asked.allow_net;
+    options.overrides.deny_net = asked.deny_net;
+    options.overrides.resolver = tenant.default_policy().network.resolver.clone();
 }
 
 async fn toolset_dir(

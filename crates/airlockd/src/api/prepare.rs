@@ -445,6 +445,7 @@ pub async fn submit(
             if let Some(time) = live.sandbox_time().filter(|_| row.is_terminal()) {
                 add_server_timing(&mut response, time);
             }
+            tracing::debug!(run = %live.id, timeline = %live.timeline().deltas(std::time::Instant::now()), "answered");
             Ok(response)
         }
     }

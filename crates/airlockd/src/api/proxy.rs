@@ -1,17 +1,13 @@
 //! Requests about a run or session that another node owns go to that node: the store says
-//! which node and where it listens (`node.advertise`). The caller's key travels with the
+//! which node and where it listens (`node.advertise`); [`crate::peers`] says how it is
+//! reached (TLS verified against the fleet's CA, or plain HTTP on a trusted network). The caller's key travels with the
 //! request (every node knows every key); a forwarded request is marked so that it is never
 //! forwarded again.
-
-use std::sync::OnceLock;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use http_body_util::Full;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::daemon::Daemon;
 use crate::error::ApiError;
@@ -34,11 +30,6 @@ const PASSED_RESPONSE_HEADERS: [HeaderName; 5] = [
     header::LOCATION,
     header::CONTENT_DISPOSITION,
 ];
-
-fn client() -> &'static Client<HttpConnector, Full<Bytes>> {
-    static CLIENT: OnceLock<Client<HttpConnector, Full<Bytes>>> = OnceLock::new();
-    CLIENT.get_or_init(|| Client::builder(TokioExecutor::new()).build_http())
-}
 
 /// What a handler needs to forward its request.
 #[derive(Debug, Clone)]
@@ -97,7 +88,7 @@ pub async fn forward(
         .unwrap_or("/");
     let mut outgoing = hyper::Request::builder()
         .method(request.method.clone())
-        .uri(format!("{}{path}", advertise.trim_end_matches('/')));
+        .uri(path);
     for name in PASSED_REQUEST_HEADERS {
         if let Some(value) = request.headers.get(&name) {
             outgoing = outgoing.header(name, value);
@@ -110,10 +101,11 @@ pub async fn forward(
         )
         .body(Full::new(body))
         .map_err(|e| unreachable(node, &e.to_string()))?;
-    let answer = client()
-        .request(outgoing)
+    let answer = daemon
+        .peers
+        .send(&advertise, outgoing)
         .await
-        .map_err(|e| unreachable(node, &e.to_string()))?;
+        .map_err(|e| unreachable(node, &e))?;
     let (parts, incoming) = answer.into_parts();
     let mut response = Response::new(Body::new(incoming));
     *response.status_mut() = parts.status;

@@ -44,8 +44,13 @@ pub async fn create(
     headers: HeaderMap,
     ApiJson(request): ApiJson<RunRequest>,
 ) -> Result<Response, ApiError> {
+    let entered = std::time::Instant::now();
     let idempotency = prepare::idempotency_key(&headers)?;
     let prepared = prepare::run(&daemon, &caller, request, None, idempotency).await?;
+    tracing::debug!(
+        prepare_us = entered.elapsed().as_micros() as u64,
+        "prepared"
+    );
     prepare::submit(&daemon, prepared).await
 }
 
@@ -282,13 +287,21 @@ async fn outputs_at(
     if row.kind != "worker" || !dir.is_dir() {
         return Err(ApiError::not_found("output directory of run", &id));
     }
-    let outputs = Workspace::adopt(&dir, None, None);
-    let max = daemon.config.sessions.max_file_bytes.0;
-    tokio::task::block_in_place(|| serve_path(&outputs, &path, max))
+    serve_path(&daemon, &Workspace::adopt(&dir, None, None), &path)
 }
 
-/// A file's bytes, or a JSON listing when `path` is a directory.
-pub fn serve_path(workspace: &Workspace, path: &str, max: u64) -> Result<Response, ApiError> {
+/// A file's bytes (at most `sessions.max_file_bytes`), or a JSON listing when `path` is a
+/// directory; read on this thread (the runtime lends it: `block_in_place`).
+pub fn serve_path(
+    daemon: &Daemon,
+    workspace: &Workspace,
+    path: &str,
+) -> Result<Response, ApiError> {
+    let max = daemon.config.sessions.max_file_bytes.0;
+    tokio::task::block_in_place(|| read_path(workspace, path, max))
+}
+
+fn read_path(workspace: &Workspace, path: &str, max: u64) -> Result<Response, ApiError> {
     let safe = SafePath::parse(path).map_err(|e| prepare::file_error(&e))?;
     let kind = workspace.kind(&safe).map_err(|e| prepare::file_error(&e))?;
     if kind == EntryKind::Directory {

@@ -325,8 +325,7 @@ async fn read_at(
         Place::Elsewhere(node) => forward(&daemon, &node, &request, Bytes::new()).await,
         Place::Here(session) => {
             session.touch();
-            let max = daemon.config.sessions.max_file_bytes.0;
-            tokio::task::block_in_place(|| serve_path(&session.workspace, &path, max))
+            serve_path(&daemon, &session.workspace, &path)
         }
     }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::ErrorDetail;
-use crate::resolve::{LimitsRequest, PolicyRequest};
+use crate::resolve::{LimitsRequest, NetworkRequest, PolicyRequest};
 use crate::store::{RunRow, SessionRow};
 
 /// A file sent with a run, written into its working directory before it starts.
@@ -268,6 +268,10 @@ pub struct CallRequest {
     /// Only `wall_time`, `cpu_time`, `memory`, `processes` and `stderr` apply.
     #[serde(default)]
     pub limits: LimitsRequest,
+    /// The tool's network, as a run's (`policy.network`): mode and allow/deny rules of the
+    /// egress gate, within the tenant's ceiling; its decisions are in the call's run record.
+    #[serde(default)]
+    pub network: Option<NetworkRequest>,
     pub priority: Option<i32>,
 }
 

@@ -138,13 +138,41 @@ impl Config {
         if self.pool.max_queued == 0 {
             problems.add("pool.max_queued", "must be at least 1");
         }
-        if let Some(advertise) = &self.node.advertise {
-            if !advertise.starts_with("http://") && !advertise.starts_with("https://") {
-                problems.add(
-                    "node.advertise",
-                    "must be an http:// or https:// URL other daemons can reach",
-                );
+        self.check_node(problems);
+    }
+
+    /// Forwarding between nodes: TLS with a CA to verify peers, or plain HTTP only when the
+    /// operator says the network is trusted.
+    fn check_node(&self, problems: &mut Problems) {
+        let node = &self.node;
+        if let Some(ca) = &node.peer_ca {
+            if let Err(e) = crate::peers::client_config(ca) {
+                problems.add("node.peer_ca", format!("{e:#}"));
             }
+        }
+        let Some(advertise) = &node.advertise else {
+            return;
+        };
+        let tls = self.server.tls_cert.is_some();
+        if advertise.starts_with("https://") {
+            if !tls {
+                problems.add("node.advertise", format!("{advertise} is https:// but this node has no certificate; set server.tls_cert and server.tls_key"));
+            }
+            if node.peer_ca.is_none() {
+                problems.add("node.peer_ca", "this node advertises https:// but has no CA to verify the other nodes with; set peer_ca to the fleet's CA certificate (PEM)");
+            }
+        } else if advertise.starts_with("http://") {
+            if !node.plain_http_peers {
+                problems.add("node.advertise", format!("{advertise} is plain HTTP: other nodes would forward API keys to it in clear; give the nodes certificates (server.tls_cert, server.tls_key), advertise https:// and set node.peer_ca, or set node.plain_http_peers = true on a trusted network"));
+            }
+            if tls && !self.server.internal_listen.is_empty() {
+                problems.add("node.advertise", format!("{advertise} is http:// but server.internal_listen speaks TLS (a certificate is set); advertise https://"));
+            }
+        } else {
+            problems.add(
+                "node.advertise",
+                "must be an http:// or https:// URL other daemons can reach",
+            );
         }
     }
 }

@@ -74,8 +74,9 @@ pub struct ServerConfig {
     pub socket_gid: Option<u32>,
     /// TCP addresses to listen on as well (`--listen` adds to them).
     pub listen: Vec<String>,
-    /// Plain-HTTP TCP addresses for node-to-node forwarding (`node.advertise` points here).
-    /// Every request still needs a key; restrict these to the fleet (a NetworkPolicy).
+    /// TCP addresses for node-to-node forwarding (`node.advertise` points here): TLS with the
+    /// node's certificate when `tls_cert` is set, else plain HTTP (which needs
+    /// `node.plain_http_peers`). Every request still needs a key; restrict these to the fleet.
     pub internal_listen: Vec<String>,
     /// PEM certificate chain and key: TCP listeners speak TLS when both are given.
     pub tls_cert: Option<PathBuf>,
@@ -181,6 +182,15 @@ pub struct NodeConfig {
     pub heartbeat: Seconds,
     /// A node silent for this long is dead: its in-flight runs are marked lost by the others.
     pub dead_after: Seconds,
+    /// PEM CA certificate(s) that other nodes' certificates must chain to: requests forwarded
+    /// to an `https://` peer verify it against these, and only these.
+    pub peer_ca: Option<PathBuf>,
+    /// The name a peer's certificate must hold, when the nodes share one certificate for a
+    /// fleet name (e.g. `airlockd.airlock.svc`) rather than one per advertised address.
+    pub peer_name: Option<String>,
+    /// Forward to `http://` peers in clear (API keys included): only on a network the operator
+    /// trusts. Without it, a plain-HTTP peer is never sent a request.
+    pub plain_http_peers: bool,
 }
 
 impl Default for NodeConfig {
@@ -190,6 +200,9 @@ impl Default for NodeConfig {
             advertise: None,
             heartbeat: Seconds(Duration::from_secs(5)),
             dead_after: Seconds(Duration::from_secs(60)),
+            peer_ca: None,
+            peer_name: None,
+            plain_http_peers: false,
         }
     }
 }

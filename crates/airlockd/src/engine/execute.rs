@@ -13,7 +13,7 @@ use airlock::{RunEvent, RunResult, Sandbox};
 use serde_json::json;
 
 use super::events::EventBody;
-use super::{Engine, Job, LiveRun, OwnedWorkspace, Work};
+use super::{Engine, Job, LiveRun, OwnedWorkspace, Step, Work};
 use crate::resolve::Resolved;
 use crate::store::{now_ms, AuditEntry, Ending};
 use crate::workspace::{Workspace, WorkspaceSpec};
@@ -54,7 +54,16 @@ pub struct CallWork {
     pub options: CallOptions,
 }
 
-pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticket: Ticket) {
+/// `admitted_running`: the run held its slot when it was submitted, and was recorded
+/// `running` then.
+pub(super) fn run_job(
+    engine: &Arc<Engine>,
+    live: &Arc<LiveRun>,
+    job: Job,
+    ticket: Ticket,
+    admitted_running: bool,
+) {
+    live.mark(Step::Thread);
     let waited = Instant::now();
     let slots = ticket.wait(&live.cancel);
     let queue = waited.elapsed();
@@ -66,18 +75,25 @@ pub(super) fn run_job(engine: &Arc<Engine>, live: &Arc<LiveRun>, job: Job, ticke
     let (ending, wall) = match slots {
         Ok(slots) => {
             let (started_ms, queue_ms) = (now_ms(), queue.as_millis() as i64);
-            live.mark_started(started_ms, queue_ms);
+            if !admitted_running {
+                live.mark_started(started_ms, queue_ms);
+            }
+            live.mark(Step::Slot);
             let started = Instant::now();
-            // Recorded without waiting: the run's start is not delayed by a store write, and
-            // the terminal write that follows only applies to a `queued` or `running` row.
-            let (store, id) = (engine.store.clone(), live.id.clone());
-            engine.runtime.spawn(async move {
-                if let Err(e) = store.mark_running(&id, started_ms, queue_ms).await {
-                    tracing::error!(run = %id, "cannot mark the run running: {e}");
-                }
-            });
+            // A run that waited is marked running without waiting: its start is not delayed
+            // by a store write, and the terminal write that follows only applies to a
+            // `queued` or `running` row. (One admitted at once was inserted `running`.)
+            if !admitted_running {
+                let (store, id) = (engine.store.clone(), live.id.clone());
+                engine.runtime.spawn(async move {
+                    if let Err(e) = store.mark_running(&id, started_ms, queue_ms).await {
+                        tracing::error!(run = %id, "cannot mark the run running: {e}");
+                    }
+                });
+            }
             let ending = execute(engine, live, &job.resolved, job.work);
             live.set_sandbox_time(started.elapsed());
+            live.mark(Step::SandboxDone);
             drop(slots);
             (ending, Some(started.elapsed()))
         }
@@ -132,7 +148,7 @@ fn execute(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Work) -> 
     match work {
         Work::Command(work) => run_command(engine, live, resolved, work),
         Work::Worker(work) => run_worker(engine, live, resolved, work),
-        Work::Call(work) => run_call(live, *work),
+        Work::Call(work) => run_call(engine, live, *work),
     }
 }
 
@@ -408,22 +424,27 @@ fn worker_event(event: &WorkerEvent) -> Option<EventBody> {
     }
 }
 
-fn run_call(live: &LiveRun, mut work: CallWork) -> Ending {
+fn run_call(engine: &Engine, live: &LiveRun, mut work: CallWork) -> Ending {
     let started = Instant::now();
     work.options.cancel = Some(live.cancel.clone());
-    let outcome = airlock::call::call(&work.tool, &work.args, work.policy, &work.options);
+    let outcome = airlock::call::call_with_run(&work.tool, &work.args, work.policy, &work.options);
     let wall_ms = started.elapsed().as_millis() as i64;
-    let (status, result) = match &outcome {
+    let (status, result) = match &outcome.value {
         Ok(value) => ("exited".to_string(), json!({"ok": true, "value": value})),
         Err(error) => (call_status(error), json!({"ok": false, "error": error})),
     };
+    let run = outcome.run.as_ref();
+    let network = run.and_then(|r| r.network.as_ref());
+    count_network_denials(engine, network);
     Ending {
         status,
-        backend: Some(match work.policy {
-            ToolPolicy::Subprocess => "none".into(),
-            ToolPolicy::Sandboxed => "auto".into(),
+        backend: Some(match (run, work.policy) {
+            (Some(run), _) => run.backend.clone(),
+            (None, ToolPolicy::Subprocess) => "none".into(),
+            (None, ToolPolicy::Sandboxed) => "auto".into(),
         }),
         result: Some(result),
+        network: network.and_then(|report| serde_json::to_value(report).ok()),
         wall_ms: Some(wall_ms),
         ..Ending::default()
     }

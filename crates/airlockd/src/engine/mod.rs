@@ -8,13 +8,14 @@
 pub mod admission;
 pub mod events;
 mod execute;
+mod timeline;
 pub mod worker_lib;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use airlock::pool::CancelToken;
 use tokio::sync::watch;
@@ -23,13 +24,14 @@ use crate::audit::Audit;
 use crate::error::{ApiError, ErrorDetail};
 use crate::metrics::{LatencyLabels, Metrics, RunLabels, TenantLabels};
 use crate::resolve::Resolved;
-use crate::store::{Ending, Inserted, NewRun, RunRow, Store};
+use crate::store::{now_ms, Ending, Inserted, NewRun, RunRow, Store};
 use crate::tenant::Tenant;
 use crate::workspace::Workspace;
 use admission::Admission;
 use events::EventLog;
 
 pub use execute::{CallWork, CommandWork, WorkerWork};
+pub use timeline::{Step, Timeline};
 
 /// What a run does once it has its slots.
 #[derive(Debug)]
@@ -98,6 +100,8 @@ struct LiveState {
     sandbox_time: Option<Duration>,
     /// Why the run is being stopped, when the daemon (not the caller) stops it.
     stop_reason: Option<ErrorDetail>,
+    /// When each step of the run's way through the daemon happened (for the debug log).
+    timeline: Timeline,
 }
 
 impl LiveRun {
@@ -135,6 +139,22 @@ impl LiveRun {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .sandbox_time = Some(time);
+    }
+
+    /// Notes when the run reached `step`.
+    pub fn mark(&self, step: Step) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .timeline
+            .mark(step);
+    }
+
+    pub fn timeline(&self) -> Timeline {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .timeline
     }
 
     /// Marks the run started now, after waiting `queue_ms` for its slot.
@@ -231,17 +251,21 @@ impl Engine {
         if self.is_draining() {
             return Err(ApiError::shutting_down());
         }
+        let submitted = Instant::now();
         let ticket = self
             .admission
             .enqueue(&job.tenant, job.priority, job.queue_timeout)
             .inspect_err(|_| self.metrics.deny("queue_full"))?;
         let granted = ticket.is_granted();
-        match self
-            .store
-            .insert_run(&job.record)
-            .await
-            .map_err(ApiError::store)?
-        {
+        // A run that holds its slot already is recorded `running` at once (one statement
+        // instead of an insert and a later update); a queued one is marked when it starts.
+        let started_ms = now_ms();
+        let inserted = if granted {
+            self.store.insert_running(&job.record, started_ms).await
+        } else {
+            self.store.insert_run(&job.record).await
+        };
+        match inserted.map_err(ApiError::store)? {
             Inserted::Existing(row) => return Ok(Submitted::Existing(row)),
             Inserted::New => {}
         }
@@ -251,7 +275,14 @@ impl Engine {
             session_id: job.record.session_id.clone(),
             log: EventLog::default(),
             cancel: CancelToken::new(),
-            state: Mutex::default(),
+            state: Mutex::new(LiveState {
+                timeline: Timeline {
+                    submitted: Some(submitted),
+                    inserted: Some(Instant::now()),
+                    ..Timeline::default()
+                },
+                ..LiveState::default()
+            }),
             done: watch::channel(false).0,
             recorded: OnceLock::new(),
         });
@@ -259,9 +290,13 @@ impl Engine {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(live.id.clone(), Arc::clone(&live));
+        if granted {
+            // As recorded: started when admitted, after no wait.
+            live.mark_started(started_ms, 0);
+        }
         let engine = Arc::clone(self);
         let thread_live = Arc::clone(&live);
-        let run = move || execute::run_job(&engine, &thread_live, job, ticket);
+        let run = move || execute::run_job(&engine, &thread_live, job, ticket, granted);
         // A run with its slot already goes to the runtime's pool of blocking threads (no thread
         // to create); a queued one waits on a thread of its own, so waiting runs never take
         // all of the pool's threads from the runs that hold slots.
@@ -376,6 +411,7 @@ impl Engine {
             }
             _ => {}
         }
+        live.mark(Step::Recorded);
         self.count(&ending, tenant, wall);
         self.live
             .lock()

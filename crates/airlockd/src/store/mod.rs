@@ -8,6 +8,7 @@
 //! before any client can learn the run ended.
 
 mod audit;
+mod ending;
 mod migrate;
 mod runs;
 mod sessions;
@@ -18,7 +19,8 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 pub use audit::{AuditEntry, AuditFilter, AuditRecord, ChainCheck};
-pub use runs::{Ending, Inserted, NewRun, RunFilter, RunRow, StoredEvent};
+pub use ending::Ending;
+pub use runs::{Inserted, NewRun, RunFilter, RunRow, StoredEvent};
 pub use sessions::SessionRow;
 
 /// Which database is behind the store, for the few statements that differ.
@@ -209,7 +211,7 @@ pub(crate) struct Conditions {
     binds: Vec<Bind>,
 }
 
-type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+pub(crate) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
 impl Conditions {
     /// Adds `condition`, whose one `?` stands for `bind`.

@@ -51,65 +51,6 @@ pub struct RunRow {
     pub wall_ms: Option<i64>,
 }
 
-/// Rows per INSERT statement: at most 7 parameters each, well within SQLite's 32,766 and
-/// PostgreSQL's 65,535.
-const ROWS_PER_INSERT: usize = 1000;
-
-/// One INSERT of `rows` rows into `table (columns)`, numbered `$n` parameters (both databases
-/// read them). A row already stored (a retry after the status update failed) is skipped.
-fn rows_insert(table: &str, columns: &[&str], rows: usize) -> String {
-    let width = columns.len();
-    let values: Vec<String> = (0..rows)
-        .map(|row| {
-            let params: Vec<String> = (1..=width)
-                .map(|i| format!("${}", row * width + i))
-                .collect();
-            format!("({})", params.join(", "))
-        })
-        .collect();
-    format!(
-        "INSERT INTO {table} ({}) VALUES {} ON CONFLICT DO NOTHING",
-        columns.join(", "),
-        values.join(", ")
-    )
-}
-
-const EVENT_COLUMNS: [&str; 5] = ["run_id", "seq", "at_ms", "kind", "data"];
-const DECISION_COLUMNS: [&str; 7] = [
-    "run_id", "seq", "at_ms", "decision", "reason", "host", "record",
-];
-
-/// One decision of the egress gate, as `run_network` keeps it (searchable by decision,
-/// reason and name; `record` is the gate's whole record).
-#[derive(Debug, Clone, PartialEq)]
-struct StoredDecision {
-    seq: i64,
-    decision: String,
-    reason: Option<String>,
-    host: Option<String>,
-    record: serde_json::Value,
-}
-
-/// The decisions of a network report (`NetworkReport` as JSON).
-fn decisions_of(report: Option<&serde_json::Value>) -> Vec<StoredDecision> {
-    let records = report
-        .and_then(|r| r["decisions"].as_array())
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
-    records
-        .iter()
-        .enumerate()
-        .map(|(i, record)| StoredDecision {
-            seq: record["id"].as_i64().unwrap_or(i as i64),
-            decision: text(&record["decision"]).unwrap_or_default(),
-            reason: text(&record["reason"]),
-            host: text(&record["name"]).or_else(|| text(&record["address"])),
-            record: record.clone(),
-        })
-        .collect()
-}
-
 /// Statuses after which nothing about a run changes.
 pub const ACTIVE_STATUSES: [&str; 2] = ["queued", "running"];
 
@@ -126,54 +67,6 @@ pub struct StoredEvent {
     pub at_ms: i64,
     pub kind: String,
     pub data: serde_json::Value,
-}
-
-/// How a run ended, as the store records it.
-#[derive(Debug, Clone, Default)]
-pub struct Ending {
-    pub status: String,
-    pub backend: Option<String>,
-    pub result: Option<serde_json::Value>,
-    pub error: Option<serde_json::Value>,
-    pub outputs: Option<serde_json::Value>,
-    /// The egress gate's report (`NetworkReport`), for a gated run.
-    pub network: Option<serde_json::Value>,
-    pub wall_ms: Option<i64>,
-    /// When the run got its slot, and how long it waited (none if it never started).
-    pub started_ms: Option<i64>,
-    pub queue_ms: Option<i64>,
-    pub ended_ms: i64,
-}
-
-impl Ending {
-    /// The stored row of `run` once this ending is recorded.
-    pub fn row(&self, run: &NewRun) -> RunRow {
-        RunRow {
-            id: run.id.clone(),
-            tenant: run.tenant.clone(),
-            key_name: run.key_name.clone(),
-            kind: run.kind.clone(),
-            session_id: run.session_id.clone(),
-            node: run.node.clone(),
-            status: self.status.clone(),
-            priority: run.priority,
-            idempotency_key: run.idempotency_key.clone(),
-            request_hash: run.request_hash.clone(),
-            request: run.request.clone(),
-            profile: run.profile.clone(),
-            policy: run.policy.clone(),
-            backend: self.backend.clone(),
-            result: self.result.clone(),
-            error: self.error.clone(),
-            outputs: self.outputs.clone(),
-            network: self.network.clone(),
-            created_ms: run.created_ms,
-            started_ms: self.started_ms,
-            ended_ms: Some(self.ended_ms),
-            queue_ms: self.queue_ms,
-            wall_ms: self.wall_ms,
-        }
-    }
 }
 
 /// Which runs to list.
@@ -227,7 +120,7 @@ fn run_row(r: &AnyRow) -> StoreResult<RunRow> {
     })
 }
 
-fn text(value: &Option<serde_json::Value>) -> Option<String> {
+pub(super) fn text(value: &Option<serde_json::Value>) -> Option<String> {
     value.as_ref().map(|v| v.to_string())
 }
 
@@ -243,10 +136,25 @@ impl Store {
     /// Records an admitted run, or returns the run an earlier request with the same
     /// idempotency key created.
     pub async fn insert_run(&self, run: &NewRun) -> StoreResult<Inserted> {
+        self.insert_run_as(run, None).await
+    }
+
+    /// As [`Store::insert_run`], for a run that holds its slot already: recorded `running`
+    /// from `started_ms`, in the same statement (no separate `mark_running`).
+    pub async fn insert_running(&self, run: &NewRun, started_ms: i64) -> StoreResult<Inserted> {
+        self.insert_run_as(run, Some(started_ms)).await
+    }
+
+    async fn insert_run_as(&self, run: &NewRun, started_ms: Option<i64>) -> StoreResult<Inserted> {
+        let status = if started_ms.is_some() {
+            "running"
+        } else {
+            "queued"
+        };
         let outcome = sqlx::query(
             "INSERT INTO runs (id, tenant, key_name, kind, session_id, node, status, priority, \
-             idempotency_key, request_hash, request, profile, policy, created_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, $11, $12, $13)",
+             idempotency_key, request_hash, request, profile, policy, created_ms, started_ms, queue_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $14, $7, $8, $9, $10, $11, $12, $13, $15, $16)",
         )
         .bind(&run.id)
         .bind(&run.tenant)
@@ -261,6 +169,9 @@ impl Store {
         .bind(run.profile.clone())
         .bind(text(&run.policy))
         .bind(run.created_ms)
+        .bind(status)
+        .bind(started_ms)
+        .bind(started_ms.map(|_| 0i64))
         .execute(self.pool())
         .await;
         match outcome {
@@ -306,79 +217,6 @@ impl Store {
         .bind(queue_ms)
         .execute(self.pool())
         .await?;
-        Ok(())
-    }
-
-    /// Records how a run ended, with its events (and a gated run's network decisions). The
-    /// events go first and the terminal status last, each statement its own commit (two round
-    /// trips to the database, three for a gated run, not a transaction's four or more): a crash between them leaves a `running` record, which
-    /// recovery marks lost, never a terminal record without its events. A run already marked
-    /// terminal (lost by another node's verdict) is left as it is.
-    pub async fn finish_run(
-        &self,
-        id: &str,
-        ending: &Ending,
-        events: &[StoredEvent],
-    ) -> StoreResult<()> {
-        self.insert_events(id, events).await?;
-        self.insert_decisions(id, ending).await?;
-        sqlx::query(
-            "UPDATE runs SET status = $2, backend = $3, result = $4, error = $5, outputs = $6, \
-             wall_ms = $7, ended_ms = $8, started_ms = COALESCE(started_ms, $9), \
-             queue_ms = COALESCE(queue_ms, $10), network = $11 \
-             WHERE id = $1 AND status IN ('queued', 'running')",
-        )
-        .bind(id)
-        .bind(&ending.status)
-        .bind(ending.backend.clone())
-        .bind(text(&ending.result))
-        .bind(text(&ending.error))
-        .bind(text(&ending.outputs))
-        .bind(ending.wall_ms)
-        .bind(ending.ended_ms)
-        .bind(ending.started_ms)
-        .bind(ending.queue_ms)
-        .bind(text(&ending.network))
-        .execute(self.pool())
-        .await?;
-        Ok(())
-    }
-
-    async fn insert_events(&self, id: &str, events: &[StoredEvent]) -> StoreResult<()> {
-        for chunk in events.chunks(ROWS_PER_INSERT) {
-            let sql = rows_insert("run_events", &EVENT_COLUMNS, chunk.len());
-            let mut insert = sqlx::query(&sql);
-            for event in chunk {
-                insert = insert
-                    .bind(id)
-                    .bind(event.seq)
-                    .bind(event.at_ms)
-                    .bind(event.kind.as_str())
-                    .bind(event.data.to_string());
-            }
-            insert.execute(self.pool()).await?;
-        }
-        Ok(())
-    }
-
-    /// The gate's decisions, one row each (a third statement, only for a gated run).
-    async fn insert_decisions(&self, id: &str, ending: &Ending) -> StoreResult<()> {
-        let decisions = decisions_of(ending.network.as_ref());
-        for chunk in decisions.chunks(ROWS_PER_INSERT) {
-            let sql = rows_insert("run_network", &DECISION_COLUMNS, chunk.len());
-            let mut insert = sqlx::query(&sql);
-            for decision in chunk {
-                insert = insert
-                    .bind(id)
-                    .bind(decision.seq)
-                    .bind(ending.ended_ms)
-                    .bind(decision.decision.as_str())
-                    .bind(decision.reason.clone())
-                    .bind(decision.host.clone())
-                    .bind(decision.record.to_string());
-            }
-            insert.execute(self.pool()).await?;
-        }
         Ok(())
     }
 

@@ -69,6 +69,8 @@ pub struct Options {
     pub tls: Option<(String, String)>,
     /// Extra lines in tenant gamma's table.
     pub gamma: String,
+    /// A PEM CA certificate: the node advertises https:// and verifies its peers with it.
+    pub peer_ca: Option<String>,
     /// A network namespace (under /run/netns) the daemon runs in: a test world's gate
     /// namespace, so its gates reach only the world's hosts.
     pub netns: Option<String>,
@@ -134,11 +136,13 @@ impl TestDaemon {
             .as_ref()
             .map(|(cert, key)| format!("tls_cert = \"{cert}\"\ntls_key = \"{key}\""))
             .unwrap_or_default();
-        let advertise = self
-            .tcp
-            .as_ref()
-            .map(|a| format!("advertise = \"http://{a}\""))
-            .unwrap_or_default();
+        // With a certificate the node is reached over TLS, its peers verified against the
+        // test's CA; without, plain HTTP is declared trusted (loopback).
+        let advertise = match (&self.tcp, &options.peer_ca) {
+            (Some(a), Some(ca)) => format!("advertise = \"https://{a}\"\npeer_ca = \"{ca}\""),
+            (Some(a), None) => format!("advertise = \"http://{a}\"\nplain_http_peers = true"),
+            (None, _) => String::new(),
+        };
         let node = options.node.clone().unwrap_or_else(|| "test-node".into());
         let pool = options.pool.clone().unwrap_or_else(|| {
             "[pool]\nmax_concurrent = 4\nmax_queued = 50\nqueue_timeout = \"30s\"".into()
@@ -223,6 +227,10 @@ memory = "256MiB"
     }
 
     pub fn spawn(&mut self) {
+        // The socket file a killed daemon left: connecting to it can succeed while a child of
+        // the dead daemon, caught between fork and exec, still holds the listening socket,
+        // and fail with a reset once that child goes. Ready means the new daemon's own file.
+        let stale = socket_inode(&self.socket);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -250,10 +258,10 @@ memory = "256MiB"
             .spawn()
             .expect("airlockd starts");
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready(stale);
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self, stale: Option<(u64, i64, i64)>) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Some(status) = self
@@ -263,7 +271,8 @@ memory = "256MiB"
             {
                 panic!("airlockd exited early ({status}):\n{}", self.log());
             }
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+            let fresh = socket_inode(&self.socket).is_some_and(|file| Some(file) != stale);
+            if fresh && std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -554,6 +563,14 @@ impl Client {
         sender.send_request(request).await.unwrap()
     }
 
+    /// Opens a run's event stream.
+    pub async fn open_events(&self, id: &str) -> hyper::body::Incoming {
+        let path = format!("/v1/runs/{id}/events");
+        self.open(self.request("GET", &path).body(Full::default()).unwrap())
+            .await
+            .into_body()
+    }
+
     pub async fn get(&self, path: &str) -> Response {
         self.send(self.request("GET", path).body(Full::default()).unwrap())
             .await
@@ -678,4 +695,31 @@ pub async fn postgres_database() -> Option<String> {
         .map(|(base, _)| base)
         .unwrap_or(&admin);
     Some(format!("{base}/{name}"))
+}
+
+/// Reads `stream` until its text so far contains `needle` (each frame within 20 s); returns
+/// the text.
+pub async fn read_until(stream: &mut hyper::body::Incoming, needle: &str) -> String {
+    use http_body_util::BodyExt;
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let frame = tokio::time::timeout(Duration::from_secs(20), stream.frame())
+            .await
+            .unwrap_or_else(|_| panic!("no {needle:?} within 20 s; seen: {seen}"))
+            .expect("the stream goes on")
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    seen
+}
+
+/// Which file is at `path`: its inode and change time (an inode number alone may be reused
+/// by the file that replaces it).
+fn socket_inode(path: &std::path::Path) -> Option<(u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
 }

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
 use serde_json::json;
 
 use crate::common::{postgres_database, Options, TestDaemon};
@@ -169,25 +168,8 @@ async fn two_daemons_share_one_postgresql_and_serve_each_others_runs() {
     assert_eq!(run["node"], "node-a");
     // B reads the record from the shared store and streams the live events from A.
     crate::api::wait_status(&on_b, &id, "running").await;
-    let mut stream = on_b
-        .open(
-            on_b.request("GET", &format!("/v1/runs/{id}/events"))
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await
-        .into_body();
-    let mut seen = String::new();
-    while !seen.contains("tick3") {
-        let frame = tokio::time::timeout(Duration::from_secs(20), stream.frame())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        if let Ok(data) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&data));
-        }
-    }
+    let mut stream = on_b.open_events(&id).await;
+    let seen = crate::common::read_until(&mut stream, "tick3").await;
     assert!(seen.contains("\"event\":\"started\""), "{seen}");
     // B cancels it on A.
     on_b.delete(&format!("/v1/runs/{id}")).await;

@@ -21,7 +21,7 @@ print(json.dumps({"progress": 1.0}), flush=True)
 print(json.dumps({"done": True}), flush=True)
 "#;
 
-fn multipart(parts: &[(&str, &[u8])]) -> (String, Vec<u8>) {
+pub fn multipart(parts: &[(&str, &[u8])]) -> (String, Vec<u8>) {
     let boundary = "airlockd-test-boundary";
     let mut body = Vec::new();
     for (name, content) in parts {

@@ -1,0 +1,271 @@
+//! A run's end as the store writes it: the terminal status with the run's events and the egress
+//! gate's decisions, in one round trip to the database.
+
+use super::runs::{text, NewRun, RunRow, StoredEvent};
+use super::{AnyQuery, Dialect, Store, StoreResult};
+
+/// Rows per INSERT statement: at most 7 parameters each; a run's end writes at most one
+/// chunk of events and one of decisions with its 11 own (12,011), well within SQLite's 32,766
+/// and PostgreSQL's 65,535.
+const ROWS_PER_INSERT: usize = 1000;
+
+/// One INSERT of `rows` rows into `table (columns)`, numbered `$n` parameters (both databases
+/// read them) after the first `skip`. A row already stored (a retry after the status update
+/// failed) is skipped.
+fn rows_insert(table: &str, columns: &[&str], rows: usize, skip: usize) -> String {
+    let width = columns.len();
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            let params: Vec<String> = (1..=width)
+                .map(|i| format!("${}", skip + row * width + i))
+                .collect();
+            format!("({})", params.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO {table} ({}) VALUES {} ON CONFLICT DO NOTHING",
+        columns.join(", "),
+        values.join(", ")
+    )
+}
+
+const EVENT_COLUMNS: [&str; 5] = ["run_id", "seq", "at_ms", "kind", "data"];
+const DECISION_COLUMNS: [&str; 7] = [
+    "run_id", "seq", "at_ms", "decision", "reason", "host", "record",
+];
+
+/// One decision of the egress gate, as `run_network` keeps it (searchable by decision,
+/// reason and name; `record` is the gate's whole record).
+#[derive(Debug, Clone, PartialEq)]
+struct StoredDecision {
+    seq: i64,
+    decision: String,
+    reason: Option<String>,
+    host: Option<String>,
+    record: serde_json::Value,
+}
+
+/// The decisions of a network report (`NetworkReport` as JSON).
+fn decisions_of(report: Option<&serde_json::Value>) -> Vec<StoredDecision> {
+    let records = report
+        .and_then(|r| r["decisions"].as_array())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, record)| StoredDecision {
+            seq: record["id"].as_i64().unwrap_or(i as i64),
+            decision: text(&record["decision"]).unwrap_or_default(),
+            reason: text(&record["reason"]),
+            host: text(&record["name"]).or_else(|| text(&record["address"])),
+            record: record.clone(),
+        })
+        .collect()
+}
+
+/// The terminal status of a run still `queued` or `running` ($1 to $11, see [`bind_ending`]).
+const END_RUN: &str = "UPDATE runs SET status = $2, backend = $3, result = $4, error = $5, \
+    outputs = $6, wall_ms = $7, ended_ms = $8, started_ms = COALESCE(started_ms, $9), \
+    queue_ms = COALESCE(queue_ms, $10), network = $11 \
+    WHERE id = $1 AND status IN ('queued', 'running')";
+
+/// Parameters of [`END_RUN`]; the rows' parameters follow them.
+const END_RUN_PARAMS: usize = 11;
+
+/// [`END_RUN`] with the inserts of `events` and `decisions` rows before it, as one request.
+fn finish_statement(dialect: Dialect, events: usize, decisions: usize) -> String {
+    let mut inserts = Vec::new();
+    if events > 0 {
+        inserts.push(rows_insert(
+            "run_events",
+            &EVENT_COLUMNS,
+            events,
+            END_RUN_PARAMS,
+        ));
+    }
+    if decisions > 0 {
+        let skip = END_RUN_PARAMS + events * EVENT_COLUMNS.len();
+        inserts.push(rows_insert(
+            "run_network",
+            &DECISION_COLUMNS,
+            decisions,
+            skip,
+        ));
+    }
+    if inserts.is_empty() {
+        return END_RUN.to_string();
+    }
+    match dialect {
+        // Statements run in order, each committed: the status last.
+        Dialect::Sqlite => format!("{}; {END_RUN}", inserts.join("; ")),
+        // Data-modifying WITH clauses run once, in the same statement and transaction.
+        Dialect::Postgres => {
+            let with: Vec<String> = inserts
+                .iter()
+                .enumerate()
+                .map(|(i, insert)| format!("rows{i} AS ({insert} RETURNING 1)"))
+                .collect();
+            format!("WITH {} {END_RUN}", with.join(", "))
+        }
+    }
+}
+
+fn bind_ending<'q>(query: AnyQuery<'q>, id: &str, ending: &Ending) -> AnyQuery<'q> {
+    query
+        .bind(id.to_string())
+        .bind(ending.status.clone())
+        .bind(ending.backend.clone())
+        .bind(text(&ending.result))
+        .bind(text(&ending.error))
+        .bind(text(&ending.outputs))
+        .bind(ending.wall_ms)
+        .bind(ending.ended_ms)
+        .bind(ending.started_ms)
+        .bind(ending.queue_ms)
+        .bind(text(&ending.network))
+}
+
+fn bind_events<'q>(mut query: AnyQuery<'q>, id: &str, events: &[StoredEvent]) -> AnyQuery<'q> {
+    for event in events {
+        query = query
+            .bind(id.to_string())
+            .bind(event.seq)
+            .bind(event.at_ms)
+            .bind(event.kind.clone())
+            .bind(event.data.to_string());
+    }
+    query
+}
+
+fn bind_decisions<'q>(
+    mut query: AnyQuery<'q>,
+    id: &str,
+    at_ms: i64,
+    decisions: &[StoredDecision],
+) -> AnyQuery<'q> {
+    for decision in decisions {
+        query = query
+            .bind(id.to_string())
+            .bind(decision.seq)
+            .bind(at_ms)
+            .bind(decision.decision.clone())
+            .bind(decision.reason.clone())
+            .bind(decision.host.clone())
+            .bind(decision.record.to_string());
+    }
+    query
+}
+
+/// How a run ended, as the store records it.
+#[derive(Debug, Clone, Default)]
+pub struct Ending {
+    pub status: String,
+    pub backend: Option<String>,
+    pub result: Option<serde_json::Value>,
+    pub error: Option<serde_json::Value>,
+    pub outputs: Option<serde_json::Value>,
+    /// The egress gate's report (`NetworkReport`), for a gated run.
+    pub network: Option<serde_json::Value>,
+    pub wall_ms: Option<i64>,
+    /// When the run got its slot, and how long it waited (none if it never started).
+    pub started_ms: Option<i64>,
+    pub queue_ms: Option<i64>,
+    pub ended_ms: i64,
+}
+
+impl Ending {
+    /// The stored row of `run` once this ending is recorded.
+    pub fn row(&self, run: &NewRun) -> RunRow {
+        RunRow {
+            id: run.id.clone(),
+            tenant: run.tenant.clone(),
+            key_name: run.key_name.clone(),
+            kind: run.kind.clone(),
+            session_id: run.session_id.clone(),
+            node: run.node.clone(),
+            status: self.status.clone(),
+            priority: run.priority,
+            idempotency_key: run.idempotency_key.clone(),
+            request_hash: run.request_hash.clone(),
+            request: run.request.clone(),
+            profile: run.profile.clone(),
+            policy: run.policy.clone(),
+            backend: self.backend.clone(),
+            result: self.result.clone(),
+            error: self.error.clone(),
+            outputs: self.outputs.clone(),
+            network: self.network.clone(),
+            created_ms: run.created_ms,
+            started_ms: self.started_ms,
+            ended_ms: Some(self.ended_ms),
+            queue_ms: self.queue_ms,
+            wall_ms: self.wall_ms,
+        }
+    }
+}
+
+impl Store {
+    /// Records how a run ended, with its events (and a gated run's network decisions), in one
+    /// round trip to the database: on SQLite one request of two or three statements (events,
+    /// decisions, then the terminal status, each its own commit: a crash between them leaves a
+    /// `running` record, which recovery marks lost, never a terminal record without its
+    /// events); on PostgreSQL one statement whose `WITH` inserts commit with the status. A
+    /// run already marked terminal (lost by another node's verdict) is left as it is. A run
+    /// with more rows than one INSERT holds writes them in chunks first.
+    pub async fn finish_run(
+        &self,
+        id: &str,
+        ending: &Ending,
+        events: &[StoredEvent],
+    ) -> StoreResult<()> {
+        let decisions = decisions_of(ending.network.as_ref());
+        if events.len() > ROWS_PER_INSERT || decisions.len() > ROWS_PER_INSERT {
+            self.insert_events(id, events).await?;
+            self.insert_decisions(id, ending.ended_ms, &decisions)
+                .await?;
+            return self.end_run(id, ending).await;
+        }
+        let sql = finish_statement(self.dialect(), events.len(), decisions.len());
+        let query = bind_ending(sqlx::query(&sql), id, ending);
+        let query = bind_events(query, id, events);
+        let query = bind_decisions(query, id, ending.ended_ms, &decisions);
+        query.execute(self.pool()).await?;
+        Ok(())
+    }
+
+    /// The terminal status alone.
+    async fn end_run(&self, id: &str, ending: &Ending) -> StoreResult<()> {
+        bind_ending(sqlx::query(END_RUN), id, ending)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_events(&self, id: &str, events: &[StoredEvent]) -> StoreResult<()> {
+        for chunk in events.chunks(ROWS_PER_INSERT) {
+            let sql = rows_insert("run_events", &EVENT_COLUMNS, chunk.len(), 0);
+            bind_events(sqlx::query(&sql), id, chunk)
+                .execute(self.pool())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The gate's decisions, one row each.
+    async fn insert_decisions(
+        &self,
+        id: &str,
+        at_ms: i64,
+        decisions: &[StoredDecision],
+    ) -> StoreResult<()> {
+        for chunk in decisions.chunks(ROWS_PER_INSERT) {
+            let sql = rows_insert("run_network", &DECISION_COLUMNS, chunk.len(), 0);
+            bind_decisions(sqlx::query(&sql), id, at_ms, chunk)
+                .execute(self.pool())
+                .await?;
+        }
+        Ok(())
+    }
+}
