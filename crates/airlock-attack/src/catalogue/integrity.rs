@@ -14,6 +14,10 @@ pub(super) fn attacks() -> Vec<Attack> {
             "file `/tmp/airlock-pwned-…` on the host",
             "rootfs",
             write_host_tmp),
+        attack("write_host_dev_shm", (C, FsWrite, Tier0),
+            "file `/dev/shm/airlock-pwned-…` on the host",
+            "rootfs (a private /dev/shm)",
+            write_host_dev_shm),
         attack("write_caller_dir", (C, FsWrite, Tier0),
             "file in the caller's (world-writable) cwd",
             "rootfs, Landlock fs",
@@ -68,6 +72,14 @@ fn write_to(s: &Scene, path: PathBuf) -> Plan {
 
 fn write_host_tmp(s: &mut Scene) -> Result<Plan, String> {
     let target = PathBuf::from(format!("/tmp/airlock-pwned-{}", s.marker));
+    s.remove_later(&target);
+    Ok(write_to(s, target))
+}
+
+/// The host's shared memory directory outlives every process: a file left there persists
+/// after the run and is readable by whoever shares the host's /dev/shm.
+fn write_host_dev_shm(s: &mut Scene) -> Result<Plan, String> {
+    let target = PathBuf::from(format!("/dev/shm/airlock-pwned-{}", s.marker));
     s.remove_later(&target);
     Ok(write_to(s, target))
 }
