@@ -88,30 +88,17 @@ pub async fn serve(
         (Some(cert), Some(key)) => Some(tokio_rustls::TlsAcceptor::from(tls_config(cert, key)?)),
         _ => None,
     };
-    for addr in config.server.listen.iter().chain(extra_listen) {
+    let for_clients = config.server.listen.iter().chain(extra_listen);
+    let for_nodes = config.server.internal_listen.iter();
+    let addrs = for_clients
+        .map(|addr| (addr, "listening"))
+        .chain(for_nodes.map(|addr| (addr, "listening for other nodes")));
+    for (addr, role) in addrs {
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
-            "listening on {}://{}",
-            if tls.is_some() { "https" } else { "http" },
-            listener.local_addr()?
-        );
-        tasks.push(tokio::spawn(accept_loop(
-            nodelay(listener),
-            tls.clone(),
-            app.clone(),
-            limits.clone(),
-            Arc::clone(&graceful),
-            stop.clone(),
-        )));
-    }
-    for addr in &config.server.internal_listen {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        tracing::info!(
-            "listening for other nodes on {}://{}",
+            "{role} on {}://{}",
             if tls.is_some() { "https" } else { "http" },
             listener.local_addr()?
         );
