@@ -49,12 +49,12 @@ impl Template {
             .map_err(|e| Error::io("cannot close inherited descriptors", e))?;
         let (spec, _) = wire::receive::<TemplateSpec>(&control, 0)?
             .ok_or_else(|| Error::Command("the zygote's host sent no spec".into()))?;
-        if !matches!(spec.init.confinement, Confinement::Native(_)) {
+        let Confinement::Native(native) = &spec.init.confinement else {
             return Err(Error::Command(
                 "a zygote needs a native sandbox plan".into(),
             ));
-        }
-        confine::enter_template(&spec.init)
+        };
+        confine::enter_template(&spec.init, native)
             .map_err(|e| Error::Command(format!("the zygote's template: {}", e.message)))?;
         Ok(Template { control, spec })
     }

@@ -17,7 +17,10 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use plan::{plan_operations, MountOp, ProcProtection};
+pub use plan::{
+    plan_operations, plan_prepared_root, plan_prepared_run, unpreparable_path, MountOp,
+    ProcProtection,
+};
 pub use scratch::{
     cover_with_empty_file, enter_private_mount_namespace, enter_private_runtime, mount_scratch,
     ScratchMount,
@@ -139,6 +142,11 @@ pub enum RootfsError {
     HiddenGeneratedFile { path: PathBuf, mount: PathBuf },
     #[error("refusing to build the root filesystem outside a fresh pid namespace (pid is {pid}, expected 1)")]
     NotSandboxInit { pid: i32 },
+    #[error(
+        "{path} lies under a mount each run makes afresh (/tmp, /dev/shm, /proc or the workdir), \
+         so a prepared root would hide it; move it or use a cold run"
+    )]
+    NotPreparable { path: PathBuf },
     #[error("cannot create a mount namespace for the run directory: {source}")]
     Unshare { source: nix::Error },
     #[error("failed to make the mount tree private: {source}")]
@@ -353,7 +361,30 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run(&plan_operations(plan))
+    execute::run(&plan_operations(plan), execute::STAGED)
+}
+
+/// Builds the part of the plan's root that every run shares, read-only, in this process's
+/// own mount namespace (an interpreter zygote's template, holding the capabilities of its
+/// user namespace), where [`enter_prepared`] finds it. The host root stays this process's
+/// `/`.
+pub fn prepare(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
+    validate(plan)?;
+    if let Some(path) = unpreparable_path(plan) {
+        return Err(RootfsError::NotPreparable { path });
+    }
+    execute::run(&plan_prepared_root(plan), execute::PREPARED)
+}
+
+/// A run's root from the one [`prepare`] built: this run's own `/proc`, `/tmp`, `/dev/shm`
+/// and workdir mounted on its own copy, then the pivot into it and the host dropped. Must
+/// run as PID 1 of fresh user, mount and pid namespaces created under the preparing process.
+pub fn enter_prepared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
+    let pid = nix::unistd::getpid().as_raw();
+    if pid != 1 {
+        return Err(RootfsError::NotSandboxInit { pid });
+    }
+    execute::run(&plan_prepared_run(plan), execute::PREPARED)
 }
 
 #[cfg(test)]

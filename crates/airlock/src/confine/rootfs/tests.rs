@@ -262,3 +262,68 @@ fn enter_refuses_to_run_outside_a_fresh_pid_namespace() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// A prepared root holds everything runs share and nothing writable a run could leave behind:
+/// the per-run mounts (/proc, /tmp, /dev/shm, a tmpfs workdir) are a run's own, and the
+/// shared root is sealed read-only. Together the two halves make the cold plan's mounts.
+#[test]
+fn a_prepared_root_leaves_every_writable_mount_to_the_run() {
+    let mut plan = sample_plan(Path::new("/w"));
+    plan.workdir = Workdir::Tmpfs {
+        path: "/work".into(),
+        size_bytes: 1 << 20,
+        max_files: 10,
+    };
+    plan.read_write.clear();
+    plan.read_only = vec!["/srv/data".into()];
+    let shared = plan_prepared_root(&plan);
+    let per_run = plan_prepared_run(&plan);
+    assert!(!shared
+        .iter()
+        .any(|op| matches!(op, MountOp::Tmpfs { path, .. } if path != Path::new("/dev"))));
+    assert!(!shared
+        .iter()
+        .any(|op| matches!(op, MountOp::MountProc { .. })));
+    assert_eq!(
+        shared.last(),
+        Some(&MountOp::RemountReadOnly { path: "/".into() })
+    );
+    let fresh: Vec<String> = per_run
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Tmpfs { path, .. } => Some(path.display().to_string()),
+            MountOp::MountProc { .. } => Some("/proc".into()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fresh, ["/dev/shm", "/proc", "/tmp", "/work"]);
+    assert!(!per_run
+        .iter()
+        .any(|op| matches!(op, MountOp::MirrorReadOnly { .. } | MountOp::Bind { .. })));
+    let cold = plan_operations(&plan);
+    let mounts = |ops: &[MountOp]| {
+        ops.iter()
+            .filter(|op| {
+                matches!(
+                    op,
+                    MountOp::MirrorReadOnly { .. }
+                        | MountOp::Bind { .. }
+                        | MountOp::Tmpfs { .. }
+                        | MountOp::ProtectProc { .. }
+                        | MountOp::MountProc { .. }
+                        | MountOp::Symlink { .. }
+                        | MountOp::WriteFile { .. }
+                )
+            })
+            .count()
+    };
+    assert_eq!(mounts(&shared) + mounts(&per_run), mounts(&cold));
+}
+
+#[test]
+fn a_bind_under_a_per_run_mount_cannot_be_prepared() {
+    let mut plan = sample_plan(Path::new("/w"));
+    plan.read_only = vec!["/tmp/data".into()];
+    assert_eq!(unpreparable_path(&plan), Some(PathBuf::from("/tmp/data")));
+    assert_eq!(unpreparable_path(&sample_plan(Path::new("/w"))), None);
+}
