@@ -223,6 +223,38 @@ fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
     assert!(left.is_empty(), "zygote processes left: {left:?}");
 }
 
+/// A replacement starts in the background before its template is due: given time between
+/// runs, no run waits for a template to start; the stats count each template, and none is
+/// left after the shutdown.
+#[test]
+fn templates_are_replaced_in_the_background() {
+    let before = zygote_processes();
+    let sandbox = Sandbox::new(untrusted()).unwrap();
+    let mut options = ZygoteOptions::python(&[]);
+    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
+    options.max_forks = 3;
+    let zygote = sandbox.zygote(options).unwrap();
+    for round in 0..7 {
+        assert_eq!(
+            stdout(&run(&zygote, &format!("print({round})"))),
+            format!("{round}\n")
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while zygote.stats().replacing && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let stats = zygote.stats();
+    assert_eq!((stats.templates, stats.runs), (3, 7), "{stats:?}");
+    assert_eq!(stats.template_waits, 0, "{stats:?}");
+    zygote.shutdown();
+    let left: Vec<i32> = zygote_processes()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert!(left.is_empty(), "zygote processes left: {left:?}");
+}
+
 /// The owner of a zygote dies (SIGKILL) with a run going: the run's PID 1 sees its report
 /// socket close and ends the run, the template sees its control socket close and exits; no
 /// process is left. The run's cgroup (named after the dead owner) is what a sweep of dead
@@ -348,4 +380,43 @@ fn a_run_past_its_wall_time_is_a_timeout() {
     assert_eq!(result.status, RunStatus::Timeout, "{result:#?}");
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(stdout(&run(&zygote, "print(2)")), "2\n");
+}
+
+/// `on_output_limit = kill`: a run writing without end is stopped when its stdout passes the
+/// cap (long before its wall time) and reported as `output_limit`; the next run is unharmed.
+#[test]
+fn output_past_its_cap_ends_the_run_under_kill() {
+    let mut policy = untrusted();
+    policy.limits.stdout.0 = 4096;
+    policy.limits.wall_time.0 = Duration::from_secs(60);
+    policy.limits.on_output_limit = airlock::policy::OutputLimitAction::Kill;
+    let zygote = zygote_of(policy, &[]);
+    let started = Instant::now();
+    let result = run(
+        &zygote,
+        "import sys\nwhile True:\n    sys.stdout.write('x' * 1024)\n    sys.stdout.flush()",
+    );
+    assert_eq!(result.status, RunStatus::OutputLimit, "{result:#?}");
+    assert!(result.stdout_truncated);
+    assert!(started.elapsed() < Duration::from_secs(20), "{result:#?}");
+    assert_eq!(stdout(&run(&zygote, "print(3)")), "3\n");
+}
+
+/// The root a template prepared ahead is shared, so it must be read-only to every run (and
+/// stay so: the flag is locked in the run's namespace), while `/tmp`, `/dev/shm` and the
+/// workdir are each run's own.
+#[test]
+fn the_prepared_root_is_read_only_and_writable_mounts_are_per_run() {
+    let zygote = zygote(&[]);
+    let probe = "import os\n\
+        for p in ('/x', '/etc/x', '/dev/x', '/usr/x', '/proc/x'):\n\
+        \x20   try:\n\
+        \x20       open(p, 'w'); print('wrote', p)\n\
+        \x20   except OSError:\n\
+        \x20       pass\n\
+        print(os.statvfs('/').f_flag & 1, sorted(os.listdir('/dev/shm')), sorted(os.listdir('.')))\n\
+        open('/dev/shm/mark', 'w').write('1'); open('mark', 'w').write('1')";
+    for _ in 0..2 {
+        assert_eq!(stdout(&run(&zygote, probe)), "1 [] []\n");
+    }
 }

@@ -193,6 +193,7 @@ fn send_exit(exit: ExitReport) {
 /// How a zygote run ended, decided by the cold run's rule (`status::decide_status`).
 pub(crate) fn decide_status(
     timed_out: bool,
+    output_limit_hit: bool,
     exit: ExitReport,
     usage: &crate::confine::cgroup::CgroupUsage,
     cpu_limit: std::time::Duration,
@@ -201,8 +202,14 @@ pub(crate) fn decide_status(
         .cpu_usage_ns
         .map(std::time::Duration::from_nanos)
         .unwrap_or_default();
+    let output_limit = crate::spec::StopReason::OutputLimit;
+    let stop = match (timed_out, output_limit_hit) {
+        (true, _) => Some(super::watch::StopCause::Timeout),
+        (false, true) => Some(super::watch::StopCause::Requested(output_limit)),
+        (false, false) => None,
+    };
     super::status::decide_status(&super::status::Evidence {
-        stop: timed_out.then_some(super::watch::StopCause::Timeout),
+        stop,
         exit,
         oom_kills: usage.oom_kills,
         cpu_used,

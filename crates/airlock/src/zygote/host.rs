@@ -2,13 +2,15 @@
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::unistd::Pid;
 
+use super::cgroups::{CgroupPool, ReadyCgroup};
+use super::recycle::{Bounds, Templates};
 use super::wire::{self, RunRequest, TemplateSpec, TemplateStatus};
 use crate::confine::cgroup::RunCgroup;
 use crate::error::Error;
@@ -38,6 +40,8 @@ pub struct ZygoteOptions {
     pub binary: Option<PathBuf>,
     /// A template not ready by then is a failed start.
     pub ready_timeout: Duration,
+    /// Run cgroups kept created ahead (each serves one run), off the caller's path.
+    pub ready_cgroups: usize,
 }
 
 impl ZygoteOptions {
@@ -50,6 +54,7 @@ impl ZygoteOptions {
             max_age: Duration::from_secs(300),
             binary: None,
             ready_timeout: Duration::from_secs(30),
+            ready_cgroups: 4,
         }
     }
 
@@ -108,37 +113,20 @@ pub struct ZygoteStats {
     pub template_pid: Option<u32>,
     /// Run cgroups that could not be removed (a later sweep removes them).
     pub cleanup_failures: u64,
-}
-
-/// Cgroup removals in flight, which shutting a zygote down waits for.
-#[derive(Debug, Default)]
-struct Teardowns {
-    pending: Mutex<usize>,
-    done: Condvar,
-}
-
-impl Teardowns {
-    fn begin(&self) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-    }
-
-    fn end(&self) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-        self.done.notify_all();
-    }
-
-    fn wait_all(&self) {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        while *pending > 0 {
-            pending = self.done.wait(pending).unwrap_or_else(|p| p.into_inner());
-        }
-    }
+    /// Times a run waited for a replacement template (one not started ahead, or not ready
+    /// when the old one was due).
+    pub template_waits: u64,
+    /// A replacement template is being started in the background.
+    pub replacing: bool,
 }
 
 impl Drop for Zygote {
     fn drop(&mut self) {
-        self.template.lock().map(|mut t| t.take()).ok();
-        self.teardowns.wait_all();
+        self.template
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stop_all();
+        // Then the cgroup pool (a field) finishes its removals and removes what no run took.
     }
 }
 
@@ -150,9 +138,11 @@ pub struct Zygote {
     binary: PathBuf,
     /// The policy's stdout and stderr caps.
     output_caps: (u64, u64),
-    template: Mutex<Option<TemplateProcess>>,
+    /// The policy's `on_output_limit = kill`.
+    kill_on_output_limit: bool,
+    template: Mutex<Templates>,
     stats: Arc<Mutex<ZygoteStats>>,
-    teardowns: Arc<Teardowns>,
+    cgroups: Option<CgroupPool>,
 }
 
 impl Sandbox {
@@ -186,17 +176,24 @@ impl Zygote {
                 "zygotes run without network (`none`) only; use a warm pool or a cold run for `allowlist`/`report`".into(),
             ));
         }
+        let stats: Arc<Mutex<ZygoteStats>> = Arc::default();
+        let cgroups =
+            plan.spec.cgroup.clone().map(|request| {
+                CgroupPool::start(request, options.ready_cgroups, Arc::clone(&stats))
+            });
         let zygote = Zygote {
             binary: options.binary()?,
             output_caps: (
                 sandbox.policy().limits.stdout.0,
                 sandbox.policy().limits.stderr.0,
             ),
+            kill_on_output_limit: sandbox.policy().limits.on_output_limit
+                == crate::policy::OutputLimitAction::Kill,
             plan,
             options,
-            template: Mutex::new(None),
-            stats: Arc::default(),
-            teardowns: Arc::default(),
+            template: Mutex::default(),
+            stats,
+            cgroups,
         };
         zygote.with_template(|_| Ok(()))?;
         Ok(zygote)
@@ -211,34 +208,36 @@ impl Zygote {
         self.output_caps
     }
 
+    pub(super) fn kill_on_output_limit(&self) -> bool {
+        self.kill_on_output_limit
+    }
+
     /// The counters now.
     pub fn stats(&self) -> ZygoteStats {
-        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+        let replacing = self
+            .template
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replacing();
+        let mut stats = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
+        stats.replacing = replacing;
+        stats
     }
 
     /// Stops the template (runs in flight finish) and waits until every run's cgroup is
     /// removed. Dropping the zygote does the same.
     pub fn shutdown(self) {}
 
-    /// Removes a finished run's cgroup off the caller's path: PID 1's exit ends the
-    /// namespace, and its last processes (PID 1 itself, the process mirroring it) leave the
-    /// cgroup within moments; an empty cgroup is removed without a kill round, and whatever
-    /// stays is killed by `remove`.
+    /// The run's cgroup, taken ready from the pool; none when the plan asks for none.
+    pub(super) fn take_cgroup(&self) -> Option<Result<ReadyCgroup, Error>> {
+        self.cgroups.as_ref().map(CgroupPool::take)
+    }
+
+    /// Removes a finished run's cgroup off the caller's path.
     pub(super) fn tear_down(&self, cgroup: RunCgroup) {
-        let (teardowns, stats) = (Arc::clone(&self.teardowns), Arc::clone(&self.stats));
-        teardowns.begin();
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(1);
-            while Instant::now() < deadline && cgroup.pids().is_ok_and(|p| !p.is_empty()) {
-                std::thread::sleep(Duration::from_micros(500));
-            }
-            if cgroup.remove().is_err() {
-                if let Ok(mut stats) = stats.lock() {
-                    stats.cleanup_failures += 1;
-                }
-            }
-            teardowns.end();
-        });
+        if let Some(pool) = &self.cgroups {
+            pool.tear_down(cgroup);
+        }
     }
 
     /// Hands a run's descriptors to the template, replacing it first when it is due.
@@ -270,45 +269,52 @@ impl Zygote {
         &self,
         use_it: impl FnOnce(&mut TemplateProcess) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let mut slot = self.template.lock().unwrap_or_else(|p| p.into_inner());
-        let due = slot.as_ref().is_none_or(|t| {
-            t.forks >= self.options.max_forks || t.born.elapsed() >= self.options.max_age
-        });
-        if due {
-            *slot = None; // the old template exits; its children run on
-            let template = TemplateProcess::start(
-                &self.binary,
-                &self.spec_for_template(),
-                self.options.ready_timeout,
-            )?;
-            if let Ok(mut stats) = self.stats.lock() {
-                stats.templates += 1;
-                stats.template_pid = Some(template.pid.as_raw() as u32);
-            }
-            *slot = Some(template);
-        }
-        match slot.as_mut() {
-            Some(template) => use_it(template),
-            None => unreachable!("started above"),
-        }
+        let mut templates = self.template.lock().unwrap_or_else(|p| p.into_inner());
+        let bounds = Bounds {
+            max_forks: self.options.max_forks,
+            max_age: self.options.max_age,
+        };
+        let start = TemplateStart {
+            binary: self.binary.clone(),
+            spec: TemplateSpec {
+                init: self.plan.spec.clone(),
+                preload: self.options.preload.clone(),
+            },
+            timeout: self.options.ready_timeout,
+            stats: Arc::clone(&self.stats),
+        };
+        use_it(templates.serving(bounds, &start, &self.stats)?)
     }
+}
 
-    fn spec_for_template(&self) -> TemplateSpec {
-        TemplateSpec {
-            init: self.plan.spec.clone(),
-            preload: self.options.preload.clone(),
+/// What starting a template takes (on the caller's thread or in the background).
+#[derive(Debug, Clone)]
+pub(super) struct TemplateStart {
+    binary: PathBuf,
+    spec: TemplateSpec,
+    timeout: Duration,
+    stats: Arc<Mutex<ZygoteStats>>,
+}
+
+impl TemplateStart {
+    /// Starts a template and waits until it is ready; counted in the stats.
+    pub fn start(&self) -> Result<TemplateProcess, Error> {
+        let template = TemplateProcess::start(&self.binary, &self.spec, self.timeout)?;
+        if let Ok(mut stats) = self.stats.lock() {
+            stats.templates += 1;
         }
+        Ok(template)
     }
 }
 
 /// A running template and its control socket; dropping it closes the socket, on which the
 /// template exits (its children do not depend on it), and reaps it.
 #[derive(Debug)]
-struct TemplateProcess {
+pub(super) struct TemplateProcess {
     control: OwnedFd,
-    pid: Pid,
-    forks: u64,
-    born: Instant,
+    pub pid: Pid,
+    pub forks: u64,
+    pub born: Instant,
 }
 
 impl TemplateProcess {

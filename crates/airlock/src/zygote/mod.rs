@@ -17,7 +17,9 @@
 //! # Ok(()) }
 //! ```
 
+mod cgroups;
 mod host;
+mod recycle;
 mod run;
 mod template;
 mod wire;
