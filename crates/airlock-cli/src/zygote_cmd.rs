@@ -58,6 +58,8 @@ fn run_once(flags: &SandboxFlags, code: &ZygoteCode) -> Result<RunResult> {
     let mut options = ZygoteOptions::python(&[]);
     options.program = code.program.into();
     options.preload = code.preload.to_vec();
+    // One run: one child forked ahead (the path a long-lived caller's runs take), not more.
+    options.ready_children = 1;
     let zygote = sandbox.zygote(options)?;
     let run = ZygoteRun {
         code: code.code.to_string(),

@@ -3,7 +3,7 @@
 //! (this process's threads, plus the template's reaped children: every process of a run), a
 //! figure the host's load does not inflate as it does wall times. Run it under
 //! `strace -f -ttt -T` or `perf record -a -g` to split a run into its steps (docs/warm.md).
-//! Needs `airlock-zygote` built next to it (cargo build --release -p airlock-zygote).
+//! `zygote_profile RUNS [PAUSE_MS [READY_CHILDREN]]`. Needs `airlock-zygote` built next to it (cargo build --release -p airlock-zygote).
 
 use std::time::{Duration, Instant};
 
@@ -11,8 +11,15 @@ use airlock::zygote::{ZygoteOptions, ZygoteRun};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runs: usize = std::env::args().nth(1).map_or(Ok(20), |n| n.parse())?;
+    // A pause between runs (ms), as between an agent's tool calls: lets work prepared ahead
+    // of a run happen off its clock.
+    let pause: u64 = std::env::args().nth(2).map_or(Ok(0), |n| n.parse())?;
     let sandbox = airlock::Sandbox::new(airlock::policy::load_profile("untrusted")?)?;
-    let zygote = sandbox.zygote(ZygoteOptions::python(&["json", "re"]))?;
+    let mut options = ZygoteOptions::python(&["json", "re"]);
+    if let Some(ready) = std::env::args().nth(3) {
+        options.ready_children = ready.parse()?;
+    }
+    let zygote = sandbox.zygote(options)?;
     let snippet =
         ZygoteRun::code("import json, re; print(json.dumps({'k': re.sub('b', 'c', 'abc')}))");
     zygote.run(&snippet)?; // the first touch of the template's pages
@@ -20,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cpu_before = cpu_ms("self") + children_cpu_ms(template);
     let mut samples: Vec<Duration> = Vec::with_capacity(runs);
     for _ in 0..runs {
+        std::thread::sleep(Duration::from_millis(pause));
         let started = Instant::now();
         let result = zygote.run(&snippet)?;
         samples.push(started.elapsed());

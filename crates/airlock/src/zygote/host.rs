@@ -9,8 +9,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::unistd::Pid;
 
-use super::cgroups::{CgroupPool, ReadyCgroup};
-use super::recycle::{Bounds, Templates};
+use super::ready::{Maker, ReadyChild, ReadyPool};
+use super::recycle::{Bounds, Forker};
 use super::wire::{self, RunRequest, TemplateSpec, TemplateStatus};
 use crate::confine::cgroup::RunCgroup;
 use crate::error::Error;
@@ -40,8 +40,9 @@ pub struct ZygoteOptions {
     pub binary: Option<PathBuf>,
     /// A template not ready by then is a failed start.
     pub ready_timeout: Duration,
-    /// Run cgroups kept created ahead (each serves one run), off the caller's path.
-    pub ready_cgroups: usize,
+    /// Run children forked ahead (each in its own fresh cgroup, confined, waiting for one
+    /// run), off the caller's path.
+    pub ready_children: usize,
 }
 
 impl ZygoteOptions {
@@ -54,7 +55,7 @@ impl ZygoteOptions {
             max_age: Duration::from_secs(300),
             binary: None,
             ready_timeout: Duration::from_secs(30),
-            ready_cgroups: 4,
+            ready_children: 4,
         }
     }
 
@@ -107,7 +108,7 @@ impl ZygoteRun {
 pub struct ZygoteStats {
     /// Templates started (the first and every replacement).
     pub templates: u64,
-    /// Runs forked.
+    /// Run children forked (the runs done and the children waiting for one).
     pub runs: u64,
     /// The running template's pid, if one runs.
     pub template_pid: Option<u32>,
@@ -122,11 +123,9 @@ pub struct ZygoteStats {
 
 impl Drop for Zygote {
     fn drop(&mut self) {
-        self.template
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stop_all();
-        // Then the cgroup pool (a field) finishes its removals and removes what no run took.
+        // The waiting children end and every cgroup is removed, then the templates stop.
+        self.children.take();
+        self.forker.stop_all();
     }
 }
 
@@ -134,15 +133,13 @@ impl Drop for Zygote {
 #[derive(Debug)]
 pub struct Zygote {
     pub(super) plan: ZygotePlan,
-    options: ZygoteOptions,
-    binary: PathBuf,
     /// The policy's stdout and stderr caps.
     output_caps: (u64, u64),
     /// The policy's `on_output_limit = kill`.
     kill_on_output_limit: bool,
-    template: Mutex<Templates>,
+    forker: Arc<Forker>,
     stats: Arc<Mutex<ZygoteStats>>,
-    cgroups: Option<CgroupPool>,
+    children: Option<ReadyPool>,
 }
 
 impl Sandbox {
@@ -177,12 +174,27 @@ impl Zygote {
             ));
         }
         let stats: Arc<Mutex<ZygoteStats>> = Arc::default();
-        let cgroups =
-            plan.spec.cgroup.clone().map(|request| {
-                CgroupPool::start(request, options.ready_cgroups, Arc::clone(&stats))
-            });
-        let zygote = Zygote {
+        let bounds = Bounds {
+            max_forks: options.max_forks,
+            max_age: options.max_age,
+        };
+        let start = TemplateStart {
             binary: options.binary()?,
+            spec: TemplateSpec {
+                init: plan.spec.clone(),
+                preload: options.preload.clone(),
+            },
+            timeout: options.ready_timeout,
+            stats: Arc::clone(&stats),
+        };
+        let forker = Arc::new(Forker::new(bounds, start, Arc::clone(&stats)));
+        forker.ensure_serving()?;
+        let maker = Maker {
+            forker: Arc::clone(&forker),
+            cgroup: plan.spec.cgroup.clone(),
+        };
+        let children = ReadyPool::start(maker, options.ready_children, Arc::clone(&stats));
+        let zygote = Zygote {
             output_caps: (
                 sandbox.policy().limits.stdout.0,
                 sandbox.policy().limits.stderr.0,
@@ -190,12 +202,10 @@ impl Zygote {
             kill_on_output_limit: sandbox.policy().limits.on_output_limit
                 == crate::policy::OutputLimitAction::Kill,
             plan,
-            options,
-            template: Mutex::default(),
+            forker,
             stats,
-            cgroups,
+            children: Some(children),
         };
-        zygote.with_template(|_| Ok(()))?;
         Ok(zygote)
     }
 
@@ -214,11 +224,7 @@ impl Zygote {
 
     /// The counters now.
     pub fn stats(&self) -> ZygoteStats {
-        let replacing = self
-            .template
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .replacing();
+        let replacing = self.forker.replacing();
         let mut stats = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
         stats.replacing = replacing;
         stats
@@ -228,28 +234,19 @@ impl Zygote {
     /// removed. Dropping the zygote does the same.
     pub fn shutdown(self) {}
 
-    /// The run's cgroup, taken ready from the pool; none when the plan asks for none.
-    pub(super) fn take_cgroup(&self) -> Option<Result<ReadyCgroup, Error>> {
-        self.cgroups.as_ref().map(CgroupPool::take)
+    /// The run's child, taken ready from the pool (or forked now).
+    pub(super) fn take_child(&self) -> Result<ReadyChild, Error> {
+        match &self.children {
+            Some(pool) => pool.take(),
+            None => Err(Error::Command("the zygote is shutting down".into())),
+        }
     }
 
     /// Removes a finished run's cgroup off the caller's path.
     pub(super) fn tear_down(&self, cgroup: RunCgroup) {
-        if let Some(pool) = &self.cgroups {
+        if let Some(pool) = &self.children {
             pool.tear_down(cgroup);
         }
-    }
-
-    /// Hands a run's descriptors to the template, replacing it first when it is due.
-    pub(super) fn fork_run(&self, fds: &[RawFd]) -> Result<(), Error> {
-        self.with_template(|template| {
-            template.forks += 1;
-            wire::send(&template.control, &RunRequest::default(), fds)
-        })?;
-        if let Ok(mut stats) = self.stats.lock() {
-            stats.runs += 1;
-        }
-        Ok(())
     }
 
     pub(super) fn request(&self, run: &ZygoteRun) -> RunRequest {
@@ -264,36 +261,15 @@ impl Zygote {
             env,
         }
     }
-
-    fn with_template<T>(
-        &self,
-        use_it: impl FnOnce(&mut TemplateProcess) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        let mut templates = self.template.lock().unwrap_or_else(|p| p.into_inner());
-        let bounds = Bounds {
-            max_forks: self.options.max_forks,
-            max_age: self.options.max_age,
-        };
-        let start = TemplateStart {
-            binary: self.binary.clone(),
-            spec: TemplateSpec {
-                init: self.plan.spec.clone(),
-                preload: self.options.preload.clone(),
-            },
-            timeout: self.options.ready_timeout,
-            stats: Arc::clone(&self.stats),
-        };
-        use_it(templates.serving(bounds, &start, &self.stats)?)
-    }
 }
 
 /// What starting a template takes (on the caller's thread or in the background).
 #[derive(Debug, Clone)]
 pub(super) struct TemplateStart {
-    binary: PathBuf,
-    spec: TemplateSpec,
-    timeout: Duration,
-    stats: Arc<Mutex<ZygoteStats>>,
+    pub binary: PathBuf,
+    pub spec: TemplateSpec,
+    pub timeout: Duration,
+    pub stats: Arc<Mutex<ZygoteStats>>,
 }
 
 impl TemplateStart {
@@ -318,6 +294,11 @@ pub(super) struct TemplateProcess {
 }
 
 impl TemplateProcess {
+    /// Hands one run's descriptors to the template, which forks the run's child.
+    pub fn fork_run(&self, fds: &[RawFd]) -> Result<(), Error> {
+        wire::send(&self.control, &RunRequest::default(), fds)
+    }
+
     fn start(
         binary: &std::path::Path,
         spec: &TemplateSpec,

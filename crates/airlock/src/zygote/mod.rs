@@ -17,8 +17,8 @@
 //! # Ok(()) }
 //! ```
 
-mod cgroups;
 mod host;
+mod ready;
 mod recycle;
 mod run;
 mod template;

@@ -4,6 +4,7 @@
 //! caller waits only when the replacement is not ready by then (then the bound holds exactly:
 //! no template serves more than `max_forks` runs or lives past `max_age` serving).
 
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -102,6 +103,52 @@ impl Templates {
         for stop in self.retiring.drain(..) {
             let _ = stop.join();
         }
+    }
+}
+
+/// Forks runs from the serving template; shared by the callers and the keeper that forks
+/// children ahead.
+#[derive(Debug)]
+pub(super) struct Forker {
+    templates: Mutex<Templates>,
+    bounds: Bounds,
+    start: TemplateStart,
+    stats: Arc<Mutex<ZygoteStats>>,
+}
+
+impl Forker {
+    pub fn new(bounds: Bounds, start: TemplateStart, stats: Arc<Mutex<ZygoteStats>>) -> Forker {
+        Forker {
+            templates: Mutex::default(),
+            bounds,
+            start,
+            stats,
+        }
+    }
+
+    /// Starts the first template (or replaces a due one) without forking.
+    pub fn ensure_serving(&self) -> Result<(), Error> {
+        let mut templates = lock(&self.templates);
+        templates.serving(self.bounds, &self.start, &self.stats)?;
+        Ok(())
+    }
+
+    /// Hands a run's descriptors to the template, replacing it first when it is due.
+    pub fn fork(&self, fds: &[RawFd]) -> Result<(), Error> {
+        let mut templates = lock(&self.templates);
+        let template = templates.serving(self.bounds, &self.start, &self.stats)?;
+        template.forks += 1;
+        template.fork_run(fds)?;
+        lock(&self.stats).runs += 1;
+        Ok(())
+    }
+
+    pub fn replacing(&self) -> bool {
+        lock(&self.templates).replacing()
+    }
+
+    pub fn stop_all(&self) {
+        lock(&self.templates).stop_all();
     }
 }
 

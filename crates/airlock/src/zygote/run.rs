@@ -3,13 +3,13 @@
 //! cleanup.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::cgroups::ReadyCgroup;
 use super::host::{Zygote, ZygoteRun};
+use super::ready::ReadyChild;
 use crate::confine::cgroup::RunCgroup;
 use crate::error::Error;
 use crate::init::zygote::{decide_status, ChildLine};
@@ -71,19 +71,13 @@ impl OutputStop {
 
 pub(super) fn run(zygote: &Zygote, run: &ZygoteRun) -> Result<RunResult, Error> {
     let started = Instant::now();
-    let (ready, cgroup_warning) = match zygote.take_cgroup() {
-        None => (None, None),
-        Some(Ok(ready)) => (Some(ready), None),
-        // As for a cold run: the limits fall back to rlimits, and a required `cgroup` layer
-        // refuses the run unless degradation was accepted.
-        Some(Err(e)) => (None, Some(format!("{e}; limits fall back to rlimits"))),
-    };
-    let (cgroup, tasks) = match ready {
-        Some(ReadyCgroup { cgroup, tasks }) => (Some(cgroup), tasks),
-        None => (None, Vec::new()),
-    };
-    let outcome = run_in(zygote, run, cgroup.as_ref(), tasks, started).map(|mut result| {
-        result.warnings.extend(cgroup_warning);
+    let mut child = zygote.take_child()?;
+    let cgroup = child.cgroup.take();
+    let warning = child.warning.take();
+    let outcome = run_on(zygote, run, child, cgroup.as_ref(), started).map(|mut result| {
+        // As for a cold run: without a cgroup the limits fall back to rlimits, and a required
+        // `cgroup` layer refuses the run unless degradation was accepted.
+        result.warnings.extend(warning);
         result
     });
     if let Some(cgroup) = cgroup {
@@ -92,33 +86,27 @@ pub(super) fn run(zygote: &Zygote, run: &ZygoteRun) -> Result<RunResult, Error> 
     outcome
 }
 
-fn run_in(
+/// Hands the request to a child waiting for it, then feeds, collects and reads its report.
+fn run_on(
     zygote: &Zygote,
     run: &ZygoteRun,
+    child: ReadyChild,
     cgroup: Option<&RunCgroup>,
-    tasks: Vec<OwnedFd>,
     started: Instant,
 ) -> Result<RunResult, Error> {
-    let (stdin_read, stdin_write) = pipe()?;
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
-    let (report, child_report) =
-        UnixStream::pair().map_err(|e| Error::io("cannot create the report socket", e))?;
-    let mut fds = vec![
-        stdin_read.as_raw_fd(),
-        stdout_write.as_raw_fd(),
-        stderr_write.as_raw_fd(),
-        child_report.as_raw_fd(),
-    ];
-    fds.extend(tasks.iter().map(|f| f.as_raw_fd()));
-    zygote.fork_run(&fds)?;
-    drop((stdin_read, stdout_write, stderr_write, child_report, tasks));
+    let ReadyChild {
+        report,
+        stdin,
+        stdout,
+        stderr,
+        ..
+    } = child;
     send_request(&report, &zygote.request(run))?;
-    let stdin = feed(stdin_write, run.stdin.clone());
+    let stdin = feed(stdin, run.stdin.clone());
     let (stdout_cap, stderr_cap) = zygote.output_caps();
     let stop = OutputStop::new(zygote.kill_on_output_limit(), &report, cgroup)?;
-    let stdout = collect(stdout_read, StreamKind::Stdout, stdout_cap, stop.clone());
-    let stderr = collect(stderr_read, StreamKind::Stderr, stderr_cap, stop.clone());
+    let stdout = collect(stdout, StreamKind::Stdout, stdout_cap, stop.clone());
+    let stderr = collect(stderr, StreamKind::Stderr, stderr_cap, stop.clone());
     let wall = zygote.plan.spec.limits.wall_time;
     let mut report = read_report(report, started + wall, cgroup);
     let _ = stdin.join();
@@ -126,11 +114,6 @@ fn run_in(
     let stderr = stderr.join().unwrap_or_default();
     report.output_limit = stop.hit();
     Ok(assemble(zygote, report, cgroup, started, stdout, stderr))
-}
-
-fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| Error::io("cannot create a pipe", e.into()))
 }
 
 fn send_request(mut report: &UnixStream, request: &super::wire::RunRequest) -> Result<(), Error> {
