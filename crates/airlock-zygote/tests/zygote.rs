@@ -29,6 +29,31 @@ fn zygote_of(policy: Policy, preload: &[&str]) -> Zygote {
     sandbox.zygote(options).expect("zygote")
 }
 
+/// A zygote of the untrusted profile with no preloads and `configure`'s options.
+fn zygote_with(configure: impl FnOnce(&mut ZygoteOptions)) -> Zygote {
+    let sandbox = Sandbox::new(untrusted()).expect("sandbox");
+    let mut options = ZygoteOptions::python(&[]);
+    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
+    configure(&mut options);
+    sandbox.zygote(options).expect("zygote")
+}
+
+/// No zygote process started since `before` is left (waiting up to 5 s for the last ones to
+/// exit).
+fn assert_no_zygote_process_left(before: &[i32]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let left = || -> Vec<i32> {
+        zygote_processes()
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect()
+    };
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(left().is_empty(), "zygote processes left: {:?}", left());
+}
+
 fn zygote(preload: &[&str]) -> Zygote {
     zygote_of(untrusted(), preload)
 }
@@ -203,13 +228,10 @@ fn attacks_through_the_zygote_are_contained() {
 fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
     let _guard = exclusive();
     let before = zygote_processes();
-    let policy = untrusted();
-    let sandbox = Sandbox::new(policy).unwrap();
-    let mut options = ZygoteOptions::python(&[]);
-    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
-    options.max_forks = 2;
-    options.ready_children = 0; // every fork is a run's
-    let zygote = sandbox.zygote(options).unwrap();
+    let zygote = zygote_with(|options| {
+        options.max_forks = 2;
+        options.ready_children = 0; // every fork is a run's
+    });
     let first = zygote.stats().template_pid;
     // The template holds no capability, has no_new_privs and a seccomp filter of its own.
     let status = std::fs::read_to_string(format!("/proc/{}/status", first.unwrap())).unwrap();
@@ -231,15 +253,7 @@ fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
     assert_eq!((stats.templates, stats.runs), (2, 3));
     assert_ne!(stats.template_pid, first);
     zygote.shutdown();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while zygote_processes().len() > before.len() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let left: Vec<i32> = zygote_processes()
-        .into_iter()
-        .filter(|p| !before.contains(p))
-        .collect();
-    assert!(left.is_empty(), "zygote processes left: {left:?}");
+    assert_no_zygote_process_left(&before);
 }
 
 /// A replacement starts in the background before its template is due: given time between
@@ -249,12 +263,10 @@ fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
 fn templates_are_replaced_in_the_background() {
     let _guard = exclusive();
     let before = zygote_processes();
-    let sandbox = Sandbox::new(untrusted()).unwrap();
-    let mut options = ZygoteOptions::python(&[]);
-    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
-    options.max_forks = 3;
-    options.ready_children = 0; // every fork is a run's
-    let zygote = sandbox.zygote(options).unwrap();
+    let zygote = zygote_with(|options| {
+        options.max_forks = 3;
+        options.ready_children = 0; // every fork is a run's
+    });
     for round in 0..7 {
         assert_eq!(
             stdout(&run(&zygote, &format!("print({round})"))),
@@ -269,11 +281,7 @@ fn templates_are_replaced_in_the_background() {
     assert_eq!((stats.templates, stats.runs), (3, 7), "{stats:?}");
     assert_eq!(stats.template_waits, 0, "{stats:?}");
     zygote.shutdown();
-    let left: Vec<i32> = zygote_processes()
-        .into_iter()
-        .filter(|p| !before.contains(p))
-        .collect();
-    assert!(left.is_empty(), "zygote processes left: {left:?}");
+    assert_no_zygote_process_left(&before);
 }
 
 /// The owner of a zygote dies (SIGKILL) with a run going: the run's PID 1 sees its report
@@ -338,11 +346,7 @@ fn zygote_owner() {
     if std::env::var_os("AIRLOCK_ZYGOTE_OWNER").is_none() {
         return;
     }
-    let sandbox = Sandbox::new(untrusted()).expect("sandbox");
-    let mut options = ZygoteOptions::python(&[]);
-    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
-    options.ready_children = 1;
-    let zygote = std::sync::Arc::new(sandbox.zygote(options).expect("zygote"));
+    let zygote = std::sync::Arc::new(zygote_with(|options| options.ready_children = 1));
     let running = std::sync::Arc::clone(&zygote);
     std::thread::spawn(move || run(&running, "import time; time.sleep(60)"));
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -364,11 +368,7 @@ fn zygote_owner() {
 fn ready_children_are_each_their_own_and_end_with_the_zygote() {
     let _guard = exclusive();
     let before = zygote_processes();
-    let sandbox = Sandbox::new(untrusted()).unwrap();
-    let mut options = ZygoteOptions::python(&[]);
-    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
-    options.ready_children = 3;
-    let zygote = sandbox.zygote(options).unwrap();
+    let zygote = zygote_with(|options| options.ready_children = 3);
     let deadline = Instant::now() + Duration::from_secs(30);
     while zygote.stats().runs < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
@@ -413,11 +413,7 @@ fn ready_children_are_each_their_own_and_end_with_the_zygote() {
     );
     let ours: Vec<String> = namespaces.into_values().collect();
     zygote.shutdown();
-    let left: Vec<i32> = zygote_processes()
-        .into_iter()
-        .filter(|p| !before.contains(p))
-        .collect();
-    assert!(left.is_empty(), "zygote processes left: {left:?}");
+    assert_no_zygote_process_left(&before);
     let stale: Vec<String> = run_cgroups(std::process::id())
         .into_iter()
         .filter(|dir| ours.iter().any(|name| dir.ends_with(name.as_str())))

@@ -287,6 +287,8 @@ pub(crate) fn plan_zygote(sandbox: &Sandbox, program: &str) -> Result<ZygotePlan
         details: prepared.plan.details.clone(),
         spec: prepared.spec,
         warnings: prepared.warnings,
+        kill_on_output_limit: sandbox.policy().limits.on_output_limit
+            == crate::policy::OutputLimitAction::Kill,
     })
 }
 
@@ -297,6 +299,8 @@ pub(crate) struct ZygotePlan {
     pub warnings: Vec<String>,
     pub details: Vec<String>,
     pub backend: String,
+    /// The policy's `on_output_limit = kill`.
+    pub kill_on_output_limit: bool,
 }
 
 fn plan_native(command: &Command, effects: Effects) -> Result<prepare::Prepared, Error> {

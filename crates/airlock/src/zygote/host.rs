@@ -199,8 +199,7 @@ impl Zygote {
                 sandbox.policy().limits.stdout.0,
                 sandbox.policy().limits.stderr.0,
             ),
-            kill_on_output_limit: sandbox.policy().limits.on_output_limit
-                == crate::policy::OutputLimitAction::Kill,
+            kill_on_output_limit: plan.kill_on_output_limit,
             plan,
             forker,
             stats,

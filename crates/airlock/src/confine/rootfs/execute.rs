@@ -22,11 +22,11 @@ use nix::unistd::{chdir, fchdir, pivot_root};
 
 use super::mountinfo::submounts_under;
 use super::plan::{BindAccess, MountOp, ProcProtection};
-use super::{RootfsError, RootfsReport};
+use super::{Layout, RootfsError, RootfsReport};
 
 const STAGING: &str = "/tmp";
-const NEW_ROOT: &str = "/newroot";
-const OLD_ROOT: &str = "/oldroot";
+pub(super) const NEW_ROOT: &str = "/newroot";
+pub(super) const OLD_ROOT: &str = "/oldroot";
 /// Holds two directories only.
 const STAGING_OPTIONS: &str = "size=16k,nr_inodes=8,mode=0755";
 /// The root holds mount points and generated files, and is sealed read-only before exec.
@@ -40,29 +40,7 @@ enum HostEntry {
     Real(PathBuf, bool),
 }
 
-/// Where the operations build the root and find the host.
-#[derive(Debug, Clone, Copy)]
-pub struct Layout {
-    /// The directory the new root is built at.
-    pub new_root: &'static str,
-    /// The host's root as seen while building.
-    pub host: &'static str,
-}
-
-/// A cold run's layout: the staging root holds both (bubblewrap's two-pivot scheme).
-pub const STAGED: Layout = Layout {
-    new_root: NEW_ROOT,
-    host: OLD_ROOT,
-};
-
-/// A root prepared once and entered by many runs (an interpreter zygote's): built in the
-/// template's own mount namespace, over its `/tmp`, with the host root left in place.
-pub const PREPARED: Layout = Layout {
-    new_root: "/tmp",
-    host: "/",
-};
-
-pub fn run(ops: &[MountOp], layout: Layout) -> Result<RootfsReport, RootfsError> {
+pub(super) fn run(ops: &[MountOp], layout: Layout) -> Result<RootfsReport, RootfsError> {
     let sources = ops
         .iter()
         .map(resolve_source)

@@ -63,6 +63,28 @@ pub struct RootfsPlan {
     pub proc_hidepid: bool,
 }
 
+/// Where the operations build the root and find the host.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// The directory the new root is built at.
+    pub new_root: &'static str,
+    /// The host's root as seen while building.
+    pub host: &'static str,
+}
+
+/// A cold run's layout: the staging root holds both (bubblewrap's two-pivot scheme).
+const STAGED: Layout = Layout {
+    new_root: execute::NEW_ROOT,
+    host: execute::OLD_ROOT,
+};
+
+/// A root prepared once and entered by many runs (an interpreter zygote's): built in the
+/// template's own mount namespace, over its `/tmp`, with the host root left in place.
+const PREPARED: Layout = Layout {
+    new_root: "/tmp",
+    host: "/",
+};
+
 /// A file created inside the sandbox with fixed contents.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct GeneratedFile {
@@ -361,7 +383,7 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run(&plan_operations(plan), execute::STAGED)
+    execute::run(&plan_operations(plan), STAGED)
 }
 
 /// Builds the part of the plan's root that every run shares, read-only, in this process's
@@ -373,7 +395,7 @@ pub fn prepare(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if let Some(path) = unpreparable_path(plan) {
         return Err(RootfsError::NotPreparable { path });
     }
-    execute::run(&plan_prepared_root(plan), execute::PREPARED)
+    execute::run(&plan_prepared_root(plan), PREPARED)
 }
 
 /// A run's root from the one [`prepare`] built: this run's own `/proc`, `/tmp`, `/dev/shm`
@@ -384,7 +406,7 @@ pub fn enter_prepared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run(&plan_prepared_run(plan), execute::PREPARED)
+    execute::run(&plan_prepared_run(plan), PREPARED)
 }
 
 #[cfg(test)]
