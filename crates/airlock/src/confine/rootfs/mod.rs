@@ -17,10 +17,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use plan::{
-    plan_operations, plan_prepared_root, plan_prepared_run, unpreparable_path, MountOp,
-    ProcProtection,
-};
+pub use plan::{plan_operations, plan_prepared_root, plan_prepared_run, MountOp, ProcProtection};
 pub use scratch::{
     cover_with_empty_file, enter_private_mount_namespace, enter_private_runtime, mount_scratch,
     ScratchMount,
@@ -79,9 +76,10 @@ const STAGED: Layout = Layout {
 };
 
 /// A root prepared once and entered by many runs (an interpreter zygote's): built in the
-/// template's own mount namespace, over its `/tmp`, with the host root left in place.
+/// template's own mount namespace with the host root left in place, over its `/dev/shm`,
+/// which no plan can take a host path from (`/dev` is reserved), so it hides no source.
 const PREPARED: Layout = Layout {
-    new_root: "/tmp",
+    new_root: "/dev/shm",
     host: "/",
 };
 
@@ -164,11 +162,6 @@ pub enum RootfsError {
     HiddenGeneratedFile { path: PathBuf, mount: PathBuf },
     #[error("refusing to build the root filesystem outside a fresh pid namespace (pid is {pid}, expected 1)")]
     NotSandboxInit { pid: i32 },
-    #[error(
-        "{path} lies under a mount each run makes afresh (/tmp, /dev/shm, /proc or the workdir), \
-         so a prepared root would hide it; move it or use a cold run"
-    )]
-    NotPreparable { path: PathBuf },
     #[error("cannot create a mount namespace for the run directory: {source}")]
     Unshare { source: nix::Error },
     #[error("failed to make the mount tree private: {source}")]
@@ -392,9 +385,6 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
 /// `/`.
 pub fn prepare(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     validate(plan)?;
-    if let Some(path) = unpreparable_path(plan) {
-        return Err(RootfsError::NotPreparable { path });
-    }
     execute::run(&plan_prepared_root(plan), PREPARED)
 }
 

@@ -176,26 +176,21 @@ pub fn plan_prepared_root(plan: &RootfsPlan) -> Vec<MountOp> {
     ops.push(MountOp::RemountReadOnly {
         path: "/dev".into(),
     });
-    let mut user_ops = user_mounts(plan);
-    user_ops.retain(|op| !matches!(op, MountOp::Tmpfs { .. }));
-    ops.extend(user_ops);
+    ops.extend(split_user_mounts(plan).0);
     ops.push(MountOp::RemountReadOnly { path: "/".into() });
     ops
 }
 
 /// What each run adds to a prepared root, in its own mount namespace, before it pivots into
-/// its own copy: the fresh `/proc` (protected), `/tmp`, `/dev/shm` and a tmpfs workdir — so
-/// nothing writable is shared between runs.
+/// its own copy: the fresh `/proc` (protected), `/tmp`, `/dev/shm` and a tmpfs workdir, and
+/// the caller's binds that lie under one of them (on top, as in a cold run) — so nothing
+/// writable is shared between runs.
 pub fn plan_prepared_run(plan: &RootfsPlan) -> Vec<MountOp> {
     let mut ops = vec![MountOp::MakeMountsPrivate, MountOp::BindPreparedRoot];
     ops.push(dev_shm(plan));
     push_proc(&mut ops, plan.proc_hidepid);
     ops.push(tmp(plan));
-    ops.extend(
-        user_mounts(plan)
-            .into_iter()
-            .filter(|op| matches!(op, MountOp::Tmpfs { .. })),
-    );
+    ops.extend(split_user_mounts(plan).1);
     ops.push(MountOp::PivotIntoNewRoot);
     ops.push(MountOp::Chdir {
         path: plan.workdir.path().to_path_buf(),
@@ -203,15 +198,15 @@ pub fn plan_prepared_run(plan: &RootfsPlan) -> Vec<MountOp> {
     ops
 }
 
-/// A plan a prepared root cannot serve: one whose caller's binds lie under a mount each run
-/// makes afresh (it would hide them). Such a plan needs a cold run.
-pub fn unpreparable_path(plan: &RootfsPlan) -> Option<PathBuf> {
+/// The caller's mounts, parents first: those a prepared root holds, and those each run makes
+/// (a tmpfs workdir, and any bind under a mount each run makes afresh, which would hide it).
+fn split_user_mounts(plan: &RootfsPlan) -> (Vec<MountOp>, Vec<MountOp>) {
     let per_run = per_run_paths(plan);
-    plan.read_only
-        .iter()
-        .chain(&plan.read_write)
-        .find(|bind| per_run.iter().any(|fresh| bind.starts_with(fresh)))
-        .cloned()
+    user_mounts(plan).into_iter().partition(|op| match op {
+        MountOp::Tmpfs { .. } => false,
+        MountOp::Bind { path, .. } => !per_run.iter().any(|fresh| path.starts_with(fresh)),
+        _ => true,
+    })
 }
 
 fn per_run_paths(plan: &RootfsPlan) -> Vec<PathBuf> {

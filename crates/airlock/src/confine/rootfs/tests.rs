@@ -320,10 +320,30 @@ fn a_prepared_root_leaves_every_writable_mount_to_the_run() {
     assert_eq!(mounts(&shared) + mounts(&per_run), mounts(&cold));
 }
 
+/// A caller's bind under a mount each run makes afresh (the workdir in /tmp, say) is made by
+/// each run, on top of that mount, as the cold plan orders it.
 #[test]
-fn a_bind_under_a_per_run_mount_cannot_be_prepared() {
-    let mut plan = sample_plan(Path::new("/w"));
-    plan.read_only = vec!["/tmp/data".into()];
-    assert_eq!(unpreparable_path(&plan), Some(PathBuf::from("/tmp/data")));
-    assert_eq!(unpreparable_path(&sample_plan(Path::new("/w"))), None);
+fn a_bind_under_a_per_run_mount_is_made_by_each_run() {
+    let mut plan = sample_plan(Path::new("/tmp/w"));
+    plan.read_only = vec!["/srv/ro".into()];
+    let binds = |ops: &[MountOp]| -> Vec<String> {
+        ops.iter()
+            .filter_map(|op| match op {
+                MountOp::Bind { path, .. } if !path.starts_with("/dev") => {
+                    Some(path.display().to_string())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(binds(&plan_prepared_root(&plan)), ["/srv/ro"]);
+    assert_eq!(binds(&plan_prepared_run(&plan)), ["/tmp/w", "/tmp/w/data"]);
+    let per_run = plan_prepared_run(&plan);
+    let tmp = per_run
+        .iter()
+        .position(|op| matches!(op, MountOp::Tmpfs { path, .. } if path == Path::new("/tmp")));
+    let work = per_run
+        .iter()
+        .position(|op| matches!(op, MountOp::Bind { path, .. } if path == Path::new("/tmp/w")));
+    assert!(tmp < work, "{per_run:?}");
 }
