@@ -63,7 +63,7 @@ pub(crate) fn enter(spec: &InitSpec, native: &NativeSpec, tasks: &[OwnedFd]) -> 
 
 /// The template's own confinement, before its interpreter starts: the sandbox user (root
 /// dropped), its own user, mount, network, IPC and UTS namespaces (no network at all), the
-/// runs' root prepared (over its own `/tmp`, which the template never uses), no
+/// runs' root prepared (over its own `/dev/shm`, which the template never uses), no
 /// capabilities even in its user namespace, and `no_new_privs`. Its children create their
 /// own namespaces from here: a new user namespace gives them the capabilities their mounts
 /// need, so the template keeps none. A seccomp filter of its own refuses what no child's
