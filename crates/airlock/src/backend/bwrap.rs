@@ -59,6 +59,7 @@ fn probe_layers(available: bool) -> Vec<Layer> {
             Layer::Seccomp,
             Layer::NoNewPrivs,
             Layer::DiskQuota,
+            Layer::GitReadOnly,
         ]);
         if crate::confine::caps::can_mount() {
             layers.push(Layer::InodeQuota);
@@ -176,6 +177,7 @@ impl Backend for BwrapBackend {
             }
         }
         layers.push(Layer::Seccomp);
+        layers.extend(super::git_layer(ctx));
         if install.setuid {
             // bwrap itself sets no_new_privs before it execs the program.
             layers.push(Layer::NoNewPrivs);
@@ -266,6 +268,13 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
         args.paths("--ro-bind", ctx.workdir, ctx.workdir);
     } else {
         args.paths("--bind", ctx.workdir, ctx.workdir);
+    }
+    // After every writable bind, so each lands on top of the path holding it.
+    for path in ctx.git_pinned {
+        args.paths("--bind", path, path);
+    }
+    for path in ctx.git_read_only {
+        args.paths("--ro-bind", path, path);
     }
     args.path("--chdir", ctx.workdir);
     for fd in SECCOMP_FDS {

@@ -233,6 +233,49 @@ pub struct FsPolicy {
     /// scratch: for a directory airlock prepared for the sandbox user itself (a worker's job).
     #[serde(default = "workspace_by_default", skip_serializing_if = "is_true")]
     pub workspace: bool,
+    /// Git metadata in the caller's writable directories (see [`GitProtection`]).
+    #[serde(default, skip_serializing_if = "GitProtection::is_default")]
+    pub protect_git: GitProtection,
+}
+
+/// What the program may do to the git repositories in the caller's writable directories.
+/// git runs code named by a repository's metadata (hooks, `core.fsmonitor`, `core.hooksPath`,
+/// `core.sshCommand`, filter and diff drivers in `config`, a `commondir` or `gitdir:` pointer
+/// to another such directory, submodules registered in the index): a program that can write
+/// it gets code run on the host at the user's next `git status`. See docs/isolation.md.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum GitProtection {
+    /// Every `.git` (directory or `gitdir:` file) in the workdir and `read_write` paths, found
+    /// by a bounded walk, and the git directories they point to inside those paths, are
+    /// read-only binds: the program reads the history (`git log`, `git diff`, `git status`)
+    /// but cannot commit, and cannot rename, remove or replace a `.git`.
+    #[default]
+    ReadOnly,
+    /// No protection: for code you trust with your repositories (it can commit).
+    Off,
+}
+
+impl GitProtection {
+    fn is_default(&self) -> bool {
+        *self == GitProtection::default()
+    }
+}
+
+impl std::str::FromStr for GitProtection {
+    type Err = InvalidValue;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "read-only" => Ok(GitProtection::ReadOnly),
+            "off" => Ok(GitProtection::Off),
+            _ => Err(InvalidValue {
+                key: "filesystem.protect_git",
+                value: value.to_string(),
+                allowed: "read-only or off".into(),
+            }),
+        }
+    }
 }
 
 fn workspace_by_default() -> bool {
@@ -252,6 +295,7 @@ impl Default for FsPolicy {
             workdir_read_only: false,
             exec_writable: false,
             workspace: true,
+            protect_git: GitProtection::ReadOnly,
         }
     }
 }

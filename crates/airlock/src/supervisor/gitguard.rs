@@ -1,0 +1,243 @@
+//! Git metadata in the caller's writable directories, kept read-only (`filesystem.protect_git`).
+//!
+//! git runs code its repository names: hooks, and in `config` `core.fsmonitor`,
+//! `core.hooksPath`, `core.sshCommand`, filter and diff drivers; a `commondir` file or a
+//! `gitdir:` file moves all of that elsewhere, and a submodule registered in the index makes
+//! `git status` run git inside another repository. A program that writes any of it gets code
+//! run on the host at the user's next `git status`. Protecting only hooks and config would
+//! leave `commondir`, `config.worktree`, `modules/*/config` and the index (a planted gitlink)
+//! open, so the whole `.git` is read-only. A bind mount also pins its name: `mv .git .git2`
+//! and `rm -r .git` fail with EBUSY, so no new `.git` can take its place. A nested repository
+//! could still be moved away with its parent (`mv sub sub2 && mkdir -p sub/.git`: for a
+//! submodule, the host's `git status` then runs git in the planted one), so every directory
+//! between a writable path and a nested `.git` is pinned too: bound onto itself, writable,
+//! which only makes renaming or removing it fail.
+//!
+//! Decided here, on the host, for every backend: a bounded walk of each writable caller path
+//! finds every `.git` (directory or `gitdir:` file) and, for a file, the git directory it
+//! points to when that lies in a writable path too. Every backend binds the list read-only
+//! over its writable mounts. When the walk hits its bound the run is refused: a nested
+//! repository left writable would be a silent hole.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::prepare::Workdir;
+use crate::error::Error;
+use crate::policy::{GitProtection, Policy};
+
+/// Directories below a writable path the walk looks into (the path itself is depth 0).
+pub const MAX_DEPTH: usize = 12;
+/// Directory entries the walk reads over all writable paths of a run.
+pub const MAX_ENTRIES: usize = 200_000;
+
+/// The caller's writable directories: the workdir given (unless read-only) and `read_write`.
+pub(super) fn writable_roots(policy: &Policy, workdir: &Workdir) -> Vec<PathBuf> {
+    let fs = &policy.filesystem;
+    let workdir = (!workdir.fresh && !fs.workdir_read_only).then(|| workdir.path.clone());
+    workdir
+        .into_iter()
+        .chain(fs.read_write.iter().cloned())
+        .collect()
+}
+
+/// What the backends bind over the caller's writable paths.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct GitMounts {
+    /// Git metadata, bound read-only; parents before children.
+    pub read_only: Vec<PathBuf>,
+    /// The directories between a writable path and a nested git directory, bound onto
+    /// themselves writable so that they cannot be renamed or removed; parents first.
+    pub pinned: Vec<PathBuf>,
+}
+
+/// The mounts that protect the git metadata; none when the policy says `off`.
+pub(super) fn protected_paths(policy: &Policy, workdir: &Workdir) -> Result<GitMounts, Error> {
+    if policy.filesystem.protect_git == GitProtection::Off {
+        return Ok(GitMounts::default());
+    }
+    let roots = writable_roots(policy, workdir);
+    let mut walk = Walk {
+        roots: roots
+            .iter()
+            .filter_map(|r| Some((r.clone(), fs::canonicalize(r).ok()?)))
+            .collect(),
+        entries: 0,
+        found: Vec::new(),
+    };
+    for root in &roots {
+        walk.directory_tree(root)?;
+    }
+    let mut read_only = walk.found;
+    read_only.sort_by_key(|p| p.components().count());
+    read_only.dedup();
+    let pinned = ancestors_below_roots(&read_only, &roots);
+    Ok(GitMounts { read_only, pinned })
+}
+
+/// Every directory strictly between a root and a protected path, parents first.
+fn ancestors_below_roots(protected: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut pinned: Vec<PathBuf> = Vec::new();
+    for path in protected {
+        let Some(root) = roots.iter().find(|root| path.starts_with(root)) else {
+            continue;
+        };
+        let below = path
+            .ancestors()
+            .skip(1)
+            .take_while(|a| *a != root.as_path());
+        pinned.extend(below.map(Path::to_path_buf));
+    }
+    pinned.sort_by_key(|p| p.components().count());
+    pinned.dedup();
+    // One inside a read-only git directory is pinned by it already, and a writable bind
+    // there would undo the protection.
+    pinned.retain(|p| !protected.iter().any(|git| p.starts_with(git)));
+    pinned
+}
+
+struct Walk {
+    /// The writable roots as given (the paths the sandbox sees) and symlink-free, to tell
+    /// whether a `gitdir:` target is writable and where the sandbox sees it.
+    roots: Vec<(PathBuf, PathBuf)>,
+    entries: usize,
+    found: Vec<PathBuf>,
+}
+
+impl Walk {
+    fn directory_tree(&mut self, root: &Path) -> Result<(), Error> {
+        if !root.is_dir() {
+            return Ok(());
+        }
+        let mut pending = vec![(root.to_path_buf(), 0usize)];
+        while let Some((dir, depth)) = pending.pop() {
+            for (path, kind) in self.read_dir(&dir)? {
+                match kind {
+                    Kind::Git(git) => self.protect(&path, git)?,
+                    Kind::Dir if depth + 1 > MAX_DEPTH => {
+                        return Err(unprotectable(&path, format!(
+                            "it lies more than {MAX_DEPTH} directories deep, where the search for nested repositories stops"
+                        )));
+                    }
+                    Kind::Dir => pending.push((path, depth + 1)),
+                    Kind::Other => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_dir(&mut self, dir: &Path) -> Result<Vec<(PathBuf, Kind)>, Error> {
+        let listing = fs::read_dir(dir).map_err(|e| unprotectable(dir, format!("{e}")))?;
+        let mut children = Vec::new();
+        for entry in listing {
+            let entry = entry.map_err(|e| unprotectable(dir, format!("{e}")))?;
+            self.entries += 1;
+            if self.entries > MAX_ENTRIES {
+                return Err(unprotectable(dir, format!(
+                    "the writable paths hold more than {MAX_ENTRIES} entries, where the search for nested repositories stops"
+                )));
+            }
+            let Ok(file_type) = entry.file_type() else {
+                continue;
+            };
+            let kind = match (entry.file_name() == ".git", file_type) {
+                (true, t) if t.is_dir() => Kind::Git(GitEntry::Dir),
+                (true, t) if t.is_file() => Kind::Git(GitEntry::File),
+                (true, _) => Kind::Git(GitEntry::Other),
+                (false, t) if t.is_dir() => Kind::Dir,
+                _ => Kind::Other,
+            };
+            children.push((entry.path(), kind));
+        }
+        Ok(children)
+    }
+
+    fn protect(&mut self, path: &Path, git: GitEntry) -> Result<(), Error> {
+        match git {
+            GitEntry::Dir => self.found.push(path.to_path_buf()),
+            GitEntry::File => {
+                self.found.push(path.to_path_buf());
+                if let Some(gitdir) = self.writable_gitdir(path) {
+                    self.protect_gitdir(&gitdir);
+                }
+            }
+            // A symlink's name cannot be pinned by a mount over its target: the program could
+            // replace it with a `.git` of its own.
+            GitEntry::Other => {
+                return Err(unprotectable(
+                    path,
+                    "it is a symlink or special file, which a read-only bind cannot pin".into(),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// The git directory a `gitdir:` file points to, when it lies in a writable path.
+    fn writable_gitdir(&self, file: &Path) -> Option<PathBuf> {
+        let contents = fs::read_to_string(file).ok()?;
+        let target = contents.lines().next()?.strip_prefix("gitdir:")?.trim();
+        let base = file.parent()?;
+        self.inside_roots(&base.join(target))
+    }
+
+    /// A git directory and the common directory it names (a linked worktree's
+    /// `commondir`), each when writable.
+    fn protect_gitdir(&mut self, gitdir: &Path) {
+        if let Ok(common) = fs::read_to_string(gitdir.join("commondir")) {
+            // Relative to the git directory, as git reads it.
+            if let Some(common) = self.inside_roots(&gitdir.join(common.trim())) {
+                self.found.push(common);
+            }
+        }
+        self.found.push(gitdir.to_path_buf());
+    }
+
+    /// `path` as the sandbox sees it, when it lies in a writable root.
+    fn inside_roots(&self, path: &Path) -> Option<PathBuf> {
+        let real = fs::canonicalize(path).ok()?;
+        self.roots.iter().find_map(|(given, canonical)| {
+            let rest = real.strip_prefix(canonical).ok()?;
+            Some(given.join(rest))
+        })
+    }
+}
+
+enum Kind {
+    Git(GitEntry),
+    Dir,
+    Other,
+}
+
+#[derive(Clone, Copy)]
+enum GitEntry {
+    Dir,
+    File,
+    Other,
+}
+
+fn unprotectable(path: &Path, reason: String) -> Error {
+    Error::GitUnprotectable {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+/// What the plan and the result say about the protection.
+pub(super) fn details(mounts: &GitMounts) -> Vec<String> {
+    let read_only = mounts
+        .read_only
+        .iter()
+        .map(|p| format!("{}: git metadata, read-only (protect_git)", p.display()));
+    let pinned = mounts.pinned.iter().map(|p| {
+        format!(
+            "{}: holds a nested repository, cannot be renamed or removed (protect_git)",
+            p.display()
+        )
+    });
+    read_only.chain(pinned).collect()
+}
+
+#[cfg(test)]
+mod tests;
