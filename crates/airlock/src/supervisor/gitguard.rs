@@ -57,18 +57,14 @@ pub(super) fn protected_paths(policy: &Policy, workdir: &Workdir) -> Result<GitM
         return Ok(GitMounts::default());
     }
     let roots = writable_roots(policy, workdir);
-    let mut walk = Walk {
-        roots: roots
-            .iter()
-            .filter_map(|r| Some((r.clone(), fs::canonicalize(r).ok()?)))
-            .collect(),
-        entries: 0,
-        found: Vec::new(),
-    };
-    for root in &roots {
-        walk.directory_tree(root)?;
+    let walk = Walk::of(&roots)?;
+    if let Some(path) = walk.unpinnable.first() {
+        return Err(unprotectable(
+            path,
+            "it is a symlink or special file, which a read-only bind cannot pin".into(),
+        ));
     }
-    let mut read_only = walk.found;
+    let mut read_only: Vec<PathBuf> = walk.markers.into_iter().chain(walk.targets).collect();
     read_only.sort_by_key(|p| p.components().count());
     read_only.dedup();
     let pinned = ancestors_below_roots(&read_only, &roots);
@@ -101,19 +97,47 @@ struct Walk {
     /// whether a `gitdir:` target is writable and where the sandbox sees it.
     roots: Vec<(PathBuf, PathBuf)>,
     entries: usize,
-    found: Vec<PathBuf>,
+    /// What makes git treat a directory as a repository: every `.git` (directory or file)
+    /// and every directory shaped like a bare repository (`HEAD`, `objects/`, `refs/`).
+    markers: Vec<PathBuf>,
+    /// The git directories `gitdir:` files point to, and their common directories.
+    targets: Vec<PathBuf>,
+    /// `.git` entries that are neither directories nor files (symlinks).
+    unpinnable: Vec<PathBuf>,
 }
 
 impl Walk {
+    fn of(roots: &[PathBuf]) -> Result<Walk, Error> {
+        let mut walk = Walk {
+            roots: roots
+                .iter()
+                .filter_map(|r| Some((r.clone(), fs::canonicalize(r).ok()?)))
+                .collect(),
+            entries: 0,
+            markers: Vec::new(),
+            targets: Vec::new(),
+            unpinnable: Vec::new(),
+        };
+        for root in roots {
+            walk.directory_tree(root)?;
+        }
+        Ok(walk)
+    }
+
     fn directory_tree(&mut self, root: &Path) -> Result<(), Error> {
         if !root.is_dir() {
             return Ok(());
         }
         let mut pending = vec![(root.to_path_buf(), 0usize)];
         while let Some((dir, depth)) = pending.pop() {
+            // git takes such a directory for a repository when it works in it.
+            if is_bare_repository(&dir) {
+                self.markers.push(dir);
+                continue;
+            }
             for (path, kind) in self.read_dir(&dir)? {
                 match kind {
-                    Kind::Git(git) => self.protect(&path, git)?,
+                    Kind::Git(git) => self.protect(&path, git),
                     Kind::Dir if depth + 1 > MAX_DEPTH => {
                         return Err(unprotectable(&path, format!(
                             "it lies more than {MAX_DEPTH} directories deep, where the search for nested repositories stops"
@@ -153,25 +177,19 @@ impl Walk {
         Ok(children)
     }
 
-    fn protect(&mut self, path: &Path, git: GitEntry) -> Result<(), Error> {
+    fn protect(&mut self, path: &Path, git: GitEntry) {
         match git {
-            GitEntry::Dir => self.found.push(path.to_path_buf()),
+            GitEntry::Dir => self.markers.push(path.to_path_buf()),
             GitEntry::File => {
-                self.found.push(path.to_path_buf());
+                self.markers.push(path.to_path_buf());
                 if let Some(gitdir) = self.writable_gitdir(path) {
                     self.protect_gitdir(&gitdir);
                 }
             }
             // A symlink's name cannot be pinned by a mount over its target: the program could
             // replace it with a `.git` of its own.
-            GitEntry::Other => {
-                return Err(unprotectable(
-                    path,
-                    "it is a symlink or special file, which a read-only bind cannot pin".into(),
-                ))
-            }
+            GitEntry::Other => self.unpinnable.push(path.to_path_buf()),
         }
-        Ok(())
     }
 
     /// The git directory a `gitdir:` file points to, when it lies in a writable path.
@@ -188,10 +206,10 @@ impl Walk {
         if let Ok(common) = fs::read_to_string(gitdir.join("commondir")) {
             // Relative to the git directory, as git reads it.
             if let Some(common) = self.inside_roots(&gitdir.join(common.trim())) {
-                self.found.push(common);
+                self.targets.push(common);
             }
         }
-        self.found.push(gitdir.to_path_buf());
+        self.targets.push(gitdir.to_path_buf());
     }
 
     /// `path` as the sandbox sees it, when it lies in a writable root.
@@ -202,6 +220,11 @@ impl Walk {
             Some(given.join(rest))
         })
     }
+}
+
+/// git's own test (`is_git_directory`), by shape: `HEAD`, `objects/` and `refs/`.
+fn is_bare_repository(dir: &Path) -> bool {
+    dir.join("HEAD").is_file() && dir.join("objects").is_dir() && dir.join("refs").is_dir()
 }
 
 enum Kind {
@@ -221,6 +244,72 @@ fn unprotectable(path: &Path, reason: String) -> Error {
     Error::GitUnprotectable {
         path: path.to_path_buf(),
         reason,
+    }
+}
+
+/// After the run, the git metadata the program created: a `.git` where none was (git walks
+/// up from the user's directory and trusts the first it finds) or a bare repository's shape.
+/// No mount can stop that without a file on the host, so the supervisor looks once every
+/// process of the run is gone, and moves each out of git's way.
+#[derive(Debug, Clone)]
+pub(crate) struct PlantWatch {
+    roots: Vec<PathBuf>,
+    known: Vec<PathBuf>,
+    suffix: String,
+}
+
+impl PlantWatch {
+    /// The watch for a run whose policy protects git and whose caller paths are writable.
+    pub(super) fn of(
+        policy: &Policy,
+        workdir: &Workdir,
+        mounts: &GitMounts,
+        run_id: &str,
+    ) -> Option<PlantWatch> {
+        let roots = writable_roots(policy, workdir);
+        let protect = policy.filesystem.protect_git == GitProtection::ReadOnly;
+        (protect && !roots.is_empty()).then(|| PlantWatch {
+            roots,
+            known: mounts.read_only.clone(),
+            suffix: format!("airlock-planted-{run_id}"),
+        })
+    }
+
+    /// Moves what the program planted out of git's way; a warning for each (or for a check
+    /// that could not be made).
+    pub(super) fn quarantine(&self) -> Vec<String> {
+        let walk = match Walk::of(&self.roots) {
+            Ok(walk) => walk,
+            Err(e) => return vec![format!("protect_git: could not check the workspace for git metadata the program created: {e}")],
+        };
+        let planted = walk.markers.into_iter().chain(walk.unpinnable);
+        planted
+            .filter(|path| !self.known.contains(path))
+            .map(|path| self.move_aside(&path))
+            .collect()
+    }
+
+    fn move_aside(&self, planted: &Path) -> String {
+        // A bare repository stops being one without its HEAD; a `.git` is renamed.
+        let (from, what) = match planted.file_name().is_some_and(|n| n == ".git") {
+            true => (planted.to_path_buf(), "a .git"),
+            false => (planted.join("HEAD"), "a bare repository"),
+        };
+        let mut to = from.clone().into_os_string();
+        to.push(format!(".{}", self.suffix));
+        let to = PathBuf::from(to);
+        match fs::rename(&from, &to) {
+            Ok(()) => format!(
+                "protect_git: the program created {what} at {}, which git on the host would trust (its hooks and config run code): moved {} to {}; inspect it before moving it back",
+                planted.display(),
+                from.display(),
+                to.display()
+            ),
+            Err(e) => format!(
+                "protect_git: the program created {what} at {}, which git on the host would trust (its hooks and config run code), and it could not be moved aside ({e}): do not run git there before inspecting it",
+                planted.display()
+            ),
+        }
     }
 }
 

@@ -38,6 +38,8 @@ pub(super) struct Prepared {
     pub warnings: Vec<String>,
     /// The egress gate the supervisor starts once the sandbox hands it its sockets.
     pub egress: Option<EgressPlan>,
+    /// What the supervisor checks for planted git metadata after the run.
+    pub git_watch: Option<gitguard::PlantWatch>,
 }
 
 /// Prepares a run, refusing a plan whose required layers are missing unless the caller
@@ -74,6 +76,12 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     let workdir_kind = placement.workdir.kind(command);
     judged.warnings.extend(host_limit_warnings(policy));
     let git_details = gitguard::details(&placement.git);
+    let git_watch = gitguard::PlantWatch::of(
+        policy,
+        &placement.workdir,
+        &placement.git,
+        &placement.run_id,
+    );
     let spec = init_spec(command, placement, confinement, &judged, &network);
     let planned = describe::PlannedNetwork {
         egress: network.egress.as_ref(),
@@ -87,6 +95,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         spec,
         warnings: judged.warnings,
         egress: network.egress,
+        git_watch,
     })
 }
 

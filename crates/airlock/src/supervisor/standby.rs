@@ -68,6 +68,8 @@ pub struct Standby {
     backend: String,
     details: Vec<String>,
     warnings: Vec<String>,
+    /// Checks for git metadata planted in the caller's paths after the run.
+    git_watch: Option<super::gitguard::PlantWatch>,
 }
 
 /// The egress gate of a prepared sandbox with network `allowlist` or `report`: it starts as
@@ -179,6 +181,7 @@ impl Standby {
             backend: prepared.plan.backend.clone(),
             details: prepared.plan.details.clone(),
             warnings: prepared.warnings,
+            git_watch: prepared.git_watch,
         })
     }
 
@@ -407,6 +410,7 @@ fn start_on(
         backend,
         details,
         warnings,
+        git_watch,
         ..
     } = standby;
     let (gate, network) = match gate.map(StandbyGate::running).transpose() {
@@ -482,6 +486,7 @@ fn start_on(
         ),
         keep: false,
         retire: Some(source),
+        git_watch,
     };
     Ok(Some(WarmStart {
         started,
