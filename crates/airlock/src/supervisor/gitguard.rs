@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use super::prepare::Workdir;
 use crate::error::Error;
+use crate::layer::Layer;
 use crate::policy::{GitProtection, Policy};
 
 /// Directories below a writable path the walk looks into (the path itself is depth 0).
@@ -259,16 +260,18 @@ pub(crate) struct PlantWatch {
 }
 
 impl PlantWatch {
-    /// The watch for a run whose policy protects git and whose caller paths are writable.
+    /// The watch for a run with [`Layer::GitReadOnly`] in force and writable caller paths
+    /// (Tier 0, which lets the program write wherever its uid may, has neither).
     pub(super) fn of(
         policy: &Policy,
         workdir: &Workdir,
         mounts: &GitMounts,
         run_id: &str,
+        layers: &[Layer],
     ) -> Option<PlantWatch> {
         let roots = writable_roots(policy, workdir);
-        let protect = policy.filesystem.protect_git == GitProtection::ReadOnly;
-        (protect && !roots.is_empty()).then(|| PlantWatch {
+        let in_force = layers.contains(&Layer::GitReadOnly);
+        (in_force && !roots.is_empty()).then(|| PlantWatch {
             roots,
             known: mounts.read_only.clone(),
             suffix: format!("airlock-planted-{run_id}"),

@@ -81,6 +81,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         &placement.workdir,
         &placement.git,
         &placement.run_id,
+        &judged.layers,
     );
     let spec = init_spec(command, placement, confinement, &judged, &network);
     let planned = describe::PlannedNetwork {
