@@ -2,6 +2,7 @@
 //! (every value concrete); profiles on disk are partial and layer on top of a base policy.
 
 mod builtin;
+mod git;
 mod network;
 mod overrides;
 mod profile;
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use builtin::{builtin, builtin_names, tier, tier_names};
+pub use git::GitProtection;
 pub use network::{NetworkLimits, NetworkMode, NetworkPolicy};
 pub use overrides::Overrides;
 pub use profile::{load_profile, parse_profile, ContainerSection, LimitsSection, ProfileFile};
@@ -236,46 +238,6 @@ pub struct FsPolicy {
     /// Git metadata in the caller's writable directories (see [`GitProtection`]).
     #[serde(default, skip_serializing_if = "GitProtection::is_default")]
     pub protect_git: GitProtection,
-}
-
-/// What the program may do to the git repositories in the caller's writable directories.
-/// git runs code named by a repository's metadata (hooks, `core.fsmonitor`, `core.hooksPath`,
-/// `core.sshCommand`, filter and diff drivers in `config`, a `commondir` or `gitdir:` pointer
-/// to another such directory, submodules registered in the index): a program that can write
-/// it gets code run on the host at the user's next `git status`. See docs/isolation.md.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-#[serde(rename_all = "kebab-case")]
-pub enum GitProtection {
-    /// Every `.git` (directory or `gitdir:` file) in the workdir and `read_write` paths, found
-    /// by a bounded walk, and the git directories they point to inside those paths, are
-    /// read-only binds: the program reads the history (`git log`, `git diff`, `git status`)
-    /// but cannot commit, and cannot rename, remove or replace a `.git`.
-    #[default]
-    ReadOnly,
-    /// No protection: for code you trust with your repositories (it can commit).
-    Off,
-}
-
-impl GitProtection {
-    fn is_default(&self) -> bool {
-        *self == GitProtection::default()
-    }
-}
-
-impl std::str::FromStr for GitProtection {
-    type Err = InvalidValue;
-
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        match value {
-            "read-only" => Ok(GitProtection::ReadOnly),
-            "off" => Ok(GitProtection::Off),
-            _ => Err(InvalidValue {
-                key: "filesystem.protect_git",
-                value: value.to_string(),
-                allowed: "read-only or off".into(),
-            }),
-        }
-    }
 }
 
 fn workspace_by_default() -> bool {
