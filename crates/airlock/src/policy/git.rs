@@ -59,7 +59,10 @@ mod tests {
         assert_eq!(policy.filesystem.protect_git, GitProtection::Off);
         assert_eq!("read-only".parse(), Ok(GitProtection::ReadOnly));
         let refused = "hooks".parse::<GitProtection>().unwrap_err();
-        assert!(refused.to_string().contains("read-only or off"), "{refused}");
+        assert!(
+            refused.to_string().contains("read-only or off"),
+            "{refused}"
+        );
         assert!(parse_profile("[filesystem]\nprotect_git = \"hooks\"\n", "p").is_err());
     }
 }

@@ -14,13 +14,17 @@
 //! which only makes renaming or removing it fail.
 //!
 //! Decided here, on the host, for every backend: a bounded walk of each writable caller path
-//! finds every `.git` (directory or `gitdir:` file) and, for a file, the git directory it
-//! points to when that lies in a writable path too. Every backend binds the list read-only
-//! over its writable mounts. When the walk hits its bound the run is refused: a nested
-//! repository left writable would be a silent hole.
+//! finds every `.git` (directory or `gitdir:` file), every directory shaped like a bare
+//! repository and, for a `gitdir:` file, the git directory it points to when that lies in a
+//! writable path too. Every backend binds the list read-only over its writable mounts. When
+//! the walk hits its bound the run is refused: a nested repository left writable would be a
+//! silent hole. A repository the program creates where none was cannot be refused by a mount
+//! (it needs a file on the host), so [`PlantWatch`] looks again after the run and moves each
+//! new one out of git's way.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::prepare::Workdir;
 use crate::error::Error;
@@ -65,9 +69,7 @@ pub(super) fn protected_paths(policy: &Policy, workdir: &Workdir) -> Result<GitM
             "it is a symlink or special file, which a read-only bind cannot pin".into(),
         ));
     }
-    let mut read_only: Vec<PathBuf> = walk.markers.into_iter().chain(walk.targets).collect();
-    read_only.sort_by_key(|p| p.components().count());
-    read_only.dedup();
+    let read_only = parents_first(walk.markers.into_iter().chain(walk.targets).collect());
     let pinned = ancestors_below_roots(&read_only, &roots);
     Ok(GitMounts { read_only, pinned })
 }
@@ -82,15 +84,22 @@ fn ancestors_below_roots(protected: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBu
         let below = path
             .ancestors()
             .skip(1)
-            .take_while(|a| *a != root.as_path());
+            .take_while(|a| a.starts_with(root) && *a != root.as_path());
         pinned.extend(below.map(Path::to_path_buf));
     }
-    pinned.sort_by_key(|p| p.components().count());
-    pinned.dedup();
+    let mut pinned = parents_first(pinned);
     // One inside a read-only git directory is pinned by it already, and a writable bind
     // there would undo the protection.
     pinned.retain(|p| !protected.iter().any(|git| p.starts_with(git)));
     pinned
+}
+
+/// Without duplicates, parents before children (mount order).
+fn parents_first(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    paths.sort();
+    paths.dedup();
+    paths.sort_by_key(|p| p.components().count());
+    paths
 }
 
 struct Walk {
@@ -280,7 +289,7 @@ impl PlantWatch {
 
     /// Moves what the program planted out of git's way; a warning for each (or for a check
     /// that could not be made).
-    pub(super) fn quarantine(&self) -> Vec<String> {
+    pub(crate) fn quarantine(&self) -> Vec<String> {
         let walk = match Walk::of(&self.roots) {
             Ok(walk) => walk,
             Err(e) => return vec![format!("protect_git: could not check the workspace for git metadata the program created: {e}")],
@@ -298,8 +307,11 @@ impl PlantWatch {
             true => (planted.to_path_buf(), "a .git"),
             false => (planted.join("HEAD"), "a bare repository"),
         };
+        // One watch serves every run of a zygote: a counter keeps each name new.
+        static MOVED: AtomicUsize = AtomicUsize::new(0);
         let mut to = from.clone().into_os_string();
-        to.push(format!(".{}", self.suffix));
+        let n = MOVED.fetch_add(1, Ordering::Relaxed);
+        to.push(format!(".{}-{n}", self.suffix));
         let to = PathBuf::from(to);
         match fs::rename(&from, &to) {
             Ok(()) => format!(

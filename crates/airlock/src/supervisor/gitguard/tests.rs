@@ -93,3 +93,17 @@ fn off_or_a_read_only_workdir_walks_nothing() {
         GitMounts::default()
     );
 }
+
+#[test]
+fn a_bare_repository_is_protected_and_never_pins_above_its_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for path in ["objects", "refs/heads"] {
+        fs::create_dir_all(root.join(path)).unwrap();
+    }
+    fs::write(root.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    let (policy, workdir) = policy_with_workdir(root);
+    let found = protected_paths(&policy, &workdir).unwrap();
+    assert_eq!(found.read_only, vec![root.to_path_buf()]);
+    assert!(found.pinned.is_empty(), "{found:?}");
+}
