@@ -188,6 +188,11 @@ pub struct NodeConfig {
     /// The name a peer's certificate must hold, when the nodes share one certificate for a
     /// fleet name (e.g. `airlockd.airlock.svc`) rather than one per advertised address.
     pub peer_name: Option<String>,
+    /// This node's own certificate (PEM chain signed by the CA in `peer_ca`, with the
+    /// `clientAuth` usage) and its key: presented to peers when forwarding (mutual TLS), as
+    /// their `server.internal_listen` requires of every calling node.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
     /// Forward to `http://` peers in clear (API keys included): only on a network the operator
     /// trusts. Without it, a plain-HTTP peer is never sent a request.
     pub plain_http_peers: bool,
@@ -202,6 +207,8 @@ impl Default for NodeConfig {
             dead_after: Seconds(Duration::from_secs(60)),
             peer_ca: None,
             peer_name: None,
+            cert: None,
+            key: None,
             plain_http_peers: false,
         }
     }
