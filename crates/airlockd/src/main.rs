@@ -129,7 +129,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let daemon = Daemon::start(config.clone()).await?;
-    let mcp = airlockd::mcp::McpHttp::new(Arc::clone(&daemon), config.mcp.allowed_origins.clone());
+    let mcp = airlockd::mcp::McpHttp::new(Arc::clone(&daemon), config.mcp.clone());
     let mcp_router = config.mcp.enabled.then(|| ("/mcp", mcp.router()));
     let app = airlockd::api::router(Arc::clone(&daemon), mcp_router);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

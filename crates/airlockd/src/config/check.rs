@@ -39,6 +39,7 @@ impl Config {
         self.check_server(&mut problems);
         self.check_store(&mut problems);
         self.check_pool(&mut problems);
+        self.check_mcp(&mut problems);
         crate::tenant::check_tenants(self, &mut problems);
         for (name, toolset) in &self.toolsets {
             if !toolset.path.is_absolute() || !toolset.path.is_dir() {
@@ -128,6 +129,18 @@ impl Config {
                 "store.audit_retention",
                 "must be at least 1d: audit records younger than a day cannot be deleted",
             );
+        }
+    }
+
+    fn check_mcp(&self, problems: &mut Problems) {
+        if self.mcp.max_sessions_per_key == 0 {
+            problems.add(
+                "mcp.max_sessions_per_key",
+                "must be at least 1 (to serve no MCP at all, set mcp.enabled = false)",
+            );
+        }
+        if self.mcp.session_idle_timeout.0 < Duration::from_secs(1) {
+            problems.add("mcp.session_idle_timeout", "must be at least 1s");
         }
     }
 

@@ -51,6 +51,10 @@ pub struct McpConfig {
     /// Browser origins (`scheme://host:port`) allowed to call `/mcp`; a request with any
     /// other `Origin` is refused (403). Programs send no `Origin` and need no entry.
     pub allowed_origins: Vec<String>,
+    /// MCP sessions one API key may hold open at once; an `initialize` beyond it gets 429.
+    pub max_sessions_per_key: usize,
+    /// An MCP session no request used for this long is ended, with the sessions it created.
+    pub session_idle_timeout: Seconds,
 }
 
 impl Default for McpConfig {
@@ -58,6 +62,8 @@ impl Default for McpConfig {
         McpConfig {
             enabled: true,
             allowed_origins: Vec::new(),
+            max_sessions_per_key: 16,
+            session_idle_timeout: Seconds(Duration::from_secs(300)),
         }
     }
 }
