@@ -21,7 +21,8 @@ struct Cli {
     /// Also listen on this TCP address (TLS when the configuration has a certificate).
     #[arg(long)]
     listen: Vec<String>,
-    /// Also listen on this TCP address in plain HTTP, for other nodes (server.internal_listen).
+    /// Also listen on this TCP address for other nodes only (server.internal_listen): mutual
+    /// TLS with a certificate (node.peer_ca verifies the callers), else plain HTTP.
     #[arg(long)]
     internal_listen: Vec<String>,
     /// The Unix socket (overrides server.socket).
