@@ -95,6 +95,27 @@ pub async fn serve(
         stall_timeout: config.server.stall_timeout.0,
     };
     let graceful = Arc::new(GracefulShutdown::new());
+    let (tls, internal_tls) = acceptors(config)?;
+    let for_clients = config.server.listen.iter().chain(extra_listen);
+    let for_nodes = config.server.internal_listen.iter();
+    let addrs = for_clients
+        .map(|addr| (addr, "listening", &tls))
+        .chain(for_nodes.map(|addr| (addr, "listening for other nodes", &internal_tls)));
+    // Every TCP listener is bound before the Unix socket appears: the socket is the sign
+    // that the daemon is ready (callers and tests wait for it), and a TCP address that
+    // cannot be bound leaves no socket file behind.
+    let mut tcp = Vec::new();
+    for (addr, role, tls) in addrs {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        tracing::info!(
+            "{role} on {}://{}",
+            if tls.is_some() { "https" } else { "http" },
+            listener.local_addr()?
+        );
+        tcp.push((listener, tls.clone()));
+    }
     let socket = config.socket_path();
     let unix = bind_unix(&socket, config)?;
     tracing::info!("listening on unix:{}", socket.display());
@@ -106,24 +127,10 @@ pub async fn serve(
         Arc::clone(&graceful),
         stop.clone(),
     ))];
-    let (tls, internal_tls) = acceptors(config)?;
-    let for_clients = config.server.listen.iter().chain(extra_listen);
-    let for_nodes = config.server.internal_listen.iter();
-    let addrs = for_clients
-        .map(|addr| (addr, "listening", &tls))
-        .chain(for_nodes.map(|addr| (addr, "listening for other nodes", &internal_tls)));
-    for (addr, role, tls) in addrs {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        tracing::info!(
-            "{role} on {}://{}",
-            if tls.is_some() { "https" } else { "http" },
-            listener.local_addr()?
-        );
+    for (listener, tls) in tcp {
         tasks.push(tokio::spawn(accept_loop(
             nodelay(listener),
-            tls.clone(),
+            tls,
             app.clone(),
             limits.clone(),
             Arc::clone(&graceful),
