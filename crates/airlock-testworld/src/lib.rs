@@ -17,6 +17,7 @@
 //! Debian's /usr/bin/python3; [`skip_reason`] says when they are missing.
 
 mod dns;
+pub use dns::SILENT;
 mod servers;
 
 use std::collections::HashMap;
