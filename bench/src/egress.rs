@@ -41,6 +41,8 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
     let (mut direct_cpu, mut gated_cpu) = (0.0, 0.0);
     let mut host = [HostCpu::default(); 2];
+    let redirect = crate::egress_skmsg::Redirect::load();
+    let (mut redirected, mut redirected_cpu) = (Vec::new(), 0.0);
     let timed = |side, rates: &mut Vec<f64>, cpu: &mut f64, host: &mut HostCpu| {
         let (before, host_before) = (cpu_seconds(), HostCpu::now());
         rates.push(bulk(port, side));
@@ -55,9 +57,21 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             &mut gated_cpu,
             &mut host[1],
         );
+        if let Ok(redirect) = &redirect {
+            let before = cpu_seconds();
+            redirected.push(crate::egress_skmsg::bulk(redirect, port, BULK_BYTES));
+            redirected_cpu += cpu_seconds() - before;
+        }
     }
     let (direct_rate, gated_rate) = (median(direct), median(gated));
     let gigabytes = (rounds as u64 * BULK_BYTES) as f64 / 1e9;
+    let experiment = redirect_line(
+        redirect.err(),
+        redirected,
+        redirected_cpu,
+        direct_rate,
+        gigabytes,
+    );
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         direct.push(connection_latency(port, Side::Direct));
@@ -69,6 +83,7 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
     let memory = idle_gate_memory(port);
     let share = gated_rate / direct_rate;
     Ok(vec![
+        experiment,
         verdict(
             "egress: bulk throughput through the gate vs direct",
             &format!("{:.2} GB/s vs {:.2} GB/s = {:.0} %", gated_rate / 1e9, direct_rate / 1e9, share * 100.0),
@@ -111,6 +126,36 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             LATENCY_CONNECTIONS
         ),
     ])
+}
+
+/// The line of the sk_msg experiment ([`crate::egress_skmsg`]): its rate against direct, or
+/// why it did not run.
+fn redirect_line(
+    refused: Option<std::io::Error>,
+    rounds: Vec<std::io::Result<f64>>,
+    cpu: f64,
+    direct_rate: f64,
+    gigabytes: f64,
+) -> String {
+    const WHAT: &str =
+        "egress (experiment, not the gate's path): sk_msg redirect at sendmsg, best case";
+    if let Some(e) = refused {
+        return format!("{WHAT}: not measured, the kernel refused the program ({e})");
+    }
+    let rates: Result<Vec<f64>, _> = rounds.into_iter().collect();
+    match rates {
+        Ok(rates) if !rates.is_empty() => {
+            let rate = median(rates);
+            format!(
+                "{WHAT}: {:.2} GB/s = {:.0} % of direct, CPU per GB moved {:.2} s",
+                rate / 1e9,
+                rate / direct_rate * 100.0,
+                cpu / gigabytes
+            )
+        }
+        Ok(_) => format!("{WHAT}: no round"),
+        Err(e) => format!("{WHAT}: a round failed ({e})"),
+    }
 }
 
 fn verdict(what: &str, figure: &str, met: bool, target: &str) -> String {
