@@ -17,6 +17,7 @@ use std::time::Instant;
 use nix::libc;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_ATTACH: libc::c_long = 8;
@@ -67,7 +68,7 @@ struct ProgAttach {
     attach_flags: u32,
 }
 
-fn bpf<T>(command: libc::c_long, attr: &mut T) -> io::Result<OwnedFd> {
+fn bpf<T>(command: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a live repr(C) prefix of `union bpf_attr` of the size passed; the
     // pointers it holds stay alive for the call.
     let result = unsafe {
@@ -81,9 +82,14 @@ fn bpf<T>(command: libc::c_long, attr: &mut T) -> io::Result<OwnedFd> {
     if result < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: a descriptor the kernel just returned (the commands without one return 0,
-    // which the callers forget at once).
-    Ok(unsafe { OwnedFd::from_raw_fd(result as i32) })
+    Ok(result)
+}
+
+/// A command that returns a new descriptor (map create, program load).
+fn bpf_fd<T>(command: libc::c_long, attr: &mut T) -> io::Result<OwnedFd> {
+    let fd = bpf(command, attr)?;
+    // SAFETY: a descriptor the kernel just returned; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
@@ -102,47 +108,19 @@ pub struct Redirect {
 
 impl Redirect {
     pub fn load() -> io::Result<Redirect> {
-        let mut create = MapCreate {
-            map_type: MAP_TYPE_SOCKHASH,
-            key_size: 4,
-            value_size: 4,
-            max_entries: 16,
-            map_flags: 0,
-        };
-        let sockets = bpf(BPF_MAP_CREATE, &mut create)?;
-        // *(u32 *)(r10 - 4) = 1; r2 = sockets; r3 = r10 - 4; r4 = 0;
-        // return msg_redirect_hash(ctx, sockets, &1, 0)
-        let insns = [
-            insn(0x62, 10, 0, -4, 1),
-            insn(0x18, 2, 1, 0, sockets.as_raw_fd()),
-            0,
+        let sockets = map_create(MAP_TYPE_SOCKHASH, 4, 4, 16)?;
+        // *(u32 *)(r10 - 4) = 1; return msg_redirect_hash(ctx, sockets, r10 - 4, 0)
+        let mut insns = vec![insn(0x62, 10, 0, -4, 1)];
+        insns.extend(load_map(2, &sockets));
+        insns.extend([
             insn(0xbf, 3, 10, 0, 0),
             insn(0x07, 3, 0, 0, -4),
             insn(0xb7, 4, 0, 0, 0),
             insn(0x85, 0, 0, 0, MSG_REDIRECT_HASH),
             insn(0x95, 0, 0, 0, 0),
-        ];
-        let mut log = vec![0u8; 16 * 1024];
-        let mut load = ProgLoad {
-            prog_type: PROG_TYPE_SK_MSG,
-            insn_cnt: insns.len() as u32,
-            insns: insns.as_ptr() as u64,
-            license: c"GPL".as_ptr() as u64,
-            log_level: 1,
-            log_size: log.len() as u32,
-            log_buf: log.as_mut_ptr() as u64,
-        };
-        let program = bpf(BPF_PROG_LOAD, &mut load).map_err(|e| {
-            let end = log.iter().position(|&b| b == 0).unwrap_or(0);
-            io::Error::other(format!("{e}: {}", String::from_utf8_lossy(&log[..end])))
-        })?;
-        let mut attach = ProgAttach {
-            target_fd: sockets.as_raw_fd() as u32,
-            attach_bpf_fd: program.as_raw_fd() as u32,
-            attach_type: ATTACH_SK_MSG_VERDICT,
-            attach_flags: 0,
-        };
-        std::mem::forget(bpf(BPF_PROG_ATTACH, &mut attach)?);
+        ]);
+        let program = prog_load(PROG_TYPE_SK_MSG, &insns)?;
+        prog_attach(&sockets, &program, ATTACH_SK_MSG_VERDICT)?;
         Ok(Redirect {
             sockets,
             _program: program,
@@ -150,16 +128,11 @@ impl Redirect {
     }
 
     fn insert(&self, key: u32, socket: &TcpStream) -> io::Result<()> {
-        let fd = socket.as_raw_fd() as u32;
-        let mut update = MapElem {
-            map_fd: self.sockets.as_raw_fd() as u32,
-            _pad: 0,
-            key: &key as *const u32 as u64,
-            value: &fd as *const u32 as u64,
-            flags: 0,
-        };
-        std::mem::forget(bpf(BPF_MAP_UPDATE_ELEM, &mut update)?);
-        Ok(())
+        map_update(
+            &self.sockets,
+            key,
+            &(socket.as_raw_fd() as u32).to_ne_bytes(),
+        )
     }
 }
 
@@ -172,26 +145,7 @@ pub fn bulk(redirect: &Redirect, server_port: u16, bytes: u64) -> io::Result<f64
     let upstream = TcpStream::connect((Ipv4Addr::LOCALHOST, server_port))?;
     redirect.insert(1, &upstream)?;
     redirect.insert(0, &client)?;
-    let (mut answer_from, mut answer_to) = (upstream.try_clone()?, accepted.try_clone()?);
-    let answers = thread::spawn(move || {
-        // A socket in a sockhash may end a blocking read with EAGAIN when woken by its
-        // own send side (the redirected pushes): read again.
-        let mut buffer = [0u8; 4096];
-        loop {
-            match answer_from.read(&mut buffer) {
-                Ok(0) => break,
-                Ok(n) => {
-                    if answer_to.write_all(&buffer[..n]).is_err() {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-        let _ = answer_to.shutdown(Shutdown::Write);
-    });
+    let answers = answer_relay(upstream.try_clone()?, accepted.try_clone()?);
     // The gate's own relay stays in place for what is not redirected (nothing, here).
     let (mut leftover_from, mut leftover_to) = (accepted, upstream);
     let leftovers = thread::spawn(move || io::copy(&mut leftover_from, &mut leftover_to));
@@ -228,7 +182,7 @@ fn map_create(
         max_entries,
         map_flags: 0,
     };
-    bpf(BPF_MAP_CREATE, &mut create)
+    bpf_fd(BPF_MAP_CREATE, &mut create)
 }
 
 fn map_update(map: &OwnedFd, key: u32, value: &[u8]) -> io::Result<()> {
@@ -239,8 +193,7 @@ fn map_update(map: &OwnedFd, key: u32, value: &[u8]) -> io::Result<()> {
         value: value.as_ptr() as u64,
         flags: 0,
     };
-    std::mem::forget(bpf(BPF_MAP_UPDATE_ELEM, &mut update)?);
-    Ok(())
+    bpf(BPF_MAP_UPDATE_ELEM, &mut update).map(drop)
 }
 
 fn map_lookup(map: &OwnedFd, key: u32, value: &mut [u8]) -> io::Result<()> {
@@ -251,8 +204,7 @@ fn map_lookup(map: &OwnedFd, key: u32, value: &mut [u8]) -> io::Result<()> {
         value: value.as_mut_ptr() as u64,
         flags: 0,
     };
-    std::mem::forget(bpf(1, &mut lookup)?);
-    Ok(())
+    bpf(BPF_MAP_LOOKUP_ELEM, &mut lookup).map(drop)
 }
 
 fn prog_load(prog_type: u32, insns: &[u64]) -> io::Result<OwnedFd> {
@@ -266,7 +218,7 @@ fn prog_load(prog_type: u32, insns: &[u64]) -> io::Result<OwnedFd> {
         log_size: log.len() as u32,
         log_buf: log.as_mut_ptr() as u64,
     };
-    bpf(BPF_PROG_LOAD, &mut load).map_err(|e| {
+    bpf_fd(BPF_PROG_LOAD, &mut load).map_err(|e| {
         let end = log.iter().position(|&b| b == 0).unwrap_or(0);
         io::Error::other(format!("{e}: {}", String::from_utf8_lossy(&log[..end])))
     })
@@ -279,8 +231,7 @@ fn prog_attach(target: &impl AsRawFd, program: &OwnedFd, attach_type: u32) -> io
         attach_type,
         attach_flags: 0,
     };
-    std::mem::forget(bpf(BPF_PROG_ATTACH, &mut attach)?);
-    Ok(())
+    bpf(BPF_PROG_ATTACH, &mut attach).map(drop)
 }
 
 fn load_map(dst: u8, map: &OwnedFd) -> [u64; 2] {
@@ -546,6 +497,8 @@ fn client_rate(client: std::process::Child) -> io::Result<f64> {
         .map_err(|_| io::Error::other(format!("the client failed ({})", out.status)))
 }
 
+/// Copies the server's answers back to the client. A socket in a sockhash may end a blocking
+/// read with EAGAIN when woken by its own send side (the redirected pushes): it reads again.
 fn answer_relay(mut from: TcpStream, mut to: TcpStream) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         let mut buffer = [0u8; 4096];
