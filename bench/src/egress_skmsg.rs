@@ -186,25 +186,24 @@ fn map_create(
 }
 
 fn map_update(map: &OwnedFd, key: u32, value: &[u8]) -> io::Result<()> {
-    let mut update = MapElem {
-        map_fd: map.as_raw_fd() as u32,
-        _pad: 0,
-        key: &key as *const u32 as u64,
-        value: value.as_ptr() as u64,
-        flags: 0,
-    };
-    bpf(BPF_MAP_UPDATE_ELEM, &mut update).map(drop)
+    map_element(BPF_MAP_UPDATE_ELEM, map, key, value.as_ptr() as u64)
 }
 
 fn map_lookup(map: &OwnedFd, key: u32, value: &mut [u8]) -> io::Result<()> {
-    let mut lookup = MapElem {
+    map_element(BPF_MAP_LOOKUP_ELEM, map, key, value.as_mut_ptr() as u64)
+}
+
+/// An element command on `key`, whose value the kernel reads or writes at `value` (a buffer
+/// of the map's value size the caller keeps alive).
+fn map_element(command: libc::c_long, map: &OwnedFd, key: u32, value: u64) -> io::Result<()> {
+    let mut element = MapElem {
         map_fd: map.as_raw_fd() as u32,
         _pad: 0,
         key: &key as *const u32 as u64,
-        value: value.as_mut_ptr() as u64,
+        value,
         flags: 0,
     };
-    bpf(BPF_MAP_LOOKUP_ELEM, &mut lookup).map(drop)
+    bpf(command, &mut element).map(drop)
 }
 
 fn prog_load(prog_type: u32, insns: &[u64]) -> io::Result<OwnedFd> {

@@ -57,13 +57,7 @@ fn a_system_lookup_that_never_answers_neither_holds_the_run_nor_stays_behind() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 passed"), "the child ran no test: {text}");
     assert!(
-        world
-            .seen
-            .dns_names
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|n| n == SILENT),
+        world.seen.asked(SILENT),
         "the system resolver never asked the world's DNS server: {text}"
     );
 }
