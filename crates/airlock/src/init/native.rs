@@ -175,6 +175,9 @@ pub(super) fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Setup<()>
         )));
     }
     layers.extend([Layer::Rootfs, Layer::Workdir]);
+    if native.rootfs.protect_git {
+        layers.push(Layer::GitReadOnly);
+    }
     if matches!(native.rootfs.workdir, Workdir::Tmpfs { .. }) {
         layers.extend([Layer::DiskQuota, Layer::InodeQuota]);
     }

@@ -68,6 +68,8 @@ pub struct Standby {
     backend: String,
     details: Vec<String>,
     warnings: Vec<String>,
+    /// Checks for git metadata planted in the caller's paths after the run.
+    git_watch: Option<super::gitguard::PlantWatch>,
 }
 
 /// The egress gate of a prepared sandbox with network `allowlist` or `report`: it starts as
@@ -179,6 +181,7 @@ impl Standby {
             backend: prepared.plan.backend.clone(),
             details: prepared.plan.details.clone(),
             warnings: prepared.warnings,
+            git_watch: prepared.git_watch,
         })
     }
 
@@ -287,6 +290,7 @@ pub(crate) fn plan_zygote(sandbox: &Sandbox, program: &str) -> Result<ZygotePlan
         details: prepared.plan.details.clone(),
         spec: prepared.spec,
         warnings: prepared.warnings,
+        git_watch: prepared.git_watch,
     })
 }
 
@@ -297,6 +301,19 @@ pub(crate) struct ZygotePlan {
     pub warnings: Vec<String>,
     pub details: Vec<String>,
     pub backend: String,
+    /// Checks for git metadata planted in the caller's paths after each child's run.
+    git_watch: Option<super::gitguard::PlantWatch>,
+}
+
+impl ZygotePlan {
+    /// Once a child's processes are gone: the git metadata it planted, moved aside (see
+    /// `supervisor::gitguard::PlantWatch`), as the run's warnings.
+    pub(crate) fn planted_git_warnings(&self) -> Vec<String> {
+        self.git_watch
+            .as_ref()
+            .map(|watch| watch.quarantine())
+            .unwrap_or_default()
+    }
 }
 
 fn plan_native(command: &Command, effects: Effects) -> Result<prepare::Prepared, Error> {
@@ -407,6 +424,7 @@ fn start_on(
         backend,
         details,
         warnings,
+        git_watch,
         ..
     } = standby;
     let (gate, network) = match gate.map(StandbyGate::running).transpose() {
@@ -482,6 +500,7 @@ fn start_on(
         ),
         keep: false,
         retire: Some(source),
+        git_watch,
     };
     Ok(Some(WarmStart {
         started,

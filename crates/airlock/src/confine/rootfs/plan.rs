@@ -266,6 +266,9 @@ fn push_user_mounts(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
     };
     user_ops.extend(binds(&plan.read_write, writable));
     user_ops.extend(binds(&plan.read_only, read_only));
+    // Last among equals, so each lands on top of the workspace that holds it.
+    user_ops.extend(binds(&plan.git_pinned, writable));
+    user_ops.extend(binds(&plan.git_read_only, read_only));
     user_ops.sort_by_key(mount_depth);
     ops.extend(user_ops);
 }
