@@ -6,6 +6,7 @@
 //! `cargo build --release && cargo run --release -p airlock-bench -- --runs 200 [--markdown]`
 
 mod egress;
+mod egress_skmsg;
 mod report;
 mod stats;
 mod tools;

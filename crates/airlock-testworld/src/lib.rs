@@ -18,6 +18,7 @@
 
 pub mod certs;
 mod dns;
+pub use dns::SILENT;
 mod servers;
 
 use std::collections::HashMap;
@@ -81,6 +82,11 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// Whether the DNS server was asked for `name`.
+    pub fn asked(&self, name: &str) -> bool {
+        self.dns_names.lock().unwrap().iter().any(|n| n == name)
+    }
+
     pub fn accepts(&self, role: &str, port: u16) -> usize {
         *self
             .accepts
