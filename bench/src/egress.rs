@@ -41,10 +41,6 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
     let (mut direct_cpu, mut gated_cpu) = (0.0, 0.0);
     let mut host = [HostCpu::default(); 2];
-    let redirect = crate::egress_skmsg::Redirect::load();
-    let (mut redirected, mut redirected_cpu) = (Vec::new(), 0.0);
-    let mechanism = crate::egress_skmsg::Mechanism::load();
-    let (mut python_direct, mut python_mechanism) = (Vec::new(), Vec::new());
     let timed = |side, rates: &mut Vec<f64>, cpu: &mut f64, host: &mut HostCpu| {
         let (before, host_before) = (cpu_seconds(), HostCpu::now());
         rates.push(bulk(port, side));
@@ -59,31 +55,9 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             &mut gated_cpu,
             &mut host[1],
         );
-        if let Ok(redirect) = &redirect {
-            let before = cpu_seconds();
-            redirected.push(crate::egress_skmsg::bulk(redirect, port, BULK_BYTES));
-            redirected_cpu += cpu_seconds() - before;
-        }
-        if let Ok(mechanism) = &mechanism {
-            python_direct.push(crate::egress_skmsg::python_direct(port, BULK_BYTES));
-            python_mechanism.push(crate::egress_skmsg::mechanism_bulk(
-                mechanism,
-                port,
-                BULK_BYTES,
-                u64::MAX / 2,
-            ));
-        }
     }
-    let mechanism_lines = mechanism_lines(port, mechanism, python_direct, python_mechanism);
     let (direct_rate, gated_rate) = (median(direct), median(gated));
     let gigabytes = (rounds as u64 * BULK_BYTES) as f64 / 1e9;
-    let experiment = redirect_line(
-        redirect.err(),
-        redirected,
-        redirected_cpu,
-        direct_rate,
-        gigabytes,
-    );
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         direct.push(connection_latency(port, Side::Direct));
@@ -95,8 +69,6 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
     let memory = idle_gate_memory(port);
     let share = gated_rate / direct_rate;
     Ok(vec![
-        experiment,
-        mechanism_lines,
         verdict(
             "egress: bulk throughput through the gate vs direct",
             &format!("{:.2} GB/s vs {:.2} GB/s = {:.0} %", gated_rate / 1e9, direct_rate / 1e9, share * 100.0),
@@ -139,74 +111,6 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             LATENCY_CONNECTIONS
         ),
     ])
-}
-
-/// The lines of the full sk_msg mechanism: rates of the same Python client direct and through
-/// it, the program's counters, and a round with a lease of a quarter of the bytes (the cap).
-fn mechanism_lines(
-    port: u16,
-    mechanism: std::io::Result<crate::egress_skmsg::Mechanism>,
-    direct: Vec<std::io::Result<f64>>,
-    through: Vec<std::io::Result<(f64, [u64; 3], u64)>>,
-) -> String {
-    const WHAT: &str =
-        "egress (experiment): sk_msg with sock_ops capture, ordering and lease, Python client";
-    let mechanism = match mechanism {
-        Ok(m) => m,
-        Err(e) => return format!("{WHAT}: not measured ({e})"),
-    };
-    let direct: Result<Vec<f64>, _> = direct.into_iter().collect();
-    let through: Result<Vec<_>, _> = through.into_iter().collect();
-    let (direct, through) = match (direct, through) {
-        (Ok(d), Ok(t)) if !d.is_empty() => (d, t),
-        (Err(e), _) | (_, Err(e)) => return format!("{WHAT}: a round failed ({e})"),
-        _ => return format!("{WHAT}: no round"),
-    };
-    let counters = through.last().map(|t| (t.1, t.2));
-    let rate = median(through.iter().map(|t| t.0).collect());
-    let direct = median(direct);
-    let lease = BULK_BYTES / 4;
-    let capped = match crate::egress_skmsg::capped_round(&mechanism, port, BULK_BYTES, lease) {
-        Ok(c) => c,
-        Err(e) => format!("capped round failed: {e}"),
-    };
-    format!(
-        "{WHAT}: {:.2} GB/s vs {:.2} GB/s direct = {:.0} %; last round [moved, passed, state] and relayed: {:?}; {capped}",
-        rate / 1e9,
-        direct / 1e9,
-        rate / direct * 100.0,
-        counters
-    )
-}
-
-/// The line of the sk_msg experiment ([`crate::egress_skmsg`]): its rate against direct, or
-/// why it did not run.
-fn redirect_line(
-    refused: Option<std::io::Error>,
-    rounds: Vec<std::io::Result<f64>>,
-    cpu: f64,
-    direct_rate: f64,
-    gigabytes: f64,
-) -> String {
-    const WHAT: &str =
-        "egress (experiment, not the gate's path): sk_msg redirect at sendmsg, best case";
-    if let Some(e) = refused {
-        return format!("{WHAT}: not measured, the kernel refused the program ({e})");
-    }
-    let rates: Result<Vec<f64>, _> = rounds.into_iter().collect();
-    match rates {
-        Ok(rates) if !rates.is_empty() => {
-            let rate = median(rates);
-            format!(
-                "{WHAT}: {:.2} GB/s = {:.0} % of direct, CPU per GB moved {:.2} s",
-                rate / 1e9,
-                rate / direct_rate * 100.0,
-                cpu / gigabytes
-            )
-        }
-        Ok(_) => format!("{WHAT}: no round"),
-        Err(e) => format!("{WHAT}: a round failed ({e})"),
-    }
 }
 
 fn verdict(what: &str, figure: &str, met: bool, target: &str) -> String {

@@ -6,7 +6,6 @@
 //! `cargo build --release && cargo run --release -p airlock-bench -- --runs 200 [--markdown]`
 
 mod egress;
-mod egress_skmsg;
 mod report;
 mod stats;
 mod tools;
