@@ -31,27 +31,29 @@ def _http(daemon: Airlockd, key: str) -> httpx2.AsyncClient:
     )
 
 
+async def in_mcp(daemon: Airlockd, scenario: Scenario, key: str | None = None) -> None:
+    """Runs a scenario in one MCP session against the daemon's /mcp, as `key`; the MCP
+    session ends (DELETE) when it returns."""
+    url = f"{daemon.https_url}/mcp"
+    async with (
+        _http(daemon, key or daemon.key) as client,
+        streamable_http_client(url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+
+        async def call(name: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
+            result = await session.call_tool(name, arguments)
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert json.loads(text) == result.structured_content
+            return result.is_error, result.structured_content
+
+        await scenario(call, session)
+
+
 def run_mcp(daemon: Airlockd, scenario: Scenario, key: str | None = None) -> None:
-    """Runs a scenario in one MCP session against the daemon's /mcp, as `key`."""
-
-    async def main() -> None:
-        url = f"{daemon.https_url}/mcp"
-        async with (
-            _http(daemon, key or daemon.key) as client,
-            streamable_http_client(url, http_client=client) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-
-            async def call(name: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
-                result = await session.call_tool(name, arguments)
-                text = result.content[0].text  # type: ignore[union-attr]
-                assert json.loads(text) == result.structured_content
-                return result.is_error, result.structured_content
-
-            await scenario(call, session)
-
-    asyncio.run(main())
+    """[in_mcp], from synchronous code."""
+    asyncio.run(in_mcp(daemon, scenario, key))
 
 
 def _rest(daemon: Airlockd, key: str) -> httpx.Client:
@@ -129,6 +131,11 @@ def test_sessions_are_the_tenants_and_refuse_escapes(airlockd: Airlockd) -> None
         # The session is the tenant's: the HTTP API sees it with the same key.
         with _rest(airlockd, airlockd.key) as rest:
             assert rest.get(f"/v1/sessions/{sid}").json()["status"] == "active"
+        # Another tenant's key, in an MCP session of its own, while this one holds the session.
+        await in_mcp(airlockd, intruder, key=airlockd.other_key)
+        await closer(call, session)
+        _, kept = await call("session_create", {})
+        held["kept"] = kept["session"]["session_id"]
 
     async def intruder(call: Call, session: ClientSession) -> None:
         sid = held["sid"]
@@ -150,8 +157,13 @@ def test_sessions_are_the_tenants_and_refuse_escapes(airlockd: Airlockd) -> None
         assert error and gone["status"] == "not_found"
 
     run_mcp(airlockd, owner)
-    run_mcp(airlockd, intruder, key=airlockd.other_key)
-    run_mcp(airlockd, closer)
+    # A session the MCP session created and left open ended with it.
+    with _rest(airlockd, airlockd.key) as rest:
+        deadline = time.monotonic() + 10
+        while (row := rest.get(f"/v1/sessions/{held['kept']}").json())["status"] == "active":
+            assert time.monotonic() < deadline, row
+            time.sleep(0.1)
+        assert row["status"] == "deleted" and "MCP session" in row["end_reason"], row
 
 
 def _initialize(client: httpx.Client, **headers: str) -> httpx.Response:

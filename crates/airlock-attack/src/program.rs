@@ -34,6 +34,7 @@ programs!(
     "disk_fill.py",
     "dns_exfil.py",
     "fork_bomb.py",
+    "git_plant.py",
     "hardlink.py",
     "inherited_fds.py",
     "inode_bomb.py",

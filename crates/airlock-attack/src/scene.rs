@@ -130,6 +130,13 @@ impl<'s> Scene<'s> {
             .map_err(|e| format!("cannot chown {} to {uid}: {e}", path.display()))
     }
 
+    /// The same for a whole tree (`chown -R`).
+    pub fn chown_tree_to_sandbox_user(&self, path: &Path) -> Result<(), String> {
+        let uid = self.stage.sandbox_uid;
+        let owner = format!("{uid}:{uid}");
+        host::run_host(&["chown", "-R", &owner, &path.display().to_string()]).map(drop)
+    }
+
     pub fn remove_later(&mut self, path: &Path) {
         let path = path.to_path_buf();
         self.on_cleanup(move || {

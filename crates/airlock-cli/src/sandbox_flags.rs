@@ -9,7 +9,9 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use airlock::policy::units::{ByteSize, Seconds};
-use airlock::policy::{self, BackendChoice, ContainerRuntime, LimitsSection, Overrides, Policy};
+use airlock::policy::{
+    self, BackendChoice, ContainerRuntime, GitProtection, LimitsSection, Overrides, Policy,
+};
 use airlock::{CgroupConfig, SandboxOptions};
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -168,6 +170,10 @@ pub struct SandboxFlags {
     /// python3 script.py` runs ./script.py (the program writes only to /tmp).
     #[arg(long, conflicts_with = "workdir")]
     pub cwd: bool,
+    /// Git repositories in the workdir and --rw paths: read-only (default: the program cannot
+    /// plant hooks or config that git would run on the host, nor commit) or off (it can).
+    #[arg(long, value_name = "read-only|off")]
+    pub protect_git: Option<GitProtection>,
     /// Set an environment variable for the program (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -200,6 +206,7 @@ impl SandboxFlags {
                 false => self.workdir.clone(),
             },
             workdir_read_only: self.cwd,
+            protect_git: self.protect_git,
         }
     }
 

@@ -5,7 +5,8 @@
 //! owner; as a normal user the program is that user. Programs in the caller's directories run
 //! (fresh scratch stays noexec); writes outside them stay refused. A backend that cannot do
 //! this refuses with a typed error naming the fix, and so does a filesystem without idmapped
-//! mounts. `--cwd` runs a script from the current directory, read-only.
+//! mounts. `--cwd` runs a script from the current directory, read-only. Committing needs
+//! `--protect-git off`: by default the repository's `.git` is read-only (tests/git_guard.rs).
 
 mod support;
 
@@ -143,7 +144,7 @@ fn as_root_a_root_owned_repository_is_a_workspace_on_every_backend() {
         let repo = repository(0, 0);
         let workdir = repo.path().to_str().unwrap();
         let mut args = flags.to_vec();
-        args.extend(["--workdir", workdir]);
+        args.extend(["--workdir", workdir, "--protect-git", "off"]);
         let result = run_json(&args, &["/bin/sh", "-c", &work(venv)]);
         check_workspace(name, repo.path(), &result, venv, (0, 0));
         if name != "tier0" {
@@ -182,7 +183,8 @@ fn as_root_a_users_repository_keeps_what_the_program_creates_as_that_users() {
     }
     let repo = repository(WORKSPACE_UID, WORKSPACE_UID);
     let workdir = repo.path().to_str().unwrap();
-    let result = run_json(&["--workdir", workdir], &["/bin/sh", "-c", &work(false)]);
+    let flags = ["--workdir", workdir, "--protect-git", "off"];
+    let result = run_json(&flags, &["/bin/sh", "-c", &work(false)]);
     let owner = (WORKSPACE_UID, WORKSPACE_UID);
     check_workspace("native", repo.path(), &result, false, owner);
 }
@@ -200,7 +202,8 @@ fn a_read_write_path_is_usable_and_its_programs_run() {
     let repo = repository(owner.0, owner.1);
     let path = repo.path().to_str().unwrap();
     let script = format!("cd {path} && {}", work(false));
-    let result = run_json(&["--rw", path], &["/bin/sh", "-c", &script]);
+    let flags = ["--rw", path, "--protect-git", "off"];
+    let result = run_json(&flags, &["/bin/sh", "-c", &script]);
     check_workspace("--rw", repo.path(), &result, false, owner);
 }
 
@@ -215,7 +218,7 @@ fn as_a_normal_user_the_same_works() {
     let output = Command::new(setpriv)
         .args(["--reuid", &id, "--regid", &id, "--clear-groups"])
         .arg(airlock_bin())
-        .args(["run", "--json", "--workdir"])
+        .args(["run", "--json", "--protect-git", "off", "--workdir"])
         .arg(repo.path())
         .args(["--", "/bin/sh", "-c", &work(true)])
         .env("XDG_RUNTIME_DIR", repo.path().join(".runtime"))

@@ -106,5 +106,7 @@ pub use plan::SandboxPlan;
 pub use policy::{EgressConfig, EgressPolicy, GateMode, Limits, Resolver};
 pub use report::{DecisionRecord, GateEvent, NetworkReport};
 #[cfg(target_os = "linux")]
+pub use resolve::LOOKUP_THREAD;
+#[cfg(target_os = "linux")]
 pub use sockets::SandboxSockets;
 pub use unix_sockets::expand as expand_unix_sockets;

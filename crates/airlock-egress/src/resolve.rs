@@ -96,6 +96,10 @@ fn resolve_system(name: &str) -> io::Result<Vec<IpAddr>> {
 const MAX_SYSTEM_LOOKUPS: usize = 64;
 /// Stack of a system lookup's thread (NSS modules run on it).
 const LOOKUP_STACK: usize = 256 * 1024;
+/// The name of a system lookup's thread: short enough (15 bytes) for the kernel to keep it
+/// whole in `/proc/*/task/*/comm`, so a lookup still running can be told from the gate's
+/// other threads.
+pub const LOOKUP_THREAD: &str = "airlock-lookup";
 static SYSTEM_LOOKUPS: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs a lookup that cannot be interrupted (getaddrinfo) on a thread of its own and waits
@@ -119,7 +123,7 @@ fn off_thread<T: Send + 'static>(
     let signal = done.try_clone()?;
     let (send, answer) = mpsc::channel();
     let spawned = thread::Builder::new()
-        .name("airlock-egress-lookup".into())
+        .name(LOOKUP_THREAD.into())
         .stack_size(LOOKUP_STACK)
         .spawn(move || {
             let _ = send.send(lookup());

@@ -16,7 +16,9 @@
 //! Needs root (namespaces and veth pairs), iproute2, util-linux (nsenter), curl, openssl and
 //! Debian's /usr/bin/python3; [`skip_reason`] says when they are missing.
 
+pub mod certs;
 mod dns;
+pub use dns::SILENT;
 mod servers;
 
 use std::collections::HashMap;
@@ -80,6 +82,11 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// Whether the DNS server was asked for `name`.
+    pub fn asked(&self, name: &str) -> bool {
+        self.dns_names.lock().unwrap().iter().any(|n| n == name)
+    }
+
     pub fn accepts(&self, role: &str, port: u16) -> usize {
         *self
             .accepts
@@ -253,35 +260,9 @@ impl World {
     fn start_tls_server(&mut self) {
         let dir = self.dir.path();
         let names: Vec<String> = dns::TLS_NAMES.iter().map(|n| format!("DNS:{n}")).collect();
-        let status = Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-            ])
-            .args([
-                "-keyout",
-                "key.pem",
-                "-out",
-                "cert.pem",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=allowed.test",
-            ])
-            .args(["-addext", &format!("subjectAltName={}", names.join(","))])
-            .current_dir(dir)
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl");
-        assert!(
-            status.success(),
-            "openssl could not make the test certificate"
-        );
+        if let Err(e) = certs::self_signed(dir, "cert", "allowed.test", &names, None) {
+            panic!("openssl could not make the test certificate: {e}");
+        }
         fs::set_permissions(
             dir.join("cert.pem"),
             std::os::unix::fs::PermissionsExt::from_mode(0o644),

@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlsplit
 
 ROOT = os.path.abspath("static")
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain("cert.pem", "key.pem")
+ctx.load_cert_chain("cert.pem", "cert.key")
 SNI = threading.local()
 
 

@@ -94,6 +94,10 @@ pub enum Error {
         program_uid: u32,
         reason: String,
     },
+    /// A git repository in a caller's writable directory cannot be protected
+    /// (`filesystem.protect_git`), so the run is refused rather than leaving it writable.
+    #[error("cannot protect the git metadata in {path}: {reason}; give a narrower --workdir or --rw path, or set filesystem.protect_git = \"off\" (--protect-git off) for code you trust with your repositories")]
+    GitUnprotectable { path: PathBuf, reason: String },
     /// The program is not in the profile's `allowed_programs`.
     #[error("program {program:?} is not in the profile's allowed_programs ({}); add it there or run an allowed program", .allowed.join(", "))]
     ProgramNotAllowed {
@@ -221,7 +225,9 @@ impl Error {
             Error::NetworkUnsupported { .. } => ErrorKind::NetworkUnsupported,
             Error::BadPath { .. } => ErrorKind::BadPath,
             Error::ProgramNotAllowed { .. } => ErrorKind::ProgramNotAllowed,
-            Error::WorkdirUnusable { .. } => ErrorKind::WorkdirUnusable,
+            Error::WorkdirUnusable { .. } | Error::GitUnprotectable { .. } => {
+                ErrorKind::WorkdirUnusable
+            }
             Error::Command(_) => ErrorKind::CommandInvalid,
             Error::Spawn { .. } => ErrorKind::InitNotStarted,
             Error::Io { .. } => ErrorKind::Io,

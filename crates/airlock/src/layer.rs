@@ -48,6 +48,10 @@ pub enum Layer {
     DiskQuota,
     /// The same areas cap the number of files (tmpfs `nr_inodes`).
     InodeQuota,
+    /// Every git repository in the caller's writable directories (workdir, `read_write`) has
+    /// its `.git` and the git directories it points to bound read-only, so the program cannot
+    /// plant hooks or config that git would run on the host (`filesystem.protect_git`).
+    GitReadOnly,
     /// Landlock filesystem rules.
     LandlockFs,
     /// Landlock TCP bind/connect denial.

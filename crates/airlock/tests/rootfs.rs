@@ -146,6 +146,9 @@ fn generated(path: &str, contents: &str) -> GeneratedFile {
 
 fn standard_plan(base: &Path) -> RootfsPlan {
     RootfsPlan {
+        git_read_only: Vec::new(),
+        git_pinned: Vec::new(),
+        protect_git: false,
         system_ro: default_system_ro(),
         etc_files: default_etc_files(),
         generated_files: vec![

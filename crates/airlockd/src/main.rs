@@ -21,7 +21,8 @@ struct Cli {
     /// Also listen on this TCP address (TLS when the configuration has a certificate).
     #[arg(long)]
     listen: Vec<String>,
-    /// Also listen on this TCP address in plain HTTP, for other nodes (server.internal_listen).
+    /// Also listen on this TCP address for other nodes only (server.internal_listen): mutual
+    /// TLS with a certificate (node.peer_ca verifies the callers), else plain HTTP.
     #[arg(long)]
     internal_listen: Vec<String>,
     /// The Unix socket (overrides server.socket).
@@ -129,7 +130,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let daemon = Daemon::start(config.clone()).await?;
-    let mcp = airlockd::mcp::McpHttp::new(Arc::clone(&daemon), config.mcp.allowed_origins.clone());
+    let mcp = airlockd::mcp::McpHttp::new(Arc::clone(&daemon), config.mcp.clone());
     let mcp_router = config.mcp.enabled.then(|| ("/mcp", mcp.router()));
     let app = airlockd::api::router(Arc::clone(&daemon), mcp_router);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -30,6 +30,24 @@ use crate::config::Config;
 
 /// Loads a PEM certificate chain and key into a TLS server configuration (HTTP/1.1).
 pub fn tls_config(cert: &Path, key: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    server_tls(cert, key, None)
+}
+
+/// [`tls_config`] for the inter-node listener: the calling node must present a certificate
+/// of the fleet's CA (`node.peer_ca`), or the handshake fails (mutual TLS).
+pub fn internal_tls_config(
+    cert: &Path,
+    key: &Path,
+    peer_ca: &Path,
+) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    server_tls(cert, key, Some(crate::peers::client_verifier(peer_ca)?))
+}
+
+fn server_tls(
+    cert: &Path,
+    key: &Path,
+    clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
@@ -40,10 +58,14 @@ pub fn tls_config(cert: &Path, key: &Path) -> anyhow::Result<Arc<rustls::ServerC
     let key = PrivateKeyDer::from_pem_file(key)
         .with_context(|| format!("cannot read a PEM private key from {}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?
-        .with_no_client_auth()
+        .context("TLS protocol versions")?;
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
         .with_single_cert(certs, key)
         .context("the certificate and key do not match")?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -73,6 +95,27 @@ pub async fn serve(
         stall_timeout: config.server.stall_timeout.0,
     };
     let graceful = Arc::new(GracefulShutdown::new());
+    let (tls, internal_tls) = acceptors(config)?;
+    let for_clients = config.server.listen.iter().chain(extra_listen);
+    let for_nodes = config.server.internal_listen.iter();
+    let addrs = for_clients
+        .map(|addr| (addr, "listening", &tls))
+        .chain(for_nodes.map(|addr| (addr, "listening for other nodes", &internal_tls)));
+    // Every TCP listener is bound before the Unix socket appears: the socket is the sign
+    // that the daemon is ready (callers and tests wait for it), and a TCP address that
+    // cannot be bound leaves no socket file behind.
+    let mut tcp = Vec::new();
+    for (addr, role, tls) in addrs {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        tracing::info!(
+            "{role} on {}://{}",
+            if tls.is_some() { "https" } else { "http" },
+            listener.local_addr()?
+        );
+        tcp.push((listener, tls.clone()));
+    }
     let socket = config.socket_path();
     let unix = bind_unix(&socket, config)?;
     tracing::info!("listening on unix:{}", socket.display());
@@ -84,27 +127,10 @@ pub async fn serve(
         Arc::clone(&graceful),
         stop.clone(),
     ))];
-    let tls = match (&config.server.tls_cert, &config.server.tls_key) {
-        (Some(cert), Some(key)) => Some(tokio_rustls::TlsAcceptor::from(tls_config(cert, key)?)),
-        _ => None,
-    };
-    let for_clients = config.server.listen.iter().chain(extra_listen);
-    let for_nodes = config.server.internal_listen.iter();
-    let addrs = for_clients
-        .map(|addr| (addr, "listening"))
-        .chain(for_nodes.map(|addr| (addr, "listening for other nodes")));
-    for (addr, role) in addrs {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        tracing::info!(
-            "{role} on {}://{}",
-            if tls.is_some() { "https" } else { "http" },
-            listener.local_addr()?
-        );
+    for (listener, tls) in tcp {
         tasks.push(tokio::spawn(accept_loop(
             nodelay(listener),
-            tls.clone(),
+            tls,
             app.clone(),
             limits.clone(),
             Arc::clone(&graceful),
@@ -132,6 +158,28 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// The TLS of the client listeners, and of the inter-node ones (which require a calling
+/// node's certificate); none without a certificate.
+fn acceptors(
+    config: &Config,
+) -> anyhow::Result<(
+    Option<tokio_rustls::TlsAcceptor>,
+    Option<tokio_rustls::TlsAcceptor>,
+)> {
+    let (Some(cert), Some(key)) = (&config.server.tls_cert, &config.server.tls_key) else {
+        return Ok((None, None));
+    };
+    let for_clients = tokio_rustls::TlsAcceptor::from(tls_config(cert, key)?);
+    if config.server.internal_listen.is_empty() {
+        return Ok((Some(for_clients), None));
+    }
+    let Some(peer_ca) = &config.node.peer_ca else {
+        anyhow::bail!("server.internal_listen speaks TLS and must verify the calling nodes' certificates: set node.peer_ca to the fleet's CA");
+    };
+    let for_nodes = internal_tls_config(cert, key, peer_ca)?;
+    Ok((Some(for_clients), Some(for_nodes.into())))
 }
 
 /// Binds the socket: a live daemon on it is an error; a stale socket file is replaced.

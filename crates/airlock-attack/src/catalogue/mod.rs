@@ -2,6 +2,7 @@
 //! how to set it up ([`Attack::prepare`] builds the host scene and the [`Plan`]). Each
 //! submodule holds one family of attacks: its table and its plans.
 
+mod git;
 mod integrity;
 mod kernel;
 mod network;
@@ -149,6 +150,7 @@ pub fn catalogue() -> Vec<Attack> {
     all.extend(secrets::attacks());
     all.extend(integrity::attacks());
     all.extend(kernel::attacks());
+    all.extend(git::attacks());
     all.extend(network::attacks());
     all.extend(resources::attacks());
     all

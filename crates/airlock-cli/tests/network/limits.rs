@@ -172,13 +172,7 @@ print("done")
     let (stuck, result) = timed("stuck");
     assert_eq!(stdout_ok(&result).trim(), "done");
     assert!(
-        world
-            .seen
-            .dns_names
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|n| n == "silent.test"),
+        world.seen.asked(airlock_testworld::SILENT),
         "the gate never asked the resolver"
     );
     assert!(

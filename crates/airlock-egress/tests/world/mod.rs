@@ -45,28 +45,33 @@ impl GateWorld for World {
     fn start_gate(&self, config: EgressConfig) -> StartedGate {
         let mut config = config;
         config.resolver.get_or_insert_with(|| RESOLVER.to_string());
-        let policy = EgressPolicy::parse(&config).expect("policy");
-        let plan = policy.sandbox_plan().expect("plan");
-        let (sandbox_end, gate_end) = UnixStream::pair().unwrap();
-        in_netns(&self.sandbox_ns, move || {
-            airlock_egress::sandbox_side::configure(&plan)
-                .expect("configure")
-                .send(&sandbox_end)
-                .expect("send")
-        });
-        let sockets = SandboxSockets::receive(&gate_end).expect("receive");
-        let proxy_port = sockets.proxy_port;
-        let (sender, events) = mpsc::channel();
-        let sink = Box::new(move |event: &GateEvent| {
-            let _ = sender.send(event.clone());
-        });
-        let gate = in_netns(&self.gate_ns, move || {
-            Gate::start(policy, sockets, Some(sink)).expect("gate")
-        });
-        StartedGate {
-            gate,
-            proxy_port,
-            events,
-        }
+        start_gate_in(&self.sandbox_ns, &self.gate_ns, config)
+    }
+}
+
+/// A gate for the sandbox namespace `sandbox_ns`, started in `gate_ns` (both by name).
+pub fn start_gate_in(sandbox_ns: &str, gate_ns: &str, config: EgressConfig) -> StartedGate {
+    let policy = EgressPolicy::parse(&config).expect("policy");
+    let plan = policy.sandbox_plan().expect("plan");
+    let (sandbox_end, gate_end) = UnixStream::pair().unwrap();
+    in_netns(sandbox_ns, move || {
+        airlock_egress::sandbox_side::configure(&plan)
+            .expect("configure")
+            .send(&sandbox_end)
+            .expect("send")
+    });
+    let sockets = SandboxSockets::receive(&gate_end).expect("receive");
+    let proxy_port = sockets.proxy_port;
+    let (sender, events) = mpsc::channel();
+    let sink = Box::new(move |event: &GateEvent| {
+        let _ = sender.send(event.clone());
+    });
+    let gate = in_netns(gate_ns, move || {
+        Gate::start(policy, sockets, Some(sink)).expect("gate")
+    });
+    StartedGate {
+        gate,
+        proxy_port,
+        events,
     }
 }

@@ -6,9 +6,7 @@
 //! are instead the init's capped tmpfs mounts (its in-memory run directory), bound by bwrap.
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use super::{tier0_layers, Backend, PlanContext, Probe};
@@ -18,6 +16,7 @@ use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::rundir::{self, RunFile};
 use crate::spec::{Confinement, WrapSpec, WrapStep};
+use trial::trial_run;
 
 /// The hostname inside every bwrap sandbox (the same as the native one).
 pub const BWRAP_HOSTNAME: &str = super::native::SANDBOX_HOSTNAME;
@@ -59,6 +58,7 @@ fn probe_layers(available: bool) -> Vec<Layer> {
             Layer::Seccomp,
             Layer::NoNewPrivs,
             Layer::DiskQuota,
+            Layer::GitReadOnly,
         ]);
         if crate::confine::caps::can_mount() {
             layers.push(Layer::InodeQuota);
@@ -176,6 +176,7 @@ impl Backend for BwrapBackend {
             }
         }
         layers.push(Layer::Seccomp);
+        layers.extend(super::git_layer(ctx));
         if install.setuid {
             // bwrap itself sets no_new_privs before it execs the program.
             layers.push(Layer::NoNewPrivs);
@@ -266,6 +267,13 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
         args.paths("--ro-bind", ctx.workdir, ctx.workdir);
     } else {
         args.paths("--bind", ctx.workdir, ctx.workdir);
+    }
+    // After every writable bind, so each lands on top of the path holding it.
+    for path in ctx.git_pinned {
+        args.paths("--bind", path, path);
+    }
+    for path in ctx.git_read_only {
+        args.paths("--ro-bind", path, path);
     }
     args.path("--chdir", ctx.workdir);
     for fd in SECCOMP_FDS {
@@ -459,63 +467,7 @@ pub fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
     ))
 }
 
-/// Runs bwrap the way a run will (as the unprivileged sandbox user when we are root), so
-/// "available" means a run can really start.
-fn trial_run(install: &BwrapInstall) -> Result<(), String> {
-    let mut command = Command::new(&install.path);
-    command.args([
-        "--unshare-all",
-        "--unshare-user",
-        "--ro-bind",
-        "/",
-        "/",
-        "--",
-        "/bin/true",
-    ]);
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .env_clear();
-    if nix::unistd::geteuid().is_root() {
-        let nobody = crate::policy::builtin("untrusted")
-            .map(|p| (p.user.uid, p.user.gid))
-            .unwrap_or((65534, 65534));
-        command.uid(nobody.0).gid(nobody.1);
-    }
-    let output = command
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", install.path.display()))?;
-    if output.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
-    Err(format!(
-        "{} cannot create its namespaces here ({stderr}): {}",
-        install.path.display(),
-        userns_fix()
-    ))
-}
-
-/// The exact switch that keeps unprivileged user namespaces from working on this host.
-fn userns_fix() -> String {
-    let read = |path: &str| {
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|s| s.trim().to_string())
-    };
-    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-        return "AppArmor restricts unprivileged user namespaces: set kernel.apparmor_restrict_unprivileged_userns=0 or install the distro's bwrap AppArmor profile (apparmor-profiles: /etc/apparmor.d/bwrap-userns-restrict)".into();
-    }
-    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-        return "unprivileged user namespaces are disabled: set the sysctl kernel.unprivileged_userns_clone=1 (or make bwrap setuid: chmod u+s /usr/bin/bwrap)".into();
-    }
-    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
-        return "user namespaces are disabled: set the sysctl user.max_user_namespaces above 0"
-            .into();
-    }
-    "check `dmesg` for an LSM denial; a setuid bwrap (chmod u+s) works without unprivileged user namespaces".into()
-}
+mod trial;
 
 #[cfg(test)]
 mod tests;

@@ -128,13 +128,15 @@ impl Backend for GvisorBackend {
                     .map(WrapStep::RemoveDir),
             );
         }
+        let mut layers = gvisor_layers(
+            network_of(ctx),
+            ctx.sandbox_owns_workdir().then_some(capped),
+        );
+        layers.extend(super::git_layer(ctx));
         Ok(Confinement::Wrapped(WrapSpec {
             wrapper_argv,
             argv_in_files: true,
-            layers: gvisor_layers(
-                network_of(ctx),
-                ctx.sandbox_owns_workdir().then_some(capped),
-            ),
+            layers,
             notes,
             details,
             steps,
@@ -215,7 +217,11 @@ fn probe_runsc(platform: bool) -> Probe {
     }
     Probe {
         available: runsc.is_some() && userns.is_none(),
-        layers: gvisor_layers(SentryNetwork::None, Some(capped)),
+        layers: {
+            let mut layers = gvisor_layers(SentryNetwork::None, Some(capped));
+            layers.push(Layer::GitReadOnly);
+            layers
+        },
         problems,
         notes,
     }

@@ -71,6 +71,21 @@ pub struct PlanContext<'a> {
     /// The host Unix sockets (`network.unix_sockets`, expanded) the program sees at the same
     /// path, read-only binds (connecting to a socket needs no write access to its mount).
     pub unix_sockets: &'a [PathBuf],
+    /// Git metadata in the caller's writable paths (`filesystem.protect_git`), parents first:
+    /// a backend that gives the program a writable caller path binds each of these read-only
+    /// on top of it and reports [`Layer::GitReadOnly`].
+    pub git_read_only: &'a [PathBuf],
+    /// Directories between a writable path and a nested git directory, parents first: bound
+    /// onto themselves as writable as the path holding them (before `git_read_only`), so
+    /// that the program cannot rename them and plant a repository in their place.
+    pub git_pinned: &'a [PathBuf],
+}
+
+/// [`Layer::GitReadOnly`] when the policy asks for it: a backend that binds
+/// [`PlanContext::git_read_only`] over its writable mounts reports it with this.
+pub(crate) fn git_layer(ctx: &PlanContext) -> Option<Layer> {
+    (ctx.policy.filesystem.protect_git == crate::policy::GitProtection::ReadOnly)
+        .then_some(Layer::GitReadOnly)
 }
 
 /// The TCP ports a gated sandbox may connect to (Landlock's port rules): the gate's

@@ -11,7 +11,7 @@ use crate::confine::rootfs::{
 use crate::confine::seccomp::SeccompConfig;
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
-use crate::policy::Policy;
+use crate::policy::{GitProtection, Policy};
 use crate::spec::{Confinement, NativeSpec};
 
 /// The hostname inside every native sandbox.
@@ -48,6 +48,7 @@ impl Backend for NativeBackend {
                 Layer::DiskQuota,
                 Layer::InodeQuota,
                 Layer::CapsDropped,
+                Layer::GitReadOnly,
             ]);
         }
         if seccomp {
@@ -158,6 +159,9 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
         generated_files: identity_files(ctx),
         read_only,
         read_write: ctx.policy.filesystem.read_write.clone(),
+        git_read_only: ctx.git_read_only.to_vec(),
+        git_pinned: ctx.git_pinned.to_vec(),
+        protect_git: ctx.policy.filesystem.protect_git == GitProtection::ReadOnly,
         workdir,
         tmp: tmpfs,
         dev_shm: {

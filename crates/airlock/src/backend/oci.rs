@@ -78,6 +78,11 @@ pub struct OciMounts {
     pub read_write: Vec<PathBuf>,
     /// The workdir, bound read-write at the same path.
     pub workdir: PathBuf,
+    /// Git metadata in the writable paths, bound read-only over them (`protect_git`).
+    pub git_read_only: Vec<PathBuf>,
+    /// Directories holding a nested git directory, bound onto themselves like the path
+    /// holding them so that they cannot be renamed (`protect_git`).
+    pub git_pinned: Vec<PathBuf>,
     /// The workdir exists only for this run: mount a tmpfs with the `/tmp` caps there, owned
     /// by the program, instead of binding the host directory.
     pub workdir_tmpfs: bool,
@@ -283,6 +288,13 @@ fn mounts(input: &OciInput) -> Vec<Value> {
         };
         binds.push((m.workdir.clone(), m.workdir.clone(), options));
     }
+    // Last among equals (the sort is stable), so each lands on top of the path holding it.
+    binds.extend(
+        m.git_pinned
+            .iter()
+            .map(|p| (p.clone(), p.clone(), workspace())),
+    );
+    binds.extend(m.git_read_only.iter().map(|p| (p.clone(), p.clone(), ro())));
     // Parents before children, so a nested path is not hidden by a later mount of its parent.
     binds.sort_by_key(|(_, dst, _)| dst.components().count());
     list.extend(
@@ -403,6 +415,8 @@ mod tests {
                 ],
                 read_only: vec!["/opt/data".into()],
                 read_write: vec!["/srv/out".into()],
+                git_read_only: Vec::new(),
+                git_pinned: Vec::new(),
                 workdir: "/run/airlock/r1/work".into(),
                 workdir_tmpfs: false,
                 workdir_read_only: false,
@@ -450,6 +464,38 @@ mod tests {
     fn golden(name: &str, value: &Value) {
         let rendered = serde_json::to_string_pretty(value).unwrap() + "\n";
         crate::golden::assert_golden("oci", name, &rendered);
+    }
+
+    /// Git protection lands on top of the workspace: pinned directories (writable like it)
+    /// after it, parents first, and each `.git` read-only after them.
+    #[test]
+    fn git_mounts_come_after_the_workspace_read_only() {
+        let mut input = sample();
+        let work = "/run/airlock/r1/work";
+        input.mounts.git_pinned = vec![format!("{work}/vendor").into()];
+        input.mounts.git_read_only = vec![
+            format!("{work}/.git").into(),
+            format!("{work}/vendor/lib/.git").into(),
+        ];
+        let spec = oci_spec(&input);
+        let mounts = spec["mounts"].as_array().unwrap();
+        let position = |dst: &str| {
+            mounts
+                .iter()
+                .position(|m| m["destination"] == dst)
+                .unwrap_or_else(|| panic!("no mount at {dst}"))
+        };
+        let options = |dst: &str| mounts[position(dst)]["options"].clone();
+        assert!(position(work) < position(&format!("{work}/vendor")));
+        assert!(position(&format!("{work}/vendor")) < position(&format!("{work}/vendor/lib/.git")));
+        for git in [format!("{work}/.git"), format!("{work}/vendor/lib/.git")] {
+            assert!(position(work) < position(&git));
+            assert!(
+                options(&git).as_array().unwrap().contains(&json!("ro")),
+                "{git}"
+            );
+        }
+        assert_eq!(options(&format!("{work}/vendor")), options(work));
     }
 
     #[test]

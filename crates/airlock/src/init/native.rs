@@ -185,6 +185,9 @@ pub(super) fn confine_with_root(
         )));
     }
     layers.extend([Layer::Rootfs, Layer::Workdir]);
+    if native.rootfs.protect_git {
+        layers.push(Layer::GitReadOnly);
+    }
     if matches!(native.rootfs.workdir, Workdir::Tmpfs { .. }) {
         layers.extend([Layer::DiskQuota, Layer::InodeQuota]);
     }

@@ -2,6 +2,7 @@
 //! (every value concrete); profiles on disk are partial and layer on top of a base policy.
 
 mod builtin;
+mod git;
 mod network;
 mod overrides;
 mod profile;
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use builtin::{builtin, builtin_names, tier, tier_names};
+pub use git::GitProtection;
 pub use network::{NetworkLimits, NetworkMode, NetworkPolicy};
 pub use overrides::Overrides;
 pub use profile::{load_profile, parse_profile, ContainerSection, LimitsSection, ProfileFile};
@@ -233,6 +235,9 @@ pub struct FsPolicy {
     /// scratch: for a directory airlock prepared for the sandbox user itself (a worker's job).
     #[serde(default = "workspace_by_default", skip_serializing_if = "is_true")]
     pub workspace: bool,
+    /// Git metadata in the caller's writable directories (see [`GitProtection`]).
+    #[serde(default, skip_serializing_if = "GitProtection::is_default")]
+    pub protect_git: GitProtection,
 }
 
 fn workspace_by_default() -> bool {
@@ -252,6 +257,7 @@ impl Default for FsPolicy {
             workdir_read_only: false,
             exec_writable: false,
             workspace: true,
+            protect_git: GitProtection::ReadOnly,
         }
     }
 }

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::profile::{apply_limits, LimitsSection};
-use super::{tier, tier_names, BackendChoice, ContainerRuntime, InvalidValue, NetworkMode, Policy};
+use super::{
+    tier, tier_names, BackendChoice, ContainerRuntime, GitProtection, InvalidValue, NetworkMode,
+    Policy,
+};
 
 /// Changes to a resolved profile. Every field is optional; an empty `Overrides` changes
 /// nothing. Relative paths are taken from the caller's current directory.
@@ -54,6 +57,9 @@ pub struct Overrides {
     /// only to `/tmp`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub workdir_read_only: bool,
+    /// Replaces the profile's `filesystem.protect_git`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protect_git: Option<GitProtection>,
 }
 
 impl Overrides {
@@ -80,6 +86,7 @@ impl Overrides {
             fs.workdir = Some(absolute(dir)?);
             fs.workdir_read_only = self.workdir_read_only;
         }
+        set(&mut fs.protect_git, self.protect_git);
         policy.validate()
     }
 }

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::units::{ByteSize, Seconds};
 use super::{
-    builtin, BackendChoice, ContainerRuntime, NetworkLimits, NetworkMode, NetworkPolicy,
-    OutputLimitAction, Policy, PolicyOrigin,
+    builtin, BackendChoice, ContainerRuntime, GitProtection, NetworkLimits, NetworkMode,
+    NetworkPolicy, OutputLimitAction, Policy, PolicyOrigin,
 };
 use crate::error::PolicyError;
 use crate::layer::{IsolationLevel, Layer};
@@ -49,6 +49,7 @@ pub struct FsSection {
     pub workdir_read_only: Option<bool>,
     pub exec_writable: Option<bool>,
     pub workspace: Option<bool>,
+    pub protect_git: Option<GitProtection>,
 }
 
 /// `[network]`: lists add to the base profile's lists, other keys replace; `allow` rules in a
@@ -191,6 +192,7 @@ pub(crate) fn apply(mut policy: Policy, file: ProfileFile) -> Policy {
         );
         set(&mut policy.filesystem.exec_writable, fs.exec_writable);
         set(&mut policy.filesystem.workspace, fs.workspace);
+        set(&mut policy.filesystem.protect_git, fs.protect_git);
     }
     if let Some(net) = file.network {
         // A profile that chooses the host network for itself drops the network layers it

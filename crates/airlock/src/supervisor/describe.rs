@@ -37,6 +37,7 @@ pub(super) fn planned_layers(
                 Layer::NetNs => native.new_net,
                 Layer::LandlockNet => native.landlock.deny_tcp,
                 Layer::DiskQuota | Layer::InodeQuota => capped_workdir,
+                Layer::GitReadOnly => native.rootfs.protect_git,
                 _ => true,
             });
             if gated {

@@ -37,6 +37,9 @@ pub(super) struct Ending {
     pub retire: Option<std::sync::Arc<dyn super::standby::StandbySource>>,
     /// What a failed run's hints are judged from.
     pub hints: HintFacts,
+    /// Git metadata the program may have planted in the caller's paths, checked once every
+    /// process of the run is gone.
+    pub git_watch: Option<super::gitguard::PlantWatch>,
 }
 
 /// Serves a started run's pipes from the calling thread until they close, then ends it.
@@ -112,6 +115,9 @@ impl Ending {
         // Every process of the run is gone: whatever the gate still holds open is closed now.
         result.network = self.gate.take().map(RunGate::finish);
         result.warnings.splice(0..0, self.warnings.clone());
+        if let Some(watch) = &self.git_watch {
+            result.warnings.extend(watch.quarantine());
+        }
         result.details = self.details.clone();
         if !self.keep {
             result.workdir = None;

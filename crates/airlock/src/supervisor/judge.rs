@@ -9,7 +9,7 @@ use super::prepare::{Network, Placement};
 use crate::backend::{self, Backend, Selected};
 use crate::layer::{self, Layer};
 use crate::plan::Verdict;
-use crate::policy::{BackendChoice, NetworkMode, Policy};
+use crate::policy::{BackendChoice, GitProtection, NetworkMode, Policy};
 use crate::spec::Confinement;
 
 /// The layers a run must have. The profile's list grows by what its limits promise: when the
@@ -36,11 +36,25 @@ fn required_layers(policy: &Policy, owns_workdir: bool) -> Vec<Layer> {
         require.sort();
         require.dedup();
     }
+    // A policy that protects git requires the protection wherever the caller's directories
+    // are writable, so a backend that cannot bind it read-only refuses instead of leaving
+    // hooks and config writable.
+    if writes_callers_paths(policy) && !require.is_empty() {
+        require.push(Layer::GitReadOnly);
+        require.sort();
+        require.dedup();
+    }
     if policy.backend == BackendChoice::None {
         let tier0 = backend::NoneBackend.probe().layers;
         require.retain(|l| tier0.contains(l) || *l == Layer::Cgroup);
     }
     require
+}
+
+fn writes_callers_paths(policy: &Policy) -> bool {
+    let fs = &policy.filesystem;
+    fs.protect_git == GitProtection::ReadOnly
+        && ((fs.workdir.is_some() && !fs.workdir_read_only) || !fs.read_write.is_empty())
 }
 
 /// The required layers held against the plan, judged once (see [`crate::plan::judge`]).

@@ -49,6 +49,7 @@ pub(super) fn start(
         spec,
         warnings,
         egress,
+        git_watch,
     } = prepared;
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
@@ -109,6 +110,7 @@ pub(super) fn start(
         ),
         keep: command.keep,
         retire: None,
+        git_watch,
     };
     Ok((started, ending))
 }

@@ -17,6 +17,7 @@ mod builder;
 mod cleanup;
 mod describe;
 mod finish;
+mod gitguard;
 mod handle;
 mod hints;
 mod input;

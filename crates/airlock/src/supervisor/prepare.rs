@@ -8,7 +8,7 @@ use super::builder::Command;
 use super::describe;
 use super::judge::{host_limit_warnings, judge, Judged};
 use super::staged;
-use super::workspace;
+use super::{gitguard, workspace};
 use crate::backend::{self, Backend, PlanContext};
 use crate::confine::cgroup::CgroupLimits;
 use crate::confine::idmap::MappedPath;
@@ -38,6 +38,8 @@ pub(super) struct Prepared {
     pub warnings: Vec<String>,
     /// The egress gate the supervisor starts once the sandbox hands it its sockets.
     pub egress: Option<EgressPlan>,
+    /// What the supervisor checks for planted git metadata after the run.
+    pub git_watch: Option<gitguard::PlantWatch>,
 }
 
 /// Prepares a run, refusing a plan whose required layers are missing unless the caller
@@ -73,6 +75,14 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     let mut judged = judge(command, &selected, &confinement, &placement, &network);
     let workdir_kind = placement.workdir.kind(command);
     judged.warnings.extend(host_limit_warnings(policy));
+    let git_details = gitguard::details(&placement.git);
+    let git_watch = gitguard::PlantWatch::of(
+        policy,
+        &placement.workdir,
+        &placement.git,
+        &placement.run_id,
+        &judged.layers,
+    );
     let spec = init_spec(command, placement, confinement, &judged, &network);
     let planned = describe::PlannedNetwork {
         egress: network.egress.as_ref(),
@@ -80,11 +90,13 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     };
     let mut plan = describe::plan(&selected, &spec, &judged, &workdir_kind, policy, planned);
     plan.details.extend(workspace::details(&spec.mapped));
+    plan.details.extend(git_details);
     Ok(Prepared {
         plan,
         spec,
         warnings: judged.warnings,
         egress: network.egress,
+        git_watch,
     })
 }
 
@@ -119,6 +131,8 @@ pub(super) struct Placement {
     pub scratch: Option<MemoryScratch>,
     /// The caller's paths shown to the program as its own (see [`workspace`]).
     pub mapped: Vec<MappedPath>,
+    /// Git metadata in the caller's writable paths, bound read-only (see [`gitguard`]).
+    pub git: gitguard::GitMounts,
 }
 
 impl Placement {
@@ -129,8 +143,10 @@ impl Placement {
         let workdir = Workdir::of(command, &run_dir)?;
         let scratch = plan_scratch(command, backend, &runtime, &run_dir, &workdir);
         let mapped = workspace::mapped_paths(command, backend, &workdir)?;
+        let git = gitguard::protected_paths(&command.sandbox.policy, &workdir)?;
         Ok(Placement {
             mapped,
+            git,
             cgroup: cgroup_request(command, &run_id),
             tool_cache: runtime.exists().then_some(runtime),
             run_id,
@@ -162,6 +178,8 @@ impl Placement {
             scratch: self.scratch.as_ref(),
             egress: network.egress.as_ref().map(|e| &e.sandbox),
             unix_sockets: &network.unix_sockets,
+            git_read_only: &self.git.read_only,
+            git_pinned: &self.git.pinned,
         }
     }
 }

@@ -68,6 +68,8 @@ pub struct Standby {
     backend: String,
     details: Vec<String>,
     warnings: Vec<String>,
+    /// Checks for git metadata planted in the caller's paths after the run.
+    git_watch: Option<super::gitguard::PlantWatch>,
 }
 
 /// The egress gate of a prepared sandbox with network `allowlist` or `report`: it starts as
@@ -179,6 +181,7 @@ impl Standby {
             backend: prepared.plan.backend.clone(),
             details: prepared.plan.details.clone(),
             warnings: prepared.warnings,
+            git_watch: prepared.git_watch,
         })
     }
 
@@ -289,6 +292,7 @@ pub(crate) fn plan_zygote(sandbox: &Sandbox, program: &str) -> Result<ZygotePlan
         warnings: prepared.warnings,
         kill_on_output_limit: sandbox.policy().limits.on_output_limit
             == crate::policy::OutputLimitAction::Kill,
+        git_watch: prepared.git_watch,
     })
 }
 
@@ -301,6 +305,19 @@ pub(crate) struct ZygotePlan {
     pub backend: String,
     /// The policy's `on_output_limit = kill`.
     pub kill_on_output_limit: bool,
+    /// Checks for git metadata planted in the caller's paths after each child's run.
+    git_watch: Option<super::gitguard::PlantWatch>,
+}
+
+impl ZygotePlan {
+    /// Once a child's processes are gone: the git metadata it planted, moved aside (see
+    /// `supervisor::gitguard::PlantWatch`), as the run's warnings.
+    pub(crate) fn planted_git_warnings(&self) -> Vec<String> {
+        self.git_watch
+            .as_ref()
+            .map(|watch| watch.quarantine())
+            .unwrap_or_default()
+    }
 }
 
 fn plan_native(command: &Command, effects: Effects) -> Result<prepare::Prepared, Error> {
@@ -411,6 +428,7 @@ fn start_on(
         backend,
         details,
         warnings,
+        git_watch,
         ..
     } = standby;
     let (gate, network) = match gate.map(StandbyGate::running).transpose() {
@@ -486,6 +504,7 @@ fn start_on(
         ),
         keep: false,
         retire: Some(source),
+        git_watch,
     };
     Ok(Some(WarmStart {
         started,

@@ -211,6 +211,7 @@ fn assemble(
     result.isolation = report.layers;
     result.warnings = zygote.plan.warnings.clone();
     result.warnings.extend(report.warnings);
+    result.warnings.extend(zygote.plan.planted_git_warnings());
     result.details = zygote.plan.details.clone();
     result
         .details

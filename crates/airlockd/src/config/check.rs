@@ -39,6 +39,7 @@ impl Config {
         self.check_server(&mut problems);
         self.check_store(&mut problems);
         self.check_pool(&mut problems);
+        self.check_mcp(&mut problems);
         crate::tenant::check_tenants(self, &mut problems);
         for (name, toolset) in &self.toolsets {
             if !toolset.path.is_absolute() || !toolset.path.is_dir() {
@@ -131,6 +132,18 @@ impl Config {
         }
     }
 
+    fn check_mcp(&self, problems: &mut Problems) {
+        if self.mcp.max_sessions_per_key == 0 {
+            problems.add(
+                "mcp.max_sessions_per_key",
+                "must be at least 1 (to serve no MCP at all, set mcp.enabled = false)",
+            );
+        }
+        if self.mcp.session_idle_timeout.0 < Duration::from_secs(1) {
+            problems.add("mcp.session_idle_timeout", "must be at least 1s");
+        }
+    }
+
     fn check_pool(&self, problems: &mut Problems) {
         if self.pool.max_concurrent == Some(0) {
             problems.add("pool.max_concurrent", "must be at least 1");
@@ -141,15 +154,49 @@ impl Config {
         self.check_node(problems);
     }
 
+    /// The fleet's CA, this node's certificate (it must be one the CA accepts from a calling
+    /// node, now), and an inter-node listener with TLS must be able to verify callers.
+    fn check_node_tls(&self, problems: &mut Problems) {
+        let node = &self.node;
+        let mut report = |e: crate::peers::NodeTlsError| problems.add(e.key(), e.to_string());
+        let ca_usable = match &node.peer_ca {
+            Some(ca) => crate::peers::client_verifier(ca)
+                .map_err(&mut report)
+                .is_ok(),
+            None => false,
+        };
+        match (crate::peers::NodeIdentity::of(self), &node.peer_ca) {
+            (Ok(Some(identity)), Some(ca)) if ca_usable => {
+                let accepted = identity.check_against(ca);
+                // The key must be the certificate's: rustls compares them here.
+                let usable = crate::peers::client_config(ca, Some(identity)).map(drop);
+                if let Err(e) = accepted.and(usable) {
+                    report(e);
+                }
+            }
+            (Ok(Some(_)), None) => report(crate::peers::NodeTlsError::Missing {
+                key: "node.peer_ca",
+                problem: "node.cert is set but no CA says which certificates the fleet accepts",
+                fix: "set node.peer_ca to the fleet's CA certificate (PEM)",
+            }),
+            (Err(e), _) => report(e),
+            _ => {}
+        }
+        let tls = self.server.tls_cert.is_some();
+        if tls && !self.server.internal_listen.is_empty() && node.peer_ca.is_none() {
+            report(crate::peers::NodeTlsError::Missing {
+                key: "node.peer_ca",
+                problem: "server.internal_listen speaks TLS and must verify the calling nodes' certificates",
+                fix: "set node.peer_ca to the fleet's CA certificate (PEM)",
+            });
+        }
+    }
+
     /// Forwarding between nodes: TLS with a CA to verify peers, or plain HTTP only when the
     /// operator says the network is trusted.
     fn check_node(&self, problems: &mut Problems) {
         let node = &self.node;
-        if let Some(ca) = &node.peer_ca {
-            if let Err(e) = crate::peers::client_config(ca) {
-                problems.add("node.peer_ca", format!("{e:#}"));
-            }
-        }
+        self.check_node_tls(problems);
         let Some(advertise) = &node.advertise else {
             return;
         };
@@ -160,6 +207,9 @@ impl Config {
             }
             if node.peer_ca.is_none() {
                 problems.add("node.peer_ca", "this node advertises https:// but has no CA to verify the other nodes with; set peer_ca to the fleet's CA certificate (PEM)");
+            }
+            if node.cert.is_none() {
+                problems.add("node.cert", "this node advertises https:// but has no certificate to present to the other nodes, whose server.internal_listen requires one; set node.cert and node.key (a certificate of the fleet's CA with the clientAuth usage)");
             }
         } else if advertise.starts_with("http://") {
             if !node.plain_http_peers {

@@ -51,6 +51,10 @@ pub struct McpConfig {
     /// Browser origins (`scheme://host:port`) allowed to call `/mcp`; a request with any
     /// other `Origin` is refused (403). Programs send no `Origin` and need no entry.
     pub allowed_origins: Vec<String>,
+    /// MCP sessions one API key may hold open at once; an `initialize` beyond it gets 429.
+    pub max_sessions_per_key: usize,
+    /// An MCP session no request used for this long is ended, with the sessions it created.
+    pub session_idle_timeout: Seconds,
 }
 
 impl Default for McpConfig {
@@ -58,6 +62,8 @@ impl Default for McpConfig {
         McpConfig {
             enabled: true,
             allowed_origins: Vec::new(),
+            max_sessions_per_key: 16,
+            session_idle_timeout: Seconds(Duration::from_secs(300)),
         }
     }
 }
@@ -188,6 +194,11 @@ pub struct NodeConfig {
     /// The name a peer's certificate must hold, when the nodes share one certificate for a
     /// fleet name (e.g. `airlockd.airlock.svc`) rather than one per advertised address.
     pub peer_name: Option<String>,
+    /// This node's own certificate (PEM chain signed by the CA in `peer_ca`, with the
+    /// `clientAuth` usage) and its key: presented to peers when forwarding (mutual TLS), as
+    /// their `server.internal_listen` requires of every calling node.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
     /// Forward to `http://` peers in clear (API keys included): only on a network the operator
     /// trusts. Without it, a plain-HTTP peer is never sent a request.
     pub plain_http_peers: bool,
@@ -202,6 +213,8 @@ impl Default for NodeConfig {
             dead_after: Seconds(Duration::from_secs(60)),
             peer_ca: None,
             peer_name: None,
+            cert: None,
+            key: None,
             plain_http_peers: false,
         }
     }

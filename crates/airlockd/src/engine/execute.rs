@@ -161,6 +161,10 @@ fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Comma
         .or(work.shared_workdir.clone());
     if let Some(dir) = workdir {
         policy.filesystem.workdir = Some(dir);
+        // The daemon's own workspaces are never a host user's checkout: no git runs on the
+        // host in them, so their repositories need no read-only binds, and a session's
+        // repository must stay usable from one run to the next (clone, then commit).
+        policy.filesystem.protect_git = airlock::policy::GitProtection::Off;
     }
     let outcome = stream_run(live, &policy, resolved, &work.argv, &work.env, work.stdin);
     drop(work.workspace);

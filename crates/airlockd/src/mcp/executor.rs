@@ -3,7 +3,8 @@
 //! opened the MCP session. Tool arguments carry no policy: every run gets the tenant's default
 //! profile, so no tool can widen what the ceiling allows.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use airlock_mcp::executor::{ExecFuture, SessionInfo};
@@ -23,15 +24,30 @@ use crate::resolve::PolicyRequest;
 use crate::sessions::LiveSession;
 use crate::workspace::{FileError, SafePath};
 
-/// Runs the MCP tools' requests for one key (and so one tenant).
+/// Runs the MCP tools' requests of one MCP session, as the key that opened it (and so its
+/// tenant). Dropped when the MCP session ends, which ends the sessions it created.
 pub struct DaemonExecutor {
     daemon: Arc<Daemon>,
     caller: Principal,
+    /// The key's count of open MCP sessions: this one counts in it while it lives.
+    open: Arc<AtomicUsize>,
+    /// Sessions this MCP session created and has not closed.
+    created: Mutex<Vec<String>>,
 }
 
 impl DaemonExecutor {
-    pub fn new(daemon: Arc<Daemon>, caller: Principal) -> DaemonExecutor {
-        DaemonExecutor { daemon, caller }
+    pub fn new(daemon: Arc<Daemon>, caller: Principal, open: Arc<AtomicUsize>) -> DaemonExecutor {
+        open.fetch_add(1, Ordering::AcqRel);
+        DaemonExecutor {
+            daemon,
+            caller,
+            open,
+            created: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn created(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.created.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     async fn run_request(&self, request: RunRequest) -> Result<Value, Failure> {
@@ -133,6 +149,7 @@ impl DaemonExecutor {
         let row = open(&self.daemon, &self.caller, &SessionRequest::default())
             .await
             .map_err(|e| failure(&e))?;
+        self.created().push(row.id.clone());
         let workdir = match self.daemon.sessions.get(&row.id) {
             Some(session) => session.workspace.dir.display().to_string(),
             None => String::new(),
@@ -151,6 +168,7 @@ impl DaemonExecutor {
             .sessions
             .end(&session, &daemon.engine, "deleted", "closed through MCP")
             .await;
+        self.created().retain(|created| created != id);
         Ok(())
     }
 
@@ -226,6 +244,30 @@ impl DaemonExecutor {
             },
             "widening": "none: the tenant's ceiling and default profile decide this policy and no tool can change it",
         })
+    }
+}
+
+impl Drop for DaemonExecutor {
+    /// The MCP session ended (DELETE, its idle timeout, the daemon stopping): so do the
+    /// sessions it created, their runs cancelled and their workspaces removed.
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        let created = std::mem::take(&mut *self.created());
+        if created.is_empty() {
+            return;
+        }
+        let daemon = Arc::clone(&self.daemon);
+        self.daemon.engine.runtime.spawn(async move {
+            for id in created {
+                if let Some(session) = daemon.sessions.get(&id) {
+                    let reason = "the MCP session that created it ended";
+                    daemon
+                        .sessions
+                        .end(&session, &daemon.engine, "deleted", reason)
+                        .await;
+                }
+            }
+        });
     }
 }
 

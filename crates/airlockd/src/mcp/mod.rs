@@ -11,10 +11,17 @@
 //! (the key is what authorizes a request, and the daemon may be served under any name).
 //! Errors the transport answers itself (406, 415, an unknown session's 404) get the API's
 //! error shape from [`crate::error::uniform_errors`]; JSON-RPC errors stay JSON-RPC.
+//!
+//! Bounds: a key holds at most `mcp.max_sessions_per_key` MCP sessions at once (one more
+//! `initialize` is 429), and each MCP session has an executor of its own, so the daemon
+//! sessions it opened with `session_create` end with it: on DELETE, or when no request used
+//! it for `mcp.session_idle_timeout` (otherwise an agent that went away would hold its
+//! tenant's session slots until their own idle timeout).
 
 mod executor;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::body::Body;
@@ -29,6 +36,7 @@ use tower::ServiceExt;
 
 use crate::api::extract::Caller;
 use crate::auth::Principal;
+use crate::config::McpConfig;
 use crate::daemon::Daemon;
 use crate::error::ApiError;
 use airlock_mcp::AirlockMcp;
@@ -39,17 +47,28 @@ type McpService = StreamableHttpService<AirlockMcp, LocalSessionManager>;
 /// The `/mcp` endpoint's state: one MCP service per key, made on the key's first request.
 pub struct McpHttp {
     daemon: Arc<Daemon>,
-    services: Mutex<HashMap<(String, String), McpService>>,
-    allowed_origins: Vec<String>,
+    services: Mutex<HashMap<(String, String), KeyService>>,
+    config: McpConfig,
     stop: CancellationToken,
 }
 
+/// A key's MCP service and its count of open MCP sessions.
+#[derive(Clone)]
+struct KeyService {
+    service: McpService,
+    /// MCP sessions open (each holds one executor, which counts itself here).
+    open: Arc<AtomicUsize>,
+    /// Taken by an `initialize` from the count's check until its session exists, so two at
+    /// once cannot both take the last place.
+    opening: Arc<tokio::sync::Mutex<()>>,
+}
+
 impl McpHttp {
-    pub fn new(daemon: Arc<Daemon>, allowed_origins: Vec<String>) -> Arc<McpHttp> {
+    pub fn new(daemon: Arc<Daemon>, config: McpConfig) -> Arc<McpHttp> {
         Arc::new(McpHttp {
             daemon,
             services: Mutex::new(HashMap::new()),
-            allowed_origins,
+            config,
             stop: CancellationToken::new(),
         })
     }
@@ -64,7 +83,7 @@ impl McpHttp {
         self.stop.cancel();
     }
 
-    fn service_for(&self, caller: &Principal) -> McpService {
+    fn service_for(&self, caller: &Principal) -> KeyService {
         let key = (caller.tenant.name.clone(), caller.key_name.clone());
         let mut services = self.services.lock().unwrap_or_else(PoisonError::into_inner);
         services
@@ -73,22 +92,27 @@ impl McpHttp {
             .clone()
     }
 
-    fn new_service(&self, caller: &Principal) -> McpService {
-        let executor = Arc::new(DaemonExecutor::new(
-            Arc::clone(&self.daemon),
-            caller.clone(),
-        ));
+    fn new_service(&self, caller: &Principal) -> KeyService {
+        let open = Arc::new(AtomicUsize::new(0));
+        let (daemon, caller, count) = (Arc::clone(&self.daemon), caller.clone(), open.clone());
+        // Called once per MCP session (at its `initialize`): each gets its own executor.
+        let each_session = move || {
+            let executor = DaemonExecutor::new(daemon.clone(), caller.clone(), count.clone());
+            Ok(AirlockMcp::new(Arc::new(executor)))
+        };
         let mut config = StreamableHttpServerConfig::default()
             .disable_allowed_hosts()
-            .with_allowed_origins(self.allowed_origins.clone())
+            .with_allowed_origins(self.config.allowed_origins.clone())
             .enforce_origin_validation()
             .with_cancellation_token(self.stop.child_token());
         config.max_request_body_bytes = self.daemon.config.server.max_body.0 as usize;
-        StreamableHttpService::new(
-            move || Ok(AirlockMcp::new(executor.clone())),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        )
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.keep_alive = Some(self.config.session_idle_timeout.0);
+        KeyService {
+            service: StreamableHttpService::new(each_session, Arc::new(sessions), config),
+            open,
+            opening: Default::default(),
+        }
     }
 
     fn origin_allowed(&self, request: &Request) -> bool {
@@ -96,7 +120,28 @@ impl McpHttp {
             return true;
         };
         let origin = origin.to_str().unwrap_or_default();
-        self.allowed_origins.iter().any(|allowed| allowed == origin)
+        self.config
+            .allowed_origins
+            .iter()
+            .any(|allowed| allowed == origin)
+    }
+
+    /// 429 when the key holds its maximum of MCP sessions.
+    fn check_room(&self, keyed: &KeyService, caller: &Principal) -> Result<(), ApiError> {
+        let max = self.config.max_sessions_per_key;
+        if keyed.open.load(Ordering::Acquire) < max {
+            return Ok(());
+        }
+        self.daemon.metrics.deny("mcp_sessions");
+        Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "mcp_sessions",
+            format!(
+                "key {:?} holds {max} MCP sessions, its maximum (mcp.max_sessions_per_key)",
+                caller.key_name
+            ),
+            "end an MCP session first (DELETE /mcp with its Mcp-Session-Id), or let one idle out",
+        ))
     }
 }
 
@@ -114,10 +159,21 @@ async fn serve(State(mcp): State<Arc<McpHttp>>, request: Request) -> Response {
         Ok(Caller(principal)) => principal,
         Err(error) => return error.into_response(),
     };
-    let service = mcp.service_for(&caller);
+    let keyed = mcp.service_for(&caller);
     let ending = parts.method == Method::DELETE;
+    // A POST without a session id opens one (an `initialize`; rmcp refuses anything else).
+    let opening = parts.method == Method::POST && !parts.headers.contains_key("mcp-session-id");
+    let _opening = if opening {
+        let turn = keyed.opening.lock().await;
+        if let Err(error) = mcp.check_room(&keyed, &caller) {
+            return error.into_response();
+        }
+        Some(turn)
+    } else {
+        None
+    };
     let request = Request::from_parts(parts, body);
-    let mut response = match service.oneshot(request).await {
+    let mut response = match keyed.service.oneshot(request).await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},
     };
@@ -155,6 +211,7 @@ pub mod doc {
             (status = 406, description = "Accept does not list application/json and text/event-stream", body = ErrorBody),
             (status = 413, description = "Body too large", body = ErrorBody),
             (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
+            (status = 429, description = "An `initialize` beyond the key's MCP sessions (`mcp.max_sessions_per_key`)", body = ErrorBody),
         )
     )]
     pub fn post() {}
@@ -174,8 +231,9 @@ pub mod doc {
     )]
     pub fn get() {}
 
-    /// Ends the MCP session (runs in flight are cancelled; sessions made with session_create
-    /// stay until session_close or their idle timeout).
+    /// Ends the MCP session: runs in flight are cancelled, and the sessions it made with
+    /// session_create are ended with it (as is an MCP session idle for
+    /// `mcp.session_idle_timeout`).
     #[utoipa::path(
         delete, path = "/mcp", tag = "mcp",
         params(("Mcp-Session-Id" = String, Header, description = "The MCP session")),

@@ -1,7 +1,13 @@
 //! A run's end as the store writes it: the terminal status with the run's events and the egress
-//! gate's decisions, in one round trip to the database.
+//! gate's decisions, in one transaction on the run's thread (a SQLite file) or one round trip
+//! to the database (PostgreSQL).
+
+use std::sync::LazyLock;
+
+use rusqlite::types::ToSql;
 
 use super::runs::{text, NewRun, RunRow, StoredEvent};
+use super::writer::SqliteWriter;
 use super::{AnyQuery, Dialect, Store, StoreResult};
 
 /// Rows per INSERT statement: at most 7 parameters each; a run's end writes at most one
@@ -206,10 +212,67 @@ impl Ending {
     }
 }
 
+/// [`Store::finish_run`] on a SQLite file: the rows and the terminal status in one
+/// transaction on the calling thread (the run's own), all or none.
+fn finish_on(
+    writer: &SqliteWriter,
+    id: &str,
+    ending: &Ending,
+    events: &[StoredEvent],
+    decisions: &[StoredDecision],
+) -> StoreResult<()> {
+    static INSERT_EVENT: LazyLock<String> =
+        LazyLock::new(|| rows_insert("run_events", &EVENT_COLUMNS, 1, 0));
+    static INSERT_DECISION: LazyLock<String> =
+        LazyLock::new(|| rows_insert("run_network", &DECISION_COLUMNS, 1, 0));
+    let data: Vec<String> = events.iter().map(|e| e.data.to_string()).collect();
+    let records: Vec<String> = decisions.iter().map(|d| d.record.to_string()).collect();
+    let mut statements: Vec<(&str, Vec<&dyn ToSql>)> = Vec::new();
+    for (event, data) in events.iter().zip(&data) {
+        let row: Vec<&dyn ToSql> = vec![&id, &event.seq, &event.at_ms, &event.kind, data];
+        statements.push((&INSERT_EVENT, row));
+    }
+    for (decision, record) in decisions.iter().zip(&records) {
+        let row: Vec<&dyn ToSql> = vec![
+            &id,
+            &decision.seq,
+            &ending.ended_ms,
+            &decision.decision,
+            &decision.reason,
+            &decision.host,
+            record,
+        ];
+        statements.push((&INSERT_DECISION, row));
+    }
+    let documents = [
+        text(&ending.result),
+        text(&ending.error),
+        text(&ending.outputs),
+        text(&ending.network),
+    ];
+    let [result, error, outputs, network] = &documents;
+    let end: Vec<&dyn ToSql> = vec![
+        &id,
+        &ending.status,
+        &ending.backend,
+        result,
+        error,
+        outputs,
+        &ending.wall_ms,
+        &ending.ended_ms,
+        &ending.started_ms,
+        &ending.queue_ms,
+        network,
+    ];
+    statements.push((END_RUN, end));
+    writer.transaction(statements)
+}
+
 impl Store {
-    /// Records how a run ended, with its events (and a gated run's network decisions), in one
-    /// round trip to the database: on SQLite one request of two or three statements (events,
-    /// decisions, then the terminal status, each its own commit: a crash between them leaves a
+    /// Records how a run ended, with its events (and a gated run's network decisions): on a
+    /// SQLite file in one transaction on the calling thread ([`finish_on`]); otherwise in one
+    /// round trip to the database: on SQLite in memory one request of two or three
+    /// statements (events, decisions, then the terminal status, each its own commit: a crash between them leaves a
     /// `running` record, which recovery marks lost, never a terminal record without its
     /// events); on PostgreSQL one statement whose `WITH` inserts commit with the status. A
     /// run already marked terminal (lost by another node's verdict) is left as it is. A run
@@ -221,6 +284,9 @@ impl Store {
         events: &[StoredEvent],
     ) -> StoreResult<()> {
         let decisions = decisions_of(ending.network.as_ref());
+        if let Some(writer) = self.writer() {
+            return finish_on(writer, id, ending, events, &decisions);
+        }
         if events.len() > ROWS_PER_INSERT || decisions.len() > ROWS_PER_INSERT {
             self.insert_events(id, events).await?;
             self.insert_decisions(id, ending.ended_ms, &decisions)

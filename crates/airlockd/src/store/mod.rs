@@ -12,6 +12,7 @@ mod ending;
 mod migrate;
 mod runs;
 mod sessions;
+mod writer;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -49,6 +50,8 @@ pub struct Store {
     pool: AnyPool,
     dialect: Dialect,
     audit_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// SQLite in a file: the hot-path writes, on the calling thread (see [`writer`]).
+    writer: Option<std::sync::Arc<writer::SqliteWriter>>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -68,9 +71,9 @@ impl Store {
         } else {
             Dialect::Postgres
         };
-        let url = match dialect {
+        let (url, file) = match dialect {
             Dialect::Sqlite => sqlite_url(url)?,
-            Dialect::Postgres => url.to_string(),
+            Dialect::Postgres => (url.to_string(), None),
         };
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections.max(1))
@@ -89,12 +92,17 @@ impl Store {
             })
             .connect(&url)
             .await?;
-        let store = Store {
+        let mut store = Store {
             pool,
             dialect,
             audit_lock: Default::default(),
+            writer: None,
         };
         migrate::run(&store).await?;
+        // An in-memory database is one per connection: it keeps every write on sqlx.
+        if let Some(file) = file {
+            store.writer = Some(std::sync::Arc::new(writer::SqliteWriter::open(&file)?));
+        }
         Ok(store)
     }
 
@@ -104,6 +112,11 @@ impl Store {
 
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// The hot-path writer, for a SQLite store in a file.
+    pub(crate) fn writer(&self) -> Option<&writer::SqliteWriter> {
+        self.writer.as_deref()
     }
 
     /// The connection pool itself, for operators' tools and tests that inspect the database.
@@ -178,8 +191,9 @@ impl Store {
 const SQLITE_PRAGMAS: &str =
     "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000;";
 
-/// Creates the database file (and its directory) when missing.
-fn sqlite_url(url: &str) -> StoreResult<String> {
+/// Creates the database file (and its directory) when missing; the URL for sqlx and the
+/// file's path (none for `:memory:`).
+fn sqlite_url(url: &str) -> StoreResult<(String, Option<std::path::PathBuf>)> {
     let path = url
         .trim_start_matches("sqlite://")
         .trim_start_matches("sqlite:");
@@ -191,11 +205,13 @@ fn sqlite_url(url: &str) -> StoreResult<String> {
             })?;
         }
     }
-    Ok(if url.contains('?') {
+    let url = if url.contains('?') {
         url.to_string()
     } else {
         format!("sqlite://{path}?mode=rwc")
-    })
+    };
+    let file = (path != ":memory:" && !url.contains("mode=memory")).then(|| path.into());
+    Ok((url, file))
 }
 
 /// A value bound to a `$n` parameter.

@@ -3,6 +3,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::writer::Written;
 use super::{now_ms, Bind, Conditions, Store, StoreError, StoreResult};
 
 /// A run as admitted (status `queued`).
@@ -132,6 +133,12 @@ pub enum Inserted {
     Existing(Box<RunRow>),
 }
 
+/// A run as admitted: `$14` is its status, `$15` and `$16` its start and queue time when it
+/// holds its slot already.
+const INSERT_RUN: &str = "INSERT INTO runs (id, tenant, key_name, kind, session_id, node, status, \
+    priority, idempotency_key, request_hash, request, profile, policy, created_ms, started_ms, \
+    queue_ms) VALUES ($1, $2, $3, $4, $5, $6, $14, $7, $8, $9, $10, $11, $12, $13, $15, $16)";
+
 impl Store {
     /// Records an admitted run, or returns the run an earlier request with the same
     /// idempotency key created.
@@ -151,38 +158,84 @@ impl Store {
         } else {
             "queued"
         };
-        let outcome = sqlx::query(
-            "INSERT INTO runs (id, tenant, key_name, kind, session_id, node, status, priority, \
-             idempotency_key, request_hash, request, profile, policy, created_ms, started_ms, queue_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $14, $7, $8, $9, $10, $11, $12, $13, $15, $16)",
-        )
-        .bind(&run.id)
-        .bind(&run.tenant)
-        .bind(&run.key_name)
-        .bind(&run.kind)
-        .bind(run.session_id.clone())
-        .bind(&run.node)
-        .bind(run.priority)
-        .bind(run.idempotency_key.clone())
-        .bind(run.request_hash.clone())
-        .bind(run.request.to_string())
-        .bind(run.profile.clone())
-        .bind(text(&run.policy))
-        .bind(run.created_ms)
-        .bind(status)
-        .bind(started_ms)
-        .bind(started_ms.map(|_| 0i64))
-        .execute(self.pool())
-        .await;
-        match outcome {
-            Ok(_) => Ok(Inserted::New),
-            Err(e) if is_unique_violation(&e) && run.idempotency_key.is_some() => {
-                let key = run.idempotency_key.as_deref().unwrap_or_default();
+        let request = run.request.to_string();
+        let policy = text(&run.policy);
+        let queue_ms = started_ms.map(|_| 0i64);
+        let written = match self.writer() {
+            Some(writer) => writer.execute(
+                INSERT_RUN,
+                &[
+                    &run.id,
+                    &run.tenant,
+                    &run.key_name,
+                    &run.kind,
+                    &run.session_id,
+                    &run.node,
+                    &run.priority,
+                    &run.idempotency_key,
+                    &run.request_hash,
+                    &request,
+                    &run.profile,
+                    &policy,
+                    &run.created_ms,
+                    &status,
+                    &started_ms,
+                    &queue_ms,
+                ],
+            )?,
+            None => {
+                self.insert_run_sqlx(run, status, started_ms, request, policy)
+                    .await?
+            }
+        };
+        match (written, run.idempotency_key.as_deref()) {
+            (Written::Done, _) => Ok(Inserted::New),
+            (Written::Duplicate, Some(key)) => {
                 match self.run_by_idempotency(&run.tenant, key).await? {
                     Some(existing) => Ok(Inserted::Existing(Box::new(existing))),
-                    None => Err(e.into()),
+                    None => Err(StoreError::Other(format!(
+                        "run {} conflicts with a stored run, but no run holds its idempotency key",
+                        run.id
+                    ))),
                 }
             }
+            (Written::Duplicate, None) => Err(StoreError::Other(format!(
+                "run {} is stored already",
+                run.id
+            ))),
+        }
+    }
+
+    async fn insert_run_sqlx(
+        &self,
+        run: &NewRun,
+        status: &str,
+        started_ms: Option<i64>,
+        request: String,
+        policy: Option<String>,
+    ) -> StoreResult<Written> {
+        let outcome = sqlx::query(INSERT_RUN)
+            .bind(&run.id)
+            .bind(&run.tenant)
+            .bind(&run.key_name)
+            .bind(&run.kind)
+            .bind(run.session_id.clone())
+            .bind(&run.node)
+            .bind(run.priority)
+            .bind(run.idempotency_key.clone())
+            .bind(run.request_hash.clone())
+            .bind(request)
+            .bind(run.profile.clone())
+            .bind(policy)
+            .bind(run.created_ms)
+            .bind(status)
+            .bind(started_ms)
+            .bind(started_ms.map(|_| 0i64))
+            .execute(self.pool())
+            .await;
+        match outcome {
+            Ok(_) => Ok(Written::Done),
+            Err(e) if is_unique_violation(&e) => Ok(Written::Duplicate),
             Err(e) => Err(e.into()),
         }
     }

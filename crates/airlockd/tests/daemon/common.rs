@@ -24,6 +24,8 @@ pub struct TestDaemon {
     pub child: Option<Child>,
     pub config: PathBuf,
     pub tcp: Option<String>,
+    /// The inter-node listener's address (`server.internal_listen`), when asked for.
+    pub internal: Option<String>,
     pub netns: Option<String>,
 }
 
@@ -71,6 +73,10 @@ pub struct Options {
     pub gamma: String,
     /// A PEM CA certificate: the node advertises https:// and verifies its peers with it.
     pub peer_ca: Option<String>,
+    /// The node's own certificate and key (`node.cert`, `node.key`), presented to peers.
+    pub node_identity: Option<(String, String)>,
+    /// Serve an inter-node listener (`server.internal_listen`) on a loopback port.
+    pub internal: bool,
     /// A network namespace (under /run/netns) the daemon runs in: a test world's gate
     /// namespace, so its gates reach only the world's hosts.
     pub netns: Option<String>,
@@ -102,6 +108,7 @@ impl TestDaemon {
             keys,
             child: None,
             tcp: None,
+            internal: None,
             netns: options.netns.clone(),
         };
         daemon.write_config(&options);
@@ -141,7 +148,20 @@ impl TestDaemon {
         let advertise = match (&self.tcp, &options.peer_ca) {
             (Some(a), Some(ca)) => format!("advertise = \"https://{a}\"\npeer_ca = \"{ca}\""),
             (Some(a), None) => format!("advertise = \"http://{a}\"\nplain_http_peers = true"),
-            (None, _) => String::new(),
+            (None, Some(ca)) => format!("peer_ca = \"{ca}\""),
+            (None, None) => String::new(),
+        };
+        let identity = options
+            .node_identity
+            .as_ref()
+            .map(|(cert, key)| format!("cert = \"{cert}\"\nkey = \"{key}\""))
+            .unwrap_or_default();
+        let internal = if options.internal {
+            let addr = format!("127.0.0.1:{}", free_port());
+            self.internal = Some(addr.clone());
+            format!("internal_listen = [\"{addr}\"]")
+        } else {
+            String::new()
         };
         let node = options.node.clone().unwrap_or_else(|| "test-node".into());
         let pool = options.pool.clone().unwrap_or_else(|| {
@@ -151,6 +171,7 @@ impl TestDaemon {
             r#"[server]
 socket = "{root}/run/airlockd.sock"
 {tcp}
+{internal}
 {tls}
 max_wait = "60s"
 stall_timeout = "5s"
@@ -170,6 +191,7 @@ id = "{node}"
 heartbeat = "1s"
 dead_after = "5s"
 {advertise}
+{identity}
 
 {pool}
 

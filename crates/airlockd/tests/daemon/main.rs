@@ -5,6 +5,7 @@ mod common;
 mod api;
 mod dashboard;
 mod drain;
+mod mcp;
 mod network;
 mod openapi;
 mod recovery;

@@ -87,6 +87,41 @@ async fn session_runs_share_the_workspace_each_in_a_fresh_sandbox() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_repository_made_in_a_session_stays_usable_by_its_next_runs() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client(&daemon.keys.beta);
+    let created = client.post("/v1/sessions", json!({})).await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let git = "git -c user.name=a -c user.email=a@example.com";
+    let init = format!("{git} init -q repo && cd repo && echo one > f && {git} add f && {git} commit -qm one && echo made");
+    let first = client
+        .post(
+            &format!("/v1/sessions/{id}/runs"),
+            json!({"command": ["/bin/sh", "-c", init], "wait": 30}),
+        )
+        .await
+        .json();
+    assert_eq!(first["result"]["stdout"], "made\n", "{first}");
+    let commit = format!("cd repo && echo two > f && {git} commit -qam two && git log --format=%s");
+    let second = client
+        .post(
+            &format!("/v1/sessions/{id}/runs"),
+            json!({"command": ["/bin/sh", "-c", commit], "wait": 30}),
+        )
+        .await
+        .json();
+    assert_eq!(second["result"]["stdout"], "two\none\n", "{second}");
+    assert!(
+        !second["result"]["isolation"]
+            .to_string()
+            .contains("git_read_only"),
+        "{second}"
+    );
+    client.delete(&format!("/v1/sessions/{id}")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn workspace_caps_hold_for_uploads_and_programs() {
     if !is_root() {
         eprintln!("skipped: the workspace tmpfs needs root to mount");

@@ -48,6 +48,8 @@ fn ctx<'a>(policy: &'a Policy, fresh: bool, keep: bool) -> PlanContext<'a> {
         scratch: None,
         egress: None,
         unix_sockets: &[],
+        git_read_only: &[],
+        git_pinned: &[],
     }
 }
 

@@ -129,7 +129,11 @@ impl Backend for ContainerBackend {
         }
         Probe {
             available: runtime.is_ok(),
-            layers: container_layers(false, true),
+            layers: {
+                let mut layers = container_layers(false, true);
+                layers.push(Layer::GitReadOnly);
+                layers
+            },
             problems,
             notes: Vec::new(),
         }
@@ -155,6 +159,7 @@ impl Backend for ContainerBackend {
             RuntimeKind::Podman => podman::plan(ctx, &found.binary)?,
             RuntimeKind::Docker => docker::plan(ctx, &found.binary)?,
         };
+        wrap.layers.extend(super::git_layer(ctx));
         wrap.details.push(format!(
             "container: runtime {} ({})",
             found.kind.name(),

@@ -40,6 +40,18 @@ pub struct RootfsPlan {
     /// Extra host paths, read-write at the same path. Must exist. The caller gave them to the
     /// program to work in: programs there may be executed whatever `exec_writable` says.
     pub read_write: Vec<PathBuf>,
+    /// Git metadata in the caller's writable paths, bound read-only over them (files or
+    /// directories; see `filesystem.protect_git`).
+    #[serde(default)]
+    pub git_read_only: Vec<PathBuf>,
+    /// Directories holding a nested git directory, bound onto themselves as writable as the
+    /// caller's path they lie in, so that they cannot be renamed or removed.
+    #[serde(default)]
+    pub git_pinned: Vec<PathBuf>,
+    /// `filesystem.protect_git` is in force: every `.git` in the writable paths is listed in
+    /// `git_read_only`.
+    #[serde(default)]
+    pub protect_git: bool,
     /// The program's working directory; the process ends up `chdir`ed into it.
     pub workdir: Workdir,
     /// The sandbox's `/tmp`.
@@ -257,6 +269,8 @@ pub fn validate(plan: &RootfsPlan) -> Result<(), RootfsError> {
     for (role, paths) in [
         ("read-only", &plan.read_only),
         ("read-write", &plan.read_write),
+        ("git read-only", &plan.git_read_only),
+        ("git pinned", &plan.git_pinned),
     ] {
         for path in paths {
             check_user_bind(role, path)?;

@@ -353,6 +353,9 @@ fn user_mounts(plan: &RootfsPlan) -> Vec<MountOp> {
     };
     user_ops.extend(binds(&plan.read_write, writable));
     user_ops.extend(binds(&plan.read_only, read_only));
+    // Last among equals, so each lands on top of the workspace that holds it.
+    user_ops.extend(binds(&plan.git_pinned, writable));
+    user_ops.extend(binds(&plan.git_read_only, read_only));
     user_ops.sort_by_key(mount_depth);
     user_ops
 }

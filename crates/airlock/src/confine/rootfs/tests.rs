@@ -2,6 +2,9 @@ use super::*;
 
 fn sample_plan(work: &Path) -> RootfsPlan {
     RootfsPlan {
+        git_read_only: Vec::new(),
+        git_pinned: Vec::new(),
+        protect_git: false,
         system_ro: vec!["/usr".into(), "/bin".into()],
         etc_files: vec!["/etc/ld.so.cache".into(), "/etc/hosts".into()],
         generated_files: vec![GeneratedFile {
@@ -95,6 +98,27 @@ fn render(ops: &[MountOp]) -> String {
 fn operations_for_sample_plan_match_snapshot() {
     let ops = plan_operations(&sample_plan(Path::new("/w")));
     assert_eq!(render(&ops), EXPECTED_OPS);
+}
+
+#[test]
+fn git_directories_are_bound_read_only_on_top_of_the_workspace() {
+    let mut plan = sample_plan(Path::new("/w"));
+    plan.git_pinned = vec!["/w/vendor".into()];
+    plan.git_read_only = vec!["/w/.git".into(), "/w/vendor/lib/.git".into()];
+    let rendered = render(&plan_operations(&plan));
+    let line = |text: &str| {
+        rendered
+            .find(text)
+            .unwrap_or_else(|| panic!("{text:?} not in\n{rendered}"))
+    };
+    let workspace = line("bind /w rw,nosuid,nodev,exec\n");
+    let pinned = line("bind /w/vendor rw,nosuid,nodev,exec\n");
+    let git = line("bind /w/.git ro,nosuid,nodev,exec\n");
+    let nested = line("bind /w/vendor/lib/.git ro,nosuid,nodev,exec\n");
+    assert!(
+        workspace < pinned && workspace < git && pinned < nested,
+        "{rendered}"
+    );
 }
 
 #[test]

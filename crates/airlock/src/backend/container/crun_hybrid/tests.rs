@@ -24,6 +24,8 @@ fn ctx<'a>(policy: &'a Policy, scratch: Option<&'a MemoryScratch>) -> PlanContex
         scratch,
         egress: None,
         unix_sockets: &[],
+        git_read_only: &[],
+        git_pinned: &[],
     }
 }
 

@@ -16,6 +16,8 @@ fn oci() -> OciInput {
             read_only: vec!["/usr/share/x".into()],
             read_write: vec!["/srv/out".into()],
             workdir: "/run/airlock/r1/work".into(),
+            git_read_only: Vec::new(),
+            git_pinned: Vec::new(),
             workdir_tmpfs: false,
             workdir_read_only: false,
             tmp_bytes: 1 << 20,
