@@ -38,8 +38,12 @@ pub struct ExecArgs {
     /// is read to its end first).
     #[arg(long)]
     pub warm: bool,
-    /// With --warm and Python: modules the started interpreter imports first.
-    #[arg(long, value_name = "MODULES", value_delimiter = ',', requires = "warm")]
+    /// Run Python code in a child forked from an interpreter zygote (see `run --zygote`; the
+    /// default for an interpreter whose registry entry has `zygote = { preload = [...] }`).
+    #[arg(long, conflicts_with = "warm")]
+    pub zygote: bool,
+    /// With --warm or a zygote and Python: modules the interpreter imports first.
+    #[arg(long, value_name = "MODULES", value_delimiter = ',')]
     pub preload: Vec<String>,
     /// The interpreter, e.g. python, node, bash.
     pub interpreter: String,
@@ -52,6 +56,9 @@ pub struct ExecArgs {
 }
 
 pub fn exec(args: ExecArgs) -> Result<u8> {
+    if let Some(preload) = zygote_preload(&args)? {
+        return exec_on_zygote(&args, &preload);
+    }
     // A warm run's pool outlives the run (its sandbox is reaped when the pool is dropped).
     let mut pool = None;
     Ok(run_reported(&args.output, &args.sandbox.network, || {
@@ -94,6 +101,58 @@ fn build_command(args: &ExecArgs, pool: &mut Option<WarmPool>) -> Result<airlock
         command = command.forward_output();
     }
     Ok(command)
+}
+
+/// The modules to preload when the run goes to a zygote: asked for with `--zygote`, or
+/// configured for the interpreter in the registry (unless `--warm` asks for a warm pool).
+fn zygote_preload(args: &ExecArgs) -> Result<Option<Vec<String>>> {
+    let registry = registry(args)?;
+    let configured = registry
+        .get(&args.interpreter)
+        .and_then(|(_, interpreter)| interpreter.zygote.clone());
+    let preload = |from: Vec<String>| match args.preload.is_empty() {
+        true => from,
+        false => args.preload.clone(),
+    };
+    Ok(match (args.zygote, configured) {
+        (_, Some(config)) if !args.warm => Some(preload(config.preload)),
+        (true, None) => Some(args.preload.clone()),
+        _ if !args.preload.is_empty() && !args.warm => {
+            anyhow::bail!("--preload needs --warm or --zygote (or a zygote in the registry)")
+        }
+        _ => None,
+    })
+}
+
+fn exec_on_zygote(args: &ExecArgs, preload: &[String]) -> Result<u8> {
+    let registry = registry(args)?;
+    let code = code(args)?;
+    // The registry's checks (known, allowed, installed) hold for the zygote too.
+    registry
+        .invocation(&args.interpreter, &code, &args.args)?
+        .check_installed()?;
+    let (_, interpreter) = registry
+        .get(&args.interpreter)
+        .context("the interpreter is not in the registry")?;
+    let program = &interpreter.argv[0];
+    if !program
+        .rsplit('/')
+        .next()
+        .is_some_and(|n| n.starts_with("python"))
+    {
+        anyhow::bail!("a zygote runs Python code only; {program} is not Python (drop --zygote)");
+    }
+    let code = crate::zygote_cmd::ZygoteCode {
+        program,
+        code: &code,
+        args: &args.args,
+        preload,
+    };
+    Ok(crate::zygote_cmd::run_code(
+        &args.sandbox,
+        &args.output,
+        &code,
+    ))
 }
 
 /// The code: the argument, or all of stdin for `-` or none.

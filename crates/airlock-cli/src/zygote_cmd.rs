@@ -11,13 +11,38 @@ use airlock::{RunResult, Sandbox};
 use crate::outcome::{OutputFlags, Reporter};
 use crate::sandbox_flags::SandboxFlags;
 
+/// Python code for a zygote: the program the plan is made for, the code, `sys.argv[1:]` and
+/// the modules the template imports first.
+pub struct ZygoteCode<'a> {
+    pub program: &'a str,
+    pub code: &'a str,
+    pub args: &'a [String],
+    pub preload: &'a [String],
+}
+
 /// Runs `command` on a zygote of the sandbox the flags describe and reports it.
 pub fn run(sandbox: &SandboxFlags, output: &OutputFlags, command: &[String]) -> u8 {
+    match python_code(command) {
+        Ok((program, code, args)) => {
+            let code = ZygoteCode {
+                program,
+                code,
+                args,
+                preload: &[],
+            };
+            run_code(sandbox, output, &code)
+        }
+        Err(error) => Reporter::new(output).0.refused(&error),
+    }
+}
+
+/// Runs `code` on a zygote (`airlock exec` with a zygote configured) and reports it.
+pub fn run_code(sandbox: &SandboxFlags, output: &OutputFlags, code: &ZygoteCode) -> u8 {
     let (mut reporter, refusal) = Reporter::new(output);
     if let Some(error) = refusal {
         return reporter.refused(&error);
     }
-    match run_once(sandbox, command) {
+    match run_once(sandbox, code) {
         Ok(mut result) => {
             if !output.captures() {
                 forward(&mut result);
@@ -28,15 +53,17 @@ pub fn run(sandbox: &SandboxFlags, output: &OutputFlags, command: &[String]) -> 
     }
 }
 
-fn run_once(flags: &SandboxFlags, command: &[String]) -> Result<RunResult> {
-    let (program, code, args) = python_code(command)?;
+fn run_once(flags: &SandboxFlags, code: &ZygoteCode) -> Result<RunResult> {
     let sandbox = Sandbox::with_options(flags.policy("untrusted")?, flags.options())?;
     let mut options = ZygoteOptions::python(&[]);
-    options.program = program.into();
+    options.program = code.program.into();
+    options.preload = code.preload.to_vec();
+    // One run: one child forked ahead (the path a long-lived caller's runs take), not more.
+    options.ready_children = 1;
     let zygote = sandbox.zygote(options)?;
     let run = ZygoteRun {
-        code: code.to_string(),
-        args: args.to_vec(),
+        code: code.code.to_string(),
+        args: code.args.to_vec(),
         env: flags.env.clone(),
         stdin: crate::warm_cmd::read_stdin()?,
     };

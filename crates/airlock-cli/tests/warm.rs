@@ -516,3 +516,48 @@ fn exec_warm_runs_code_on_a_started_interpreter() {
     assert_eq!(plain, cold);
     assert_eq!(cold, "False False ['x']\n");
 }
+
+/// `airlock exec python` runs on an interpreter zygote when the registry configures one for
+/// Python (`zygote = { preload = [...] }`), and with `--zygote`: the code sees the preloads
+/// and its arguments, and the result says it was forked from a zygote. A zygote for another
+/// interpreter is refused with the fix.
+#[test]
+fn exec_uses_the_zygote_configured_for_python() {
+    let _serial = serial();
+    let airlock = Path::new(env!("CARGO_BIN_EXE_airlock"));
+    if !support::sandbox_available() || !airlock.with_file_name("airlock-zygote").is_file() {
+        eprintln!("skipped: the native backend or airlock-zygote (cargo build -p airlock-zygote) is missing");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let registry = dir.path().join("interpreters.toml");
+    std::fs::write(
+        &registry,
+        "[interpreters.python3]\nargv = [\"/usr/bin/python3\", \"-c\", \"{code}\"]\nzygote = { preload = [\"csv\"] }\n",
+    )
+    .unwrap();
+    let code = "import sys; print('csv' in sys.modules, sys.argv[1:])";
+    let run = |flags: &[&str]| {
+        let mut args = vec!["exec", "--json"];
+        args.extend_from_slice(flags);
+        args.extend(["python", code, "x"]);
+        let out = support::airlock(&args);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let forked = |result: &serde_json::Value| {
+        result["details"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|l| l == "forked from an interpreter zygote"))
+    };
+    let configured = run(&["--interpreters", registry.to_str().unwrap()]);
+    assert_eq!(configured["stdout"], "True ['x']\n", "{configured}");
+    assert!(forked(&configured), "{configured}");
+    let flagged = run(&["--zygote"]);
+    assert_eq!(flagged["stdout"], "False ['x']\n", "{flagged}");
+    assert!(forked(&flagged), "{flagged}");
+    let cold = run(&[]);
+    assert!(!forked(&cold), "{cold}");
+    let bash = support::airlock(&["exec", "--zygote", "bash", "echo hi"]);
+    assert_ne!(bash.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&bash.stderr).contains("Python code only"));
+}

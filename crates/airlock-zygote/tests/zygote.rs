@@ -6,6 +6,18 @@ use std::time::{Duration, Instant};
 use airlock::zygote::{Zygote, ZygoteOptions, ZygoteRun};
 use airlock::{Layer, Policy, RunResult, RunStatus, Sandbox};
 
+/// Tests that count the zygote processes left over run alone: every other test's zygote
+/// keeps children waiting for runs while it lives.
+static LEFTOVERS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    LEFTOVERS.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    LEFTOVERS.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn untrusted() -> Policy {
     airlock::policy::load_profile("untrusted").expect("the untrusted profile")
 }
@@ -15,6 +27,41 @@ fn zygote_of(policy: Policy, preload: &[&str]) -> Zygote {
     let mut options = ZygoteOptions::python(preload);
     options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
     sandbox.zygote(options).expect("zygote")
+}
+
+/// A zygote of the untrusted profile with no preloads and `configure`'s options.
+fn zygote_with(configure: impl FnOnce(&mut ZygoteOptions)) -> Zygote {
+    let sandbox = Sandbox::new(untrusted()).expect("sandbox");
+    let mut options = ZygoteOptions::python(&[]);
+    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
+    configure(&mut options);
+    sandbox.zygote(options).expect("zygote")
+}
+
+/// No zygote process started since `before` is left (waiting up to 10 s for the last ones
+/// to exit).
+fn assert_no_zygote_process_left(before: &[i32]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let left = || -> Vec<i32> {
+        zygote_processes()
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect()
+    };
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let describe = |pid: &i32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let keep = ["State", "PPid", "NSpid"];
+        let fields: Vec<&str> = status
+            .lines()
+            .filter(|l| keep.iter().any(|k| l.starts_with(k)))
+            .collect();
+        format!("{pid} {fields:?}")
+    };
+    let left: Vec<String> = left().iter().map(describe).collect();
+    assert!(left.is_empty(), "zygote processes left: {left:?}");
 }
 
 fn zygote(preload: &[&str]) -> Zygote {
@@ -43,6 +90,7 @@ fn zygote_processes() -> Vec<i32> {
 
 #[test]
 fn a_zygote_run_has_the_cold_runs_isolation() {
+    let _guard = shared();
     let zygote = zygote(&["json", "re"]);
     let result = run(
         &zygote,
@@ -78,6 +126,7 @@ fn a_zygote_run_has_the_cold_runs_isolation() {
 
 #[test]
 fn nothing_passes_between_two_runs() {
+    let _guard = shared();
     let zygote = zygote(&["json", "random"]);
     let first = run(
         &zygote,
@@ -104,6 +153,7 @@ fn nothing_passes_between_two_runs() {
 
 #[test]
 fn concurrent_children_cannot_see_each_other() {
+    let _guard = shared();
     let zygote = std::sync::Arc::new(zygote(&[]));
     let holder = {
         let zygote = std::sync::Arc::clone(&zygote);
@@ -140,6 +190,7 @@ fn concurrent_children_cannot_see_each_other() {
 
 #[test]
 fn memory_and_process_limits_hold_per_run() {
+    let _guard = shared();
     let mut policy = untrusted();
     policy.limits.memory.0 = 96 << 20;
     policy.limits.processes = 16;
@@ -162,6 +213,7 @@ fn memory_and_process_limits_hold_per_run() {
 
 #[test]
 fn attacks_through_the_zygote_are_contained() {
+    let _guard = shared();
     let zygote = zygote(&[]);
     let attacks = [
         // host secrets and files outside the sandbox
@@ -184,13 +236,12 @@ fn attacks_through_the_zygote_are_contained() {
 
 #[test]
 fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
+    let _guard = exclusive();
     let before = zygote_processes();
-    let policy = untrusted();
-    let sandbox = Sandbox::new(policy).unwrap();
-    let mut options = ZygoteOptions::python(&[]);
-    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
-    options.max_forks = 2;
-    let zygote = sandbox.zygote(options).unwrap();
+    let zygote = zygote_with(|options| {
+        options.max_forks = 2;
+        options.ready_children = 0; // every fork is a run's
+    });
     let first = zygote.stats().template_pid;
     // The template holds no capability, has no_new_privs and a seccomp filter of its own.
     let status = std::fs::read_to_string(format!("/proc/{}/status", first.unwrap())).unwrap();
@@ -212,15 +263,35 @@ fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
     assert_eq!((stats.templates, stats.runs), (2, 3));
     assert_ne!(stats.template_pid, first);
     zygote.shutdown();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while zygote_processes().len() > before.len() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+    assert_no_zygote_process_left(&before);
+}
+
+/// A replacement starts in the background before its template is due: given time between
+/// runs, no run waits for a template to start; the stats count each template, and none is
+/// left after the shutdown.
+#[test]
+fn templates_are_replaced_in_the_background() {
+    let _guard = exclusive();
+    let before = zygote_processes();
+    let zygote = zygote_with(|options| {
+        options.max_forks = 3;
+        options.ready_children = 0; // every fork is a run's
+    });
+    for round in 0..7 {
+        assert_eq!(
+            stdout(&run(&zygote, &format!("print({round})"))),
+            format!("{round}\n")
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while zygote.stats().replacing && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
-    let left: Vec<i32> = zygote_processes()
-        .into_iter()
-        .filter(|p| !before.contains(p))
-        .collect();
-    assert!(left.is_empty(), "zygote processes left: {left:?}");
+    let stats = zygote.stats();
+    assert_eq!((stats.templates, stats.runs), (3, 7), "{stats:?}");
+    assert_eq!(stats.template_waits, 0, "{stats:?}");
+    zygote.shutdown();
+    assert_no_zygote_process_left(&before);
 }
 
 /// The owner of a zygote dies (SIGKILL) with a run going: the run's PID 1 sees its report
@@ -229,6 +300,7 @@ fn a_template_is_replaced_after_its_runs_and_nothing_is_left() {
 /// supervisors' runs removes, which a daemon does at start: after it, nothing is left.
 #[test]
 fn killing_the_owner_ends_its_runs_and_template() {
+    let _guard = exclusive();
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let before = zygote_processes();
@@ -284,19 +356,91 @@ fn zygote_owner() {
     if std::env::var_os("AIRLOCK_ZYGOTE_OWNER").is_none() {
         return;
     }
-    let zygote = std::sync::Arc::new(zygote(&[]));
+    let zygote = std::sync::Arc::new(zygote_with(|options| options.ready_children = 1));
     let running = std::sync::Arc::clone(&zygote);
     std::thread::spawn(move || run(&running, "import time; time.sleep(60)"));
     let deadline = Instant::now() + Duration::from_secs(20);
-    // The process mirroring PID 1, PID 1 and the program (which writes nothing: a closed
-    // output pipe must not be what ends it).
-    while run_processes(std::process::id()).len() < 3 && Instant::now() < deadline {
+    // The run's process mirroring PID 1, PID 1 and the program (which writes nothing: a
+    // closed output pipe must not be what ends it), and a ready child's first two.
+    while run_processes(std::process::id()).len() < 5 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    if run_processes(std::process::id()).len() >= 3 {
+    if run_processes(std::process::id()).len() >= 5 {
         println!("OWNER READY");
     }
     std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Children forked ahead: each waits in a cgroup of its own and a network namespace of its
+/// own (every process of one cgroup in one namespace, no namespace in two cgroups), serves
+/// one run, and none is left after the shutdown — processes or cgroups.
+#[test]
+fn ready_children_are_each_their_own_and_end_with_the_zygote() {
+    let _guard = exclusive();
+    let before = zygote_processes();
+    let zygote = zygote_with(|options| options.ready_children = 3);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while zygote.stats().runs < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for round in 0..5 {
+        assert_eq!(
+            stdout(&run(&zygote, &format!("print({round})"))),
+            format!("{round}\n")
+        );
+    }
+    // The keeper forks the next children; each joins its cgroup once the template forked it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while occupied_cgroups(std::process::id()) < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Other tests of this process fork their own children meanwhile: the property holds
+    // for theirs too.
+    let cgroups = run_cgroups(std::process::id());
+    let mut namespaces = std::collections::BTreeMap::new();
+    for dir in &cgroups {
+        let procs = std::fs::read_to_string(format!("{dir}/cgroup.procs")).unwrap_or_default();
+        let nets: std::collections::BTreeSet<String> = procs
+            .lines()
+            .filter_map(|pid| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok())
+            .map(|ns| ns.display().to_string())
+            .collect();
+        assert!(
+            nets.len() <= 1,
+            "one cgroup holds several runs: {dir} {nets:?}"
+        );
+        if let Some(net) = nets.into_iter().next() {
+            let base = dir.rsplit('/').next().unwrap().to_string();
+            let other = namespaces.insert(net.clone(), base.clone());
+            assert!(
+                other.as_ref().is_none_or(|o| *o == base),
+                "{net} in {other:?} and {base}"
+            );
+        }
+    }
+    assert!(
+        !namespaces.is_empty(),
+        "no ready children found: {cgroups:?}"
+    );
+    let ours: Vec<String> = namespaces.into_values().collect();
+    zygote.shutdown();
+    assert_no_zygote_process_left(&before);
+    let stale: Vec<String> = run_cgroups(std::process::id())
+        .into_iter()
+        .filter(|dir| ours.iter().any(|name| dir.ends_with(name.as_str())))
+        .collect();
+    assert!(stale.is_empty(), "cgroups left: {stale:?}");
+}
+
+/// How many of `owner`'s run cgroups (in the pids hierarchy) hold a process.
+fn occupied_cgroups(owner: u32) -> usize {
+    run_cgroups(owner)
+        .iter()
+        .filter(|dir| dir.contains("/pids/"))
+        .filter(|dir| {
+            std::fs::read_to_string(format!("{dir}/cgroup.procs")).is_ok_and(|p| !p.is_empty())
+        })
+        .count()
 }
 
 /// The cgroups of the runs of `owner` (named `run-<owner>-*`), in every hierarchy.
@@ -337,6 +481,7 @@ fn run_processes(owner: u32) -> Vec<String> {
 /// A run past its wall time is killed and reported as a timeout, its processes gone.
 #[test]
 fn a_run_past_its_wall_time_is_a_timeout() {
+    let _guard = shared();
     let mut policy = untrusted();
     policy.limits.wall_time.0 = Duration::from_secs(1);
     let zygote = zygote_of(policy, &[]);
@@ -348,4 +493,45 @@ fn a_run_past_its_wall_time_is_a_timeout() {
     assert_eq!(result.status, RunStatus::Timeout, "{result:#?}");
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(stdout(&run(&zygote, "print(2)")), "2\n");
+}
+
+/// `on_output_limit = kill`: a run writing without end is stopped when its stdout passes the
+/// cap (long before its wall time) and reported as `output_limit`; the next run is unharmed.
+#[test]
+fn output_past_its_cap_ends_the_run_under_kill() {
+    let _guard = shared();
+    let mut policy = untrusted();
+    policy.limits.stdout.0 = 4096;
+    policy.limits.wall_time.0 = Duration::from_secs(60);
+    policy.limits.on_output_limit = airlock::policy::OutputLimitAction::Kill;
+    let zygote = zygote_of(policy, &[]);
+    let started = Instant::now();
+    let result = run(
+        &zygote,
+        "import sys\nwhile True:\n    sys.stdout.write('x' * 1024)\n    sys.stdout.flush()",
+    );
+    assert_eq!(result.status, RunStatus::OutputLimit, "{result:#?}");
+    assert!(result.stdout_truncated);
+    assert!(started.elapsed() < Duration::from_secs(20), "{result:#?}");
+    assert_eq!(stdout(&run(&zygote, "print(3)")), "3\n");
+}
+
+/// The root a template prepared ahead is shared, so it must be read-only to every run (and
+/// stay so: the flag is locked in the run's namespace), while `/tmp`, `/dev/shm` and the
+/// workdir are each run's own.
+#[test]
+fn the_prepared_root_is_read_only_and_writable_mounts_are_per_run() {
+    let _guard = shared();
+    let zygote = zygote(&[]);
+    let probe = "import os\n\
+        for p in ('/x', '/etc/x', '/dev/x', '/usr/x', '/proc/x'):\n\
+        \x20   try:\n\
+        \x20       open(p, 'w'); print('wrote', p)\n\
+        \x20   except OSError:\n\
+        \x20       pass\n\
+        print(os.statvfs('/').f_flag & 1, sorted(os.listdir('/dev/shm')), sorted(os.listdir('.')))\n\
+        open('/dev/shm/mark', 'w').write('1'); open('mark', 'w').write('1')";
+    for _ in 0..2 {
+        assert_eq!(stdout(&run(&zygote, probe)), "1 [] []\n");
+    }
 }

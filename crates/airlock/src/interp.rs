@@ -44,6 +44,19 @@ pub struct Interpreter {
     /// argument (over [`MAX_ARG_BYTES`], or with a NUL byte): e.g. `python3 -`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin_argv: Option<Vec<String>>,
+    /// Run its code on an interpreter zygote (`crate::zygote`; Python only) with these
+    /// modules preloaded, instead of starting the interpreter for each run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zygote: Option<ZygoteConfig>,
+}
+
+/// An interpreter's zygote: `zygote = { preload = ["json", "re"] }` in a registry file.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZygoteConfig {
+    /// Modules the template imports before it serves.
+    #[serde(default)]
+    pub preload: Vec<String>,
 }
 
 /// An interpreter entry in a registry file: omitted aliases (and stdin form) keep the built-in
@@ -56,6 +69,8 @@ pub struct InterpreterEntry {
     pub aliases: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin_argv: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zygote: Option<ZygoteConfig>,
 }
 
 /// The TOML registry file.
@@ -190,6 +205,7 @@ impl Builtin {
             argv: strings(self.argv),
             aliases: strings(self.aliases),
             stdin_argv: Some(strings(self.stdin_argv)),
+            zygote: None,
         }
     }
 }
@@ -294,6 +310,7 @@ impl InterpreterRegistry {
                 argv: entry.argv,
                 aliases,
                 stdin_argv,
+                zygote: entry.zygote,
             };
             self.interpreters.insert(name, interpreter);
         }
@@ -314,6 +331,11 @@ impl InterpreterRegistry {
             };
             if interp.argv.first().is_none_or(|program| program.is_empty()) {
                 return Err(invalid("argv is empty; give the program path first".into()));
+            }
+            if interp.zygote.is_some() && !runs_python(&interp.argv[0]) {
+                return Err(invalid(
+                    "a zygote embeds Python: remove `zygote` or give a python program".into(),
+                ));
             }
             for key in std::iter::once(name).chain(&interp.aliases) {
                 if key.is_empty() {
@@ -394,6 +416,13 @@ impl InterpreterRegistry {
         invocation.argv.extend(args.iter().cloned());
         Ok(invocation)
     }
+}
+
+fn runs_python(program: &str) -> bool {
+    Path::new(program)
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with("python"))
 }
 
 fn expand(name: &str, template: &[String], code: &str) -> Result<Invocation, InterpError> {
@@ -560,5 +589,27 @@ mod tests {
             "[interpreters.python3]\nargv = [\"/usr/bin/python3\", \"-I\", \"-c\", \"{code}\"]\n";
         let registry = InterpreterRegistry::from_toml(same, "t").unwrap();
         assert!(registry.get("python3").unwrap().1.stdin_argv.is_some());
+    }
+
+    #[test]
+    fn a_zygote_is_configured_for_python_only() {
+        let text = "[interpreters.python3]\nargv = [\"/usr/bin/python3\", \"-c\", \"{code}\"]\nzygote = { preload = [\"json\", \"re\"] }\n";
+        let registry = InterpreterRegistry::from_toml(text, "t").unwrap();
+        let zygote = registry.get("python").unwrap().1.zygote.clone().unwrap();
+        assert_eq!(zygote.preload, ["json", "re"]);
+        assert_eq!(
+            InterpreterRegistry::builtin()
+                .get("python")
+                .unwrap()
+                .1
+                .zygote,
+            None
+        );
+        let bash = "[interpreters.bash]\nargv = [\"/bin/bash\", \"-c\", \"{code}\"]\nzygote = {}\n";
+        let error = InterpreterRegistry::from_toml(bash, "t").unwrap_err();
+        assert!(
+            error.to_string().contains("zygote embeds Python"),
+            "{error}"
+        );
     }
 }

@@ -158,6 +158,16 @@ fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
 /// Every confinement step of PID 1, in the only order that works: mounts need capabilities,
 /// Landlock and seccomp need no_new_privs, and seccomp would forbid the earlier steps.
 pub(super) fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Setup<()> {
+    confine_with_root(native, layers, rootfs::enter)
+}
+
+/// [`confine`] with the root entered by `enter_root` (built from scratch, or a zygote run's
+/// copy of the root its template prepared).
+pub(super) fn confine_with_root(
+    native: &NativeSpec,
+    layers: &mut Vec<Layer>,
+    enter_root: fn(&rootfs::RootfsPlan) -> Result<rootfs::RootfsReport, rootfs::RootfsError>,
+) -> Setup<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| {
         SetupError::at(
             Step::Init,
@@ -165,7 +175,7 @@ pub(super) fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Setup<()>
         )
     })?;
     let report =
-        rootfs::enter(&native.rootfs).map_err(|e| SetupError::at(Step::Rootfs, e.to_string()))?;
+        enter_root(&native.rootfs).map_err(|e| SetupError::at(Step::Rootfs, e.to_string()))?;
     // Absent optional host paths (e.g. /lib32) are normal; a /proc file that exists but could
     // not be masked is a weaker sandbox and must be said.
     for path in report.unprotected {

@@ -62,13 +62,14 @@ pub(crate) fn enter(spec: &InitSpec, native: &NativeSpec, tasks: &[OwnedFd]) -> 
 }
 
 /// The template's own confinement, before its interpreter starts: the sandbox user (root
-/// dropped), its own user, mount, network, IPC and UTS namespaces (no network at all), no
+/// dropped), its own user, mount, network, IPC and UTS namespaces (no network at all), the
+/// runs' root prepared (over its own `/dev/shm`, which the template never uses), no
 /// capabilities even in its user namespace, and `no_new_privs`. Its children create their
 /// own namespaces from here: a new user namespace gives them the capabilities their mounts
 /// need, so the template keeps none. A seccomp filter of its own refuses what no child's
 /// setup needs (ptrace, bpf, keyrings, ...). Landlock is the children's alone: a Landlock
 /// domain forbids mounts in every process under it.
-pub(crate) fn enter_template(spec: &InitSpec) -> Setup<()> {
+pub(crate) fn enter_template(spec: &InitSpec, native: &NativeSpec) -> Setup<()> {
     use nix::sched::CloneFlags;
     if let Some(credentials) = spec.credentials {
         super::child::drop_root(credentials)?;
@@ -78,6 +79,10 @@ pub(crate) fn enter_template(spec: &InitSpec) -> Setup<()> {
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS;
     super::native::enter_user_namespace(others)?;
+    // The runs' shared, read-only part of the root, built while the template still holds its
+    // user namespace's capabilities (each run adds its own /proc, /tmp, /dev/shm, workdir).
+    crate::confine::rootfs::prepare(&native.rootfs)
+        .map_err(|e| SetupError::at(Step::Rootfs, e.to_string()))?;
     let privileges =
         |e: crate::confine::caps::CapsError| SetupError::at(Step::Privileges, e.to_string());
     crate::confine::caps::set_no_new_privs().map_err(privileges)?;
@@ -101,7 +106,8 @@ fn join_cgroup(tasks: &[OwnedFd]) -> Setup<()> {
 /// In PID 1: every confinement step of a cold PID 1, then the required layers checked and
 /// the layers in force reported.
 pub(crate) fn confine(spec: &InitSpec, native: &NativeSpec, layers: &mut Vec<Layer>) -> Setup<()> {
-    super::native::confine(native, layers)?;
+    let root = crate::confine::rootfs::enter_prepared;
+    super::native::confine_with_root(native, layers, root)?;
     super::child::check_required(spec, layers)?;
     send_setup(&SetupMessage::Layers(layers.clone()));
     Ok(())
@@ -187,6 +193,7 @@ fn send_exit(exit: ExitReport) {
 /// How a zygote run ended, decided by the cold run's rule (`status::decide_status`).
 pub(crate) fn decide_status(
     timed_out: bool,
+    output_limit_hit: bool,
     exit: ExitReport,
     usage: &crate::confine::cgroup::CgroupUsage,
     cpu_limit: std::time::Duration,
@@ -195,8 +202,14 @@ pub(crate) fn decide_status(
         .cpu_usage_ns
         .map(std::time::Duration::from_nanos)
         .unwrap_or_default();
+    let output_limit = crate::spec::StopReason::OutputLimit;
+    let stop = match (timed_out, output_limit_hit) {
+        (true, _) => Some(super::watch::StopCause::Timeout),
+        (false, true) => Some(super::watch::StopCause::Requested(output_limit)),
+        (false, false) => None,
+    };
     super::status::decide_status(&super::status::Evidence {
-        stop: timed_out.then_some(super::watch::StopCause::Timeout),
+        stop,
         exit,
         oom_kills: usage.oom_kills,
         cpu_used,

@@ -290,6 +290,8 @@ pub(crate) fn plan_zygote(sandbox: &Sandbox, program: &str) -> Result<ZygotePlan
         details: prepared.plan.details.clone(),
         spec: prepared.spec,
         warnings: prepared.warnings,
+        kill_on_output_limit: sandbox.policy().limits.on_output_limit
+            == crate::policy::OutputLimitAction::Kill,
         git_watch: prepared.git_watch,
     })
 }
@@ -301,6 +303,8 @@ pub(crate) struct ZygotePlan {
     pub warnings: Vec<String>,
     pub details: Vec<String>,
     pub backend: String,
+    /// The policy's `on_output_limit = kill`.
+    pub kill_on_output_limit: bool,
     /// Checks for git metadata planted in the caller's paths after each child's run.
     git_watch: Option<super::gitguard::PlantWatch>,
 }

@@ -2,13 +2,15 @@
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::unistd::Pid;
 
+use super::ready::{Maker, ReadyChild, ReadyPool};
+use super::recycle::{Bounds, Forker};
 use super::wire::{self, RunRequest, TemplateSpec, TemplateStatus};
 use crate::confine::cgroup::RunCgroup;
 use crate::error::Error;
@@ -38,6 +40,9 @@ pub struct ZygoteOptions {
     pub binary: Option<PathBuf>,
     /// A template not ready by then is a failed start.
     pub ready_timeout: Duration,
+    /// Run children forked ahead (each in its own fresh cgroup, confined, waiting for one
+    /// run), off the caller's path.
+    pub ready_children: usize,
 }
 
 impl ZygoteOptions {
@@ -50,6 +55,7 @@ impl ZygoteOptions {
             max_age: Duration::from_secs(300),
             binary: None,
             ready_timeout: Duration::from_secs(30),
+            ready_children: 4,
         }
     }
 
@@ -102,43 +108,24 @@ impl ZygoteRun {
 pub struct ZygoteStats {
     /// Templates started (the first and every replacement).
     pub templates: u64,
-    /// Runs forked.
+    /// Run children forked (the runs done and the children waiting for one).
     pub runs: u64,
     /// The running template's pid, if one runs.
     pub template_pid: Option<u32>,
     /// Run cgroups that could not be removed (a later sweep removes them).
     pub cleanup_failures: u64,
-}
-
-/// Cgroup removals in flight, which shutting a zygote down waits for.
-#[derive(Debug, Default)]
-struct Teardowns {
-    pending: Mutex<usize>,
-    done: Condvar,
-}
-
-impl Teardowns {
-    fn begin(&self) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-    }
-
-    fn end(&self) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-        self.done.notify_all();
-    }
-
-    fn wait_all(&self) {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        while *pending > 0 {
-            pending = self.done.wait(pending).unwrap_or_else(|p| p.into_inner());
-        }
-    }
+    /// Times a run waited for a replacement template (one not started ahead, or not ready
+    /// when the old one was due).
+    pub template_waits: u64,
+    /// A replacement template is being started in the background.
+    pub replacing: bool,
 }
 
 impl Drop for Zygote {
     fn drop(&mut self) {
-        self.template.lock().map(|mut t| t.take()).ok();
-        self.teardowns.wait_all();
+        // The waiting children end and every cgroup is removed, then the templates stop.
+        self.children.take();
+        self.forker.stop_all();
     }
 }
 
@@ -146,13 +133,13 @@ impl Drop for Zygote {
 #[derive(Debug)]
 pub struct Zygote {
     pub(super) plan: ZygotePlan,
-    options: ZygoteOptions,
-    binary: PathBuf,
     /// The policy's stdout and stderr caps.
     output_caps: (u64, u64),
-    template: Mutex<Option<TemplateProcess>>,
+    /// The policy's `on_output_limit = kill`.
+    kill_on_output_limit: bool,
+    forker: Arc<Forker>,
     stats: Arc<Mutex<ZygoteStats>>,
-    teardowns: Arc<Teardowns>,
+    children: Option<ReadyPool>,
 }
 
 impl Sandbox {
@@ -186,19 +173,38 @@ impl Zygote {
                 "zygotes run without network (`none`) only; use a warm pool or a cold run for `allowlist`/`report`".into(),
             ));
         }
-        let zygote = Zygote {
+        let stats: Arc<Mutex<ZygoteStats>> = Arc::default();
+        let bounds = Bounds {
+            max_forks: options.max_forks,
+            max_age: options.max_age,
+        };
+        let start = TemplateStart {
             binary: options.binary()?,
+            spec: TemplateSpec {
+                init: plan.spec.clone(),
+                preload: options.preload.clone(),
+            },
+            timeout: options.ready_timeout,
+            stats: Arc::clone(&stats),
+        };
+        let forker = Arc::new(Forker::new(bounds, start, Arc::clone(&stats)));
+        forker.ensure_serving()?;
+        let maker = Maker {
+            forker: Arc::clone(&forker),
+            cgroup: plan.spec.cgroup.clone(),
+        };
+        let children = ReadyPool::start(maker, options.ready_children, Arc::clone(&stats));
+        let zygote = Zygote {
             output_caps: (
                 sandbox.policy().limits.stdout.0,
                 sandbox.policy().limits.stderr.0,
             ),
+            kill_on_output_limit: plan.kill_on_output_limit,
             plan,
-            options,
-            template: Mutex::new(None),
-            stats: Arc::default(),
-            teardowns: Arc::default(),
+            forker,
+            stats,
+            children: Some(children),
         };
-        zygote.with_template(|_| Ok(()))?;
         Ok(zygote)
     }
 
@@ -211,46 +217,35 @@ impl Zygote {
         self.output_caps
     }
 
+    pub(super) fn kill_on_output_limit(&self) -> bool {
+        self.kill_on_output_limit
+    }
+
     /// The counters now.
     pub fn stats(&self) -> ZygoteStats {
-        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+        let replacing = self.forker.replacing();
+        let mut stats = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
+        stats.replacing = replacing;
+        stats
     }
 
     /// Stops the template (runs in flight finish) and waits until every run's cgroup is
     /// removed. Dropping the zygote does the same.
     pub fn shutdown(self) {}
 
-    /// Removes a finished run's cgroup off the caller's path: PID 1's exit ends the
-    /// namespace, and its last processes (PID 1 itself, the process mirroring it) leave the
-    /// cgroup within moments; an empty cgroup is removed without a kill round, and whatever
-    /// stays is killed by `remove`.
-    pub(super) fn tear_down(&self, cgroup: RunCgroup) {
-        let (teardowns, stats) = (Arc::clone(&self.teardowns), Arc::clone(&self.stats));
-        teardowns.begin();
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(1);
-            while Instant::now() < deadline && cgroup.pids().is_ok_and(|p| !p.is_empty()) {
-                std::thread::sleep(Duration::from_micros(500));
-            }
-            if cgroup.remove().is_err() {
-                if let Ok(mut stats) = stats.lock() {
-                    stats.cleanup_failures += 1;
-                }
-            }
-            teardowns.end();
-        });
+    /// The run's child, taken ready from the pool (or forked now).
+    pub(super) fn take_child(&self) -> Result<ReadyChild, Error> {
+        match &self.children {
+            Some(pool) => pool.take(),
+            None => Err(Error::Command("the zygote is shutting down".into())),
+        }
     }
 
-    /// Hands a run's descriptors to the template, replacing it first when it is due.
-    pub(super) fn fork_run(&self, fds: &[RawFd]) -> Result<(), Error> {
-        self.with_template(|template| {
-            template.forks += 1;
-            wire::send(&template.control, &RunRequest::default(), fds)
-        })?;
-        if let Ok(mut stats) = self.stats.lock() {
-            stats.runs += 1;
+    /// Removes a finished run's cgroup off the caller's path.
+    pub(super) fn tear_down(&self, cgroup: RunCgroup) {
+        if let Some(pool) = &self.children {
+            pool.tear_down(cgroup);
         }
-        Ok(())
     }
 
     pub(super) fn request(&self, run: &ZygoteRun) -> RunRequest {
@@ -265,53 +260,44 @@ impl Zygote {
             env,
         }
     }
+}
 
-    fn with_template<T>(
-        &self,
-        use_it: impl FnOnce(&mut TemplateProcess) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        let mut slot = self.template.lock().unwrap_or_else(|p| p.into_inner());
-        let due = slot.as_ref().is_none_or(|t| {
-            t.forks >= self.options.max_forks || t.born.elapsed() >= self.options.max_age
-        });
-        if due {
-            *slot = None; // the old template exits; its children run on
-            let template = TemplateProcess::start(
-                &self.binary,
-                &self.spec_for_template(),
-                self.options.ready_timeout,
-            )?;
-            if let Ok(mut stats) = self.stats.lock() {
-                stats.templates += 1;
-                stats.template_pid = Some(template.pid.as_raw() as u32);
-            }
-            *slot = Some(template);
-        }
-        match slot.as_mut() {
-            Some(template) => use_it(template),
-            None => unreachable!("started above"),
-        }
-    }
+/// What starting a template takes (on the caller's thread or in the background).
+#[derive(Debug, Clone)]
+pub(super) struct TemplateStart {
+    pub binary: PathBuf,
+    pub spec: TemplateSpec,
+    pub timeout: Duration,
+    pub stats: Arc<Mutex<ZygoteStats>>,
+}
 
-    fn spec_for_template(&self) -> TemplateSpec {
-        TemplateSpec {
-            init: self.plan.spec.clone(),
-            preload: self.options.preload.clone(),
+impl TemplateStart {
+    /// Starts a template and waits until it is ready; counted in the stats.
+    pub fn start(&self) -> Result<TemplateProcess, Error> {
+        let template = TemplateProcess::start(&self.binary, &self.spec, self.timeout)?;
+        if let Ok(mut stats) = self.stats.lock() {
+            stats.templates += 1;
         }
+        Ok(template)
     }
 }
 
 /// A running template and its control socket; dropping it closes the socket, on which the
 /// template exits (its children do not depend on it), and reaps it.
 #[derive(Debug)]
-struct TemplateProcess {
+pub(super) struct TemplateProcess {
     control: OwnedFd,
-    pid: Pid,
-    forks: u64,
-    born: Instant,
+    pub pid: Pid,
+    pub forks: u64,
+    pub born: Instant,
 }
 
 impl TemplateProcess {
+    /// Hands one run's descriptors to the template, which forks the run's child.
+    pub fn fork_run(&self, fds: &[RawFd]) -> Result<(), Error> {
+        wire::send(&self.control, &RunRequest::default(), fds)
+    }
+
     fn start(
         binary: &std::path::Path,
         spec: &TemplateSpec,

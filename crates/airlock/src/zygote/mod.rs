@@ -18,6 +18,8 @@
 //! ```
 
 mod host;
+mod ready;
+mod recycle;
 mod run;
 mod template;
 mod wire;

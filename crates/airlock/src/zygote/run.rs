@@ -3,13 +3,14 @@
 //! cleanup.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::host::{Zygote, ZygoteRun};
-use crate::confine::cgroup::{CgroupVersion, RunCgroup};
+use super::ready::ReadyChild;
+use crate::confine::cgroup::RunCgroup;
 use crate::error::Error;
 use crate::init::zygote::{decide_status, ChildLine};
 use crate::init::ExitReport;
@@ -25,13 +26,58 @@ struct Report {
     error: Option<crate::SetupError>,
     exit: Option<ExitReport>,
     timed_out: bool,
+    /// Stopped for passing an output cap under `on_output_limit = kill`.
+    output_limit: bool,
+}
+
+/// `on_output_limit = kill` on a zygote run, the cold run's rule: the first stream to pass
+/// its cap ends the run (PID 1 ends when its report socket closes, which ends every process
+/// of the namespace; the cgroup's kill takes the rest).
+#[derive(Clone)]
+struct OutputStop {
+    enabled: bool,
+    hit: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    report: std::sync::Arc<UnixStream>,
+    cgroup: Option<RunCgroup>,
+}
+
+impl OutputStop {
+    fn new(enabled: bool, report: &UnixStream, cgroup: Option<&RunCgroup>) -> Result<Self, Error> {
+        let report = report
+            .try_clone()
+            .map_err(|e| Error::io("cannot share the report socket", e))?;
+        Ok(OutputStop {
+            enabled,
+            hit: Default::default(),
+            report: std::sync::Arc::new(report),
+            cgroup: cgroup.cloned(),
+        })
+    }
+
+    fn overflowed(&self) {
+        if !self.enabled || self.hit.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let _ = self.report.shutdown(std::net::Shutdown::Both);
+        if let Some(cgroup) = &self.cgroup {
+            let _ = cgroup.kill_all();
+        }
+    }
+
+    fn hit(&self) -> bool {
+        self.hit.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 pub(super) fn run(zygote: &Zygote, run: &ZygoteRun) -> Result<RunResult, Error> {
     let started = Instant::now();
-    let (cgroup, cgroup_warning) = create_cgroup(zygote);
-    let outcome = run_in(zygote, run, cgroup.as_ref(), started).map(|mut result| {
-        result.warnings.extend(cgroup_warning);
+    let mut child = zygote.take_child()?;
+    let cgroup = child.cgroup.take();
+    let warning = child.warning.take();
+    let outcome = run_on(zygote, run, child, cgroup.as_ref(), started).map(|mut result| {
+        // As for a cold run: without a cgroup the limits fall back to rlimits, and a required
+        // `cgroup` layer refuses the run unless degradation was accepted.
+        result.warnings.extend(warning);
         result
     });
     if let Some(cgroup) = cgroup {
@@ -40,81 +86,34 @@ pub(super) fn run(zygote: &Zygote, run: &ZygoteRun) -> Result<RunResult, Error> 
     outcome
 }
 
-fn run_in(
+/// Hands the request to a child waiting for it, then feeds, collects and reads its report.
+fn run_on(
     zygote: &Zygote,
     run: &ZygoteRun,
+    child: ReadyChild,
     cgroup: Option<&RunCgroup>,
     started: Instant,
 ) -> Result<RunResult, Error> {
-    let tasks = cgroup.map(join_files).transpose()?.unwrap_or_default();
-    let (stdin_read, stdin_write) = pipe()?;
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
-    let (report, child_report) =
-        UnixStream::pair().map_err(|e| Error::io("cannot create the report socket", e))?;
-    let mut fds = vec![
-        stdin_read.as_raw_fd(),
-        stdout_write.as_raw_fd(),
-        stderr_write.as_raw_fd(),
-        child_report.as_raw_fd(),
-    ];
-    fds.extend(tasks.iter().map(|f| f.as_raw_fd()));
-    zygote.fork_run(&fds)?;
-    drop((stdin_read, stdout_write, stderr_write, child_report, tasks));
+    let ReadyChild {
+        report,
+        stdin,
+        stdout,
+        stderr,
+        ..
+    } = child;
     send_request(&report, &zygote.request(run))?;
-    let stdin = feed(stdin_write, run.stdin.clone());
+    let stdin = feed(stdin, run.stdin.clone());
     let (stdout_cap, stderr_cap) = zygote.output_caps();
-    let stdout = collect(stdout_read, StreamKind::Stdout, stdout_cap);
-    let stderr = collect(stderr_read, StreamKind::Stderr, stderr_cap);
+    let stop = OutputStop::new(zygote.kill_on_output_limit(), &report, cgroup)?;
+    let stdout = collect(stdout, StreamKind::Stdout, stdout_cap, stop.clone());
+    let stderr = collect(stderr, StreamKind::Stderr, stderr_cap, stop.clone());
     let wall = zygote.plan.spec.limits.wall_time;
-    let report = read_report(report, started + wall, cgroup);
+    let mut report = read_report(report, started + wall, cgroup);
     let _ = stdin.join();
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();
+    report.output_limit = stop.hit();
     Ok(assemble(zygote, report, cgroup, started, stdout, stderr))
-}
-
-/// The run's cgroup, or (as for a cold run) none and a warning when it cannot be created:
-/// the limits fall back to rlimits, and a required `cgroup` layer refuses the run unless
-/// degradation was accepted.
-fn create_cgroup(zygote: &Zygote) -> (Option<RunCgroup>, Option<String>) {
-    let Some(request) = &zygote.plan.spec.cgroup else {
-        return (None, None);
-    };
-    let run_id = crate::rundir::new_run_id();
-    match RunCgroup::create(&request.config, &run_id, &request.limits) {
-        Ok(cgroup) => (Some(cgroup), None),
-        Err(e) => (
-            None,
-            Some(format!(
-                "no cgroup for this run ({e}); limits fall back to rlimits"
-            )),
-        ),
-    }
-}
-
-/// The files the child writes "0" to, opened here (by the host's user) for the child.
-fn join_files(cgroup: &RunCgroup) -> Result<Vec<OwnedFd>, Error> {
-    cgroup
-        .join_paths()
-        .into_iter()
-        .map(|procs| match cgroup.version() {
-            CgroupVersion::V1 => procs.with_file_name("tasks"),
-            CgroupVersion::V2 => procs,
-        })
-        .map(|path| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map(OwnedFd::from)
-                .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))
-        })
-        .collect()
-}
-
-fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| Error::io("cannot create a pipe", e.into()))
 }
 
 fn send_request(mut report: &UnixStream, request: &super::wire::RunRequest) -> Result<(), Error> {
@@ -133,15 +132,10 @@ fn feed(pipe: OwnedFd, bytes: Vec<u8>) -> JoinHandle<()> {
     })
 }
 
-fn collect(pipe: OwnedFd, kind: StreamKind, cap: u64) -> JoinHandle<Drained> {
+fn collect(pipe: OwnedFd, kind: StreamKind, cap: u64, stop: OutputStop) -> JoinHandle<Drained> {
     std::thread::spawn(move || {
-        drain(
-            std::fs::File::from(pipe),
-            kind,
-            &OutputSink::Capture,
-            cap,
-            || {},
-        )
+        let file = std::fs::File::from(pipe);
+        drain(file, kind, &OutputSink::Capture, cap, || stop.overflowed())
     })
 }
 
@@ -233,13 +227,15 @@ fn assemble(
         return result;
     }
     let usage = cgroup.map(|c| c.usage()).unwrap_or_default();
-    let Some(exit) = report.exit.or(report.timed_out.then(ExitReport::default)) else {
+    let stopped = report.timed_out || report.output_limit;
+    let Some(exit) = report.exit.or(stopped.then(ExitReport::default)) else {
         result.error = Some("the zygote's child ended without a report".into());
         result.error_kind = Some(crate::SetupErrorKind::InitFailed.into());
         return result;
     };
     result.status = decide_status(
         report.timed_out,
+        report.output_limit,
         exit,
         &usage,
         zygote.plan.spec.limits.cpu_time,

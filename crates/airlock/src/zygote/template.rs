@@ -49,12 +49,12 @@ impl Template {
             .map_err(|e| Error::io("cannot close inherited descriptors", e))?;
         let (spec, _) = wire::receive::<TemplateSpec>(&control, 0)?
             .ok_or_else(|| Error::Command("the zygote's host sent no spec".into()))?;
-        if !matches!(spec.init.confinement, Confinement::Native(_)) {
+        let Confinement::Native(native) = &spec.init.confinement else {
             return Err(Error::Command(
                 "a zygote needs a native sandbox plan".into(),
             ));
-        }
-        confine::enter_template(&spec.init)
+        };
+        confine::enter_template(&spec.init, native)
             .map_err(|e| Error::Command(format!("the zygote's template: {}", e.message)))?;
         Ok(Template { control, spec })
     }
@@ -99,14 +99,13 @@ impl Template {
         }
     }
 
-    /// The forked child: its descriptors placed, its request read, confined, then PID 1 and
-    /// the program. Never returns.
+    /// The forked child: its descriptors placed, confined (PID 1 in fresh namespaces), its
+    /// request read, then the program. Never returns.
     fn child(&self, fds: Vec<OwnedFd>, interpreter: &mut dyn Interpreter) -> ! {
         let tasks = match place_child_fds(fds) {
             Ok(tasks) => tasks,
             Err(e) => sys::exit_now(e.raw_os_error().unwrap_or(1).clamp(1, 125)),
         };
-        let request = read_request().unwrap_or_else(|e| confine::fail(e));
         let (spec, native) = (&self.spec.init, self.native());
         let mut layers = confine::enter(spec, native, &tasks).unwrap_or_else(|e| confine::fail(e));
         drop(tasks);
@@ -118,6 +117,9 @@ impl Template {
         if let Err(e) = confine::confine(spec, native, &mut layers) {
             confine::fail(e);
         }
+        // Confined ahead of its run, the child waits here for the request (an end-of-file
+        // means the host no longer wants it, and ends the child).
+        let request = read_request().unwrap_or_else(|e| confine::fail(e));
         match interpreter.fork() {
             Ok(Forked::Parent(program)) => confine::reap_and_report(program, spec, native),
             Ok(Forked::Child) => {}

@@ -22,11 +22,11 @@ use nix::unistd::{chdir, fchdir, pivot_root};
 
 use super::mountinfo::submounts_under;
 use super::plan::{BindAccess, MountOp, ProcProtection};
-use super::{RootfsError, RootfsReport};
+use super::{Layout, RootfsError, RootfsReport};
 
 const STAGING: &str = "/tmp";
-const NEW_ROOT: &str = "/newroot";
-const OLD_ROOT: &str = "/oldroot";
+pub(super) const NEW_ROOT: &str = "/newroot";
+pub(super) const OLD_ROOT: &str = "/oldroot";
 /// Holds two directories only.
 const STAGING_OPTIONS: &str = "size=16k,nr_inodes=8,mode=0755";
 /// The root holds mount points and generated files, and is sealed read-only before exec.
@@ -40,7 +40,7 @@ enum HostEntry {
     Real(PathBuf, bool),
 }
 
-pub fn run(ops: &[MountOp]) -> Result<RootfsReport, RootfsError> {
+pub(super) fn run(ops: &[MountOp], layout: Layout) -> Result<RootfsReport, RootfsError> {
     let sources = ops
         .iter()
         .map(resolve_source)
@@ -50,6 +50,8 @@ pub fn run(ops: &[MountOp]) -> Result<RootfsReport, RootfsError> {
         dev_null,
         report: RootfsReport::default(),
         proc_mounts: Vec::new(),
+        new_root: Path::new(layout.new_root),
+        host: Path::new(layout.host),
     };
     for (op, source) in ops.iter().zip(sources) {
         executor.apply(op, source)?;
@@ -91,8 +93,8 @@ fn io_error(action: &'static str, path: &Path, source: io::Error) -> RootfsError
 }
 
 /// `inner` (an absolute path) re-rooted under `root`.
-fn under(root: &str, inner: &Path) -> PathBuf {
-    Path::new(root).join(inner.strip_prefix("/").unwrap_or(inner))
+fn under(root: impl AsRef<Path>, inner: &Path) -> PathBuf {
+    root.as_ref().join(inner.strip_prefix("/").unwrap_or(inner))
 }
 
 struct Executor {
@@ -101,6 +103,8 @@ struct Executor {
     /// The mounts placed under the fresh `/proc` so far: its only submounts, since a new procfs
     /// mount has no children of its own.
     proc_mounts: Vec<PathBuf>,
+    new_root: &'static Path,
+    host: &'static Path,
 }
 
 impl Executor {
@@ -108,20 +112,22 @@ impl Executor {
         match op {
             MountOp::MakeMountsPrivate => make_mounts_private(),
             MountOp::EnterStaging => enter_staging(),
-            MountOp::MountNewRoot => mount_tmpfs(Path::new(NEW_ROOT), NEW_ROOT_OPTIONS, false),
-            MountOp::MakeDir { path } => make_dirs(&under(NEW_ROOT, path)),
+            MountOp::MountNewRoot => mount_tmpfs(self.new_root, NEW_ROOT_OPTIONS, false),
+            MountOp::BindPreparedRoot => bind_over_itself(self.new_root),
+            MountOp::MakeDir { path } => make_dirs(&under(self.new_root, path)),
             MountOp::WriteFile {
                 path,
                 contents,
                 mode,
-            } => write_file(&under(NEW_ROOT, path), contents, *mode),
+            } => write_file(&under(self.new_root, path), contents, *mode),
             MountOp::MirrorReadOnly { path } => self.mirror(path, source),
             MountOp::Bind { path, access } => match source {
                 Some(HostEntry::Real(real, is_dir)) => bind(
-                    &under(OLD_ROOT, &real),
-                    &under(NEW_ROOT, path),
+                    &under(self.host, &real),
+                    &under(self.new_root, path),
                     is_dir,
                     *access,
+                    self.host,
                 ),
                 _ => Err(RootfsError::MissingPath {
                     role: "bind",
@@ -136,17 +142,17 @@ impl Executor {
                 exec,
             } => {
                 let options = format!("size={size_bytes},nr_inodes={max_files},mode={mode:o}");
-                mount_tmpfs(&under(NEW_ROOT, path), &options, *exec)
+                mount_tmpfs(&under(self.new_root, path), &options, *exec)
             }
-            MountOp::Symlink { target, link } => make_symlink(target, &under(NEW_ROOT, link)),
-            MountOp::RemountReadOnly { path } => seal(&under(NEW_ROOT, path)),
-            MountOp::MountProc { hidepid } => mount_proc(*hidepid),
+            MountOp::Symlink { target, link } => make_symlink(target, &under(self.new_root, link)),
+            MountOp::RemountReadOnly { path } => seal(&under(self.new_root, path)),
+            MountOp::MountProc { hidepid } => mount_proc(self.new_root, *hidepid),
             MountOp::ProtectProc { path, how } => {
                 self.protect_proc(path, *how);
                 Ok(())
             }
-            MountOp::DetachHost => detach(Path::new(OLD_ROOT)),
-            MountOp::PivotIntoNewRoot => pivot_into_new_root(),
+            MountOp::DetachHost => detach(self.host),
+            MountOp::PivotIntoNewRoot => pivot_into_new_root(self.new_root),
             MountOp::RemountRootReadOnly => seal(Path::new("/")),
             MountOp::Chdir { path } => chdir(path.as_path()).map_err(|source| RootfsError::Chdir {
                 path: path.clone(),
@@ -156,7 +162,7 @@ impl Executor {
     }
 
     fn mirror(&mut self, path: &Path, source: Option<HostEntry>) -> Result<(), RootfsError> {
-        let dest = under(NEW_ROOT, path);
+        let dest = under(self.new_root, path);
         match source {
             Some(HostEntry::Real(real, is_dir)) => {
                 let read_only = BindAccess {
@@ -164,7 +170,13 @@ impl Executor {
                     exec: true,
                     devices: false,
                 };
-                bind(&under(OLD_ROOT, &real), &dest, is_dir, read_only)
+                bind(
+                    &under(self.host, &real),
+                    &dest,
+                    is_dir,
+                    read_only,
+                    self.host,
+                )
             }
             Some(HostEntry::Symlink(target)) => make_symlink(&target, &dest),
             Some(HostEntry::Absent) | None => {
@@ -175,7 +187,7 @@ impl Executor {
     }
 
     fn protect_proc(&mut self, path: &Path, how: ProcProtection) {
-        let dest = under(NEW_ROOT, path);
+        let dest = under(self.new_root, path);
         let Ok(meta) = fs::symlink_metadata(&dest) else {
             self.report.skipped.push(path.to_path_buf());
             return;
@@ -183,14 +195,15 @@ impl Executor {
         let outcome = match (how, &self.dev_null) {
             (ProcProtection::ReadOnly, _) => {
                 let placed = Submounts::Placed(&self.proc_mounts);
-                restrict_bind(&dest, &dest, PROC_READ_ONLY, placed)
+                restrict_bind(&dest, &dest, PROC_READ_ONLY, placed, self.host)
             }
             (ProcProtection::MaskFile, HostEntry::Real(null, _)) if !meta.is_dir() => {
                 restrict_bind(
-                    &under(OLD_ROOT, null),
+                    &under(self.host, null),
                     &dest,
                     NULL_MASK,
                     Submounts::FromHost,
+                    self.host,
                 )
             }
             (ProcProtection::MaskDir, _) if meta.is_dir() => mask_dir(&dest),
@@ -241,8 +254,19 @@ fn enter_staging() -> Result<(), RootfsError> {
     })
 }
 
-fn pivot_into_new_root() -> Result<(), RootfsError> {
-    let new_root = Path::new(NEW_ROOT);
+/// A recursive bind of the prepared root over itself: the copy a run's mount namespace holds
+/// is locked to its parent, and `pivot_root` refuses a locked mount; a bind made here is not
+/// locked, while the read-only flag and the mounts beneath stay locked.
+fn bind_over_itself(root: &Path) -> Result<(), RootfsError> {
+    let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
+    mount(Some(root), root, None::<&str>, flags, None::<&str>).map_err(|source| RootfsError::Bind {
+        src: root.to_path_buf(),
+        dst: root.to_path_buf(),
+        source,
+    })
+}
+
+fn pivot_into_new_root(new_root: &Path) -> Result<(), RootfsError> {
     let staging_root = File::open("/").map_err(|e| io_error("open", Path::new("/"), e))?;
     let chdir_error = |path: &Path| {
         let path = path.to_path_buf();
@@ -281,8 +305,8 @@ pub(super) fn mount_tmpfs(path: &Path, options: &str, exec: bool) -> Result<(), 
     })
 }
 
-fn mount_proc(hidepid: bool) -> Result<(), RootfsError> {
-    let path = under(NEW_ROOT, Path::new("/proc"));
+fn mount_proc(new_root: &Path, hidepid: bool) -> Result<(), RootfsError> {
+    let path = under(new_root, Path::new("/proc"));
     make_dirs(&path)?;
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     let attempt = |options: Option<&str>| mount(Some("proc"), &path, Some("proc"), flags, options);
@@ -311,13 +335,19 @@ fn mask_dir(dest: &Path) -> Result<(), RootfsError> {
 }
 
 /// Bind `src` onto `dst`, creating the mount point (a directory or an empty file).
-fn bind(src: &Path, dst: &Path, is_dir: bool, access: BindAccess) -> Result<(), RootfsError> {
+fn bind(
+    src: &Path,
+    dst: &Path,
+    is_dir: bool,
+    access: BindAccess,
+    host: &Path,
+) -> Result<(), RootfsError> {
     if is_dir {
         make_dirs(dst)?;
     } else {
         make_mount_file(dst)?;
     }
-    restrict_bind(src, dst, access, Submounts::FromHost)
+    restrict_bind(src, dst, access, Submounts::FromHost, host)
 }
 
 /// Where the submounts a recursive bind brought along are found.
@@ -336,6 +366,7 @@ fn restrict_bind(
     dst: &Path,
     access: BindAccess,
     submounts: Submounts,
+    host: &Path,
 ) -> Result<(), RootfsError> {
     let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
     mount(Some(src), dst, None::<&str>, flags, None::<&str>).map_err(|source| {
@@ -357,8 +388,8 @@ fn restrict_bind(
             .collect(),
         // Only a host source with a mount beneath it in the table as it was before the first
         // bind can have brought submounts along; other sources are checked in the live table.
-        Submounts::FromHost if src.starts_with(OLD_ROOT) && !has_submounts(src)? => Vec::new(),
-        Submounts::FromHost => submounts_under(&read_mountinfo()?, dst),
+        Submounts::FromHost if src.starts_with(host) && !has_submounts(host, src)? => Vec::new(),
+        Submounts::FromHost => submounts_under(&read_mountinfo(host)?, dst),
     };
     for submount in beneath {
         match remount(&submount, wanted_flags(access)) {
@@ -373,19 +404,19 @@ fn restrict_bind(
     Ok(())
 }
 
-fn read_mountinfo() -> Result<String, RootfsError> {
-    let path = under(OLD_ROOT, Path::new("/proc/self/mountinfo"));
+fn read_mountinfo(host: &Path) -> Result<String, RootfsError> {
+    let path = under(host, Path::new("/proc/self/mountinfo"));
     fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))
 }
 
 /// Whether a host bind source has mounts beneath it. The table is read once: binds only add
 /// mounts under the new root, never under the old one, so the first snapshot answers for every
 /// host source.
-fn has_submounts(src: &Path) -> Result<bool, RootfsError> {
+fn has_submounts(host: &Path, src: &Path) -> Result<bool, RootfsError> {
     static SNAPSHOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let snapshot = match SNAPSHOT.get() {
         Some(snapshot) => snapshot,
-        None => SNAPSHOT.get_or_init(|| read_mountinfo().unwrap_or_default()),
+        None => SNAPSHOT.get_or_init(|| read_mountinfo(host).unwrap_or_default()),
     };
     Ok(snapshot.is_empty() || !submounts_under(snapshot, src).is_empty())
 }

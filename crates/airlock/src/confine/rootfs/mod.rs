@@ -17,7 +17,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use plan::{plan_operations, MountOp, ProcProtection};
+pub use plan::{plan_operations, plan_prepared_root, plan_prepared_run, MountOp, ProcProtection};
 pub use scratch::{
     cover_with_empty_file, enter_private_mount_namespace, enter_private_runtime, mount_scratch,
     ScratchMount,
@@ -71,6 +71,29 @@ pub struct RootfsPlan {
     /// Mount `/proc` with `hidepid=invisible` when the kernel allows it (best effort).
     pub proc_hidepid: bool,
 }
+
+/// Where the operations build the root and find the host.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// The directory the new root is built at.
+    pub new_root: &'static str,
+    /// The host's root as seen while building.
+    pub host: &'static str,
+}
+
+/// A cold run's layout: the staging root holds both (bubblewrap's two-pivot scheme).
+const STAGED: Layout = Layout {
+    new_root: execute::NEW_ROOT,
+    host: execute::OLD_ROOT,
+};
+
+/// A root prepared once and entered by many runs (an interpreter zygote's): built in the
+/// template's own mount namespace with the host root left in place, over its `/dev/shm`,
+/// which no plan can take a host path from (`/dev` is reserved), so it hides no source.
+const PREPARED: Layout = Layout {
+    new_root: "/dev/shm",
+    host: "/",
+};
 
 /// A file created inside the sandbox with fixed contents.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -367,7 +390,27 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run(&plan_operations(plan))
+    execute::run(&plan_operations(plan), STAGED)
+}
+
+/// Builds the part of the plan's root that every run shares, read-only, in this process's
+/// own mount namespace (an interpreter zygote's template, holding the capabilities of its
+/// user namespace), where [`enter_prepared`] finds it. The host root stays this process's
+/// `/`.
+pub fn prepare(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
+    validate(plan)?;
+    execute::run(&plan_prepared_root(plan), PREPARED)
+}
+
+/// A run's root from the one [`prepare`] built: this run's own `/proc`, `/tmp`, `/dev/shm`
+/// and workdir mounted on its own copy, then the pivot into it and the host dropped. Must
+/// run as PID 1 of fresh user, mount and pid namespaces created under the preparing process.
+pub fn enter_prepared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
+    let pid = nix::unistd::getpid().as_raw();
+    if pid != 1 {
+        return Err(RootfsError::NotSandboxInit { pid });
+    }
+    execute::run(&plan_prepared_run(plan), PREPARED)
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ pub enum MountOp {
     EnterStaging,
     /// The empty tmpfs that becomes the sandbox's `/`.
     MountNewRoot,
+    /// A run's own, unlocked copy of a root prepared ahead (see [`plan_prepared_run`]).
+    BindPreparedRoot,
     MakeDir {
         path: PathBuf,
     },
@@ -125,38 +127,16 @@ pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
     ops.push(MountOp::MountNewRoot);
     // 4. Skeleton.
     ops.extend(["/etc", "/proc", "/dev", "/tmp"].map(|p| MountOp::MakeDir { path: p.into() }));
-    // 5. Generated files go first, so they are written to the root tmpfs, never through a bind.
-    ops.extend(plan.generated_files.iter().map(|f| MountOp::WriteFile {
-        path: f.path.clone(),
-        contents: f.contents.clone(),
-        mode: f.mode,
-    }));
-    // 6-7. System directories, then /etc entries (a generated file replaces a host entry).
-    let generated: BTreeSet<&Path> = plan
-        .generated_files
-        .iter()
-        .map(|f| f.path.as_path())
-        .collect();
-    let mirrored = plan.system_ro.iter().chain(
-        plan.etc_files
-            .iter()
-            .filter(|p| !generated.contains(p.as_path())),
-    );
-    ops.extend(mirrored.map(|p| MountOp::MirrorReadOnly { path: p.clone() }));
+    // 5-7. Generated files, then system directories, then /etc entries.
+    push_shared_files(&mut ops, plan);
     // 8. /dev.
     push_dev(&mut ops, plan);
     // 9. /proc.
     push_proc(&mut ops, plan.proc_hidepid);
     // 10. /tmp.
-    ops.push(MountOp::Tmpfs {
-        path: "/tmp".into(),
-        size_bytes: plan.tmp.size_bytes,
-        max_files: plan.tmp.max_files,
-        mode: 0o1777,
-        exec: plan.exec_writable,
-    });
+    ops.push(tmp(plan));
     // 11. Workdir and user paths, parents before children so nested binds land on top.
-    push_user_mounts(&mut ops, plan);
+    ops.extend(user_mounts(plan));
     // 12-13. Drop the host, then make the new root `/` (second pivot, staging unmounted).
     ops.push(MountOp::DetachHost);
     ops.push(MountOp::PivotIntoNewRoot);
@@ -169,7 +149,83 @@ pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
     ops
 }
 
+/// The part of the root every run of one plan shares, built once ahead of the runs (by an
+/// interpreter zygote's template, in its own mount namespace): the skeleton, the generated
+/// files, the system and `/etc` binds, `/dev` with its nodes (sealed), the caller's binds,
+/// and empty mount points for what each run mounts afresh. The root is sealed read-only; a
+/// run's namespace holds it with the read-only flag locked.
+pub fn plan_prepared_root(plan: &RootfsPlan) -> Vec<MountOp> {
+    let mut ops = vec![MountOp::MakeMountsPrivate, MountOp::MountNewRoot];
+    let per_run = per_run_paths(plan);
+    let (in_dev, in_root): (Vec<_>, Vec<_>) = per_run.iter().partition(|p| p.starts_with("/dev"));
+    ops.extend(
+        in_root
+            .into_iter()
+            .map(|p| MountOp::MakeDir { path: p.into() }),
+    );
+    ops.push(MountOp::MakeDir {
+        path: "/etc".into(),
+    });
+    push_shared_files(&mut ops, plan);
+    push_dev_nodes(&mut ops, plan);
+    ops.extend(
+        in_dev
+            .into_iter()
+            .map(|p| MountOp::MakeDir { path: p.into() }),
+    );
+    ops.push(MountOp::RemountReadOnly {
+        path: "/dev".into(),
+    });
+    ops.extend(split_user_mounts(plan).0);
+    ops.push(MountOp::RemountReadOnly { path: "/".into() });
+    ops
+}
+
+/// What each run adds to a prepared root, in its own mount namespace, before it pivots into
+/// its own copy: the fresh `/proc` (protected), `/tmp`, `/dev/shm` and a tmpfs workdir, and
+/// the caller's binds that lie under one of them (on top, as in a cold run) — so nothing
+/// writable is shared between runs.
+pub fn plan_prepared_run(plan: &RootfsPlan) -> Vec<MountOp> {
+    let mut ops = vec![MountOp::MakeMountsPrivate, MountOp::BindPreparedRoot];
+    ops.push(dev_shm(plan));
+    push_proc(&mut ops, plan.proc_hidepid);
+    ops.push(tmp(plan));
+    ops.extend(split_user_mounts(plan).1);
+    ops.push(MountOp::PivotIntoNewRoot);
+    ops.push(MountOp::Chdir {
+        path: plan.workdir.path().to_path_buf(),
+    });
+    ops
+}
+
+/// The caller's mounts, parents first: those a prepared root holds, and those each run makes
+/// (a tmpfs workdir, and any bind under a mount each run makes afresh, which would hide it).
+fn split_user_mounts(plan: &RootfsPlan) -> (Vec<MountOp>, Vec<MountOp>) {
+    let per_run = per_run_paths(plan);
+    user_mounts(plan).into_iter().partition(|op| match op {
+        MountOp::Tmpfs { .. } => false,
+        MountOp::Bind { path, .. } => !per_run.iter().any(|fresh| path.starts_with(fresh)),
+        _ => true,
+    })
+}
+
+fn per_run_paths(plan: &RootfsPlan) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = ["/proc", "/tmp", "/dev/shm"].map(PathBuf::from).into();
+    if let Workdir::Tmpfs { path, .. } = &plan.workdir {
+        paths.push(path.clone());
+    }
+    paths
+}
+
 fn push_dev(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
+    push_dev_nodes(ops, plan);
+    ops.push(dev_shm(plan));
+    ops.push(MountOp::RemountReadOnly {
+        path: "/dev".into(),
+    });
+}
+
+fn push_dev_nodes(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
     ops.push(MountOp::Tmpfs {
         path: "/dev".into(),
         size_bytes: DEV_TMPFS_BYTES,
@@ -193,16 +249,26 @@ fn push_dev(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
         target: target.into(),
         link: link.into(),
     }));
-    ops.push(MountOp::Tmpfs {
+}
+
+fn dev_shm(plan: &RootfsPlan) -> MountOp {
+    MountOp::Tmpfs {
         path: "/dev/shm".into(),
         size_bytes: plan.dev_shm.size_bytes,
         max_files: plan.dev_shm.max_files,
         mode: 0o1777,
         exec: plan.exec_writable,
-    });
-    ops.push(MountOp::RemountReadOnly {
-        path: "/dev".into(),
-    });
+    }
+}
+
+fn tmp(plan: &RootfsPlan) -> MountOp {
+    MountOp::Tmpfs {
+        path: "/tmp".into(),
+        size_bytes: plan.tmp.size_bytes,
+        max_files: plan.tmp.max_files,
+        mode: 0o1777,
+        exec: plan.exec_writable,
+    }
 }
 
 fn push_proc(ops: &mut Vec<MountOp>, hidepid: bool) {
@@ -220,7 +286,28 @@ fn push_proc(ops: &mut Vec<MountOp>, hidepid: bool) {
     }
 }
 
-fn push_user_mounts(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
+/// Generated files go first, so they are written to the root tmpfs, never through a bind;
+/// then system directories, then /etc entries (a generated file replaces a host entry).
+fn push_shared_files(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
+    ops.extend(plan.generated_files.iter().map(|f| MountOp::WriteFile {
+        path: f.path.clone(),
+        contents: f.contents.clone(),
+        mode: f.mode,
+    }));
+    let generated: BTreeSet<&Path> = plan
+        .generated_files
+        .iter()
+        .map(|f| f.path.as_path())
+        .collect();
+    let mirrored = plan.system_ro.iter().chain(
+        plan.etc_files
+            .iter()
+            .filter(|p| !generated.contains(p.as_path())),
+    );
+    ops.extend(mirrored.map(|p| MountOp::MirrorReadOnly { path: p.clone() }));
+}
+
+fn user_mounts(plan: &RootfsPlan) -> Vec<MountOp> {
     // The caller's own directories: a workspace whose programs (./script.sh, a venv's
     // python, node_modules/.bin) must run. Fresh scratch areas keep `exec_writable`.
     let writable = BindAccess {
@@ -270,7 +357,7 @@ fn push_user_mounts(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
     user_ops.extend(binds(&plan.git_pinned, writable));
     user_ops.extend(binds(&plan.git_read_only, read_only));
     user_ops.sort_by_key(mount_depth);
-    ops.extend(user_ops);
+    user_ops
 }
 
 fn mount_depth(op: &MountOp) -> usize {
@@ -295,6 +382,7 @@ impl fmt::Display for MountOp {
             MountOp::MakeMountsPrivate => write!(f, "make-private /"),
             MountOp::EnterStaging => write!(f, "enter-staging"),
             MountOp::MountNewRoot => write!(f, "mount-new-root"),
+            MountOp::BindPreparedRoot => write!(f, "bind-prepared-root"),
             MountOp::MakeDir { path } => write!(f, "mkdir {}", path.display()),
             MountOp::WriteFile { path, mode, .. } => {
                 write!(f, "write {} mode={mode:o}", path.display())

@@ -286,3 +286,88 @@ fn enter_refuses_to_run_outside_a_fresh_pid_namespace() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// A prepared root holds everything runs share and nothing writable a run could leave behind:
+/// the per-run mounts (/proc, /tmp, /dev/shm, a tmpfs workdir) are a run's own, and the
+/// shared root is sealed read-only. Together the two halves make the cold plan's mounts.
+#[test]
+fn a_prepared_root_leaves_every_writable_mount_to_the_run() {
+    let mut plan = sample_plan(Path::new("/w"));
+    plan.workdir = Workdir::Tmpfs {
+        path: "/work".into(),
+        size_bytes: 1 << 20,
+        max_files: 10,
+    };
+    plan.read_write.clear();
+    plan.read_only = vec!["/srv/data".into()];
+    let shared = plan_prepared_root(&plan);
+    let per_run = plan_prepared_run(&plan);
+    assert!(!shared
+        .iter()
+        .any(|op| matches!(op, MountOp::Tmpfs { path, .. } if path != Path::new("/dev"))));
+    assert!(!shared
+        .iter()
+        .any(|op| matches!(op, MountOp::MountProc { .. })));
+    assert_eq!(
+        shared.last(),
+        Some(&MountOp::RemountReadOnly { path: "/".into() })
+    );
+    let fresh: Vec<String> = per_run
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Tmpfs { path, .. } => Some(path.display().to_string()),
+            MountOp::MountProc { .. } => Some("/proc".into()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fresh, ["/dev/shm", "/proc", "/tmp", "/work"]);
+    assert!(!per_run
+        .iter()
+        .any(|op| matches!(op, MountOp::MirrorReadOnly { .. } | MountOp::Bind { .. })));
+    let cold = plan_operations(&plan);
+    let mounts = |ops: &[MountOp]| {
+        ops.iter()
+            .filter(|op| {
+                matches!(
+                    op,
+                    MountOp::MirrorReadOnly { .. }
+                        | MountOp::Bind { .. }
+                        | MountOp::Tmpfs { .. }
+                        | MountOp::ProtectProc { .. }
+                        | MountOp::MountProc { .. }
+                        | MountOp::Symlink { .. }
+                        | MountOp::WriteFile { .. }
+                )
+            })
+            .count()
+    };
+    assert_eq!(mounts(&shared) + mounts(&per_run), mounts(&cold));
+}
+
+/// A caller's bind under a mount each run makes afresh (the workdir in /tmp, say) is made by
+/// each run, on top of that mount, as the cold plan orders it.
+#[test]
+fn a_bind_under_a_per_run_mount_is_made_by_each_run() {
+    let mut plan = sample_plan(Path::new("/tmp/w"));
+    plan.read_only = vec!["/srv/ro".into()];
+    let binds = |ops: &[MountOp]| -> Vec<String> {
+        ops.iter()
+            .filter_map(|op| match op {
+                MountOp::Bind { path, .. } if !path.starts_with("/dev") => {
+                    Some(path.display().to_string())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(binds(&plan_prepared_root(&plan)), ["/srv/ro"]);
+    assert_eq!(binds(&plan_prepared_run(&plan)), ["/tmp/w", "/tmp/w/data"]);
+    let per_run = plan_prepared_run(&plan);
+    let tmp = per_run
+        .iter()
+        .position(|op| matches!(op, MountOp::Tmpfs { path, .. } if path == Path::new("/tmp")));
+    let work = per_run
+        .iter()
+        .position(|op| matches!(op, MountOp::Bind { path, .. } if path == Path::new("/tmp/w")));
+    assert!(tmp < work, "{per_run:?}");
+}

@@ -1,0 +1,255 @@
+//! Run children forked ahead, off the caller's path: a keeper thread keeps `ready_children`
+//! children of the template waiting, each in a fresh cgroup (created with the run's limits)
+//! and already through every confinement step — namespaces, the root, Landlock, `no_new_privs`,
+//! capabilities, seccomp — its PID 1 waiting for the run's request on its report socket. Each
+//! serves exactly one run; a run that finds none ready forks its own. The keeper also removes
+//! finished runs' cgroups. Cgroups carry the `run-<pid>-…` name, so a dead owner's are swept
+//! like any abandoned run's, and a waiting child ends when its report socket closes.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::host::ZygoteStats;
+use super::recycle::Forker;
+use crate::confine::cgroup::{CgroupVersion, RunCgroup};
+use crate::error::Error;
+use crate::spec::CgroupRequest;
+
+/// A confined child waiting for its run, and the host's ends of its pipes and socket.
+#[derive(Debug)]
+pub(super) struct ReadyChild {
+    pub cgroup: Option<RunCgroup>,
+    /// Why the run has no cgroup (its limits fall back to rlimits), if so.
+    pub warning: Option<String>,
+    pub report: UnixStream,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+/// What making a child takes: the template's forker and the run's cgroup request.
+#[derive(Debug, Clone)]
+pub(super) struct Maker {
+    pub forker: Arc<Forker>,
+    pub cgroup: Option<CgroupRequest>,
+}
+
+impl Maker {
+    /// A fresh cgroup (or none, said), then a child forked into it.
+    fn make(&self) -> Result<ReadyChild, Error> {
+        let (cgroup, tasks, warning) = match &self.cgroup {
+            None => (None, Vec::new(), None),
+            Some(request) => match create(request) {
+                Ok((cgroup, tasks)) => (Some(cgroup), tasks, None),
+                Err(e) => (
+                    None,
+                    Vec::new(),
+                    Some(format!("{e}; limits fall back to rlimits")),
+                ),
+            },
+        };
+        match spawn(&self.forker, tasks) {
+            Ok((report, stdin, stdout, stderr)) => Ok(ReadyChild {
+                cgroup,
+                warning,
+                report,
+                stdin,
+                stdout,
+                stderr,
+            }),
+            Err(e) => {
+                if let Some(cgroup) = cgroup {
+                    let _ = cgroup.remove();
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The run's pipes and report socket, handed to a child forked from the template (with the
+/// cgroup's `tasks` files, which it writes `0` to).
+fn spawn(
+    forker: &Forker,
+    tasks: Vec<OwnedFd>,
+) -> Result<(UnixStream, OwnedFd, OwnedFd, OwnedFd), Error> {
+    let (stdin_read, stdin_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let (report, child_report) =
+        UnixStream::pair().map_err(|e| Error::io("cannot create the report socket", e))?;
+    let mut fds = vec![
+        stdin_read.as_raw_fd(),
+        stdout_write.as_raw_fd(),
+        stderr_write.as_raw_fd(),
+        child_report.as_raw_fd(),
+    ];
+    fds.extend(tasks.iter().map(|f| f.as_raw_fd()));
+    forker.fork(&fds)?;
+    Ok((report, stdin_write, stdout_read, stderr_read))
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| Error::io("cannot create a pipe", e.into()))
+}
+
+enum Job {
+    Refill,
+    TearDown(RunCgroup),
+}
+
+/// Ready children and the keeper thread that forks them and tears runs' cgroups down.
+#[derive(Debug)]
+pub(super) struct ReadyPool {
+    maker: Maker,
+    ready: Arc<Mutex<VecDeque<ReadyChild>>>,
+    jobs: Mutex<Option<Sender<Job>>>,
+    keeper: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ReadyPool {
+    /// Starts the keeper, which keeps `target` children ready in the background.
+    pub fn start(maker: Maker, target: usize, stats: Arc<Mutex<ZygoteStats>>) -> ReadyPool {
+        let ready = Arc::new(Mutex::new(VecDeque::new()));
+        let (jobs, inbox) = channel();
+        let keeper = Keeper {
+            maker: maker.clone(),
+            ready: Arc::clone(&ready),
+            target,
+            stats,
+        };
+        let handle = std::thread::spawn(move || keeper.serve(inbox));
+        let _ = jobs.send(Job::Refill);
+        ReadyPool {
+            maker,
+            ready,
+            jobs: Mutex::new(Some(jobs)),
+            keeper: Mutex::new(Some(handle)),
+        }
+    }
+
+    /// A child for one run: a ready one, else one forked now.
+    pub fn take(&self) -> Result<ReadyChild, Error> {
+        let pooled = lock(&self.ready).pop_front();
+        self.send(Job::Refill);
+        match pooled {
+            Some(ready) => Ok(ready),
+            None => self.maker.make(),
+        }
+    }
+
+    /// Removes a finished run's cgroup off the caller's path.
+    pub fn tear_down(&self, cgroup: RunCgroup) {
+        self.send(Job::TearDown(cgroup));
+    }
+
+    fn send(&self, job: Job) {
+        if let Some(jobs) = lock(&self.jobs).as_ref() {
+            let _ = jobs.send(job);
+        }
+    }
+}
+
+impl Drop for ReadyPool {
+    /// Finishes every teardown sent, then ends the children no run took and removes their
+    /// cgroups.
+    fn drop(&mut self) {
+        lock(&self.jobs).take();
+        if let Some(keeper) = lock(&self.keeper).take() {
+            let _ = keeper.join();
+        }
+    }
+}
+
+struct Keeper {
+    maker: Maker,
+    ready: Arc<Mutex<VecDeque<ReadyChild>>>,
+    target: usize,
+    stats: Arc<Mutex<ZygoteStats>>,
+}
+
+impl Keeper {
+    fn serve(self, inbox: Receiver<Job>) {
+        while let Ok(job) = inbox.recv() {
+            match job {
+                Job::TearDown(cgroup) => self.remove(cgroup),
+                Job::Refill => self.refill(),
+            }
+        }
+        let unused: Vec<ReadyChild> = lock(&self.ready).drain(..).collect();
+        for child in unused {
+            // Its PID 1 reads end-of-file for a request and ends, and the run with it.
+            let ReadyChild { cgroup, .. } = child;
+            if let Some(cgroup) = cgroup {
+                self.remove(cgroup);
+            }
+        }
+    }
+
+    /// Keeps the pool at its target; a failure leaves the run to fork its own (and report
+    /// why when that fails too).
+    fn refill(&self) {
+        while lock(&self.ready).len() < self.target {
+            match self.maker.make() {
+                Ok(child) => lock(&self.ready).push_back(child),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// PID 1's exit ends the run's namespace; its last processes (PID 1 itself, the process
+    /// mirroring it) leave the cgroup within moments. An empty cgroup is removed without a
+    /// kill round; whatever stays is killed by `remove`.
+    fn remove(&self, cgroup: RunCgroup) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline && cgroup.pids().is_ok_and(|p| !p.is_empty()) {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        if cgroup.remove().is_err() {
+            lock(&self.stats).cleanup_failures += 1;
+        }
+    }
+}
+
+/// A fresh run cgroup and its `tasks` files.
+fn create(request: &CgroupRequest) -> Result<(RunCgroup, Vec<OwnedFd>), Error> {
+    let run_id = crate::rundir::new_run_id();
+    let cgroup = RunCgroup::create(&request.config, &run_id, &request.limits)
+        .map_err(|e| Error::Command(format!("no cgroup for this run ({e})")))?;
+    match join_files(&cgroup) {
+        Ok(tasks) => Ok((cgroup, tasks)),
+        Err(e) => {
+            let _ = cgroup.remove();
+            Err(e)
+        }
+    }
+}
+
+/// The files the child writes "0" to, opened here (by the host's user) for the child.
+fn join_files(cgroup: &RunCgroup) -> Result<Vec<OwnedFd>, Error> {
+    cgroup
+        .join_paths()
+        .into_iter()
+        .map(|procs| match cgroup.version() {
+            CgroupVersion::V1 => procs.with_file_name("tasks"),
+            CgroupVersion::V2 => procs,
+        })
+        .map(|path| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map(OwnedFd::from)
+                .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))
+        })
+        .collect()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
