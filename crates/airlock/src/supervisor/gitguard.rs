@@ -313,7 +313,7 @@ impl PlantWatch {
         let n = MOVED.fetch_add(1, Ordering::Relaxed);
         to.push(format!(".{}-{n}", self.suffix));
         let to = PathBuf::from(to);
-        match fs::rename(&from, &to) {
+        match self.rename_beneath(&from, &to) {
             Ok(()) => format!(
                 "protect_git: the program created {what} at {}, which git on the host would trust (its hooks and config run code): moved {} to {}; inspect it before moving it back",
                 planted.display(),
@@ -325,6 +325,41 @@ impl PlantWatch {
                 planted.display()
             ),
         }
+    }
+}
+
+impl PlantWatch {
+    /// Renames `from` to `to` (siblings) without following a symlink anywhere below the
+    /// writable root that holds them: another run sharing the workspace may still be running
+    /// and could swap a directory on the way for a link to the host's files, which would make
+    /// a plain `rename` move a `.git` or `HEAD` that is not the workspace's.
+    fn rename_beneath(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let escaped = || std::io::Error::other("not below a writable path");
+        let root = self
+            .roots
+            .iter()
+            .find(|r| from.starts_with(r))
+            .ok_or_else(escaped)?;
+        let parent = from
+            .parent()
+            .ok_or_else(escaped)?
+            .strip_prefix(root)
+            .map_err(|_| escaped())?;
+        let (Some(old), Some(new)) = (from.file_name(), to.file_name()) else {
+            return Err(escaped());
+        };
+        // The root is the caller's own choice of path; only what lies below it is not.
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let root_fd = rustix::fs::open(root, flags, Mode::empty())?;
+        let beneath =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let parent = match parent.as_os_str().is_empty() {
+            true => root_fd,
+            false => rustix::fs::openat2(&root_fd, parent, flags, Mode::empty(), beneath)?,
+        };
+        rustix::fs::renameat(&parent, old, &parent, new)?;
+        Ok(())
     }
 }
 

@@ -107,3 +107,29 @@ fn a_bare_repository_is_protected_and_never_pins_above_its_root() {
     assert_eq!(found.read_only, vec![root.to_path_buf()]);
     assert!(found.pinned.is_empty(), "{found:?}");
 }
+
+#[test]
+fn moving_aside_never_follows_a_directory_swapped_for_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, outside) = (dir.path().join("ws"), dir.path().join("host-repo"));
+    fs::create_dir_all(root.join("sub/.git")).unwrap();
+    fs::create_dir_all(outside.join(".git")).unwrap();
+    let (policy, workdir) = policy_with_workdir(&root);
+    let watch = PlantWatch {
+        roots: writable_roots(&policy, &workdir),
+        known: Vec::new(),
+        suffix: "airlock-planted-test".into(),
+    };
+    // Found, then swapped by a program still running in the same workspace.
+    fs::rename(root.join("sub"), root.join("sub2")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+    let warning = watch.move_aside(&root.join("sub/.git"));
+    assert!(warning.contains("could not be moved aside"), "{warning}");
+    assert!(outside.join(".git").is_dir(), "the host's .git was moved");
+    // Without the swap the planted one is moved.
+    fs::remove_file(root.join("sub")).unwrap();
+    fs::rename(root.join("sub2"), root.join("sub")).unwrap();
+    let warning = watch.move_aside(&root.join("sub/.git"));
+    assert!(warning.contains("moved"), "{warning}");
+    assert!(!root.join("sub/.git").exists());
+}
