@@ -301,34 +301,6 @@ impl PlantWatch {
             .collect()
     }
 
-    fn move_aside(&self, planted: &Path) -> String {
-        // A bare repository stops being one without its HEAD; a `.git` is renamed.
-        let (from, what) = match planted.file_name().is_some_and(|n| n == ".git") {
-            true => (planted.to_path_buf(), "a .git"),
-            false => (planted.join("HEAD"), "a bare repository"),
-        };
-        // One watch serves every run of a zygote: a counter keeps each name new.
-        static MOVED: AtomicUsize = AtomicUsize::new(0);
-        let mut to = from.clone().into_os_string();
-        let n = MOVED.fetch_add(1, Ordering::Relaxed);
-        to.push(format!(".{}-{n}", self.suffix));
-        let to = PathBuf::from(to);
-        match self.rename_beneath(&from, &to) {
-            Ok(()) => format!(
-                "protect_git: the program created {what} at {}, which git on the host would trust (its hooks and config run code): moved {} to {}; inspect it before moving it back",
-                planted.display(),
-                from.display(),
-                to.display()
-            ),
-            Err(e) => format!(
-                "protect_git: the program created {what} at {}, which git on the host would trust (its hooks and config run code), and it could not be moved aside ({e}): do not run git there before inspecting it",
-                planted.display()
-            ),
-        }
-    }
-}
-
-impl PlantWatch {
     /// Renames `from` to `to` (siblings) without following a symlink anywhere below the
     /// writable root that holds them: another run sharing the workspace may still be running
     /// and could swap a directory on the way for a link to the host's files, which would make
@@ -360,6 +332,32 @@ impl PlantWatch {
         };
         rustix::fs::renameat(&parent, old, &parent, new)?;
         Ok(())
+    }
+
+    fn move_aside(&self, planted: &Path) -> String {
+        // A bare repository stops being one without its HEAD; a `.git` is renamed.
+        let (from, what) = match planted.file_name().is_some_and(|n| n == ".git") {
+            true => (planted.to_path_buf(), "a .git"),
+            false => (planted.join("HEAD"), "a bare repository"),
+        };
+        // One watch serves every run of a zygote: a counter keeps each name new.
+        static MOVED: AtomicUsize = AtomicUsize::new(0);
+        let mut to = from.clone().into_os_string();
+        let n = MOVED.fetch_add(1, Ordering::Relaxed);
+        to.push(format!(".{}-{n}", self.suffix));
+        let to = PathBuf::from(to);
+        match self.rename_beneath(&from, &to) {
+            Ok(()) => format!(
+                "protect_git: the program created {what} at {}, which git on the host would trust (its hooks and config run code): moved {} to {}; inspect it before moving it back",
+                planted.display(),
+                from.display(),
+                to.display()
+            ),
+            Err(e) => format!(
+                "protect_git: the program created {what} at {}, which git on the host would trust (its hooks and config run code), and it could not be moved aside ({e}): do not run git there before inspecting it",
+                planted.display()
+            ),
+        }
     }
 }
 
