@@ -117,7 +117,7 @@ impl Scene {
         for (name, _) in REPO_ATTACKS {
             make_repository(&scene.repo(name));
         }
-        chown_tree(scene.workspace.path(), owner);
+        chown_tree(scene.workspace.path(), owner, owner);
         scene
     }
 
@@ -207,16 +207,6 @@ fn host_git_ok(dir: &Path, args: &[&str]) {
 /// git as the user would run it; whether it succeeds does not matter, what it runs does.
 fn host_git(dir: &Path, args: &[&str]) {
     let _ = host_git_command(dir, args).output().unwrap();
-}
-
-fn chown_tree(path: &Path, uid: u32) {
-    let owner = format!("{uid}:{uid}");
-    let status = Command::new("chown")
-        .args(["-R", &owner])
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// `airlock run --json FLAGS -- /bin/sh -c SCRIPT`, as `caller` through setpriv if given.

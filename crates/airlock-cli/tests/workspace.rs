@@ -50,15 +50,6 @@ fn repository(uid: u32, gid: u32) -> tempfile::TempDir {
     dir
 }
 
-fn chown_tree(path: &Path, uid: u32, gid: u32) {
-    let status = Command::new("chown")
-        .args(["-R", &format!("{uid}:{gid}")])
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// What the program does in the workspace: commit, run the repository's script, create a
 /// file, and (with `venv`) make a virtualenv with Debian's python and run its python.
 fn work(venv: bool) -> String {

@@ -93,6 +93,16 @@ pub fn sandbox_options() -> api::SandboxOptions {
     }
 }
 
+/// `chown -R uid:gid path`.
+pub fn chown_tree(path: &Path, uid: u32, gid: u32) {
+    let status = Command::new("chown")
+        .args(["-R", &format!("{uid}:{gid}")])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
