@@ -23,12 +23,14 @@
 //! new one out of git's way.
 
 use std::fs;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::prepare::Workdir;
 use crate::error::Error;
 use crate::layer::Layer;
+use crate::linux::beneath::{open_dir_path, Mounts};
 use crate::policy::{GitProtection, Policy};
 
 /// Directories below a writable path the walk looks into (the path itself is depth 0).
@@ -306,7 +308,6 @@ impl PlantWatch {
     /// and could swap a directory on the way for a link to the host's files, which would make
     /// a plain `rename` move a `.git` or `HEAD` that is not the workspace's.
     fn rename_beneath(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
         let escaped = || std::io::Error::other("not below a writable path");
         let root = self
             .roots
@@ -321,15 +322,7 @@ impl PlantWatch {
         let (Some(old), Some(new)) = (from.file_name(), to.file_name()) else {
             return Err(escaped());
         };
-        // The root is the caller's own choice of path; only what lies below it is not.
-        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let root_fd = rustix::fs::open(root, flags, Mode::empty())?;
-        let beneath =
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        let parent = match parent.as_os_str().is_empty() {
-            true => root_fd,
-            false => rustix::fs::openat2(&root_fd, parent, flags, Mode::empty(), beneath)?,
-        };
+        let parent = open_dir_path(&open_root(root)?, parent, Mounts::Cross)?;
         rustix::fs::renameat(&parent, old, &parent, new)?;
         Ok(())
     }
@@ -359,6 +352,14 @@ impl PlantWatch {
             ),
         }
     }
+}
+
+/// A writable root, as an `O_PATH` descriptor to resolve below. The root is the caller's own
+/// choice of path; only what lies below it is not.
+fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok(rustix::fs::open(root, flags, Mode::empty())?)
 }
 
 /// What the plan and the result say about the protection.
