@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::prepare::Workdir;
+use crate::confine::found::Found;
 use crate::error::Error;
 use crate::layer::Layer;
 use crate::linux::beneath::{open_dir_path, Mounts};
@@ -56,6 +57,9 @@ pub(super) struct GitMounts {
     /// The directories between a writable path and a nested git directory, bound onto
     /// themselves writable so that they cannot be renamed or removed; parents first.
     pub pinned: Vec<PathBuf>,
+    /// Which object each of the above is, opened below its writable root with no symlink
+    /// followed: the backends bind that object, never whatever the path names later.
+    pub found: Vec<Found>,
 }
 
 /// The mounts that protect the git metadata; none when the policy says `off`.
@@ -73,7 +77,40 @@ pub(super) fn protected_paths(policy: &Policy, workdir: &Workdir) -> Result<GitM
     }
     let read_only = parents_first(walk.markers.into_iter().chain(walk.targets).collect());
     let pinned = ancestors_below_roots(&read_only, &roots);
-    Ok(GitMounts { read_only, pinned })
+    let found = identify(read_only.iter().chain(&pinned), &roots)?;
+    Ok(GitMounts {
+        read_only,
+        pinned,
+        found,
+    })
+}
+
+/// Each path opened below the writable root that holds it, never through a symlink: another
+/// program sharing the workspace may have swapped a directory on the way since the walk.
+fn identify<'a>(
+    paths: impl Iterator<Item = &'a PathBuf>,
+    roots: &[PathBuf],
+) -> Result<Vec<Found>, Error> {
+    let mut opened: Vec<(&PathBuf, OwnedFd)> = Vec::new();
+    let mut found = Vec::new();
+    for path in paths {
+        let Some(root) = roots.iter().find(|root| path.starts_with(root)) else {
+            continue;
+        };
+        if !opened.iter().any(|(r, _)| *r == root) {
+            let fd = open_root(root).map_err(|e| unprotectable(root, format!("{e}")))?;
+            opened.push((root, fd));
+        }
+        let root_fd = &opened.iter().find(|(r, _)| *r == root).expect("opened").1;
+        let (one, _) = Found::open(root_fd, root, path).map_err(|e| {
+            unprotectable(
+                path,
+                format!("it changed while it was searched (a symlink on its way?): {e}"),
+            )
+        })?;
+        found.push(one);
+    }
+    Ok(found)
 }
 
 /// Every directory strictly between a root and a protected path, parents first.
