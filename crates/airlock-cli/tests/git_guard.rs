@@ -388,6 +388,9 @@ fn a_workspace_past_the_search_bound_is_refused_with_the_fix() {
 /// host's directory inside the sandbox (a pinned directory even writable). A racer swaps a
 /// repository's `.git` and a directory pinned for a nested repository, back and forth, while
 /// runs start; each run looks for the bait; the host judges from what each run printed.
+/// Native and bwrap bind from descriptors; the OCI runtimes and podman still bind by path
+/// (checked again just before the tool starts, which narrows the race but does not close
+/// it: runc showed the bait in 1 of 25 such runs), so they are not in this test yet.
 #[test]
 fn a_directory_swapped_for_a_symlink_between_walk_and_bind_never_shows_the_host() {
     if !is_root() {

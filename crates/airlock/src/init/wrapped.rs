@@ -98,6 +98,7 @@ pub(super) fn exec(
                 filters.extend(made);
             }
             WrapStep::StatusFd(target) => placed.extend(tool_status.map(|fd| (fd, *target))),
+            WrapStep::CheckFound(found) => drop(reopen_found(found)?),
             WrapStep::FoundFds { found, first } => {
                 let opened = reopen_found(found)?;
                 placed.extend((*first..).zip(&opened).map(|(n, fd)| (fd.as_raw_fd(), n)));
