@@ -89,7 +89,7 @@ mod tests {
         assert!(distinct_and_above_stdio(&IN_CHILD));
         let mut in_tool = IN_CHILD.to_vec();
         in_tool.extend(BWRAP_SECCOMP_FDS);
-        in_tool.extend([BWRAP_STATUS_FD, PRESIZED_FD]);
+        in_tool.extend([BWRAP_STATUS_FD, BWRAP_GIT_FDS_FIRST, PRESIZED_FD]);
         assert!(distinct_and_above_stdio(&in_tool));
     }
 

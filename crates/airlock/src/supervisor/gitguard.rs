@@ -24,6 +24,7 @@
 
 use std::fs;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -31,7 +32,7 @@ use super::prepare::Workdir;
 use crate::confine::found::Found;
 use crate::error::Error;
 use crate::layer::Layer;
-use crate::linux::beneath::{open_dir_path, Mounts};
+use crate::linux::beneath::{open_beneath, open_dir_path, Mounts};
 use crate::policy::{GitProtection, Policy};
 
 /// Directories below a writable path the walk looks into (the path itself is depth 0).
@@ -173,18 +174,38 @@ impl Walk {
         Ok(walk)
     }
 
+    /// Reads each directory through a descriptor opened below the root with no symlink
+    /// followed (a directory swapped for a link meanwhile refuses the run), and tells kinds
+    /// apart by the listing's `d_type`: no `stat` per entry, no path built for a file.
     fn directory_tree(&mut self, root: &Path) -> Result<(), Error> {
-        if !root.is_dir() {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let Ok(root_fd) = rustix::fs::open(root, flags, Mode::empty()) else {
             return Ok(());
-        }
+        };
         let mut pending = vec![(root.to_path_buf(), 0usize)];
         while let Some((dir, depth)) = pending.pop() {
+            let relative = dir.strip_prefix(root).unwrap_or(Path::new(""));
+            let fd = open_beneath(
+                &root_fd,
+                relative,
+                OFlags::RDONLY | OFlags::DIRECTORY,
+                Mounts::Cross,
+            )
+            .map_err(|e| {
+                unprotectable(
+                    &dir,
+                    format!("it changed while it was searched (a symlink on its way?): {e}"),
+                )
+            })?;
+            let listing = self.read_dir(&dir, &fd)?;
             // git takes such a directory for a repository when it works in it.
-            if is_bare_repository(&dir) {
+            if listing.bare_shaped && is_bare_repository(&dir) {
                 self.markers.push(dir);
                 continue;
             }
-            for (path, kind) in self.read_dir(&dir)? {
+            for (name, kind) in listing.children {
+                let path = dir.join(name);
                 match kind {
                     Kind::Git(git) => self.protect(&path, git),
                     Kind::Dir if depth + 1 > MAX_DEPTH => {
@@ -193,37 +214,44 @@ impl Walk {
                         )));
                     }
                     Kind::Dir => pending.push((path, depth + 1)),
-                    Kind::Other => {}
                 }
             }
         }
         Ok(())
     }
 
-    fn read_dir(&mut self, dir: &Path) -> Result<Vec<(PathBuf, Kind)>, Error> {
-        let listing = fs::read_dir(dir).map_err(|e| unprotectable(dir, format!("{e}")))?;
-        let mut children = Vec::new();
-        for entry in listing {
-            let entry = entry.map_err(|e| unprotectable(dir, format!("{e}")))?;
+    /// The `.git` entries and subdirectories of `dir`, and whether it has the names of a bare
+    /// repository (checked by path then, following links as git does).
+    fn read_dir(&mut self, dir: &Path, fd: &OwnedFd) -> Result<Listing, Error> {
+        let failed = |e: rustix::io::Errno| unprotectable(dir, format!("{e}"));
+        let mut reader = rustix::fs::Dir::read_from(fd).map_err(failed)?;
+        let mut listing = Listing::default();
+        let mut bare_names = 0;
+        while let Some(entry) = reader.read() {
+            let entry = entry.map_err(failed)?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
             self.entries += 1;
             if self.entries > MAX_ENTRIES {
                 return Err(unprotectable(dir, format!(
                     "the writable paths hold more than {MAX_ENTRIES} entries, where the search for nested repositories stops"
                 )));
             }
-            let Ok(file_type) = entry.file_type() else {
-                continue;
+            bare_names += usize::from(matches!(name, b"HEAD" | b"objects" | b"refs"));
+            let kind = match entry.file_type() {
+                rustix::fs::FileType::Unknown => file_type_at(fd, entry.file_name()),
+                known => Some(known),
             };
-            let kind = match (entry.file_name() == ".git", file_type) {
-                (true, t) if t.is_dir() => Kind::Git(GitEntry::Dir),
-                (true, t) if t.is_file() => Kind::Git(GitEntry::File),
-                (true, _) => Kind::Git(GitEntry::Other),
-                (false, t) if t.is_dir() => Kind::Dir,
-                _ => Kind::Other,
-            };
-            children.push((entry.path(), kind));
+            if let Some(kind) = classify(name, kind) {
+                listing
+                    .children
+                    .push((std::ffi::OsStr::from_bytes(name).to_owned(), kind));
+            }
         }
-        Ok(children)
+        listing.bare_shaped = bare_names == 3;
+        Ok(listing)
     }
 
     fn protect(&mut self, path: &Path, git: GitEntry) {
@@ -279,7 +307,30 @@ fn is_bare_repository(dir: &Path) -> bool {
 enum Kind {
     Git(GitEntry),
     Dir,
-    Other,
+}
+
+#[derive(Default)]
+struct Listing {
+    children: Vec<(std::ffi::OsString, Kind)>,
+    bare_shaped: bool,
+}
+
+/// What the walk does with an entry: protect a `.git`, descend into a directory, or nothing.
+fn classify(name: &[u8], kind: Option<rustix::fs::FileType>) -> Option<Kind> {
+    use rustix::fs::FileType;
+    match (name == b".git", kind) {
+        (true, Some(FileType::Directory)) => Some(Kind::Git(GitEntry::Dir)),
+        (true, Some(FileType::RegularFile)) => Some(Kind::Git(GitEntry::File)),
+        (true, _) => Some(Kind::Git(GitEntry::Other)),
+        (false, Some(FileType::Directory)) => Some(Kind::Dir),
+        _ => None,
+    }
+}
+
+/// For a file system whose listing leaves the type out: `fstatat` without following.
+fn file_type_at(dir: &OwnedFd, name: &std::ffi::CStr) -> Option<rustix::fs::FileType> {
+    let stat = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    Some(rustix::fs::FileType::from_raw_mode(stat.st_mode))
 }
 
 #[derive(Clone, Copy)]
