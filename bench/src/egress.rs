@@ -1,9 +1,10 @@
 //! The egress gate's costs, for `airlock-bench`: bulk throughput through the gate against a
-//! direct loopback connection in both directions (the sandbox uploading and downloading), added latency per connection, and memory per idle gate. Direct
-//! and gated rounds are interleaved; each figure is the median of its rounds. Needs root (a
-//! sandbox thread makes its own network namespace, gone with its sockets); traffic stays on
-//! loopback. The start-up cost of a gated run is a row of the main table
-//! (`airlock-native-allowlist` against `airlock-native`).
+//! direct loopback connection in both directions (the sandbox uploading and downloading),
+//! added latency per connection, and memory per idle gate. Direct and gated rounds are
+//! interleaved; each figure is the median of its rounds. Needs root (a sandbox thread makes
+//! its own network namespace, gone with its sockets); traffic stays on loopback. The start-up
+//! cost of a gated run is a row of the main table (`airlock-native-allowlist` against
+//! `airlock-native`).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
