@@ -10,7 +10,9 @@ use std::path::Path;
 use rustix::fs::{Mode, OFlags};
 use rustix::mount::{move_mount, open_tree, MoveMountFlags, OpenTreeFlags};
 
-use super::execute::{io_error, under};
+use nix::mount::MsFlags;
+
+use super::execute::{io_error, under, wanted_flags};
 use super::plan::BindAccess;
 use super::source::HostEntry;
 use super::RootfsError;
@@ -77,17 +79,17 @@ fn mount_point(new_root: &Path, found: &Found) -> Result<OwnedFd, RootfsError> {
     }
 }
 
-/// `execute::wanted_flags` for `mount_setattr`.
+/// The mount flags a by-path bind gets (`execute::wanted_flags`), as `mount_setattr` flags.
 fn mount_attrs(access: BindAccess) -> u64 {
-    let mut attrs = sys::MOUNT_ATTR_NOSUID;
-    if !access.writable {
-        attrs |= sys::MOUNT_ATTR_RDONLY;
-    }
-    if !access.exec {
-        attrs |= sys::MOUNT_ATTR_NOEXEC;
-    }
-    if !access.devices {
-        attrs |= sys::MOUNT_ATTR_NODEV;
-    }
-    attrs
+    let wanted = wanted_flags(access);
+    let pairs = [
+        (MsFlags::MS_RDONLY, sys::MOUNT_ATTR_RDONLY),
+        (MsFlags::MS_NOSUID, sys::MOUNT_ATTR_NOSUID),
+        (MsFlags::MS_NODEV, sys::MOUNT_ATTR_NODEV),
+        (MsFlags::MS_NOEXEC, sys::MOUNT_ATTR_NOEXEC),
+    ];
+    pairs
+        .into_iter()
+        .filter(|(ms, _)| wanted.contains(*ms))
+        .fold(0, |attrs, (_, attr)| attrs | attr)
 }

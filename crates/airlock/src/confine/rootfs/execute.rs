@@ -399,7 +399,7 @@ fn has_submounts(host: &Path, src: &Path) -> Result<bool, RootfsError> {
     Ok(snapshot.is_empty() || !submounts_under(snapshot, src).is_empty())
 }
 
-fn wanted_flags(access: BindAccess) -> MsFlags {
+pub(super) fn wanted_flags(access: BindAccess) -> MsFlags {
     let mut flags = MsFlags::MS_NOSUID;
     if !access.writable {
         flags |= MsFlags::MS_RDONLY;
