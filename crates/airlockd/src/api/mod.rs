@@ -3,6 +3,7 @@
 
 mod dashboard;
 pub mod extract;
+mod files;
 mod jobs;
 pub(crate) mod prepare;
 mod proxy;
