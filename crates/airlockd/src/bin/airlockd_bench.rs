@@ -11,6 +11,9 @@
 //!
 //! Build both binaries first: `cargo build --release -p airlockd -p airlock-cli`, then run
 //! `target/release/airlockd-bench` (as root, as the daemon runs in production).
+//! `--only overhead` (repeatable) runs one part alone. The overhead part also prints where
+//! the time goes: a do-nothing request's round trip on the same connection (HTTP on the
+//! socket), and the run's time in the daemon's router beyond the library's (`Server-Timing`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
