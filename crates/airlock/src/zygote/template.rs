@@ -135,17 +135,23 @@ impl Template {
         }
         let _ = nix::unistd::close(SETUP_FD);
         let Some(request) = receive_request(request_in) else {
-            sys::exit_now(126) // PID 1 ended without a request
+            sys::exit_now(126) // PID 1 ended (and with it this namespace) without a request
         };
         let status = interpreter.run(&request.code, &request.args, &request.env);
         sys::exit_now(status)
     }
 }
 
-/// PID 1: the request from the report socket, written whole to the program's pipe. A host
-/// that closed the socket ends the child (PID 1's exit ends the program too).
+/// PID 1: the request from the report socket, checked and written whole to the program's
+/// pipe. A host that closed the socket ends the child (PID 1's exit ends the program too).
 fn forward_request(to_program: OwnedFd) {
     let body = read_request().unwrap_or_else(|e| confine::fail(e));
+    if let Err(e) = serde_json::from_slice::<RunRequest>(&body) {
+        confine::fail(SetupError::at(
+            Step::Spec,
+            format!("cannot read the run's request: {e}"),
+        ));
+    }
     // A program that died waiting leaves the pipe closed: PID 1 then reports its exit.
     let _ = std::fs::File::from(to_program).write_all(&body);
 }
