@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::container::{
-    bind_scratch_mounts, bundle_steps, container_id, find_binary, gate_for_rootful_tool, rlimits,
-    rootless, runtime_cgroup_dirs, Bundle,
+    bind_scratch_mounts, bundle_steps, container_id, find_binary, gate_for_rootful_tool,
+    git_staging, rlimits, rootless, runtime_cgroup_dirs, Bundle, GitBinds,
 };
 use super::oci::{OciRlimit, OciSeccomp};
 use super::{tier0_layers, Backend, PlanContext, Probe};
@@ -78,6 +78,7 @@ impl Backend for GvisorBackend {
         let platform = choose_platform(&runsc, ctx.tool_cache);
         let bundle = Bundle::new(ctx);
         let mut input = bundle.oci_input(ctx);
+        let git = GitBinds::of(ctx, &mut input.mounts, git_staging(&bundle, rootless));
         let capped = bind_scratch_mounts(ctx, &mut input.mounts);
         input.rlimits = rlimits(ctx.policy);
         input.rlimits.push(OciRlimit {
@@ -110,7 +111,7 @@ impl Backend for GvisorBackend {
         if ctx.egress.is_some() {
             notes.push(GATED_NOTE.into());
         }
-        let mut steps = bundle_steps(files, ctx.git_found);
+        let mut steps = bundle_steps(files, git);
         steps.extend(gate);
         steps.extend([WrapStep::NoCgroupPidsLimit, WrapStep::PresizeFdTable]);
         steps.push(WrapStep::CheckStarted(StartEvidence {

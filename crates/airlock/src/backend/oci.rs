@@ -83,6 +83,10 @@ pub struct OciMounts {
     /// Directories holding a nested git directory, bound onto themselves like the path
     /// holding them so that they cannot be renamed (`protect_git`).
     pub git_pinned: Vec<PathBuf>,
+    /// Where the tool binds each of `git_read_only` and `git_pinned` from, when not from the
+    /// path itself: (path, source), the source a mount the init made from the object the
+    /// walk found (see `WrapStep::BindFoundPrivately`).
+    pub git_sources: Vec<(PathBuf, PathBuf)>,
     /// The workdir exists only for this run: mount a tmpfs with the `/tmp` caps there, owned
     /// by the program, instead of binding the host directory.
     pub workdir_tmpfs: bool,
@@ -103,6 +107,14 @@ pub struct OciMounts {
 }
 
 /// Host sources of `/tmp` and `/dev/shm` (see [`OciMounts::scratch_binds`]).
+impl OciMounts {
+    /// What the tool binds at `path`, one of protect_git's paths.
+    pub fn git_source(&self, path: &Path) -> PathBuf {
+        let staged = self.git_sources.iter().find(|(p, _)| p == path);
+        staged.map_or_else(|| path.to_path_buf(), |(_, source)| source.clone())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScratchBinds {
     pub tmp: PathBuf,
@@ -292,9 +304,13 @@ fn mounts(input: &OciInput) -> Vec<Value> {
     binds.extend(
         m.git_pinned
             .iter()
-            .map(|p| (p.clone(), p.clone(), workspace())),
+            .map(|p| (m.git_source(p), p.clone(), workspace())),
     );
-    binds.extend(m.git_read_only.iter().map(|p| (p.clone(), p.clone(), ro())));
+    binds.extend(
+        m.git_read_only
+            .iter()
+            .map(|p| (m.git_source(p), p.clone(), ro())),
+    );
     // Parents before children, so a nested path is not hidden by a later mount of its parent.
     binds.sort_by_key(|(_, dst, _)| dst.components().count());
     list.extend(
@@ -417,6 +433,7 @@ mod tests {
                 read_write: vec!["/srv/out".into()],
                 git_read_only: Vec::new(),
                 git_pinned: Vec::new(),
+                git_sources: Vec::new(),
                 workdir: "/run/airlock/r1/work".into(),
                 workdir_tmpfs: false,
                 workdir_read_only: false,

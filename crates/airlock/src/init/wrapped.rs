@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,9 @@ use crate::linux::sys::{self, Forked};
 use crate::linux::tree;
 use crate::result::RunStatus;
 use crate::rundir;
-use crate::spec::{Confinement, HiddenFile, InitSpec, Outcome, StartEvidence, WrapSpec, WrapStep};
+use crate::spec::{
+    Confinement, GitBind, HiddenFile, InitSpec, Outcome, StartEvidence, WrapSpec, WrapStep,
+};
 
 /// Before the program's process is forked, after the run's cgroup exists: the files the tool
 /// reads and the host files it must see empty, in the plan's order (a file is written before
@@ -99,6 +102,9 @@ pub(super) fn exec(
             }
             WrapStep::StatusFd(target) => placed.extend(tool_status.map(|fd| (fd, *target))),
             WrapStep::CheckFound(found) => drop(reopen_found(found)?),
+            WrapStep::BindFoundPrivately { binds, staging } => {
+                bind_found_privately(binds, staging)?
+            }
             WrapStep::FoundFds { found, first } => {
                 let opened = reopen_found(found)?;
                 placed.extend((*first..).zip(&opened).map(|(n, fd)| (fd.as_raw_fd(), n)));
@@ -157,6 +163,31 @@ fn reopen_found(found: &[crate::confine::found::Found]) -> Setup<Vec<OwnedFd>> {
             })
         })
         .collect()
+}
+
+/// In a mount namespace of the tool's own, protect_git's objects bound from checked
+/// descriptors onto `staging` (see [`WrapStep::BindFoundPrivately`]); a changed object
+/// refuses the run.
+fn bind_found_privately(binds: &[GitBind], staging: &Path) -> Setup<()> {
+    use crate::confine::rootfs::{bind_found_at, enter_private_mount_namespace, RootfsError};
+    let failed =
+        |e: RootfsError| SetupError::at(Step::Wrapper, e.to_string()).of_kind(Kind::MountFailed);
+    enter_private_mount_namespace().map_err(failed)?;
+    // Root's own, searchable by the runtime's mapped root: no other program writes here.
+    std::fs::DirBuilder::new()
+        .mode(0o711)
+        .create(staging)
+        .map_err(|e| {
+            SetupError::at(
+                Step::Wrapper,
+                format!("cannot create {}: {e}", staging.display()),
+            )
+            .of_kind(Kind::MountFailed)
+        })?;
+    for (n, bind) in binds.iter().enumerate() {
+        bind_found_at(&bind.found, bind.read_only, &staging.join(n.to_string())).map_err(failed)?;
+    }
+    Ok(())
 }
 
 /// The network namespace the tool will inherit, configured for the egress gate, whose

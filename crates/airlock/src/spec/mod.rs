@@ -15,7 +15,7 @@ use crate::rundir::MemoryScratch;
 pub mod fds;
 mod wrap;
 
-pub use wrap::{HiddenFile, StartEvidence, WrapSpec, WrapStep};
+pub use wrap::{GitBind, HiddenFile, StartEvidence, WrapSpec, WrapStep};
 
 pub use fds::{CONTROL_FD, EVENTS_FD, GATE_FD, GO_FD};
 

@@ -73,14 +73,27 @@ pub enum WrapStep {
     /// without an `exit-code` document means the tool failed before the program ran, which
     /// the init reports as a setup failure instead of the program's exit.
     StatusFd(i32),
+    /// Checks, just before the tool is executed, that what protect_git found is still there
+    /// (`Found::reopen`), refusing the run otherwise. Only for tools that bind by path and
+    /// whose mounts the init cannot prepare (docker's daemon, a runtime without root): it
+    /// narrows the race with another program sharing the workspace to the tool's own
+    /// set-up, it does not close it.
+    CheckFound(Vec<crate::confine::found::Found>),
+    /// Moves the tool's process into a mount namespace of its own (private: nothing reaches
+    /// the host) and there binds each of protect_git's objects onto `staging/N` (N its index
+    /// in `binds`): each opened again below its writable root and checked to be the same
+    /// object (`Found::reopen`), then bound from that descriptor. `staging` is a directory
+    /// the init makes in the run directory, where no other program can swap anything, and
+    /// the tool binds from there (`OciMounts::git_sources`): a path in the workspace swapped
+    /// for a symlink by another program sharing it cannot redirect the source any more. A
+    /// changed object refuses the run before the tool starts.
+    BindFoundPrivately {
+        binds: Vec<GitBind>,
+        staging: PathBuf,
+    },
     /// Opens what protect_git found again below its writable root, checks each is the same
     /// object (`Found::reopen`), and places them from `first` on, inheritable, for the
     /// tool to bind from (bwrap's `--bind-fd`/`--ro-bind-fd`); a changed one refuses the run.
-    /// Checks, just before the tool is executed, that what protect_git found is still there
-    /// (`Found::reopen`), refusing the run otherwise. For tools that bind by path (the OCI
-    /// runtimes, podman): it narrows the race with another program sharing the workspace to
-    /// the tool's own set-up, it does not close it.
-    CheckFound(Vec<crate::confine::found::Found>),
     FoundFds {
         found: Vec<crate::confine::found::Found>,
         first: i32,
@@ -160,6 +173,15 @@ impl WrapSpec {
             _ => None,
         })
     }
+}
+
+/// One of protect_git's binds made by the init for the tool ([`WrapStep::BindFoundPrivately`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GitBind {
+    pub found: crate::confine::found::Found,
+    /// Git metadata (read-only), or a directory holding a nested repository (pinned: as
+    /// writable as the path holding it, only its name is held).
+    pub read_only: bool,
 }
 
 /// A host file covered, read-only, by an empty file the init wrote in the run directory: crun

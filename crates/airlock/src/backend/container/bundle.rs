@@ -60,6 +60,7 @@ impl Bundle {
                 workdir: ctx.workdir.to_path_buf(),
                 git_read_only: ctx.git_read_only.to_vec(),
                 git_pinned: ctx.git_pinned.to_vec(),
+                git_sources: Vec::new(),
                 workdir_tmpfs: ctx.sandbox_owns_workdir(),
                 workdir_read_only: policy.filesystem.workdir_read_only,
                 tmp_bytes: limits.disk.0,

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::bundle::{identity_bind_list, seccomp_file, Bundle};
 use super::engine::{self, engine_argv, nproc_limit, Engine, EngineCgroups, EngineInput};
-use super::{bundle_steps, container_id, container_layers};
+use super::{bundle_steps, container_id, container_layers, GitBinds};
 use crate::backend::PlanContext;
 use crate::error::Error;
 use crate::layer::Layer;
@@ -24,6 +24,8 @@ pub(super) fn plan(ctx: &PlanContext, docker: &Path) -> Result<WrapSpec, Error> 
     }
     let bundle = Bundle::new(ctx);
     let mut oci = bundle.oci_input(ctx);
+    // The daemon mounts in its own namespace, where the init cannot bind anything.
+    let git = GitBinds::of(ctx, &mut oci.mounts, None);
     oci.resources.pids = Some(ctx.policy.limits.processes);
     let mut files = bundle.skeleton_files(&oci);
     let seccomp = bundle.dir.join("seccomp.json");
@@ -53,6 +55,6 @@ pub(super) fn plan(ctx: &PlanContext, docker: &Path) -> Result<WrapSpec, Error> 
         layers,
         notes: vec!["container: docker runs the container outside airlock's cgroup: memory, CPU and OOM are enforced by the engine but not accounted in the result".into()],
         details: Vec::new(),
-        steps: bundle_steps(files, ctx.git_found),
+        steps: bundle_steps(files, git),
     })
 }

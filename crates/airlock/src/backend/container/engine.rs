@@ -197,11 +197,15 @@ fn mount_flags(input: &EngineInput) -> Vec<String> {
     binds.extend(m.read_only.iter().map(|p| (p.clone(), p.clone(), false)));
     binds.extend(m.read_write.iter().map(|p| (p.clone(), p.clone(), true)));
     binds.push((m.workdir.clone(), m.workdir.clone(), !m.workdir_read_only));
-    binds.extend(m.git_pinned.iter().map(|p| (p.clone(), p.clone(), true)));
+    binds.extend(
+        m.git_pinned
+            .iter()
+            .map(|p| (m.git_source(p), p.clone(), true)),
+    );
     binds.extend(
         m.git_read_only
             .iter()
-            .map(|p| (p.clone(), p.clone(), false)),
+            .map(|p| (m.git_source(p), p.clone(), false)),
     );
     // Parents before children, so a nested path is not hidden by a later mount of its parent.
     binds.sort_by_key(|(_, dst, _)| dst.components().count());

@@ -19,8 +19,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::confine::found::Found;
-
 mod bundle;
 mod crun_hybrid;
 mod docker;
@@ -35,12 +33,13 @@ pub use crun_hybrid::hide_files_with_unshare;
 pub use runtime::{report_all as container_runtimes, RuntimeReport};
 
 use super::oci::HostIds;
+use super::oci::OciMounts;
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
 use crate::policy::Policy;
 use crate::rundir::RunFile;
-use crate::spec::{Confinement, WrapStep};
+use crate::spec::{Confinement, GitBind, WrapStep};
 use runtime::RuntimeKind;
 
 /// The fewest processes runc and podman start a container with: Go programs whose own threads
@@ -189,20 +188,72 @@ fn container_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
 
 /// The steps every tool driven with an OCI bundle (or an engine's equivalent) shares: write
 /// its files, keep root for the rootful set-up (the tool runs the program unprivileged), let
-/// the tool apply the program's rlimits, and no_new_privs. The tools bind protect_git's
-/// directories by path, so what the walk found is checked again just before the tool starts
-/// (see `WrapStep::CheckFound` for what that leaves open).
-pub(crate) fn bundle_steps(files: Vec<RunFile>, found: &[Found]) -> Vec<WrapStep> {
+/// the tool apply the program's rlimits, and no_new_privs; then protect_git's binds (see
+/// [`GitBinds`]).
+pub(crate) fn bundle_steps(files: Vec<RunFile>, git: GitBinds) -> Vec<WrapStep> {
     let mut steps: Vec<WrapStep> = files.into_iter().map(WrapStep::WriteFile).collect();
     steps.extend([
         WrapStep::KeepRoot,
         WrapStep::RlimitsByTool,
         WrapStep::NoNewPrivs,
     ]);
-    if !found.is_empty() {
-        steps.push(WrapStep::CheckFound(found.to_vec()));
-    }
+    steps.extend(git.step);
     steps
+}
+
+/// How protect_git's binds reach a tool that binds by path. Given the workspace's paths,
+/// the tool would open each source by path after the walk: another program sharing the
+/// workspace could swap a directory on the way for a symlink meanwhile and have a host
+/// directory bound into the sandbox. So where the tool runs in the init's mount namespace
+/// with root (runc, crun, podman, runsc), the init binds each object from a checked
+/// descriptor onto a staging path of the run directory, in a private mount namespace of the
+/// tool's ([`WrapStep::BindFoundPrivately`]), and the tool binds from there. Only where it
+/// cannot (docker's daemon mounts in its own namespace; a runtime without root may not
+/// mount) the tool binds by path and what was found is checked just before it starts
+/// ([`WrapStep::CheckFound`], which narrows the race but does not close it).
+pub(crate) struct GitBinds {
+    step: Option<WrapStep>,
+}
+
+impl GitBinds {
+    /// The binds for this run: staged by the init in `staging` when given (and the tool's
+    /// mounts then take their sources from there), else checked just before the tool starts.
+    pub(crate) fn of(
+        ctx: &PlanContext,
+        mounts: &mut OciMounts,
+        staging: Option<PathBuf>,
+    ) -> GitBinds {
+        if ctx.git_found.is_empty() {
+            return GitBinds { step: None };
+        }
+        let Some(staging) = staging else {
+            return GitBinds {
+                step: Some(WrapStep::CheckFound(ctx.git_found.to_vec())),
+            };
+        };
+        let binds: Vec<GitBind> = ctx
+            .git_found
+            .iter()
+            .map(|found| GitBind {
+                found: found.clone(),
+                read_only: ctx.git_read_only.contains(&found.path),
+            })
+            .collect();
+        mounts.git_sources = binds
+            .iter()
+            .enumerate()
+            .map(|(n, bind)| (bind.found.path.clone(), staging.join(n.to_string())))
+            .collect();
+        GitBinds {
+            step: Some(WrapStep::BindFoundPrivately { binds, staging }),
+        }
+    }
+}
+
+/// Where the init stages protect_git's objects for a tool (see [`GitBinds`]): in the
+/// bundle's directory, unless the init runs without root and may not mount.
+pub(crate) fn git_staging(bundle: &Bundle, rootless: bool) -> Option<PathBuf> {
+    (!rootless).then(|| bundle.dir.join("git"))
 }
 
 /// A gated run under a tool that keeps root: the init makes the network namespace (owned by
@@ -293,4 +344,98 @@ pub(crate) fn cgroups_path(ctx: &PlanContext) -> Option<String> {
         request.config.parent.trim_matches('/'),
         request.run_id
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::confine::found::Found;
+
+    fn found(path: &str) -> Found {
+        Found {
+            path: path.into(),
+            root: "/ws".into(),
+            dev: 1,
+            ino: 2,
+        }
+    }
+
+    fn ctx<'a>(
+        policy: &'a Policy,
+        read_only: &'a [PathBuf],
+        pinned: &'a [PathBuf],
+        found: &'a [Found],
+    ) -> PlanContext<'a> {
+        PlanContext {
+            policy,
+            workdir: Path::new("/ws"),
+            run_dir: Path::new("/run/airlock/r1"),
+            tool_cache: None,
+            fresh_workdir: false,
+            keep: false,
+            tty: false,
+            run_id: "r1",
+            argv: &[],
+            env: &[],
+            cgroup: None,
+            scratch: None,
+            egress: None,
+            unix_sockets: &[],
+            git_read_only: read_only,
+            git_pinned: pinned,
+            git_found: found,
+        }
+    }
+
+    fn mounts(read_only: &[PathBuf], pinned: &[PathBuf]) -> OciMounts {
+        OciMounts {
+            git_read_only: read_only.to_vec(),
+            git_pinned: pinned.to_vec(),
+            ..OciMounts::default()
+        }
+    }
+
+    #[test]
+    fn the_tool_binds_what_was_found_from_where_the_init_staged_it() {
+        let policy = crate::policy::builtin("untrusted").expect("built-in profile");
+        let read_only = vec![PathBuf::from("/ws/nest/lib/.git")];
+        let pinned = vec![PathBuf::from("/ws/nest"), PathBuf::from("/ws/nest/lib")];
+        let listed: Vec<Found> = read_only
+            .iter()
+            .chain(&pinned)
+            .map(|p| found(p.to_str().unwrap()))
+            .collect();
+        let ctx = ctx(&policy, &read_only, &pinned, &listed);
+        let mut tool = mounts(&read_only, &pinned);
+        let git = GitBinds::of(&ctx, &mut tool, Some("/run/r1/git".into()));
+        let Some(WrapStep::BindFoundPrivately { binds, staging }) = git.step else {
+            panic!("nothing staged by the init");
+        };
+        assert_eq!(staging, Path::new("/run/r1/git"));
+        let flags: Vec<bool> = binds.iter().map(|b| b.read_only).collect();
+        assert_eq!(flags, [true, false, false]);
+        assert_eq!(
+            tool.git_source(Path::new("/ws/nest/lib/.git")),
+            Path::new("/run/r1/git/0")
+        );
+        assert_eq!(
+            tool.git_source(Path::new("/ws/nest/lib")),
+            Path::new("/run/r1/git/2")
+        );
+    }
+
+    #[test]
+    fn a_tool_the_init_cannot_prepare_binds_by_path_after_a_last_check() {
+        let policy = crate::policy::builtin("untrusted").expect("built-in profile");
+        let read_only = vec![PathBuf::from("/ws/.git")];
+        let listed = vec![found("/ws/.git")];
+        let ctx = ctx(&policy, &read_only, &[], &listed);
+        let mut tool = mounts(&read_only, &[]);
+        let git = GitBinds::of(&ctx, &mut tool, None);
+        assert_eq!(
+            tool.git_source(Path::new("/ws/.git")),
+            Path::new("/ws/.git")
+        );
+        assert_eq!(git.step, Some(WrapStep::CheckFound(listed)));
+    }
 }

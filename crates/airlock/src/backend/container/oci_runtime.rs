@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use super::bundle::Bundle;
 use super::crun_hybrid::{crun_host, crun_hybrid_workaround, CrunHost, HybridWorkaround};
 use super::{
-    bundle_steps, container_id, container_layers, gate_for_rootful_tool, rootless,
-    runtime_cgroup_dirs, with_gate_layer, OciRuntime, CONTAINER_ROOT,
+    bundle_steps, container_id, container_layers, gate_for_rootful_tool, git_staging, rootless,
+    runtime_cgroup_dirs, with_gate_layer, GitBinds, OciRuntime, CONTAINER_ROOT,
 };
 use crate::backend::oci::{HostIds, OciInput, OciResources, OciSeccomp};
 use crate::backend::PlanContext;
@@ -29,7 +29,8 @@ pub(super) fn plan(
     };
     let gate = gate_for_rootful_tool(ctx, "container", run.name(), run.rootless)?;
     let bundle = Bundle::new(ctx);
-    let (input, cgroup_dirs) = run.input(ctx, &bundle);
+    let (mut input, cgroup_dirs) = run.input(ctx, &bundle);
+    let git = GitBinds::of(ctx, &mut input.mounts, git_staging(&bundle, run.rootless));
     let mut files = bundle.skeleton_files(&input);
     files.push(bundle.config_file(&input));
     // crun manages no cgroup when the run's own (or none at all) must hold the container.
@@ -43,7 +44,7 @@ pub(super) fn plan(
         true => vec![rootless::ROOTLESS_NOTE.into()],
         false => Vec::new(),
     };
-    let mut steps = bundle_steps(files, ctx.git_found);
+    let mut steps = bundle_steps(files, git);
     steps.extend(gate);
     steps.extend(hybrid.hidden_files.into_iter().map(WrapStep::HideFile));
     steps.push(WrapStep::CheckStarted(StartEvidence {

@@ -7,7 +7,7 @@ use super::crun_hybrid::{crun_host, crun_hybrid_workaround, CrunHost, HybridWork
 use super::engine::{engine_argv, nproc_limit, Engine, EngineCgroups, EngineInput, PodmanStorage};
 use super::{
     bundle_steps, cgroups_path, container_id, container_layers, find_binary, gate_for_rootful_tool,
-    runtime_cgroup_dirs, with_gate_layer, CONTAINER_ROOT,
+    git_staging, runtime_cgroup_dirs, with_gate_layer, GitBinds, CONTAINER_ROOT,
 };
 use crate::backend::PlanContext;
 use crate::error::Error;
@@ -24,9 +24,11 @@ use crate::spec::{StartEvidence, WrapSpec, WrapStep};
 /// cgroup too, but a run killed before podman cleans up leaves that empty directory (and so
 /// the run's) behind, since its id is podman's random one.
 pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> Result<WrapSpec, Error> {
-    let gate = gate_for_rootful_tool(ctx, "container", "podman", super::rootless::is_rootless())?;
+    let rootless = super::rootless::is_rootless();
+    let gate = gate_for_rootful_tool(ctx, "container", "podman", rootless)?;
     let bundle = Bundle::new(ctx);
     let mut oci = bundle.oci_input(ctx);
+    let git = GitBinds::of(ctx, &mut oci.mounts, git_staging(&bundle, rootless));
     let capped = bind_scratch_mounts(ctx, &mut oci.mounts) && ctx.sandbox_owns_workdir();
     oci.resources.pids = Some(ctx.policy.limits.processes);
     oci.user_namespace = Some(CONTAINER_ROOT);
@@ -78,7 +80,7 @@ pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> Result<WrapSpec, Error> 
     if let Some(runtime) = &oci_runtime {
         details.push(format!("container: podman drives {}", runtime.display()));
     }
-    let mut steps = bundle_steps(files, ctx.git_found);
+    let mut steps = bundle_steps(files, git);
     steps.extend(gate);
     steps.extend(hybrid.hidden_files.into_iter().map(WrapStep::HideFile));
     if own_cgroup {

@@ -45,13 +45,56 @@ pub(super) fn bind_found(
     access: BindAccess,
 ) -> Result<(), RootfsError> {
     let dest = mount_point(new_root, found)?;
+    clone_onto(&source, &dest, found, access)
+}
+
+/// For a tool that binds by path (the OCI runtimes, podman, runsc), in the tool's own
+/// private mount namespace: binds what protect_git found onto `mount_point` (made here, a
+/// directory or an empty file like the object), from the descriptor checked to be that
+/// object, read-only (git metadata) or writable (a pinned directory), never setuid or device
+/// nodes. `mount_point` must lie where no other program can write.
+pub fn bind_found_at(
+    found: &Found,
+    read_only: bool,
+    mount_point: &Path,
+) -> Result<(), RootfsError> {
+    let fd = found.reopen().map_err(|e| changed(&found.path, e))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| changed(&found.path, e))?;
+    let made = match rustix::fs::FileType::from_raw_mode(stat.st_mode) {
+        rustix::fs::FileType::Directory => rustix::fs::mkdir(mount_point, Mode::from(0o700)),
+        _ => rustix::fs::open(
+            mount_point,
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::from(0o600),
+        )
+        .map(drop),
+    };
+    made.map_err(|e| io_error("create", mount_point, e.into()))?;
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dest = rustix::fs::open(mount_point, flags, Mode::empty())
+        .map_err(|e| io_error("open", mount_point, e.into()))?;
+    let access = BindAccess {
+        writable: !read_only,
+        exec: true,
+        devices: false,
+    };
+    clone_onto(&fd, &dest, found, access)
+}
+
+/// A recursive bind of `source` onto `dest` (both descriptors) with `access`'s flags.
+fn clone_onto(
+    source: &OwnedFd,
+    dest: &OwnedFd,
+    found: &Found,
+    access: BindAccess,
+) -> Result<(), RootfsError> {
     let bind_error = |e: io::Error| RootfsError::Bind {
         src: found.path.clone(),
         dst: found.path.clone(),
         source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
     };
     let tree = open_tree(
-        &source,
+        source,
         "",
         OpenTreeFlags::OPEN_TREE_CLONE
             | OpenTreeFlags::OPEN_TREE_CLOEXEC

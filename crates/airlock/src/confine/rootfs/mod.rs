@@ -19,6 +19,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use by_fd::bind_found_at;
 pub use plan::{plan_operations, plan_prepared_root, plan_prepared_run, MountOp, ProcProtection};
 pub use scratch::{
     cover_with_empty_file, enter_private_mount_namespace, enter_private_runtime, mount_scratch,

@@ -18,6 +18,7 @@ fn oci() -> OciInput {
             workdir: "/run/airlock/r1/work".into(),
             git_read_only: Vec::new(),
             git_pinned: Vec::new(),
+            git_sources: Vec::new(),
             workdir_tmpfs: false,
             workdir_read_only: false,
             tmp_bytes: 1 << 20,
