@@ -32,8 +32,7 @@ pub(crate) use bundle::{bind_scratch_mounts, rlimits, Bundle};
 pub use crun_hybrid::hide_files_with_unshare;
 pub use runtime::{report_all as container_runtimes, RuntimeReport};
 
-use super::oci::HostIds;
-use super::oci::OciMounts;
+use super::oci::{HostIds, OciMounts};
 use super::{tier0_layers, Backend, PlanContext, Probe};
 use crate::error::Error;
 use crate::layer::{IsolationLevel, Layer};
