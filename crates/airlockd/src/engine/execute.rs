@@ -13,6 +13,7 @@ use airlock::{RunEvent, RunResult, Sandbox};
 use serde_json::json;
 
 use super::events::EventBody;
+use super::warm::{CodeWork, StartPath};
 use super::{Engine, Job, LiveRun, OwnedWorkspace, Step, Work};
 use crate::resolve::Resolved;
 use crate::store::{now_ms, AuditEntry, Ending};
@@ -28,6 +29,9 @@ pub struct CommandWork {
     pub workspace: Option<OwnedWorkspace>,
     /// A session's workspace, shared with the session's other runs.
     pub shared_workdir: Option<PathBuf>,
+    /// The code and its interpreter, for a code run whose code is an argument (a zygote
+    /// of that interpreter may run it).
+    pub code: Option<CodeWork>,
 }
 
 /// A worker job: inputs uploaded to `uploads`, staged into a fresh job workspace.
@@ -166,34 +170,58 @@ fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Comma
         // repository must stay usable from one run to the next (clone, then commit).
         policy.filesystem.protect_git = airlock::policy::GitProtection::Off;
     }
-    let outcome = stream_run(live, &policy, resolved, &work.argv, &work.env, work.stdin);
+    // Warm start only for a run whose sandbox would hold nothing of the host's (no files, no
+    // session workspace): its policy is then the one a prepared sandbox was made for.
+    let warm = (work.workspace.is_none() && work.shared_workdir.is_none()).then_some(&engine.warm);
+    let zygote = warm.zip(work.code.as_ref()).and_then(|(warm, code)| {
+        let zygote = warm.zygote_for(&code.language, &policy, &resolved.options)?;
+        super::warm::run_on_zygote(live, &zygote, code, &work.env, work.stdin.as_deref())
+    });
+    if let Some(streamed) = zygote {
+        return recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
+    }
+    let pool = warm.and_then(|warm| warm.pool_for(&policy, &resolved.options));
+    let sandbox = Sandbox::with_options(policy, resolved.options.clone());
+    let outcome = sandbox.and_then(|sandbox| {
+        let program = work.argv.first().cloned().unwrap_or_default();
+        let command = match &pool {
+            Some(pool) => pool.command(program),
+            None => sandbox.command(program),
+        };
+        stream_run(live, command, &work.argv, &work.env, work.stdin)
+    });
     drop(work.workspace);
-    ending_of(engine, outcome, None)
+    let start = outcome
+        .as_ref()
+        .map_or(StartPath::Cold, |s| StartPath::of_run(&s.result));
+    recorded(ending_of(engine, outcome, None), start)
+}
+
+fn recorded(mut ending: Ending, start: StartPath) -> Ending {
+    start.record(&mut ending);
+    ending
 }
 
 /// What streaming a run gave back.
-struct Streamed {
-    result: RunResult,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
+pub(super) struct Streamed {
+    pub result: RunResult,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
 }
 
 /// Starts the program with streamed output, relays every event into the run's log, and
 /// waits for the result.
 fn stream_run(
     live: &LiveRun,
-    policy: &airlock::Policy,
-    resolved: &Resolved,
+    command: airlock::Command,
     argv: &[String],
     env: &[(String, String)],
     stdin: Option<Vec<u8>>,
 ) -> Result<Streamed, airlock::Error> {
-    let sandbox = Sandbox::with_options(policy.clone(), resolved.options.clone())?;
-    let (program, args) = argv
-        .split_first()
-        .ok_or_else(|| airlock::Error::Command("the command is empty".into()))?;
-    let mut command = sandbox
-        .command(program.clone())
+    let Some((_, args)) = argv.split_first() else {
+        return Err(airlock::Error::Command("the command is empty".into()));
+    };
+    let mut command = command
         .args(args.iter().cloned())
         .stream_output()
         .cancel_on(&live.cancel);
