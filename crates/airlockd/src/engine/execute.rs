@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use airlock::call::{CallOptions, ToolPolicy, ToolSpec};
 use airlock::pool::{PoolError, Ticket};
+use airlock::warm::WarmPool;
 use airlock::worker::run::{self, WorkerJob, WorkerRunError, WorkerUpdate};
 use airlock::worker::{IngestLimits, InputFile, WorkerEvent};
 use airlock::{RunEvent, RunResult, Sandbox};
@@ -170,26 +171,20 @@ fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Comma
         // repository must stay usable from one run to the next (clone, then commit).
         policy.filesystem.protect_git = airlock::policy::GitProtection::Off;
     }
-    // Warm start only for a run whose sandbox would hold nothing of the host's (no files, no
-    // session workspace): its policy is then the one a prepared sandbox was made for.
-    let warm = (work.workspace.is_none() && work.shared_workdir.is_none()).then_some(&engine.warm);
-    let zygote = warm.zip(work.code.as_ref()).and_then(|(warm, code)| {
-        let zygote = warm.zygote_for(&code.language, &policy, &resolved.options)?;
-        super::warm::run_on_zygote(live, &zygote, code, &work.env, work.stdin.as_deref())
-    });
-    if let Some(streamed) = zygote {
+    let warm = engine.warm.for_run(&work);
+    if let Some(streamed) = warm.and_then(|w| w.run_on_zygote(live, &policy, resolved, &work)) {
         return recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
     }
-    let pool = warm.and_then(|warm| warm.pool_for(&policy, &resolved.options));
-    let sandbox = Sandbox::with_options(policy, resolved.options.clone());
-    let outcome = sandbox.and_then(|sandbox| {
-        let program = work.argv.first().cloned().unwrap_or_default();
-        let command = match &pool {
-            Some(pool) => pool.command(program),
-            None => sandbox.command(program),
-        };
-        stream_run(live, command, &work.argv, &work.env, work.stdin)
-    });
+    let pool = warm.and_then(|w| w.pool_for(&policy, &resolved.options));
+    let outcome = stream_run(
+        live,
+        &policy,
+        resolved,
+        pool.as_deref(),
+        &work.argv,
+        &work.env,
+        work.stdin,
+    );
     drop(work.workspace);
     let start = outcome
         .as_ref()
@@ -211,15 +206,23 @@ pub(super) struct Streamed {
 
 /// Starts the program with streamed output, relays every event into the run's log, and
 /// waits for the result.
+/// On one of `pool`'s prepared sandboxes when given (cold when none is ready).
 fn stream_run(
     live: &LiveRun,
-    command: airlock::Command,
+    policy: &airlock::Policy,
+    resolved: &Resolved,
+    pool: Option<&WarmPool>,
     argv: &[String],
     env: &[(String, String)],
     stdin: Option<Vec<u8>>,
 ) -> Result<Streamed, airlock::Error> {
-    let Some((_, args)) = argv.split_first() else {
-        return Err(airlock::Error::Command("the command is empty".into()));
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| airlock::Error::Command("the command is empty".into()))?;
+    let command = match pool {
+        Some(pool) => pool.command(program.clone()),
+        None => Sandbox::with_options(policy.clone(), resolved.options.clone())?
+            .command(program.clone()),
     };
     let mut command = command
         .args(args.iter().cloned())

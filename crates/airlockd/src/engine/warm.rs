@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::events::EventBody;
-use super::execute::Streamed;
+use super::execute::{CommandWork, Streamed};
 use super::LiveRun;
 use crate::auth::Principal;
 use crate::config::{WarmProfile, WarmSection};
@@ -89,14 +89,18 @@ pub struct CodeWork {
     pub args: Vec<String>,
 }
 
-/// What a run is matched on: its resolved policy and sandbox options, exactly.
+/// What a run is matched on: its resolved policy (the library's equality: the same rules and
+/// limits) and its sandbox options, exactly.
 #[derive(Debug, Clone, PartialEq)]
-struct Fingerprint(serde_json::Value, String);
+struct Fingerprint(Policy, String);
 
 impl Fingerprint {
-    fn of(policy: &Policy, options: &SandboxOptions) -> Option<Fingerprint> {
-        let policy = serde_json::to_value(policy).ok()?;
-        Some(Fingerprint(policy, format!("{options:?}")))
+    fn of(policy: &Policy, options: &SandboxOptions) -> Fingerprint {
+        Fingerprint(policy.clone(), format!("{options:?}"))
+    }
+
+    fn matches(&self, policy: &Policy, options: &SandboxOptions) -> bool {
+        self.0 == *policy && self.1 == format!("{options:?}")
     }
 }
 
@@ -248,26 +252,51 @@ impl WarmStarts {
         list.push(item);
     }
 
+    /// Warm start for `work`, if it may have one: a run whose sandbox holds nothing of the
+    /// host's (no files sent, no session workspace), so that its policy is the one a prepared
+    /// sandbox or zygote was made for.
+    pub(super) fn for_run(&self, work: &CommandWork) -> Option<&WarmStarts> {
+        (work.workspace.is_none() && work.shared_workdir.is_none()).then_some(self)
+    }
+
+    /// Runs `work`'s code on the zygote of its interpreter made for `policy`, if there is one
+    /// and it takes the run (see [`run_on_zygote`]).
+    pub(super) fn run_on_zygote(
+        &self,
+        live: &LiveRun,
+        policy: &Policy,
+        resolved: &Resolved,
+        work: &CommandWork,
+    ) -> Option<Streamed> {
+        let code = work.code.as_ref()?;
+        let zygote = self.zygote_for(&code.language, policy, &resolved.options)?;
+        run_on_zygote(live, &zygote, code, &work.env, work.stdin.as_deref())
+    }
+
     /// The pool whose sandboxes are exactly what `policy` with `options` would set up.
-    pub fn pool_for(&self, policy: &Policy, options: &SandboxOptions) -> Option<Arc<WarmPool>> {
-        let fingerprint = Fingerprint::of(policy, options)?;
+    pub(super) fn pool_for(
+        &self,
+        policy: &Policy,
+        options: &SandboxOptions,
+    ) -> Option<Arc<WarmPool>> {
         lock(&self.pools)
             .iter()
-            .find(|p| p.fingerprint == fingerprint)
+            .find(|p| p.fingerprint.matches(policy, options))
             .map(|p| Arc::clone(&p.pool))
     }
 
     /// The zygote of `language` made for exactly `policy` with `options`.
-    pub fn zygote_for(
+    fn zygote_for(
         &self,
         language: &str,
         policy: &Policy,
         options: &SandboxOptions,
     ) -> Option<Arc<Zygote>> {
-        let fingerprint = Fingerprint::of(policy, options)?;
         lock(&self.zygotes)
             .iter()
-            .find(|z| z.fingerprint == fingerprint && z.names.iter().any(|n| n == language))
+            .find(|z| {
+                z.fingerprint.matches(policy, options) && z.names.iter().any(|n| n == language)
+            })
             .map(|z| Arc::clone(&z.zygote))
     }
 
@@ -319,9 +348,7 @@ fn targets(
             else {
                 continue;
             };
-            let Some(fingerprint) = Fingerprint::of(&resolved.policy, &resolved.options) else {
-                continue;
-            };
+            let fingerprint = Fingerprint::of(&resolved.policy, &resolved.options);
             if !targets.iter().any(|t| t.fingerprint == fingerprint) {
                 targets.push(Target {
                     profile: profile.clone(),
@@ -358,7 +385,7 @@ fn zygotes_of(
 /// Runs `code` on `zygote` as the run's sandbox, relaying its events once it ended (a zygote
 /// run's output is collected, not streamed). `None` when the zygote could not take it (no
 /// child, a template gone): nothing of the code ran, and the run goes cold.
-pub(super) fn run_on_zygote(
+fn run_on_zygote(
     live: &LiveRun,
     zygote: &Zygote,
     code: &CodeWork,
