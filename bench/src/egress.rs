@@ -1,9 +1,10 @@
 //! The egress gate's costs, for `airlock-bench`: bulk throughput through the gate against a
-//! direct loopback connection, added latency per connection, and memory per idle gate. Direct
-//! and gated rounds are interleaved; each figure is the median of its rounds. Needs root (a
-//! sandbox thread makes its own network namespace, gone with its sockets); traffic stays on
-//! loopback. The start-up cost of a gated run is a row of the main table
-//! (`airlock-native-allowlist` against `airlock-native`).
+//! direct loopback connection in both directions (the sandbox uploading and downloading),
+//! added latency per connection, and memory per idle gate. Direct and gated rounds are
+//! interleaved; each figure is the median of its rounds. Needs root (a sandbox thread makes
+//! its own network namespace, gone with its sockets); traffic stays on loopback. The start-up
+//! cost of a gated run is a row of the main table (`airlock-native-allowlist` against
+//! `airlock-native`).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -38,26 +39,8 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
     let server = start_server();
     let port = server.port();
     let (gate, sandbox) = start_gate(port);
-    let (mut direct, mut gated) = (Vec::new(), Vec::new());
-    let (mut direct_cpu, mut gated_cpu) = (0.0, 0.0);
-    let mut host = [HostCpu::default(); 2];
-    let timed = |side, rates: &mut Vec<f64>, cpu: &mut f64, host: &mut HostCpu| {
-        let (before, host_before) = (cpu_seconds(), HostCpu::now());
-        rates.push(bulk(port, side));
-        *cpu += cpu_seconds() - before;
-        host.add(&HostCpu::now(), &host_before);
-    };
-    for _ in 0..rounds {
-        timed(Side::Direct, &mut direct, &mut direct_cpu, &mut host[0]);
-        timed(
-            Side::Sandbox(&sandbox),
-            &mut gated,
-            &mut gated_cpu,
-            &mut host[1],
-        );
-    }
-    let (direct_rate, gated_rate) = (median(direct), median(gated));
-    let gigabytes = (rounds as u64 * BULK_BYTES) as f64 / 1e9;
+    let upload = Bulk::measure(Direction::Upload, port, &sandbox, rounds);
+    let download = Bulk::measure(Direction::Download, port, &sandbox, rounds);
     let (mut direct, mut gated) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         direct.push(connection_latency(port, Side::Direct));
@@ -67,30 +50,9 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
     drop(sandbox);
     let report = gate.finish();
     let memory = idle_gate_memory(port);
-    let share = gated_rate / direct_rate;
-    Ok(vec![
-        verdict(
-            "egress: bulk throughput through the gate vs direct",
-            &format!("{:.2} GB/s vs {:.2} GB/s = {:.0} %", gated_rate / 1e9, direct_rate / 1e9, share * 100.0),
-            share >= MIN_SHARE_OF_DIRECT,
-            &format!(">= {:.0} %", MIN_SHARE_OF_DIRECT * 100.0),
-        ),
-        verdict(
-            "egress: bulk throughput through the gate",
-            &format!("{:.2} GB/s", gated_rate / 1e9),
-            gated_rate >= MIN_BYTES_PER_SECOND,
-            ">= 1 GB/s",
-        ),
-        format!(
-            "egress: CPU per GB moved (client, gate and server, all in the bench): direct {:.2} s, through the gate {:.2} s",
-            direct_cpu / gigabytes,
-            gated_cpu / gigabytes
-        ),
-        format!(
-            "egress: host CPU per GB (/proc/stat, every process on the host: user / sys / softirq s): direct {}, through the gate {}",
-            host[0].per(gigabytes),
-            host[1].per(gigabytes)
-        ),
+    let mut rows = upload.rows();
+    rows.extend(download.rows());
+    rows.extend([
         verdict(
             "egress: added latency per connection",
             &format!("{added_ms:.3} ms"),
@@ -110,7 +72,98 @@ pub fn measure(rounds: usize) -> Result<Vec<String>, String> {
             BULK_BYTES >> 20,
             LATENCY_CONNECTIONS
         ),
-    ])
+    ]);
+    Ok(rows)
+}
+
+/// Which way the bulk bytes flow: the sandbox sending (an upload) or receiving (a download,
+/// the common case of a package install). Kernel forwarding at send time could only speed
+/// up the first: in a download the sender is the remote host.
+#[derive(Clone, Copy)]
+enum Direction {
+    Upload,
+    Download,
+}
+
+impl Direction {
+    fn name(self) -> &'static str {
+        match self {
+            Direction::Upload => "upload",
+            Direction::Download => "download",
+        }
+    }
+}
+
+/// One direction's interleaved direct and gated rounds.
+struct Bulk {
+    direction: Direction,
+    direct_rate: f64,
+    gated_rate: f64,
+    /// Seconds of the bench's CPU per GB: direct, gated.
+    cpu_per_gb: [f64; 2],
+    host: [HostCpu; 2],
+    gigabytes: f64,
+}
+
+impl Bulk {
+    fn measure(direction: Direction, port: u16, sandbox: &Sandbox, rounds: usize) -> Bulk {
+        let (mut direct, mut gated) = (Vec::new(), Vec::new());
+        let mut cpu = [0.0; 2];
+        let mut host = [HostCpu::default(); 2];
+        for _ in 0..rounds {
+            for (side, rates, i) in [
+                (Side::Direct, &mut direct, 0),
+                (Side::Sandbox(sandbox), &mut gated, 1),
+            ] {
+                let (before, host_before) = (cpu_seconds(), HostCpu::now());
+                rates.push(bulk(port, side, direction));
+                cpu[i] += cpu_seconds() - before;
+                host[i].add(&HostCpu::now(), &host_before);
+            }
+        }
+        let gigabytes = (rounds as u64 * BULK_BYTES) as f64 / 1e9;
+        Bulk {
+            direction,
+            direct_rate: median(direct),
+            gated_rate: median(gated),
+            cpu_per_gb: cpu.map(|seconds| seconds / gigabytes),
+            host,
+            gigabytes,
+        }
+    }
+
+    fn rows(&self) -> Vec<String> {
+        let way = self.direction.name();
+        let share = self.gated_rate / self.direct_rate;
+        vec![
+            verdict(
+                &format!("egress: bulk {way} through the gate vs direct"),
+                &format!(
+                    "{:.2} GB/s vs {:.2} GB/s = {:.0} %",
+                    self.gated_rate / 1e9,
+                    self.direct_rate / 1e9,
+                    share * 100.0
+                ),
+                share >= MIN_SHARE_OF_DIRECT,
+                &format!(">= {:.0} %", MIN_SHARE_OF_DIRECT * 100.0),
+            ),
+            verdict(
+                &format!("egress: bulk {way} through the gate"),
+                &format!("{:.2} GB/s", self.gated_rate / 1e9),
+                self.gated_rate >= MIN_BYTES_PER_SECOND,
+                ">= 1 GB/s",
+            ),
+            format!(
+                "egress: {way} CPU per GB moved (client, gate and server, all in the bench): direct {:.2} s, through the gate {:.2} s",
+                self.cpu_per_gb[0], self.cpu_per_gb[1]
+            ),
+            format!(
+                "egress: {way} host CPU per GB (/proc/stat, every process on the host: user / sys / softirq s): direct {}, through the gate {}",
+                self.host[0].per(self.gigabytes),
+                self.host[1].per(self.gigabytes)
+            ),
+        ]
+    }
 }
 
 fn verdict(what: &str, figure: &str, met: bool, target: &str) -> String {
@@ -123,8 +176,8 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// A loopback server: a connection sending `u64` n gets n bytes read and one byte back; a
-/// connection sending nothing is closed after one echoed byte.
+/// A loopback server: a connection sending `u64` n gets n bytes read and one byte back, or,
+/// with DOWNLOAD_FLAG set in n, n bytes sent (n = 0 is the latency probe: one byte back).
 struct Server(u16);
 
 impl Server {
@@ -149,15 +202,40 @@ fn serve(mut stream: TcpStream) {
     if stream.read_exact(&mut header).is_err() {
         return;
     }
-    let mut left = u64::from_be_bytes(header);
-    let mut buffer = vec![0u8; 1 << 20];
+    let header = u64::from_be_bytes(header);
+    let mut buffer = vec![7u8; CHUNK];
+    if header & DOWNLOAD_FLAG != 0 {
+        let _ = send_bytes(&mut stream, header & !DOWNLOAD_FLAG, &buffer);
+        return;
+    }
+    if receive_bytes(&mut stream, header, &mut buffer).is_ok() {
+        let _ = stream.write_all(&[1]);
+    }
+}
+
+/// The header bit asking the server to send the bytes instead of receiving them.
+const DOWNLOAD_FLAG: u64 = 1 << 63;
+/// Bytes per read or write call on either end.
+const CHUNK: usize = 1 << 20;
+
+fn send_bytes(stream: &mut TcpStream, mut left: u64, chunk: &[u8]) -> std::io::Result<()> {
     while left > 0 {
-        match stream.read(&mut buffer[..(left.min(1 << 20)) as usize]) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => left -= n as u64,
+        let n = left.min(chunk.len() as u64) as usize;
+        stream.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+fn receive_bytes(stream: &mut TcpStream, mut left: u64, buffer: &mut [u8]) -> std::io::Result<()> {
+    while left > 0 {
+        let n = left.min(buffer.len() as u64) as usize;
+        match stream.read(&mut buffer[..n])? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => left -= n as u64,
         }
     }
-    let _ = stream.write_all(&[1]);
+    Ok(())
 }
 
 /// Where the client runs: the benchmark's own namespace, or the sandbox's.
@@ -236,18 +314,26 @@ fn gate_for_new_sandbox(port: u16, then: impl FnOnce() + Send + 'static) -> Runn
     Gate::start(policy, sockets, None).unwrap()
 }
 
-/// Bytes per second sending BULK_BYTES to the server.
-fn bulk(port: u16, side: Side<'_>) -> f64 {
+/// Bytes per second moving BULK_BYTES between the client and the server, `direction` seen
+/// from the client; timed until the last byte is known to have arrived.
+fn bulk(port: u16, side: Side<'_>, direction: Direction) -> f64 {
     run_on(side, move || {
         let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
-        let chunk = vec![7u8; 1 << 20];
+        let mut buffer = vec![7u8; CHUNK];
         let start = Instant::now();
-        stream.write_all(&BULK_BYTES.to_be_bytes()).unwrap();
-        for _ in 0..(BULK_BYTES >> 20) {
-            stream.write_all(&chunk).unwrap();
+        match direction {
+            Direction::Upload => {
+                stream.write_all(&BULK_BYTES.to_be_bytes()).unwrap();
+                send_bytes(&mut stream, BULK_BYTES, &buffer).unwrap();
+                stream.read_exact(&mut buffer[..1]).unwrap();
+            }
+            Direction::Download => {
+                stream
+                    .write_all(&(BULK_BYTES | DOWNLOAD_FLAG).to_be_bytes())
+                    .unwrap();
+                receive_bytes(&mut stream, BULK_BYTES, &mut buffer).unwrap();
+            }
         }
-        let mut done = [0u8; 1];
-        stream.read_exact(&mut done).unwrap();
         BULK_BYTES as f64 / start.elapsed().as_secs_f64()
     })
 }
