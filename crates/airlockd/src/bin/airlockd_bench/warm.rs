@@ -32,27 +32,24 @@ pub async fn compare(cold: &Daemon, runs: usize) -> anyhow::Result<()> {
     let mut paths: BTreeMap<String, usize> = BTreeMap::new();
     let true_run = json!({"command": ["/bin/true"], "wait": 60});
     let snippet = json!({"code": SNIPPET, "language": "python", "wait": 60});
+    let names = [
+        "daemon cold /bin/true",
+        "daemon warm /bin/true",
+        "library warm /bin/true",
+        "daemon cold snippet",
+        "daemon zygote snippet",
+    ];
     for i in 0..runs + 5 {
-        let timed = [
-            (
-                "daemon cold /bin/true",
-                timed(&mut to_cold, &true_run, "cold").await?,
-            ),
-            (
-                "daemon warm /bin/true",
-                timed(&mut to_warm, &true_run, "warm").await?,
-            ),
-            ("library warm /bin/true", library_warm(&pool).await?),
-            (
-                "daemon cold snippet",
-                timed(&mut to_cold, &snippet, "cold").await?,
-            ),
-            (
-                "daemon zygote snippet",
-                timed(&mut to_warm, &snippet, "zygote").await?,
-            ),
-        ];
-        for (name, (ms, path)) in timed {
+        // The order rotates: a pool replaces the sandbox a run used while the next one runs.
+        for k in 0..names.len() {
+            let name = names[(i + k) % names.len()];
+            let (ms, path) = match name {
+                "daemon cold /bin/true" => timed(&mut to_cold, &true_run, "cold").await?,
+                "daemon warm /bin/true" => timed(&mut to_warm, &true_run, "warm").await?,
+                "library warm /bin/true" => library_warm(&pool).await?,
+                "daemon cold snippet" => timed(&mut to_cold, &snippet, "cold").await?,
+                _ => timed(&mut to_warm, &snippet, "zygote").await?,
+            };
             *paths.entry(format!("{name} -> {path}")).or_default() += 1;
             if i >= 5 {
                 samples.entry(name).or_default().push(ms);
