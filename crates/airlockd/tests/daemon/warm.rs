@@ -404,16 +404,7 @@ async fn killing_the_daemon_leaves_no_prepared_sandbox_or_zygote_behind() {
             .collect()
     });
     assert!(left.is_empty(), "processes outlived the daemon: {left:?}");
-    let runs_dir = daemon.runs_dir();
-    let dirs = settle(Duration::from_secs(30), || {
-        std::fs::read_dir(&runs_dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("run-"))
-            .map(|e| e.path())
-            .collect()
-    });
+    let dirs = settle(Duration::from_secs(30), || daemon.leftover_run_dirs());
     assert!(dirs.is_empty(), "run directories are left: {dirs:?}");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let root = daemon.dir.path().display().to_string();
