@@ -381,3 +381,111 @@ fn a_workspace_past_the_search_bound_is_refused_with_the_fix() {
     );
     assert_eq!(status(&result), "exited", "{result}");
 }
+
+/// Threat C through protect_git's own binds: another program sharing the workspace (a second
+/// run, a daemon session) swaps a directory the walk found for a symlink to a host directory
+/// between the walk and the bind. Bound by path, the bind would follow the link and show the
+/// host's directory inside the sandbox (a pinned directory even writable). A racer swaps a
+/// repository's `.git` and a directory pinned for a nested repository, back and forth, while
+/// runs start; each run looks for the bait; the host judges from what each run printed.
+/// Native and bwrap bind from descriptors; the OCI runtimes and podman still bind by path
+/// (checked again just before the tool starts, which narrows the race but does not close
+/// it: runc showed the bait in 1 of 25 such runs), so they are not in this test yet.
+#[test]
+fn a_directory_swapped_for_a_symlink_between_walk_and_bind_never_shows_the_host() {
+    if !is_root() {
+        return skip("the swap targets a root-owned host directory");
+    }
+    for backend in BACKENDS
+        .iter()
+        .filter(|b| ["native", "bwrap"].contains(&b.name))
+    {
+        if !usable(backend, None) {
+            continue;
+        }
+        let leaks = race_runs(backend);
+        assert_eq!(
+            leaks,
+            Vec::<String>::new(),
+            "{}: host bait seen",
+            backend.name
+        );
+    }
+}
+
+/// Up to `RACE_RUNS` runs (and `RACE_SECONDS`) with the racer going; the outputs that held
+/// the bait.
+fn race_runs(backend: &Backend) -> Vec<String> {
+    const RACE_RUNS: usize = 60;
+    const RACE_SECONDS: u64 = 60;
+    let workspace = workspace_dir();
+    let bait = workspace_dir();
+    let secret = format!("host-secret-{}", std::process::id());
+    std::fs::write(bait.path().join("bait"), &secret).unwrap();
+    std::fs::create_dir_all(bait.path().join("lib/.git")).unwrap();
+    let ws = workspace.path().to_path_buf();
+    std::fs::create_dir_all(ws.join("repo/.git")).unwrap();
+    std::fs::create_dir_all(ws.join("nest/lib/.git")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let racer = {
+        let (ws, bait, stop) = (ws.clone(), bait.path().to_path_buf(), stop.clone());
+        std::thread::spawn(move || race(&ws, &bait, &stop))
+    };
+    let started = std::time::Instant::now();
+    let mut leaks = Vec::new();
+    let (mut runs, mut refused) = (0, 0);
+    let workdir = ws.to_str().unwrap();
+    while runs < RACE_RUNS && started.elapsed().as_secs() < RACE_SECONDS {
+        let mut flags = backend.flags.to_vec();
+        flags.extend(["--workdir", workdir]);
+        let result = run_json(
+            &flags,
+            &[
+                "/bin/sh",
+                "-c",
+                "cat repo/.git/bait nest/bait 2>/dev/null; true",
+            ],
+        );
+        runs += 1;
+        if status(&result) != "exited" {
+            refused += 1;
+            eprintln!("refused: {}", result["error"]);
+        }
+        if result.to_string().contains(&secret) {
+            leaks.push(result.to_string());
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = racer.join().unwrap();
+    eprintln!(
+        "{}: {runs} runs against {swaps} swaps, {refused} refused, {} saw the host's bait",
+        backend.name,
+        leaks.len()
+    );
+    leaks
+}
+
+/// Swaps `repo/.git` and `nest` for symlinks to `bait` and back until told to stop (at most
+/// 200,000 times); returns the number of swaps.
+fn race(ws: &Path, bait: &Path, stop: &std::sync::atomic::AtomicBool) -> usize {
+    let pairs = [
+        (ws.join("repo/.git"), ws.join("repo/.git-real")),
+        (ws.join("nest"), ws.join("nest-real")),
+    ];
+    let mut swaps = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && swaps < 200_000 {
+        for (path, aside) in &pairs {
+            let _ = std::fs::rename(path, aside);
+            let _ = std::os::unix::fs::symlink(bait, path);
+        }
+        std::thread::sleep(std::time::Duration::from_micros(1_000));
+        for (path, aside) in &pairs {
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::rename(aside, path);
+        }
+        // Mostly in place, so that runs get through the walk and race with the bind.
+        std::thread::sleep(std::time::Duration::from_micros(4_000));
+        swaps += 1;
+    }
+    swaps
+}

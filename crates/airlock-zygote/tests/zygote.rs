@@ -389,38 +389,20 @@ fn ready_children_are_each_their_own_and_end_with_the_zygote() {
             format!("{round}\n")
         );
     }
-    // The keeper forks the next children; each joins its cgroup once the template forked it.
+    // The keeper forks the next children; each joins its cgroup and creates its namespaces
+    // once the template forked it. Other tests of this process fork their own children
+    // meanwhile: the property holds for theirs too.
+    let template = zygote.stats().template_pid.expect("a template runs");
+    let template_net = std::fs::read_link(format!("/proc/{template}/ns/net")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while occupied_cgroups(std::process::id()) < 3 && Instant::now() < deadline {
+    let mut namespaces = ready_namespaces(std::process::id(), &template_net);
+    while namespaces.len() < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
-    }
-    // Other tests of this process fork their own children meanwhile: the property holds
-    // for theirs too.
-    let cgroups = run_cgroups(std::process::id());
-    let mut namespaces = std::collections::BTreeMap::new();
-    for dir in &cgroups {
-        let procs = std::fs::read_to_string(format!("{dir}/cgroup.procs")).unwrap_or_default();
-        let nets: std::collections::BTreeSet<String> = procs
-            .lines()
-            .filter_map(|pid| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok())
-            .map(|ns| ns.display().to_string())
-            .collect();
-        assert!(
-            nets.len() <= 1,
-            "one cgroup holds several runs: {dir} {nets:?}"
-        );
-        if let Some(net) = nets.into_iter().next() {
-            let base = dir.rsplit('/').next().unwrap().to_string();
-            let other = namespaces.insert(net.clone(), base.clone());
-            assert!(
-                other.as_ref().is_none_or(|o| *o == base),
-                "{net} in {other:?} and {base}"
-            );
-        }
+        namespaces = ready_namespaces(std::process::id(), &template_net);
     }
     assert!(
-        !namespaces.is_empty(),
-        "no ready children found: {cgroups:?}"
+        namespaces.len() >= 3,
+        "not three ready children, each in a network namespace of its own: {namespaces:?}"
     );
     let ours: Vec<String> = namespaces.into_values().collect();
     zygote.shutdown();
@@ -432,15 +414,35 @@ fn ready_children_are_each_their_own_and_end_with_the_zygote() {
     assert!(stale.is_empty(), "cgroups left: {stale:?}");
 }
 
-/// How many of `owner`'s run cgroups (in the pids hierarchy) hold a process.
-fn occupied_cgroups(owner: u32) -> usize {
-    run_cgroups(owner)
-        .iter()
-        .filter(|dir| dir.contains("/pids/"))
-        .filter(|dir| {
-            std::fs::read_to_string(format!("{dir}/cgroup.procs")).is_ok_and(|p| !p.is_empty())
-        })
-        .count()
+/// The network namespaces of `owner`'s run children that have made their own (not the
+/// template's), each with its cgroup's name; asserts that no cgroup holds two namespaces and
+/// no namespace is in two cgroups.
+fn ready_namespaces(
+    owner: u32,
+    template_net: &std::path::Path,
+) -> std::collections::BTreeMap<std::path::PathBuf, String> {
+    let mut namespaces = std::collections::BTreeMap::new();
+    for dir in run_cgroups(owner) {
+        let procs = std::fs::read_to_string(format!("{dir}/cgroup.procs")).unwrap_or_default();
+        let nets: std::collections::BTreeSet<std::path::PathBuf> = procs
+            .lines()
+            .filter_map(|pid| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok())
+            .filter(|net| net != template_net)
+            .collect();
+        assert!(
+            nets.len() <= 1,
+            "one cgroup holds several runs: {dir} {nets:?}"
+        );
+        if let Some(net) = nets.into_iter().next() {
+            let base = dir.rsplit('/').next().unwrap().to_string();
+            let other = namespaces.insert(net.clone(), base.clone());
+            assert!(
+                other.as_ref().is_none_or(|o| *o == base),
+                "{net:?} in {other:?} and {base}"
+            );
+        }
+    }
+    namespaces
 }
 
 /// The cgroups of the runs of `owner` (named `run-<owner>-*`), in every hierarchy.

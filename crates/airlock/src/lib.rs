@@ -91,6 +91,8 @@ pub use error::{
     Error, ErrorKind, FailureKind, PolicyError, SetupError, SetupErrorKind, SetupStep,
 };
 pub use layer::{IsolationLevel, Layer};
+#[cfg(target_os = "linux")]
+pub use linux::beneath;
 pub use macos::seatbelt;
 pub use network::{DecisionRecord, GateEvent, NetworkReport};
 pub use plan::Plan;

@@ -148,6 +148,7 @@ fn standard_plan(base: &Path) -> RootfsPlan {
     RootfsPlan {
         git_read_only: Vec::new(),
         git_pinned: Vec::new(),
+        git_found: Vec::new(),
         protect_git: false,
         system_ro: default_system_ro(),
         etc_files: default_etc_files(),

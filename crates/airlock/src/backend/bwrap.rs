@@ -28,6 +28,7 @@ pub const SECCOMP_FDS: [i32; 2] = crate::spec::fds::BWRAP_SECCOMP_FDS;
 /// The descriptor bwrap writes its JSON status to, so that a bwrap that fails before the
 /// program starts is reported as a setup failure, not as the program exiting 1.
 pub const STATUS_FD: i32 = crate::spec::fds::BWRAP_STATUS_FD;
+const GIT_FDS_FIRST: i32 = crate::spec::fds::BWRAP_GIT_FDS_FIRST;
 
 /// Where bwrap is looked for before `PATH`.
 const BWRAP_CANDIDATES: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
@@ -204,6 +205,12 @@ impl Backend for BwrapBackend {
             fds: SECCOMP_FDS.to_vec(),
         });
         steps.push(WrapStep::StatusFd(STATUS_FD));
+        if !ctx.git_found.is_empty() {
+            steps.push(WrapStep::FoundFds {
+                found: ctx.git_found.to_vec(),
+                first: GIT_FDS_FIRST,
+            });
+        }
         Ok(Confinement::Wrapped(WrapSpec {
             wrapper_argv: bwrap_args(ctx, install, &layout),
             layers,
@@ -268,12 +275,13 @@ pub fn bwrap_args(ctx: &PlanContext, install: &BwrapInstall, layout: &HostLayout
     } else {
         args.paths("--bind", ctx.workdir, ctx.workdir);
     }
-    // After every writable bind, so each lands on top of the path holding it.
+    // After every writable bind, so each lands on top of the path holding it; from the
+    // descriptor of what the walk found (see `WrapStep::FoundFds`), never by path.
     for path in ctx.git_pinned {
-        args.paths("--bind", path, path);
+        args.git_bind(ctx, "--bind", path);
     }
     for path in ctx.git_read_only {
-        args.paths("--ro-bind", path, path);
+        args.git_bind(ctx, "--ro-bind", path);
     }
     args.path("--chdir", ctx.workdir);
     for fd in SECCOMP_FDS {
@@ -297,6 +305,18 @@ impl Args {
                 self.flags(["--size", &size.to_string()]);
                 self.path("--tmpfs", inside);
             }
+        }
+    }
+
+    /// `{bind}-fd N path` when the walk found `path` (its descriptor's number), else by path.
+    fn git_bind(&mut self, ctx: &PlanContext, bind: &str, path: &Path) {
+        match ctx.git_found.iter().position(|f| f.path == path) {
+            Some(index) => {
+                let fd = GIT_FDS_FIRST + index as i32;
+                self.flags([&format!("{bind}-fd"), &fd.to_string()]);
+                self.0.push(path.display().to_string());
+            }
+            None => self.paths(bind, path, path),
         }
     }
 

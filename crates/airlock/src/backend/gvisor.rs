@@ -110,7 +110,7 @@ impl Backend for GvisorBackend {
         if ctx.egress.is_some() {
             notes.push(GATED_NOTE.into());
         }
-        let mut steps = bundle_steps(files);
+        let mut steps = bundle_steps(files, ctx.git_found);
         steps.extend(gate);
         steps.extend([WrapStep::NoCgroupPidsLimit, WrapStep::PresizeFdTable]);
         steps.push(WrapStep::CheckStarted(StartEvidence {

@@ -79,6 +79,10 @@ pub struct PlanContext<'a> {
     /// onto themselves as writable as the path holding them (before `git_read_only`), so
     /// that the program cannot rename them and plant a repository in their place.
     pub git_pinned: &'a [PathBuf],
+    /// Which object each of `git_read_only` and `git_pinned` was when found: a backend binds
+    /// that object (from a descriptor opened again below the writable root and checked),
+    /// never whatever the path names by the time it mounts.
+    pub git_found: &'a [crate::confine::found::Found],
 }
 
 /// [`Layer::GitReadOnly`] when the policy asks for it: a backend that binds

@@ -161,6 +161,7 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
         read_write: ctx.policy.filesystem.read_write.clone(),
         git_read_only: ctx.git_read_only.to_vec(),
         git_pinned: ctx.git_pinned.to_vec(),
+        git_found: ctx.git_found.to_vec(),
         protect_git: ctx.policy.filesystem.protect_git == GitProtection::ReadOnly,
         workdir,
         tmp: tmpfs,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod caps;
 pub mod cgroup;
+pub mod found;
 pub mod idmap;
 pub mod landlock;
 pub mod rootfs;

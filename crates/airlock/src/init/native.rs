@@ -247,7 +247,7 @@ fn reap_until(program: Pid, spec: &InitSpec, native: &NativeSpec) -> Setup<Infal
             Ok(status) if status.pid() == Some(program) => {
                 let report = ExitReport {
                     children_usage: super::ChildrenUsage::now(),
-                    ..ExitReport::from_status(status, file_size_hit(spec, native))
+                    ..ExitReport::from_status(status, file_size_hit(spec, native, &status))
                 };
                 report.send(REPORT_FD);
                 sys::exit_now(0)
@@ -260,7 +260,11 @@ fn reap_until(program: Pid, spec: &InitSpec, native: &NativeSpec) -> Setup<Infal
 
 /// Whether a file in the writable areas reached the size limit: RLIMIT_FSIZE stops writes at
 /// exactly the limit, and interpreters that ignore SIGXFSZ leave only that evidence behind.
-pub(super) fn file_size_hit(spec: &InitSpec, native: &NativeSpec) -> bool {
+/// Only looked for when the program's end suggests it ([`super::may_have_hit_file_size`]).
+pub(super) fn file_size_hit(spec: &InitSpec, native: &NativeSpec, status: &WaitStatus) -> bool {
+    if !super::may_have_hit_file_size(status) {
+        return false;
+    }
     let mut dirs = vec![spec.workdir.clone(), "/tmp".into()];
     dirs.extend(native.rootfs.read_write.iter().cloned());
     super::any_file_at_least(&dirs, spec.limits.file_size_bytes)

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 
 use super::child::SetupMessage;
 use super::status::{decide_status, decode_tool_signal, Evidence};
-use super::{any_file_at_least, fork_child, send_event, ExitReport, PreparedRun};
+use super::{fork_child, send_event, ExitReport, PreparedRun};
 use super::{Setup, Step};
 use crate::error::SetupError;
 use crate::layer::Layer;
@@ -497,16 +497,7 @@ impl<'a> Watch<'a> {
                 return report;
             }
         }
-        let hit = match self.spec.confinement {
-            Confinement::Native(_) => false,
-            Confinement::Tier0 | Confinement::Wrapped(_) => any_file_at_least(
-                &[
-                    self.spec.workdir.clone(),
-                    crate::rundir::tmp_dir(&self.spec.run_dir),
-                ],
-                self.spec.limits.file_size_bytes,
-            ),
-        };
+        let hit = super::file_size_hit_outside(self.spec, self.main.as_ref());
         let report = self
             .main
             .map(|status| ExitReport::from_status(status, hit))

@@ -98,6 +98,12 @@ pub(super) fn exec(
                 filters.extend(made);
             }
             WrapStep::StatusFd(target) => placed.extend(tool_status.map(|fd| (fd, *target))),
+            WrapStep::CheckFound(found) => drop(reopen_found(found)?),
+            WrapStep::FoundFds { found, first } => {
+                let opened = reopen_found(found)?;
+                placed.extend((*first..).zip(&opened).map(|(n, fd)| (fd.as_raw_fd(), n)));
+                filters.extend(opened);
+            }
             _ => {}
         }
     }
@@ -131,6 +137,26 @@ pub(super) fn exec(
         }
         Ok((Path::new(tool).to_path_buf(), argv.clone()))
     })
+}
+
+/// What protect_git found, opened again and checked to be the same objects.
+fn reopen_found(found: &[crate::confine::found::Found]) -> Setup<Vec<OwnedFd>> {
+    found
+        .iter()
+        .map(|one| {
+            one.reopen().map_err(|e| {
+                SetupError::at(
+                    Step::Wrapper,
+                    crate::confine::rootfs::RootfsError::Changed {
+                        path: one.path.clone(),
+                        source: e.into(),
+                    }
+                    .to_string(),
+                )
+                .of_kind(Kind::MountFailed)
+            })
+        })
+        .collect()
 }
 
 /// The network namespace the tool will inherit, configured for the egress gate, whose

@@ -141,7 +141,10 @@ pub(crate) fn reap_and_report(program: Pid, spec: &InitSpec, native: &NativeSpec
         if let Some(status) = reap_ended(program) {
             let report = ExitReport {
                 children_usage: super::ChildrenUsage::now(),
-                ..ExitReport::from_status(status, super::native::file_size_hit(spec, native))
+                ..ExitReport::from_status(
+                    status,
+                    super::native::file_size_hit(spec, native, &status),
+                )
             };
             send_exit(report);
             sys::exit_now(0);

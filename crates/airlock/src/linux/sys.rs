@@ -376,11 +376,19 @@ pub fn place_fds_inheritable(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
 /// Puts each source at its target with `dup3(flags)`, moving every source above the targets
 /// first so that one placement never overwrites a later source.
 fn move_fds(pairs: &[(RawFd, RawFd)], flags: libc::c_int) -> io::Result<()> {
+    // Above every target, so that no placement lands on a copy not yet placed.
+    let above = pairs
+        .iter()
+        .map(|(_, target)| *target)
+        .max()
+        .unwrap_or(2)
+        .max(63)
+        + 1;
     let mut moved = Vec::with_capacity(pairs.len());
     for (source, _) in pairs {
         // SAFETY: fcntl(F_DUPFD_CLOEXEC) only duplicates a descriptor.
         moved.push(check(unsafe {
-            libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 64)
+            libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, above)
         })?);
     }
     for (moved_fd, (_, target)) in moved.iter().zip(pairs) {
@@ -403,6 +411,11 @@ struct MountAttr {
 }
 
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+/// `MOUNT_ATTR_RDONLY`, `_NOSUID`, `_NODEV` and `_NOEXEC` (linux/mount.h).
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 /// Makes the detached mount tree `tree` (from `open_tree(OPEN_TREE_CLONE)`) an idmapped
 /// mount: its files' owners are shown through `userns`'s id maps, and ids written through it
@@ -412,24 +425,48 @@ pub fn set_mount_idmap(
     userns: std::os::fd::BorrowedFd,
     recursive: bool,
 ) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_IDMAP,
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
     };
+    mount_setattr(tree, &attr, recursive)
+}
+
+/// Adds the `MOUNT_ATTR_*` flags in `flags` to the mount `tree` (and, `recursive`, to every
+/// mount below it). Flags are only added, never cleared: what a user namespace locked on the
+/// source stays, as a bind remount would have to repeat it.
+pub fn add_mount_flags(
+    tree: std::os::fd::BorrowedFd,
+    flags: u64,
+    recursive: bool,
+) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: flags,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    mount_setattr(tree, &attr, recursive)
+}
+
+fn mount_setattr(
+    tree: std::os::fd::BorrowedFd,
+    attr: &MountAttr,
+    recursive: bool,
+) -> io::Result<()> {
     let flags = libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 };
-    // SAFETY: both descriptors are borrowed for the call, the path is a static empty C
-    // string (AT_EMPTY_PATH acts on `tree` itself), and `attr` is a live `struct mount_attr`
-    // whose size is passed with it; the kernel reads it and writes nothing back.
+    // SAFETY: the descriptor is borrowed for the call, the path is a static empty C string
+    // (AT_EMPTY_PATH acts on `tree` itself), and `attr` is a live `struct mount_attr` whose
+    // size is passed with it; the kernel reads it and writes nothing back.
     let result = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
             tree.as_raw_fd(),
             c"".as_ptr(),
             flags,
-            &attr as *const MountAttr,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };

@@ -55,6 +55,9 @@ pub const ZYGOTE_CONTROL_FD: RawFd = 3;
 pub const BWRAP_SECCOMP_FDS: [RawFd; 2] = [10, 11];
 /// Where bwrap writes its JSON status (`--json-status-fd`).
 pub const BWRAP_STATUS_FD: RawFd = 12;
+/// The first of the descriptors bwrap binds protect_git's directories from
+/// (`--bind-fd`/`--ro-bind-fd`), one per directory, consecutive.
+pub const BWRAP_GIT_FDS_FIRST: RawFd = 13;
 /// The descriptor held open before a threaded tool starts (runsc), so that its descriptor
 /// table is sized once instead of growing (each growth waits for an RCU grace period).
 pub const PRESIZED_FD: RawFd = 1023;
@@ -86,7 +89,7 @@ mod tests {
         assert!(distinct_and_above_stdio(&IN_CHILD));
         let mut in_tool = IN_CHILD.to_vec();
         in_tool.extend(BWRAP_SECCOMP_FDS);
-        in_tool.extend([BWRAP_STATUS_FD, PRESIZED_FD]);
+        in_tool.extend([BWRAP_STATUS_FD, BWRAP_GIT_FDS_FIRST, PRESIZED_FD]);
         assert!(distinct_and_above_stdio(&in_tool));
     }
 

@@ -73,6 +73,18 @@ pub enum WrapStep {
     /// without an `exit-code` document means the tool failed before the program ran, which
     /// the init reports as a setup failure instead of the program's exit.
     StatusFd(i32),
+    /// Opens what protect_git found again below its writable root, checks each is the same
+    /// object (`Found::reopen`), and places them from `first` on, inheritable, for the
+    /// tool to bind from (bwrap's `--bind-fd`/`--ro-bind-fd`); a changed one refuses the run.
+    /// Checks, just before the tool is executed, that what protect_git found is still there
+    /// (`Found::reopen`), refusing the run otherwise. For tools that bind by path (the OCI
+    /// runtimes, podman): it narrows the race with another program sharing the workspace to
+    /// the tool's own set-up, it does not close it.
+    CheckFound(Vec<crate::confine::found::Found>),
+    FoundFds {
+        found: Vec<crate::confine::found::Found>,
+        first: i32,
+    },
     /// Makes the network namespace the tool inherits for the egress gate, configures it and
     /// sends the gate its sockets (see `InitSpec::egress`): the tool then keeps the current
     /// namespace (bwrap `--share-net`, no OCI network namespace, runsc and podman

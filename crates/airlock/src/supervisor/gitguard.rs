@@ -23,12 +23,16 @@
 //! new one out of git's way.
 
 use std::fs;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::prepare::Workdir;
+use crate::confine::found::Found;
 use crate::error::Error;
 use crate::layer::Layer;
+use crate::linux::beneath::{open_beneath, open_dir_path, Mounts};
 use crate::policy::{GitProtection, Policy};
 
 /// Directories below a writable path the walk looks into (the path itself is depth 0).
@@ -54,6 +58,9 @@ pub(super) struct GitMounts {
     /// The directories between a writable path and a nested git directory, bound onto
     /// themselves writable so that they cannot be renamed or removed; parents first.
     pub pinned: Vec<PathBuf>,
+    /// Which object each of the above is, opened below its writable root with no symlink
+    /// followed: the backends bind that object, never whatever the path names later.
+    pub found: Vec<Found>,
 }
 
 /// The mounts that protect the git metadata; none when the policy says `off`.
@@ -71,7 +78,40 @@ pub(super) fn protected_paths(policy: &Policy, workdir: &Workdir) -> Result<GitM
     }
     let read_only = parents_first(walk.markers.into_iter().chain(walk.targets).collect());
     let pinned = ancestors_below_roots(&read_only, &roots);
-    Ok(GitMounts { read_only, pinned })
+    let found = identify(read_only.iter().chain(&pinned), &roots)?;
+    Ok(GitMounts {
+        read_only,
+        pinned,
+        found,
+    })
+}
+
+/// Each path opened below the writable root that holds it, never through a symlink: another
+/// program sharing the workspace may have swapped a directory on the way since the walk.
+fn identify<'a>(
+    paths: impl Iterator<Item = &'a PathBuf>,
+    roots: &[PathBuf],
+) -> Result<Vec<Found>, Error> {
+    let mut opened: Vec<(&PathBuf, OwnedFd)> = Vec::new();
+    let mut found = Vec::new();
+    for path in paths {
+        let Some(root) = roots.iter().find(|root| path.starts_with(root)) else {
+            continue;
+        };
+        if !opened.iter().any(|(r, _)| *r == root) {
+            let fd = open_root(root).map_err(|e| unprotectable(root, format!("{e}")))?;
+            opened.push((root, fd));
+        }
+        let root_fd = &opened.iter().find(|(r, _)| *r == root).expect("opened").1;
+        let (one, _) = Found::open(root_fd, root, path).map_err(|e| {
+            unprotectable(
+                path,
+                format!("it changed while it was searched (a symlink on its way?): {e}"),
+            )
+        })?;
+        found.push(one);
+    }
+    Ok(found)
 }
 
 /// Every directory strictly between a root and a protected path, parents first.
@@ -134,18 +174,38 @@ impl Walk {
         Ok(walk)
     }
 
+    /// Reads each directory through a descriptor opened below the root with no symlink
+    /// followed (a directory swapped for a link meanwhile refuses the run), and tells kinds
+    /// apart by the listing's `d_type`: no `stat` per entry, no path built for a file.
     fn directory_tree(&mut self, root: &Path) -> Result<(), Error> {
-        if !root.is_dir() {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let Ok(root_fd) = rustix::fs::open(root, flags, Mode::empty()) else {
             return Ok(());
-        }
+        };
         let mut pending = vec![(root.to_path_buf(), 0usize)];
         while let Some((dir, depth)) = pending.pop() {
+            let relative = dir.strip_prefix(root).unwrap_or(Path::new(""));
+            let fd = open_beneath(
+                &root_fd,
+                relative,
+                OFlags::RDONLY | OFlags::DIRECTORY,
+                Mounts::Cross,
+            )
+            .map_err(|e| {
+                unprotectable(
+                    &dir,
+                    format!("it changed while it was searched (a symlink on its way?): {e}"),
+                )
+            })?;
+            let listing = self.read_dir(&dir, &fd)?;
             // git takes such a directory for a repository when it works in it.
-            if is_bare_repository(&dir) {
+            if listing.bare_shaped && is_bare_repository(&dir) {
                 self.markers.push(dir);
                 continue;
             }
-            for (path, kind) in self.read_dir(&dir)? {
+            for (name, kind) in listing.children {
+                let path = dir.join(name);
                 match kind {
                     Kind::Git(git) => self.protect(&path, git),
                     Kind::Dir if depth + 1 > MAX_DEPTH => {
@@ -154,37 +214,44 @@ impl Walk {
                         )));
                     }
                     Kind::Dir => pending.push((path, depth + 1)),
-                    Kind::Other => {}
                 }
             }
         }
         Ok(())
     }
 
-    fn read_dir(&mut self, dir: &Path) -> Result<Vec<(PathBuf, Kind)>, Error> {
-        let listing = fs::read_dir(dir).map_err(|e| unprotectable(dir, format!("{e}")))?;
-        let mut children = Vec::new();
-        for entry in listing {
-            let entry = entry.map_err(|e| unprotectable(dir, format!("{e}")))?;
+    /// The `.git` entries and subdirectories of `dir`, and whether it has the names of a bare
+    /// repository (checked by path then, following links as git does).
+    fn read_dir(&mut self, dir: &Path, fd: &OwnedFd) -> Result<Listing, Error> {
+        let failed = |e: rustix::io::Errno| unprotectable(dir, format!("{e}"));
+        let mut reader = rustix::fs::Dir::read_from(fd).map_err(failed)?;
+        let mut listing = Listing::default();
+        let mut bare_names = 0;
+        while let Some(entry) = reader.read() {
+            let entry = entry.map_err(failed)?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
             self.entries += 1;
             if self.entries > MAX_ENTRIES {
                 return Err(unprotectable(dir, format!(
                     "the writable paths hold more than {MAX_ENTRIES} entries, where the search for nested repositories stops"
                 )));
             }
-            let Ok(file_type) = entry.file_type() else {
-                continue;
+            bare_names += usize::from(matches!(name, b"HEAD" | b"objects" | b"refs"));
+            let kind = match entry.file_type() {
+                rustix::fs::FileType::Unknown => file_type_at(fd, entry.file_name()),
+                known => Some(known),
             };
-            let kind = match (entry.file_name() == ".git", file_type) {
-                (true, t) if t.is_dir() => Kind::Git(GitEntry::Dir),
-                (true, t) if t.is_file() => Kind::Git(GitEntry::File),
-                (true, _) => Kind::Git(GitEntry::Other),
-                (false, t) if t.is_dir() => Kind::Dir,
-                _ => Kind::Other,
-            };
-            children.push((entry.path(), kind));
+            if let Some(kind) = classify(name, kind) {
+                listing
+                    .children
+                    .push((std::ffi::OsStr::from_bytes(name).to_owned(), kind));
+            }
         }
-        Ok(children)
+        listing.bare_shaped = bare_names == 3;
+        Ok(listing)
     }
 
     fn protect(&mut self, path: &Path, git: GitEntry) {
@@ -240,7 +307,30 @@ fn is_bare_repository(dir: &Path) -> bool {
 enum Kind {
     Git(GitEntry),
     Dir,
-    Other,
+}
+
+#[derive(Default)]
+struct Listing {
+    children: Vec<(std::ffi::OsString, Kind)>,
+    bare_shaped: bool,
+}
+
+/// What the walk does with an entry: protect a `.git`, descend into a directory, or nothing.
+fn classify(name: &[u8], kind: Option<rustix::fs::FileType>) -> Option<Kind> {
+    use rustix::fs::FileType;
+    match (name == b".git", kind) {
+        (true, Some(FileType::Directory)) => Some(Kind::Git(GitEntry::Dir)),
+        (true, Some(FileType::RegularFile)) => Some(Kind::Git(GitEntry::File)),
+        (true, _) => Some(Kind::Git(GitEntry::Other)),
+        (false, Some(FileType::Directory)) => Some(Kind::Dir),
+        _ => None,
+    }
+}
+
+/// For a file system whose listing leaves the type out: `fstatat` without following.
+fn file_type_at(dir: &OwnedFd, name: &std::ffi::CStr) -> Option<rustix::fs::FileType> {
+    let stat = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    Some(rustix::fs::FileType::from_raw_mode(stat.st_mode))
 }
 
 #[derive(Clone, Copy)]
@@ -306,7 +396,6 @@ impl PlantWatch {
     /// and could swap a directory on the way for a link to the host's files, which would make
     /// a plain `rename` move a `.git` or `HEAD` that is not the workspace's.
     fn rename_beneath(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
         let escaped = || std::io::Error::other("not below a writable path");
         let root = self
             .roots
@@ -321,15 +410,7 @@ impl PlantWatch {
         let (Some(old), Some(new)) = (from.file_name(), to.file_name()) else {
             return Err(escaped());
         };
-        // The root is the caller's own choice of path; only what lies below it is not.
-        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let root_fd = rustix::fs::open(root, flags, Mode::empty())?;
-        let beneath =
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        let parent = match parent.as_os_str().is_empty() {
-            true => root_fd,
-            false => rustix::fs::openat2(&root_fd, parent, flags, Mode::empty(), beneath)?,
-        };
+        let parent = open_dir_path(&open_root(root)?, parent, Mounts::Cross)?;
         rustix::fs::renameat(&parent, old, &parent, new)?;
         Ok(())
     }
@@ -359,6 +440,14 @@ impl PlantWatch {
             ),
         }
     }
+}
+
+/// A writable root, as an `O_PATH` descriptor to resolve below. The root is the caller's own
+/// choice of path; only what lies below it is not.
+fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok(rustix::fs::open(root, flags, Mode::empty())?)
 }
 
 /// What the plan and the result say about the protection.

@@ -180,6 +180,7 @@ impl Placement {
             unix_sockets: &network.unix_sockets,
             git_read_only: &self.git.read_only,
             git_pinned: &self.git.pinned,
+            git_found: &self.git.found,
         }
     }
 }

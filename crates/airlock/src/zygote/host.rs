@@ -244,10 +244,10 @@ impl Zygote {
         }
     }
 
-    /// Removes a finished run's cgroup off the caller's path.
-    pub(super) fn tear_down(&self, cgroup: RunCgroup) {
+    /// Removes a finished run's cgroup and replaces its child, off the caller's path.
+    pub(super) fn finished(&self, cgroup: Option<RunCgroup>) {
         if let Some(pool) = &self.children {
-            pool.tear_down(cgroup);
+            pool.finished(cgroup);
         }
     }
 

@@ -134,19 +134,29 @@ impl ReadyPool {
         }
     }
 
-    /// A child for one run: a ready one, else one forked now.
+    /// A child for one run: a ready one, else one forked now. The replacement is made when
+    /// the run has ended (`finished`), so that making it does not take the CPU from the run,
+    /// unless this took the last ready child.
     pub fn take(&self) -> Result<ReadyChild, Error> {
-        let pooled = lock(&self.ready).pop_front();
-        self.send(Job::Refill);
+        let (pooled, left) = {
+            let mut ready = lock(&self.ready);
+            (ready.pop_front(), ready.len())
+        };
+        if left == 0 {
+            self.send(Job::Refill);
+        }
         match pooled {
             Some(ready) => Ok(ready),
             None => self.maker.make(),
         }
     }
 
-    /// Removes a finished run's cgroup off the caller's path.
-    pub fn tear_down(&self, cgroup: RunCgroup) {
-        self.send(Job::TearDown(cgroup));
+    /// A run has ended: its cgroup is removed and the pool refilled, off the caller's path.
+    pub fn finished(&self, cgroup: Option<RunCgroup>) {
+        if let Some(cgroup) = cgroup {
+            self.send(Job::TearDown(cgroup));
+        }
+        self.send(Job::Refill);
     }
 
     fn send(&self, job: Job) {

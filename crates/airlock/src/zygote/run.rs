@@ -84,9 +84,7 @@ pub(super) fn run(zygote: &Zygote, run: &ZygoteRun) -> Result<RunResult, Error> 
         result.warnings.extend(warning);
         result
     });
-    if let Some(cgroup) = cgroup {
-        zygote.tear_down(cgroup);
-    }
+    zygote.finished(cgroup);
     outcome
 }
 

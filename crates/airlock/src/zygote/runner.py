@@ -13,8 +13,9 @@ def run(code, args, env):
 
 
 def reseed():
-    # os.fork reseeds random's global generator (an at-fork hook); this also covers a
-    # template whose preloads hold generators of their own.
+    # The program was forked ahead of its request (os.fork reseeded random's global
+    # generator then, an at-fork hook); this reseeds at the request, from the kernel, and
+    # also covers a template whose preloads hold generators of their own.
     for name in ("random", "numpy.random"):
         module = sys.modules.get(name)
         if module is not None:

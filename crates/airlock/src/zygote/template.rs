@@ -5,11 +5,12 @@
 //!
 //! A run's processes: the template forks the child (through the interpreter, so that its
 //! own after-fork work runs: `os.fork` resets its locks and reseeds `random`); the child
-//! reads its request, joins the run's cgroup and creates fresh namespaces (`init::zygote`),
-//! then forks PID 1, which applies every confinement step of a cold PID 1 and forks the
-//! program; the program runs the code in the interpreter it inherited.
+//! joins the run's cgroup and creates fresh namespaces (`init::zygote`), then forks PID 1,
+//! which applies every confinement step of a cold PID 1 and forks the program — all ahead
+//! of the run. PID 1 then reads the run's request and hands it to the program, which
+//! reseeds its generators and runs the code in the interpreter it inherited.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -117,18 +118,49 @@ impl Template {
         if let Err(e) = confine::confine(spec, native, &mut layers) {
             confine::fail(e);
         }
-        // Confined ahead of its run, the child waits here for the request (an end-of-file
-        // means the host no longer wants it, and ends the child).
-        let request = read_request().unwrap_or_else(|e| confine::fail(e));
+        // The program is forked ahead too, so its fork is off the run's path: confined, it
+        // and PID 1 wait here for the request. PID 1 reads it from the report socket (an
+        // end-of-file means the host no longer wants the child, and ends it) and hands it
+        // on through a pipe; the program reseeds its generators when it has it (the runner).
+        let (request_in, request_out) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .unwrap_or_else(|e| confine::fail(forking("the request's pipe", e.into())));
         match interpreter.fork() {
-            Ok(Forked::Parent(program)) => confine::reap_and_report(program, spec, native),
-            Ok(Forked::Child) => {}
+            Ok(Forked::Parent(program)) => {
+                drop(request_in);
+                forward_request(request_out);
+                confine::reap_and_report(program, spec, native)
+            }
+            Ok(Forked::Child) => drop(request_out),
             Err(e) => confine::fail(forking("the program", e)),
         }
         let _ = nix::unistd::close(SETUP_FD);
+        let Some(request) = receive_request(request_in) else {
+            sys::exit_now(126) // PID 1 ended (and with it this namespace) without a request
+        };
         let status = interpreter.run(&request.code, &request.args, &request.env);
         sys::exit_now(status)
     }
+}
+
+/// PID 1: the request from the report socket, checked and written whole to the program's
+/// pipe. A host that closed the socket ends the child (PID 1's exit ends the program too).
+fn forward_request(to_program: OwnedFd) {
+    let body = read_request().unwrap_or_else(|e| confine::fail(e));
+    if let Err(e) = serde_json::from_slice::<RunRequest>(&body) {
+        confine::fail(SetupError::at(
+            Step::Spec,
+            format!("cannot read the run's request: {e}"),
+        ));
+    }
+    // A program that died waiting leaves the pipe closed: PID 1 then reports its exit.
+    let _ = std::fs::File::from(to_program).write_all(&body);
+}
+
+/// The program: the request PID 1 forwarded, read to its end.
+fn receive_request(from_pid1: OwnedFd) -> Option<RunRequest> {
+    let mut body = Vec::new();
+    std::fs::File::from(from_pid1).read_to_end(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
 }
 
 fn forking(what: &str, e: std::io::Error) -> SetupError {
@@ -151,9 +183,9 @@ fn place_child_fds(fds: Vec<OwnedFd>) -> std::io::Result<Vec<OwnedFd>> {
         .collect()
 }
 
-/// The request the host wrote on the report socket: an 8-byte little-endian length, then
-/// JSON.
-fn read_request() -> Result<RunRequest, SetupError> {
+/// The request the host wrote on the report socket (an 8-byte little-endian length, then
+/// JSON): the JSON's bytes.
+fn read_request() -> Result<Vec<u8>, SetupError> {
     let failed = |e: &dyn std::fmt::Display| {
         SetupError::at(Step::Spec, format!("cannot read the run's request: {e}"))
     };
@@ -164,7 +196,7 @@ fn read_request() -> Result<RunRequest, SetupError> {
     socket.read_exact(&mut size).map_err(|e| failed(&e))?;
     let mut body = vec![0u8; u64::from_le_bytes(size).min(wire::MAX_REQUEST) as usize];
     socket.read_exact(&mut body).map_err(|e| failed(&e))?;
-    serde_json::from_slice(&body).map_err(|e| failed(&e))
+    Ok(body)
 }
 
 struct Borrowed(std::os::fd::BorrowedFd<'static>);

@@ -3,6 +3,7 @@
 
 mod dashboard;
 pub mod extract;
+mod files;
 mod jobs;
 pub(crate) mod prepare;
 mod proxy;
@@ -164,7 +165,8 @@ async fn count_requests(
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let method = request.method().to_string();
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    add_daemon_timing(&mut response, started);
     let labels = HttpLabels {
         route: route.clone(),
         method,
@@ -178,6 +180,25 @@ async fn count_requests(
         .observe(started.elapsed().as_secs_f64());
     response
 }
+
+/// Adds `daemon;dur=<ms>` (the request's time in the router, from the request's headers to
+/// its response) to an answer that reports the library's share in `Server-Timing`, so a client
+/// can tell the daemon's own work from HTTP on the socket and from the sandbox.
+fn add_daemon_timing(response: &mut Response, started: Instant) {
+    let Some(sandbox) = response.headers().get(SERVER_TIMING) else {
+        return;
+    };
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let value = format!(
+        "{}, daemon;dur={ms:.3}",
+        sandbox.to_str().unwrap_or_default()
+    );
+    if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+        response.headers_mut().insert(SERVER_TIMING, value);
+    }
+}
+
+const SERVER_TIMING: &str = "server-timing";
 
 /// For tests and tools: the document as a value.
 pub fn openapi_value() -> serde_json::Value {

@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::Json;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery, Caller};
+use super::files::{FileRead, Place};
 use super::prepare;
 use super::proxy::{forward, Forwardable};
 use super::stream::{self, Format, Source};
@@ -18,7 +19,7 @@ use crate::auth::Principal;
 use crate::daemon::Daemon;
 use crate::error::{ApiError, ErrorBody};
 use crate::store::{RunFilter, RunRow};
-use crate::workspace::{EntryKind, SafePath, Workspace};
+use crate::workspace::Workspace;
 
 /// Starts a run.
 #[utoipa::path(
@@ -244,13 +245,8 @@ pub async fn events(
         (status = 404, description = "No such run, or it has no outputs", body = ErrorBody),
     )
 )]
-pub async fn outputs_root(
-    state: State<Arc<Daemon>>,
-    caller: Caller,
-    request: Forwardable,
-    ApiPath(id): ApiPath<String>,
-) -> Result<Response, ApiError> {
-    outputs_at(state, caller, request, id, String::new()).await
+pub async fn outputs_root(read: FileRead) -> Result<Response, ApiError> {
+    outputs(read).await
 }
 
 /// A file (or directory listing) of a worker's outputs.
@@ -263,62 +259,20 @@ pub async fn outputs_root(
         (status = 404, description = "No such run or file", body = ErrorBody),
     )
 )]
-pub async fn outputs_file(
-    state: State<Arc<Daemon>>,
-    caller: Caller,
-    request: Forwardable,
-    ApiPath((id, path)): ApiPath<(String, String)>,
-) -> Result<Response, ApiError> {
-    outputs_at(state, caller, request, id, path).await
+pub async fn outputs_file(read: FileRead) -> Result<Response, ApiError> {
+    outputs(read).await
 }
 
-async fn outputs_at(
-    State(daemon): State<Arc<Daemon>>,
-    Caller(caller): Caller,
-    request: Forwardable,
-    id: String,
-    path: String,
-) -> Result<Response, ApiError> {
-    let row = visible_run(&daemon, &caller, &id).await?;
-    if row.node != daemon.node {
-        return forward(&daemon, &row.node, &request, Bytes::new()).await;
+/// A worker's outputs, from here or from the node that ran it.
+async fn outputs(read: FileRead) -> Result<Response, ApiError> {
+    let row = visible_run(&read.daemon, &read.caller, &read.id).await?;
+    if row.node != read.daemon.node {
+        return read.answer(Place::Elsewhere(row.node)).await;
     }
-    let dir = daemon.paths.outputs.join(&row.id);
+    let dir = read.daemon.paths.outputs.join(&row.id);
     if row.kind != "worker" || !dir.is_dir() {
-        return Err(ApiError::not_found("output directory of run", &id));
+        return Err(ApiError::not_found("output directory of run", &read.id));
     }
-    serve_path(&daemon, &Workspace::adopt(&dir, None, None), &path)
-}
-
-/// A file's bytes (at most `sessions.max_file_bytes`), or a JSON listing when `path` is a
-/// directory; read on this thread (the runtime lends it: `block_in_place`).
-pub fn serve_path(
-    daemon: &Daemon,
-    workspace: &Workspace,
-    path: &str,
-) -> Result<Response, ApiError> {
-    let max = daemon.config.sessions.max_file_bytes.0;
-    tokio::task::block_in_place(|| read_path(workspace, path, max))
-}
-
-fn read_path(workspace: &Workspace, path: &str, max: u64) -> Result<Response, ApiError> {
-    let safe = SafePath::parse(path).map_err(|e| prepare::file_error(&e))?;
-    let kind = workspace.kind(&safe).map_err(|e| prepare::file_error(&e))?;
-    if kind == EntryKind::Directory {
-        let entries = workspace.list(&safe).map_err(|e| prepare::file_error(&e))?;
-        return Ok(Json(Listing {
-            path: safe.display(),
-            entries,
-        })
-        .into_response());
-    }
-    let bytes = workspace
-        .read_file(&safe, max)
-        .map_err(|e| prepare::file_error(&e))?;
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/octet-stream")],
-        bytes,
-    )
-        .into_response())
+    read.answer(Place::Here(&Workspace::adopt(&dir, None, None)))
+        .await
 }

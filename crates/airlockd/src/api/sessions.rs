@@ -10,9 +10,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::extract::{ApiJson, ApiPath, Caller};
+use super::files::FileRead;
+pub(crate) use super::files::Place;
 use super::prepare::{self, new_id, sandbox_owner};
 use super::proxy::{forward, Forwardable};
-use super::runs::serve_path;
 use super::types::{Listing, RunRequest, RunView, SessionList, SessionRequest, SessionView};
 use crate::auth::Principal;
 use crate::daemon::Daemon;
@@ -193,16 +194,11 @@ async fn visible_session(
 }
 
 /// Where an active session lives: here, or on another node.
-pub(crate) enum Place {
-    Here(Arc<LiveSession>),
-    Elsewhere(String),
-}
-
 pub(crate) async fn active_session(
     daemon: &Daemon,
     caller: &Principal,
     id: &str,
-) -> Result<Place, ApiError> {
+) -> Result<Place<Arc<LiveSession>>, ApiError> {
     let row = visible_session(daemon, caller, id).await?;
     if row.status != "active" {
         return Err(ApiError::conflict(
@@ -283,13 +279,8 @@ pub async fn delete(
         (status = 404, description = "No such session visible to this key", body = ErrorBody),
     )
 )]
-pub async fn list_files(
-    state: State<Arc<Daemon>>,
-    caller: Caller,
-    request: Forwardable,
-    ApiPath(id): ApiPath<String>,
-) -> Result<Response, ApiError> {
-    read_at(state, caller, request, id, String::new()).await
+pub async fn list_files(read: FileRead) -> Result<Response, ApiError> {
+    read_at(read).await
 }
 
 /// Reads a file (bytes) or lists a directory (JSON) of the workspace.
@@ -305,27 +296,16 @@ pub async fn list_files(
         (status = 413, description = "Larger than the daemon's file limit", body = ErrorBody),
     )
 )]
-pub async fn read_file(
-    state: State<Arc<Daemon>>,
-    caller: Caller,
-    request: Forwardable,
-    ApiPath((id, path)): ApiPath<(String, String)>,
-) -> Result<Response, ApiError> {
-    read_at(state, caller, request, id, path).await
+pub async fn read_file(read: FileRead) -> Result<Response, ApiError> {
+    read_at(read).await
 }
 
-async fn read_at(
-    State(daemon): State<Arc<Daemon>>,
-    Caller(caller): Caller,
-    request: Forwardable,
-    id: String,
-    path: String,
-) -> Result<Response, ApiError> {
-    match active_session(&daemon, &caller, &id).await? {
-        Place::Elsewhere(node) => forward(&daemon, &node, &request, Bytes::new()).await,
+async fn read_at(read: FileRead) -> Result<Response, ApiError> {
+    match active_session(&read.daemon, &read.caller, &read.id).await? {
+        Place::Elsewhere(node) => read.answer(Place::Elsewhere(node)).await,
         Place::Here(session) => {
             session.touch();
-            serve_path(&daemon, &session.workspace, &path)
+            read.answer(Place::Here(&session.workspace)).await
         }
     }
 }

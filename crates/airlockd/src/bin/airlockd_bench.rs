@@ -8,13 +8,16 @@
 //! 3. Memory per idle session: the daemon's RSS (and the host's available memory, which
 //!    includes each session's tmpfs) before and after creating many sessions.
 //! 4. 1,000 runs queued at once are all drained, each with a terminal record.
-//! 5. Warm start (`--warm-runs`, first): `/bin/true` through a cold daemon, a daemon with
+//! 5. Warm start (`--only warm`, `--warm-runs`, first): `/bin/true` through a cold daemon, a daemon with
 //!    `[warm]` (prepared sandboxes) and a library `WarmPool`, and a Python snippet
 //!    (`import json, re`) cold and on the daemon's zygote, interleaved; then a burst larger
 //!    than the pool (runs that find no sandbox ready fall back to cold).
 //!
 //! Build both binaries first: `cargo build --release -p airlockd -p airlock-cli`, then run
 //! `target/release/airlockd-bench` (as root, as the daemon runs in production).
+//! `--only overhead` (repeatable) runs one part alone. The overhead part also prints where
+//! the time goes: a do-nothing request's round trip on the same connection (HTTP on the
+//! socket), and the run's time in the daemon's router beyond the library's (`Server-Timing`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -46,12 +49,23 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     queued_runs: usize,
     /// Runs per side for the warm start comparison (daemon cold, daemon warm, library warm,
-    /// zygote snippet); 0 skips it.
+    /// zygote snippet).
     #[arg(long, default_value_t = 100)]
     warm_runs: usize,
-    /// Only the warm start comparison.
-    #[arg(long)]
-    warm_only: bool,
+    /// Only these measurements (repeatable; all when not given).
+    #[arg(long, value_enum)]
+    only: Vec<Part>,
+}
+
+/// One of the measurements.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Overhead,
+    Throughput,
+    Sessions,
+    Queued,
+    /// Warm start: daemon cold vs warm vs library warm, the zygote snippet, a burst.
+    Warm,
 }
 
 struct Daemon {
@@ -188,13 +202,14 @@ impl Connection {
         Ok((status, value))
     }
 
-    /// Also returns the library's share of the answer's time (`Server-Timing: sandbox`), ms.
+    /// Also returns the daemon's `Server-Timing` metrics (`sandbox`: the library's share of
+    /// the answer's time; `daemon`: the request's time in the daemon's router), ms.
     async fn call_timed(
         &mut self,
         method: &str,
         path: &str,
         body: Option<Value>,
-    ) -> anyhow::Result<(u16, Value, Option<f64>)> {
+    ) -> anyhow::Result<(u16, Value, ServerTiming)> {
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
@@ -210,15 +225,39 @@ impl Connection {
             .send_request(request.body(Full::new(body))?)
             .await?;
         let status = response.status().as_u16();
-        let sandbox_ms = response
-            .headers()
-            .get("server-timing")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("sandbox;dur="))
-            .and_then(|ms| ms.parse().ok());
+        let timing = ServerTiming::parse(response.headers());
         let bytes = response.into_body().collect().await?.to_bytes();
         let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok((status, value, sandbox_ms))
+        Ok((status, value, timing))
+    }
+}
+
+/// The metrics of a `Server-Timing` header the bench reads, ms.
+#[derive(Default)]
+struct ServerTiming {
+    sandbox: Option<f64>,
+    daemon: Option<f64>,
+}
+
+impl ServerTiming {
+    fn parse(headers: &hyper::HeaderMap) -> ServerTiming {
+        let mut timing = ServerTiming::default();
+        let values = headers.get_all("server-timing").iter();
+        let metrics = values
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','));
+        for metric in metrics {
+            let Some((name, ms)) = metric.trim().split_once(";dur=") else {
+                continue;
+            };
+            let ms = ms.parse().ok();
+            match name {
+                "sandbox" => timing.sandbox = ms,
+                "daemon" => timing.daemon = ms,
+                _ => {}
+            }
+        }
+        timing
     }
 }
 
@@ -269,7 +308,7 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
     let mut connection = Connection::open(daemon).await?;
     let runtime = daemon.dir.path().join("run/library");
     let (mut library, mut streamed, mut api) = (Vec::new(), Vec::new(), Vec::new());
-    let mut own = Vec::new();
+    let (mut own, mut in_daemon, mut floor) = (Vec::new(), Vec::new(), Vec::new());
     let run_library = |streamed: bool| {
         let (init, dir) = (daemon.init.clone(), runtime.clone());
         tokio::task::spawn_blocking(move || library_run(&init, &dir, streamed))
@@ -279,18 +318,23 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
         let spawned = run_library(true).await??;
         let started = Instant::now();
         let body = json!({"command": ["/bin/true"], "wait": 60});
-        let (status, run, sandbox_ms) = connection
+        let (status, run, timing) = connection
             .call_timed("POST", "/v1/runs", Some(body))
             .await?;
         let through_api = started.elapsed().as_secs_f64() * 1000.0;
         if status != 200 || run["status"] != "exited" {
             bail!("the API run failed: {status} {run}");
         }
+        let floor_ms = http_floor(&mut connection).await?;
         if i >= 10 {
             library.push(lib.as_secs_f64() * 1000.0);
             streamed.push(spawned.as_secs_f64() * 1000.0);
             api.push(through_api);
-            own.extend(sandbox_ms.map(|sandbox| through_api - sandbox));
+            floor.push(floor_ms);
+            if let Some(sandbox) = timing.sandbox {
+                own.push(through_api - sandbox);
+                in_daemon.extend(timing.daemon.map(|daemon| daemon - sandbox));
+            }
         }
     }
     let (lib50, lib90) = (percentile(&mut library, 0.5), percentile(&mut library, 0.9));
@@ -311,6 +355,15 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
         "  API p50 - library spawn() p50 (the daemon's own cost): {:.2} ms",
         api50 - spawn50
     );
+    println!(
+        "  breakdown, p50: a request that does nothing (404, same connection) {:.3} ms; the run's request in the daemon's router minus the library (Server-Timing daemon - sandbox) {}",
+        percentile(&mut floor, 0.5),
+        if in_daemon.is_empty() {
+            "not reported".to_string()
+        } else {
+            format!("{:.3} ms", percentile(&mut in_daemon, 0.5))
+        }
+    );
     if !own.is_empty() {
         let (own50, own90) = (percentile(&mut own, 0.5), percentile(&mut own, 0.9));
         println!(
@@ -319,6 +372,18 @@ async fn overhead(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The round trip of a request the daemon answers without work (an unknown path: no key,
+/// no store), ms: what HTTP on the socket costs by itself.
+async fn http_floor(connection: &mut Connection) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let (status, _) = connection.call("GET", "/bench/nothing", None).await?;
+    let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+    if status != 404 {
+        bail!("GET /bench/nothing answered {status}, not 404");
+    }
+    Ok(elapsed)
 }
 
 /// Submits `count` runs from `clients` connections without waiting; returns their ids.
@@ -456,7 +521,10 @@ async fn queued_drain(daemon: &Daemon, runs: usize) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // The client is one thread, as a client's own event loop is: its requests and their
+    // connections' tasks on the same thread, so that no hand-off between the client's own
+    // threads is counted as the daemon's time. The library's runs go to blocking threads.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let daemon = start_daemon().context("cannot start airlockd")?;
@@ -465,17 +533,24 @@ fn main() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         daemon.child.id()
     );
-    if args.warm_runs > 0 {
+    let wanted = |part: Part| args.only.is_empty() || args.only.contains(&part);
+    if wanted(Part::Warm) {
         runtime.block_on(warm::compare(&daemon, args.warm_runs))?;
     }
-    if args.warm_only {
-        return Ok(());
-    }
     runtime.block_on(async {
-        overhead(&daemon, args.overhead_runs).await?;
-        throughput(&daemon, args.throughput_runs).await?;
-        session_memory(&daemon, args.sessions).await?;
-        queued_drain(&daemon, args.queued_runs).await
+        if wanted(Part::Overhead) {
+            overhead(&daemon, args.overhead_runs).await?;
+        }
+        if wanted(Part::Throughput) {
+            throughput(&daemon, args.throughput_runs).await?;
+        }
+        if wanted(Part::Sessions) {
+            session_memory(&daemon, args.sessions).await?;
+        }
+        if wanted(Part::Queued) {
+            queued_drain(&daemon, args.queued_runs).await?;
+        }
+        Ok::<_, anyhow::Error>(())
     })?;
     if let Ok(path) = std::env::var("AIRLOCKD_BENCH_KEEP_LOG") {
         let _ = std::fs::copy(daemon.dir.path().join("daemon.log"), path);

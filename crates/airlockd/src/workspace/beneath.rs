@@ -5,7 +5,8 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use airlock::beneath::Mounts;
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -14,10 +15,9 @@ use super::path::{FileError, SafePath};
 use super::random_u64;
 
 /// Resolution that never leaves `root`, follows no link and crosses no mount.
-const BENEATH: ResolveFlags = ResolveFlags::BENEATH
-    .union(ResolveFlags::NO_SYMLINKS)
-    .union(ResolveFlags::NO_MAGICLINKS)
-    .union(ResolveFlags::NO_XDEV);
+fn beneath(dir: impl AsFd, path: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
+    airlock::beneath::open_beneath(dir, std::path::Path::new(path), flags, Mounts::Stay)
+}
 
 pub(super) fn open_beneath(
     root: &OwnedFd,
@@ -25,15 +25,7 @@ pub(super) fn open_beneath(
     flags: OFlags,
 ) -> Result<OwnedFd, FileError> {
     let text = path.display();
-    // openat2 refuses O_PATH combined with anything but O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC.
-    let extra = if flags.contains(OFlags::PATH) {
-        OFlags::empty()
-    } else {
-        OFlags::NOCTTY
-    };
-    let flags = flags | extra | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    rustix::fs::openat2(root, text.as_str(), flags, Mode::empty(), BENEATH)
-        .map_err(|e| resolve_error(&text, e))
+    beneath(root, text.as_str(), flags).map_err(|e| resolve_error(&text, e))
 }
 
 fn resolve_error(path: &str, e: Errno) -> FileError {
@@ -184,8 +176,8 @@ fn parent_dir(
     let mut dir = root.try_clone().map_err(|e| io_error("", e))?;
     for (depth, name) in parents.iter().enumerate() {
         let so_far = parents[..=depth].join("/");
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let opened = rustix::fs::openat2(&dir, name.as_str(), flags, Mode::empty(), BENEATH);
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+        let opened = beneath(&dir, name.as_str(), flags);
         dir = match opened {
             Ok(fd) => fd,
             Err(Errno::NOENT) => {
@@ -194,8 +186,8 @@ fn parent_dir(
                     Err(Errno::NOSPC) | Err(Errno::DQUOT) => return Err(FileError::Full),
                     Err(e) => return Err(io_error(&so_far, e)),
                 }
-                let fd = rustix::fs::openat2(&dir, name.as_str(), flags, Mode::empty(), BENEATH)
-                    .map_err(|e| resolve_error(&so_far, e))?;
+                let fd =
+                    beneath(&dir, name.as_str(), flags).map_err(|e| resolve_error(&so_far, e))?;
                 chown(&fd, owner);
                 fd
             }

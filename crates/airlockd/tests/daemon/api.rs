@@ -20,6 +20,15 @@ async fn a_run_returns_its_result_and_is_recorded_with_its_isolation() {
     let run = response.json();
     assert_eq!(run["status"], "exited");
     assert_eq!(run["result"]["exit_code"], 3);
+    // The answer tells the library's share of its time from the daemon's whole time.
+    let timing = response.header("server-timing").expect("Server-Timing");
+    let ms = |name: &str| -> f64 {
+        let metric = timing
+            .split(',')
+            .find_map(|m| m.trim().strip_prefix(&format!("{name};dur="))?.parse().ok());
+        metric.unwrap_or_else(|| panic!("no {name} in {timing:?}"))
+    };
+    assert!(ms("daemon") >= ms("sandbox"), "{timing:?}");
     assert_eq!(run["result"]["stdout"], "out\n");
     assert_eq!(run["result"]["stderr"], "err\n");
     assert_eq!(run["tenant"], "beta");

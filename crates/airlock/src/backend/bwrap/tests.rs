@@ -50,6 +50,7 @@ fn ctx<'a>(policy: &'a Policy, fresh: bool, keep: bool) -> PlanContext<'a> {
         unix_sockets: &[],
         git_read_only: &[],
         git_pinned: &[],
+        git_found: &[],
     }
 }
 

@@ -53,6 +53,6 @@ pub(super) fn plan(ctx: &PlanContext, docker: &Path) -> Result<WrapSpec, Error> 
         layers,
         notes: vec!["container: docker runs the container outside airlock's cgroup: memory, CPU and OOM are enforced by the engine but not accounted in the result".into()],
         details: Vec::new(),
-        steps: bundle_steps(files),
+        steps: bundle_steps(files, ctx.git_found),
     })
 }

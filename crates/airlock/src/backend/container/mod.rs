@@ -19,6 +19,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::confine::found::Found;
+
 mod bundle;
 mod crun_hybrid;
 mod docker;
@@ -187,14 +189,19 @@ fn container_layers(host_network: bool, owns_workdir: bool) -> Vec<Layer> {
 
 /// The steps every tool driven with an OCI bundle (or an engine's equivalent) shares: write
 /// its files, keep root for the rootful set-up (the tool runs the program unprivileged), let
-/// the tool apply the program's rlimits, and no_new_privs.
-pub(crate) fn bundle_steps(files: Vec<RunFile>) -> Vec<WrapStep> {
+/// the tool apply the program's rlimits, and no_new_privs. The tools bind protect_git's
+/// directories by path, so what the walk found is checked again just before the tool starts
+/// (see `WrapStep::CheckFound` for what that leaves open).
+pub(crate) fn bundle_steps(files: Vec<RunFile>, found: &[Found]) -> Vec<WrapStep> {
     let mut steps: Vec<WrapStep> = files.into_iter().map(WrapStep::WriteFile).collect();
     steps.extend([
         WrapStep::KeepRoot,
         WrapStep::RlimitsByTool,
         WrapStep::NoNewPrivs,
     ]);
+    if !found.is_empty() {
+        steps.push(WrapStep::CheckFound(found.to_vec()));
+    }
     steps
 }
 

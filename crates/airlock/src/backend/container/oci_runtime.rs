@@ -43,7 +43,7 @@ pub(super) fn plan(
         true => vec![rootless::ROOTLESS_NOTE.into()],
         false => Vec::new(),
     };
-    let mut steps = bundle_steps(files);
+    let mut steps = bundle_steps(files, ctx.git_found);
     steps.extend(gate);
     steps.extend(hybrid.hidden_files.into_iter().map(WrapStep::HideFile));
     steps.push(WrapStep::CheckStarted(StartEvidence {

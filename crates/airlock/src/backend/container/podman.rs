@@ -78,7 +78,7 @@ pub(super) fn plan(ctx: &PlanContext, podman: &Path) -> Result<WrapSpec, Error> 
     if let Some(runtime) = &oci_runtime {
         details.push(format!("container: podman drives {}", runtime.display()));
     }
-    let mut steps = bundle_steps(files);
+    let mut steps = bundle_steps(files, ctx.git_found);
     steps.extend(gate);
     steps.extend(hybrid.hidden_files.into_iter().map(WrapStep::HideFile));
     if own_cgroup {

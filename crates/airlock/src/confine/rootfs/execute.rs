@@ -20,6 +20,10 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{chdir, fchdir, pivot_root};
 
+use super::by_fd;
+use super::source::{resolve_real, resolve_source, HostEntry};
+use crate::confine::found::Found;
+
 use super::mountinfo::submounts_under;
 use super::plan::{BindAccess, MountOp, ProcProtection};
 use super::{Layout, RootfsError, RootfsReport};
@@ -32,18 +36,14 @@ const STAGING_OPTIONS: &str = "size=16k,nr_inodes=8,mode=0755";
 /// The root holds mount points and generated files, and is sealed read-only before exec.
 const NEW_ROOT_OPTIONS: &str = "size=4m,nr_inodes=4096,mode=0755";
 
-/// A host path as found before the first pivot.
-enum HostEntry {
-    Absent,
-    Symlink(PathBuf),
-    /// Symlink-free path, and whether it is a directory.
-    Real(PathBuf, bool),
-}
-
-pub(super) fn run(ops: &[MountOp], layout: Layout) -> Result<RootfsReport, RootfsError> {
+pub(super) fn run(
+    ops: &[MountOp],
+    layout: Layout,
+    found: &[Found],
+) -> Result<RootfsReport, RootfsError> {
     let sources = ops
         .iter()
-        .map(resolve_source)
+        .map(|op| resolve_source(op, found))
         .collect::<Result<Vec<_>, _>>()?;
     let dev_null = resolve_real(Path::new("/dev/null"))?;
     let mut executor = Executor {
@@ -59,32 +59,7 @@ pub(super) fn run(ops: &[MountOp], layout: Layout) -> Result<RootfsReport, Rootf
     Ok(executor.report)
 }
 
-fn resolve_source(op: &MountOp) -> Result<Option<HostEntry>, RootfsError> {
-    match op {
-        MountOp::MirrorReadOnly { path } => resolve_optional(path).map(Some),
-        MountOp::Bind { path, .. } => resolve_real(path).map(Some),
-        _ => Ok(None),
-    }
-}
-
-fn resolve_optional(path: &Path) -> Result<HostEntry, RootfsError> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(HostEntry::Absent),
-        Err(e) => Err(io_error("inspect", path, e)),
-        Ok(meta) if meta.file_type().is_symlink() => fs::read_link(path)
-            .map(HostEntry::Symlink)
-            .map_err(|e| io_error("read the symlink", path, e)),
-        Ok(_) => resolve_real(path),
-    }
-}
-
-fn resolve_real(path: &Path) -> Result<HostEntry, RootfsError> {
-    let real = fs::canonicalize(path).map_err(|e| io_error("resolve", path, e))?;
-    let is_dir = real.is_dir();
-    Ok(HostEntry::Real(real, is_dir))
-}
-
-fn io_error(action: &'static str, path: &Path, source: io::Error) -> RootfsError {
+pub(super) fn io_error(action: &'static str, path: &Path, source: io::Error) -> RootfsError {
     RootfsError::Io {
         action,
         path: path.to_path_buf(),
@@ -93,7 +68,7 @@ fn io_error(action: &'static str, path: &Path, source: io::Error) -> RootfsError
 }
 
 /// `inner` (an absolute path) re-rooted under `root`.
-fn under(root: impl AsRef<Path>, inner: &Path) -> PathBuf {
+pub(super) fn under(root: impl AsRef<Path>, inner: &Path) -> PathBuf {
     root.as_ref().join(inner.strip_prefix("/").unwrap_or(inner))
 }
 
@@ -122,6 +97,9 @@ impl Executor {
             } => write_file(&under(self.new_root, path), contents, *mode),
             MountOp::MirrorReadOnly { path } => self.mirror(path, source),
             MountOp::Bind { path, access } => match source {
+                Some(HostEntry::Found(fd, found)) => {
+                    by_fd::bind_found(self.new_root, fd, &found, *access)
+                }
                 Some(HostEntry::Real(real, is_dir)) => bind(
                     &under(self.host, &real),
                     &under(self.new_root, path),
@@ -179,7 +157,7 @@ impl Executor {
                 )
             }
             Some(HostEntry::Symlink(target)) => make_symlink(&target, &dest),
-            Some(HostEntry::Absent) | None => {
+            Some(HostEntry::Absent | HostEntry::Found(..)) | None => {
                 self.report.skipped.push(path.to_path_buf());
                 Ok(())
             }
@@ -421,7 +399,7 @@ fn has_submounts(host: &Path, src: &Path) -> Result<bool, RootfsError> {
     Ok(snapshot.is_empty() || !submounts_under(snapshot, src).is_empty())
 }
 
-fn wanted_flags(access: BindAccess) -> MsFlags {
+pub(super) fn wanted_flags(access: BindAccess) -> MsFlags {
     let mut flags = MsFlags::MS_NOSUID;
     if !access.writable {
         flags |= MsFlags::MS_RDONLY;

@@ -7,10 +7,12 @@
 //! [`plan_operations`] (a pure, ordered list of [`MountOp`]s, unit-tested) followed by executing
 //! each operation in turn, like bubblewrap's `SetupOp` list.
 
+mod by_fd;
 mod execute;
 mod mountinfo;
 mod plan;
 mod scratch;
+mod source;
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
@@ -48,6 +50,11 @@ pub struct RootfsPlan {
     /// caller's path they lie in, so that they cannot be renamed or removed.
     #[serde(default)]
     pub git_pinned: Vec<PathBuf>,
+    /// Which object each of `git_read_only` and `git_pinned` was when the supervisor found
+    /// it: each is bound from a descriptor opened again below its writable root and checked
+    /// to be the same, onto a mount point reached the same way, never by its path.
+    #[serde(default)]
+    pub git_found: Vec<crate::confine::found::Found>,
     /// `filesystem.protect_git` is in force: every `.git` in the writable paths is listed in
     /// `git_read_only`.
     #[serde(default)]
@@ -198,6 +205,15 @@ pub enum RootfsError {
     Unmount { path: PathBuf, source: nix::Error },
     #[error("failed to change directory to {path}: {source}")]
     Chdir { path: PathBuf, source: nix::Error },
+    #[error(
+        "{path} changed while the sandbox was set up ({source}): another program sharing the \
+         workspace replaced it, or a directory on its way (with a symlink, perhaps to the \
+         host's files); nothing was bound; run again once nothing else changes the workspace"
+    )]
+    Changed {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("failed to {action} {path}: {source}")]
     Io {
         action: &'static str,
@@ -390,7 +406,7 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run(&plan_operations(plan), STAGED)
+    execute::run(&plan_operations(plan), STAGED, &plan.git_found)
 }
 
 /// Builds the part of the plan's root that every run shares, read-only, in this process's
@@ -399,7 +415,7 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
 /// `/`.
 pub fn prepare(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     validate(plan)?;
-    execute::run(&plan_prepared_root(plan), PREPARED)
+    execute::run(&plan_prepared_root(plan), PREPARED, &plan.git_found)
 }
 
 /// A run's root from the one [`prepare`] built: this run's own `/proc`, `/tmp`, `/dev/shm`
@@ -410,7 +426,7 @@ pub fn enter_prepared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run(&plan_prepared_run(plan), PREPARED)
+    execute::run(&plan_prepared_run(plan), PREPARED, &plan.git_found)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ fn sample_plan(work: &Path) -> RootfsPlan {
     RootfsPlan {
         git_read_only: Vec::new(),
         git_pinned: Vec::new(),
+        git_found: Vec::new(),
         protect_git: false,
         system_ro: vec!["/usr".into(), "/bin".into()],
         etc_files: vec!["/etc/ld.so.cache".into(), "/etc/hosts".into()],

@@ -26,6 +26,7 @@ fn ctx<'a>(policy: &'a Policy, scratch: Option<&'a MemoryScratch>) -> PlanContex
         unix_sockets: &[],
         git_read_only: &[],
         git_pinned: &[],
+        git_found: &[],
     }
 }
 
