@@ -84,7 +84,7 @@ fn report(runs: usize, samples: &mut BTreeMap<&str, Vec<f64>>, paths: &BTreeMap<
         verdict(warm < cold)
     );
     println!(
-        "  target: zygote snippet through the daemon p50 <= 3 ms + the API's cost (library warm - daemon warm above): {:.2} ms -> {}",
+        "  target: zygote snippet through the daemon p50 <= 3 ms + the daemon's own cost (daemon warm - library warm above): {:.2} ms -> {}",
         zygote,
         verdict(zygote <= 3.0 + (warm - library).max(0.0))
     );
