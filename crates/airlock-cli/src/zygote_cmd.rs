@@ -66,6 +66,7 @@ fn run_once(flags: &SandboxFlags, code: &ZygoteCode) -> Result<RunResult> {
         args: code.args.to_vec(),
         env: flags.env.clone(),
         stdin: crate::warm_cmd::read_stdin()?,
+        cancel: None,
     };
     Ok(zygote.run(&run)?)
 }

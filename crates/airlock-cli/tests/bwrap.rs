@@ -618,3 +618,62 @@ fn a_bwrap_setup_failure_is_a_sandbox_error_not_the_programs_exit() {
     assert_eq!(result["status"], "exited", "{result}");
     assert_eq!(result["exit_code"], 1, "{result}");
 }
+
+/// Without a cgroup (an unprivileged caller) the process cap is RLIMIT_NPROC, which counts
+/// every process of the caller's uid. Set before bwrap's namespace, it counted the caller's
+/// own processes on the host: a user with more of them than `--pids` could not start bwrap
+/// at all ("Creating new namespace failed: Resource temporarily unavailable"), and concurrent
+/// runs of one user failed each other. Now set inside a user namespace of the run's own: the
+/// run starts with 200 of the caller's processes alive, and the cap still stops a fork loop.
+#[test]
+fn an_unprivileged_callers_own_processes_do_not_count_against_the_cap() {
+    if !bwrap_usable() {
+        return;
+    }
+    const CALLER_PROCESSES: usize = 200;
+    const PIDS: usize = 16;
+    let fork_loop = "import os, time\nn = 0\ntry:\n    for _ in range(200):\n        if os.fork() == 0:\n            time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)\nelse:\n    print('forked', n)\n";
+    let script = format!(
+        "for i in $(seq {CALLER_PROCESSES}); do sleep 30 & done\n\
+         \"$0\" run --json --backend bwrap --allow-degraded --pids {PIDS} -- {PYTHON} -c \"$1\"\n\
+         kill $(jobs -p) 2>/dev/null\n"
+    );
+    let mut command = if nix::unistd::geteuid().is_root() {
+        let uid = support::UNPRIVILEGED_UID.to_string();
+        let mut c = std::process::Command::new("/usr/bin/setpriv");
+        c.args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+        ]);
+        c.arg("/bin/bash");
+        c
+    } else {
+        std::process::Command::new("/bin/bash")
+    };
+    let output = command
+        .args(["-c", &script])
+        .arg(support::airlock_bin())
+        .arg(fork_loop)
+        .current_dir("/tmp")
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let result: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON result ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    assert_eq!(result["status"], "exited", "{result}");
+    let said = stdout_of(&result);
+    let forked: usize = said
+        .strip_prefix("stopped ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the fork loop was not stopped: {said:?}"));
+    assert!(
+        forked < PIDS,
+        "{forked} processes forked under --pids {PIDS}"
+    );
+}

@@ -163,6 +163,7 @@ impl Daemon {
             Some(path) => InterpreterRegistry::load(path)?,
             None => InterpreterRegistry::builtin(),
         };
+        start_warm(&engine, &config, &tenants, &sandbox_options, &interpreters);
         let doctor = tokio::task::spawn_blocking({
             let cgroup = sandbox_options.cgroup.clone().unwrap_or_default();
             move || serde_json::to_value(airlock::doctor::diagnose(&cgroup)).unwrap_or_default()
@@ -202,6 +203,8 @@ impl Daemon {
     /// their workspaces for the next start), record the stop.
     pub async fn shutdown(&self) {
         self.engine.drain(self.config.server.shutdown_grace.0).await;
+        let engine = Arc::clone(&self.engine);
+        let _ = tokio::task::spawn_blocking(move || engine.warm.shutdown()).await;
         self.audit
             .system("daemon_stopped", None, json!({"pid": std::process::id()}))
             .await;
@@ -210,6 +213,28 @@ impl Daemon {
     pub fn tenant(&self, name: &str) -> Option<&Arc<Tenant>> {
         self.tenants.iter().find(|t| t.name == name)
     }
+}
+
+/// Starts the prepared sandboxes and zygotes of `[warm]` in the background: readiness does
+/// not wait for them (runs go cold until they are ready).
+fn start_warm(
+    engine: &Arc<Engine>,
+    config: &Config,
+    tenants: &[Arc<Tenant>],
+    options: &SandboxOptions,
+    interpreters: &InterpreterRegistry,
+) {
+    if config.warm.profiles.is_empty() {
+        return;
+    }
+    let (engine, section) = (Arc::clone(engine), config.warm.clone());
+    let (tenants, options, interpreters) =
+        (tenants.to_vec(), options.clone(), interpreters.clone());
+    tokio::task::spawn_blocking(move || {
+        engine
+            .warm
+            .start(&section, &tenants, &options, &interpreters)
+    });
 }
 
 fn sandbox_options(config: &Config, paths: &DaemonPaths) -> SandboxOptions {

@@ -17,6 +17,21 @@ pub struct RunLabels {
     pub tenant: String,
 }
 
+/// A run's start path (`cold`, `warm`, `zygote`) and tenant.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StartLabels {
+    pub start: String,
+    pub tenant: String,
+}
+
+/// Warm start's readiness: `kind` is `prepared` (sandboxes ready) or `zygote` (zygotes
+/// serving), per profile.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WarmLabels {
+    pub kind: String,
+    pub profile: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LatencyLabels {
     pub backend: String,
@@ -51,6 +66,8 @@ fn latency_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     pub runs: Family<RunLabels, Counter>,
+    pub runs_by_start: Family<StartLabels, Counter>,
+    pub warm_ready: Family<WarmLabels, Gauge>,
     pub run_seconds: HistogramFamily<LatencyLabels>,
     pub queue_wait_seconds: Histogram,
     pub queue_depth: Family<TenantLabels, Gauge>,
@@ -82,6 +99,18 @@ impl Metrics {
             "runs",
             "Runs ended, by status, backend and tenant",
             runs.clone(),
+        );
+        let runs_by_start = Family::<StartLabels, Counter>::default();
+        registry.register(
+            "runs_by_start",
+            "Runs ended, by how their sandbox started (cold, warm, zygote) and tenant",
+            runs_by_start.clone(),
+        );
+        let warm_ready = Family::<WarmLabels, Gauge>::default();
+        registry.register(
+            "warm_ready",
+            "Prepared sandboxes ready and zygotes serving, by profile ([warm])",
+            warm_ready.clone(),
         );
         let run_seconds: HistogramFamily<LatencyLabels> =
             Family::new_with_constructor(latency_histogram);
@@ -138,6 +167,8 @@ impl Metrics {
         Metrics {
             registry,
             runs,
+            runs_by_start,
+            warm_ready,
             run_seconds,
             queue_wait_seconds,
             queue_depth,

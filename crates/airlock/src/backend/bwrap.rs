@@ -193,9 +193,10 @@ impl Backend for BwrapBackend {
                 own_user_namespace: true,
             });
         }
-        // A setuid bwrap must not run under no_new_privs (it sets it itself, see above).
+        // A setuid bwrap must not run under no_new_privs (it sets it itself, see above), nor
+        // in a user namespace of ours.
         if !install.setuid {
-            steps.push(WrapStep::NoNewPrivs);
+            steps.extend([WrapStep::ProcessCapInOwnUserNamespace, WrapStep::NoNewPrivs]);
         }
         steps.push(WrapStep::SeccompFds {
             config: SeccompConfig {

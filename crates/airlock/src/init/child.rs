@@ -180,13 +180,18 @@ pub(super) fn apply_rlimits(spec: &InitSpec, has_cgroup: bool, rlimits_by_tool: 
         limits.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
     }
     // Without a cgroup the process cap is RLIMIT_NPROC; the native sandbox sets it in its own
-    // user namespace (`native::enter`).
-    let processes = match spec.confinement {
+    // user namespace (`native::enter`), and so does a tool that takes the step
+    // (`init::wrapped`).
+    let processes = match &spec.confinement {
         Confinement::Tier0 if !has_cgroup => Some(
             l.processes
                 .saturating_add(tier0_tasks_already_running(spec)),
         ),
-        Confinement::Wrapped(_) if !has_cgroup => Some(l.processes),
+        Confinement::Wrapped(w)
+            if !has_cgroup && !w.has(&WrapStep::ProcessCapInOwnUserNamespace) =>
+        {
+            Some(l.processes)
+        }
         _ => None,
     };
     if let Some(processes) = processes {

@@ -80,10 +80,15 @@ pub(super) fn exec(
     let mut placed: Vec<(RawFd, RawFd)> = Vec::new();
     let mut filters: Vec<OwnedFd> = Vec::new();
     let tool_status = ctx.tool_status;
+    let mut in_own_user_namespace = false;
     for step in &wrap.steps {
         match step {
             WrapStep::EgressNamespace { own_user_namespace } => {
-                prepare_egress(spec, ctx.gate, *own_user_namespace)?
+                prepare_egress(spec, ctx.gate, *own_user_namespace)?;
+                in_own_user_namespace |= *own_user_namespace;
+            }
+            WrapStep::ProcessCapInOwnUserNamespace if ctx.cgroup.is_none() => {
+                cap_processes_in_own_user_namespace(spec, in_own_user_namespace)?
             }
             WrapStep::NoNewPrivs => {
                 nix::sys::prctl::set_no_new_privs().map_err(|e| {
@@ -204,6 +209,22 @@ fn prepare_egress(spec: &InitSpec, gate: Option<&OwnedFd>, own_user_namespace: b
     super::egress::hand_over(plan, gate)?;
     let _ = nix::unistd::close(gate.as_raw_fd());
     Ok(())
+}
+
+/// RLIMIT_NPROC for the tool and the program, set inside a user namespace of the process's
+/// own, so that it counts only the processes started in it (see
+/// `WrapStep::ProcessCapInOwnUserNamespace`); the namespace is made here unless the egress
+/// step made one already.
+fn cap_processes_in_own_user_namespace(spec: &InitSpec, in_own_user_namespace: bool) -> Setup<()> {
+    if !in_own_user_namespace {
+        super::native::enter_user_namespace(nix::sched::CloneFlags::empty())?;
+    }
+    let processes = spec.limits.processes;
+    super::child::lower_rlimit(
+        nix::sys::resource::Resource::RLIMIT_NPROC,
+        processes,
+        processes,
+    )
 }
 
 /// Leaves `/dev/null` open (read-only, inherited across exec) at a high descriptor, so that

@@ -73,6 +73,15 @@ pub enum WrapStep {
     /// without an `exit-code` document means the tool failed before the program ran, which
     /// the init reports as a setup failure instead of the program's exit.
     StatusFd(i32),
+    /// Without a cgroup, caps the processes with RLIMIT_NPROC set inside a user namespace of
+    /// the process's own (made here unless `EgressNamespace` made one), created before the
+    /// limit is lowered. Why: RLIMIT_NPROC counts every process of the uid in the namespace
+    /// where the limit applies and in those above it, up to the limit its creator had; set
+    /// before the tool's namespace, it counted all of the caller's own processes on the host,
+    /// so a user with more processes than `limits.processes` could not start the tool at all
+    /// (bwrap: "Creating new namespace failed: Resource temporarily unavailable"). Never for a
+    /// setuid tool (a setuid binary gains nothing inside a user namespace).
+    ProcessCapInOwnUserNamespace,
     /// Checks, just before the tool is executed, that what protect_git found is still there
     /// (`Found::reopen`), refusing the run otherwise. Only for tools that bind by path and
     /// whose mounts the init cannot prepare (docker's daemon, a runtime without root): it

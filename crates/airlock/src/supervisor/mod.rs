@@ -36,4 +36,5 @@ mod workspace;
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
 pub use standalone::StandaloneWrapper;
+pub use standby::WARM_DETAIL;
 pub(crate) use standby::{plan_zygote, Prestart, Readiness, Standby, StandbySource, ZygotePlan};

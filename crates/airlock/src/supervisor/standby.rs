@@ -405,6 +405,9 @@ fn check_warm_command(command: &Command) -> Result<(), Error> {
     prepare::check_command(command)
 }
 
+/// The detail a run started on a prepared sandbox carries in its result.
+pub const WARM_DETAIL: &str = "started on a prepared sandbox (warm pool)";
+
 /// Hands `command` to a ready standby and returns the run as a cold start would; `None` when
 /// the standby's init is gone (the command then runs cold).
 fn start_on(
@@ -426,11 +429,14 @@ fn start_on(
         gate,
         hints,
         backend,
-        details,
+        mut details,
         warnings,
         git_watch,
         ..
     } = standby;
+    // Says which path the run took (the daemon's `start`); the isolation record is the cold
+    // run's either way.
+    details.push(WARM_DETAIL.into());
     let (gate, network) = match gate.map(StandbyGate::running).transpose() {
         Ok(None) => (None, None),
         Ok(Some(Some((gate, network)))) => (Some(gate), Some(network)),

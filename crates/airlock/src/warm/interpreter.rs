@@ -55,7 +55,8 @@ impl WarmInterpreter {
     }
 }
 
-pub(crate) fn is_module_name(name: &str) -> bool {
+/// A Python module name: dotted parts of letters, digits and `_`.
+pub fn is_module_name(name: &str) -> bool {
     !name.is_empty()
         && name.split('.').all(|part| {
             !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')

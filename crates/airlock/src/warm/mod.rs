@@ -30,7 +30,10 @@
 mod fill;
 mod interpreter;
 
-pub(crate) use interpreter::is_module_name;
+/// The line in `RunResult::details` of a run that started on a prepared sandbox (a warm
+/// command that found none ready ran cold and lacks it).
+pub use crate::supervisor::WARM_DETAIL;
+pub use interpreter::is_module_name;
 pub use interpreter::WarmInterpreter;
 
 use std::collections::VecDeque;

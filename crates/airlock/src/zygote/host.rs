@@ -92,6 +92,9 @@ pub struct ZygoteRun {
     /// Variables added to (or replacing) the plan's environment.
     pub env: Vec<(String, String)>,
     pub stdin: Vec<u8>,
+    /// Stops the run when cancelled (status `cancelled`), as [`crate::Command::cancel_on`]
+    /// does for a cold one.
+    pub cancel: Option<crate::CancelToken>,
 }
 
 impl ZygoteRun {

@@ -5,6 +5,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -28,6 +30,8 @@ struct Report {
     timed_out: bool,
     /// Stopped for passing an output cap under `on_output_limit = kill`.
     output_limit: bool,
+    /// Stopped by the run's cancel token.
+    cancelled: bool,
 }
 
 /// `on_output_limit = kill` on a zygote run, the cold run's rule: the first stream to pass
@@ -103,6 +107,12 @@ fn run_on(
     let stdin = feed(stdin, run.stdin.clone());
     let (stdout_cap, stderr_cap) = zygote.output_caps();
     let stop = OutputStop::new(zygote.kill_on_output_limit(), &report, cgroup)?;
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let _registration = run
+        .cancel
+        .as_ref()
+        .map(|token| on_cancel(token, &report, cgroup, &cancelled))
+        .transpose()?;
     let stdout = collect(stdout, StreamKind::Stdout, stdout_cap, stop.clone());
     let stderr = collect(stderr, StreamKind::Stderr, stderr_cap, stop.clone());
     let wall = zygote.plan.spec.limits.wall_time;
@@ -111,7 +121,29 @@ fn run_on(
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();
     report.output_limit = stop.hit();
+    report.cancelled = cancelled.load(Ordering::SeqCst);
     Ok(assemble(zygote, report, cgroup, started, stdout, stderr))
+}
+
+/// A cancelled run ends as one at its wall limit does: PID 1 ends when its report socket
+/// closes (and with it the namespace), the cgroup's kill takes the rest.
+fn on_cancel(
+    token: &crate::CancelToken,
+    report: &UnixStream,
+    cgroup: Option<&RunCgroup>,
+    cancelled: &Arc<AtomicBool>,
+) -> Result<crate::CancelRegistration, Error> {
+    let report = report
+        .try_clone()
+        .map_err(|e| Error::io("cannot share the report socket", e))?;
+    let (cgroup, cancelled) = (cgroup.cloned(), Arc::clone(cancelled));
+    Ok(token.on_cancel(move || {
+        cancelled.store(true, Ordering::SeqCst);
+        let _ = report.shutdown(std::net::Shutdown::Both);
+        if let Some(cgroup) = &cgroup {
+            let _ = cgroup.kill_all();
+        }
+    }))
 }
 
 fn send_request(mut report: &UnixStream, request: &super::wire::RunRequest) -> Result<(), Error> {
@@ -225,7 +257,7 @@ fn assemble(
         return result;
     }
     let usage = cgroup.map(|c| c.usage()).unwrap_or_default();
-    let stopped = report.timed_out || report.output_limit;
+    let stopped = report.timed_out || report.output_limit || report.cancelled;
     let Some(exit) = report.exit.or(stopped.then(ExitReport::default)) else {
         result.error = Some("the zygote's child ended without a report".into());
         result.error_kind = Some(crate::SetupErrorKind::InitFailed.into());
@@ -238,6 +270,9 @@ fn assemble(
         &usage,
         zygote.plan.spec.limits.cpu_time,
     );
+    if report.cancelled {
+        result.status = RunStatus::Cancelled;
+    }
     result.exit_code = exit.exit_code;
     result.signal = exit.signal;
     let children = exit.children_usage.unwrap_or_default();

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::types::{FileInput, RunRequest};
 use crate::auth::Principal;
 use crate::daemon::Daemon;
-use crate::engine::{CommandWork, Job, OwnedWorkspace, Submitted, Work};
+use crate::engine::{CodeWork, CommandWork, Job, OwnedWorkspace, Submitted, Work};
 use crate::error::ApiError;
 use crate::resolve::{self, PolicyRequest, Resolved, Violation};
 use crate::sessions::LiveSession;
@@ -148,6 +148,17 @@ fn command_line(
             "send {\"command\": [...]} or {\"code\": \"...\", \"language\": \"python\"}",
         )),
     }
+}
+
+/// The code of a code run whose interpreter takes it as an argument (not on stdin), for a
+/// zygote of that interpreter.
+fn code_work(req: &RunRequest, argv: &[String]) -> Option<CodeWork> {
+    let (code, language) = (req.code.as_ref()?, req.language.as_ref()?);
+    argv.contains(code).then(|| CodeWork {
+        language: language.clone(),
+        code: code.clone(),
+        args: req.args.clone(),
+    })
 }
 
 fn stdin_bytes(req: &RunRequest) -> Result<Option<Vec<u8>>, ApiError> {
@@ -350,11 +361,12 @@ pub async fn run(
         created_ms: now_ms(),
     };
     let work = Work::Command(CommandWork {
-        argv,
         env: req.env.clone().into_iter().collect(),
         stdin,
         workspace,
         shared_workdir: session.map(|s| s.workspace.dir.clone()),
+        code: code_work(&req, &argv),
+        argv,
     });
     Ok(Prepared {
         wait: wait_time(daemon, req.wait),

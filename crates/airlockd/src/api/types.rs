@@ -7,6 +7,7 @@ use airlock::policy::units::{ByteSize, Seconds};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+pub use crate::engine::StartPath;
 use crate::error::ErrorDetail;
 use crate::resolve::{LimitsRequest, NetworkRequest, PolicyRequest};
 use crate::store::{RunRow, SessionRow};
@@ -87,6 +88,11 @@ pub struct RunView {
     pub ended_at: Option<String>,
     pub queue_ms: Option<i64>,
     pub wall_ms: Option<i64>,
+    /// How the run's sandbox started: `cold` (set up for the run), `warm` (a sandbox the
+    /// daemon prepared ahead, `[warm]`) or `zygote` (forked from an interpreter zygote). The
+    /// isolation record (`result.isolation`) is the same whichever it was. Absent for worker
+    /// jobs and tool calls (always cold) and for runs that never got a slot.
+    pub start: Option<StartPath>,
     /// The request as stored (without secrets).
     #[schema(value_type = Object)]
     pub request: serde_json::Value,
@@ -362,6 +368,7 @@ impl RunView {
             ended_at: row.ended_ms.map(time_text),
             queue_ms: row.queue_ms,
             wall_ms: row.wall_ms,
+            start: row.result.as_ref().and_then(StartPath::of_result),
             request: row.request.clone(),
             policy: row.policy.clone(),
             result: row.result.clone(),

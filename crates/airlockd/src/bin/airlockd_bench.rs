@@ -8,6 +8,10 @@
 //! 3. Memory per idle session: the daemon's RSS (and the host's available memory, which
 //!    includes each session's tmpfs) before and after creating many sessions.
 //! 4. 1,000 runs queued at once are all drained, each with a terminal record.
+//! 5. Warm start (`--only warm`, `--warm-runs`, first): `/bin/true` through a cold daemon, a daemon with
+//!    `[warm]` (prepared sandboxes) and a library `WarmPool`, and a Python snippet
+//!    (`import json, re`) cold and on the daemon's zygote, interleaved; then a burst larger
+//!    than the pool (runs that find no sandbox ready fall back to cold).
 //!
 //! Build both binaries first: `cargo build --release -p airlockd -p airlock-cli`, then run
 //! `target/release/airlockd-bench` (as root, as the daemon runs in production).
@@ -26,6 +30,9 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 
+#[path = "airlockd_bench/warm.rs"]
+mod warm;
+
 #[derive(Parser, Debug)]
 #[command(name = "airlockd-bench")]
 struct Args {
@@ -41,6 +48,10 @@ struct Args {
     /// Runs queued at once for the drain measurement.
     #[arg(long, default_value_t = 1000)]
     queued_runs: usize,
+    /// Runs per side for the warm start comparison (daemon cold, daemon warm, library warm,
+    /// zygote snippet).
+    #[arg(long, default_value_t = 100)]
+    warm_runs: usize,
     /// Only these measurements (repeatable; all when not given).
     #[arg(long, value_enum)]
     only: Vec<Part>,
@@ -53,6 +64,8 @@ enum Part {
     Throughput,
     Sessions,
     Queued,
+    /// Warm start: daemon cold vs warm vs library warm, the zygote snippet, a burst.
+    Warm,
 }
 
 struct Daemon {
@@ -93,6 +106,11 @@ fn sibling(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 fn start_daemon() -> anyhow::Result<Daemon> {
+    start_daemon_with("")
+}
+
+/// A daemon with `extra` configuration (e.g. `[warm]`) before its tenant.
+fn start_daemon_with(extra: &str) -> anyhow::Result<Daemon> {
     let dir = tempfile::Builder::new()
         .prefix("airlockd-bench-")
         .tempdir()?;
@@ -115,6 +133,7 @@ queue_timeout = "600s"
 max_per_tenant = 100000
 [sandbox]
 cgroup_parent = "airlockd-bench"
+{extra}
 [[tenants]]
 name = "bench"
 keys = [{{ name = "bench", hash = "{hash}" }}]
@@ -123,6 +142,7 @@ max_queued = 5000
         root = dir.path().display(),
         init = init.display(),
         hash = airlockd::auth::hash_line(&key),
+        extra = extra,
     );
     std::fs::write(dir.path().join("airlockd.toml"), config)?;
     let child = Command::new(sibling("airlockd")?)
@@ -514,6 +534,9 @@ fn main() -> anyhow::Result<()> {
         daemon.child.id()
     );
     let wanted = |part: Part| args.only.is_empty() || args.only.contains(&part);
+    if wanted(Part::Warm) {
+        runtime.block_on(warm::compare(&daemon, args.warm_runs))?;
+    }
     runtime.block_on(async {
         if wanted(Part::Overhead) {
             overhead(&daemon, args.overhead_runs).await?;

@@ -40,6 +40,7 @@ impl Config {
         self.check_store(&mut problems);
         self.check_pool(&mut problems);
         self.check_mcp(&mut problems);
+        self.check_warm(&mut problems);
         crate::tenant::check_tenants(self, &mut problems);
         for (name, toolset) in &self.toolsets {
             if !toolset.path.is_absolute() || !toolset.path.is_dir() {

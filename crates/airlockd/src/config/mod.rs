@@ -10,9 +10,11 @@ use airlock::policy::units::{ByteSize, Seconds};
 use serde::Deserialize;
 mod check;
 mod tenants;
+mod warm;
 
 pub use check::{ConfigError, ConfigProblem, Problems};
 pub use tenants::{Ceiling, KeyConfig, NetworkLevel, PriorityRange, TenantConfig, ToolsetConfig};
+pub use warm::{WarmProfile, WarmSection};
 
 /// The whole configuration file.
 #[derive(Deserialize, Debug, Clone, Default)]
@@ -40,6 +42,9 @@ pub struct Config {
     /// The MCP server at `/mcp`.
     #[serde(default)]
     pub mcp: McpConfig,
+    /// Prepared sandboxes and interpreter zygotes (off unless a profile is listed).
+    #[serde(default)]
+    pub warm: WarmSection,
 }
 
 /// The MCP server over streamable HTTP at `/mcp` (behind the same keys as the API).

@@ -7,12 +7,14 @@ use std::time::Instant;
 
 use airlock::call::{CallOptions, ToolPolicy, ToolSpec};
 use airlock::pool::{PoolError, Ticket};
+use airlock::warm::WarmPool;
 use airlock::worker::run::{self, WorkerJob, WorkerRunError, WorkerUpdate};
 use airlock::worker::{IngestLimits, InputFile, WorkerEvent};
 use airlock::{RunEvent, RunResult, Sandbox};
 use serde_json::json;
 
 use super::events::EventBody;
+use super::warm::{CodeWork, StartPath};
 use super::{Engine, Job, LiveRun, OwnedWorkspace, Step, Work};
 use crate::resolve::Resolved;
 use crate::store::{now_ms, AuditEntry, Ending};
@@ -28,6 +30,9 @@ pub struct CommandWork {
     pub workspace: Option<OwnedWorkspace>,
     /// A session's workspace, shared with the session's other runs.
     pub shared_workdir: Option<PathBuf>,
+    /// The code and its interpreter, for a code run whose code is an argument (a zygote
+    /// of that interpreter may run it).
+    pub code: Option<CodeWork>,
 }
 
 /// A worker job: inputs uploaded to `uploads`, staged into a fresh job workspace.
@@ -166,34 +171,60 @@ fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Comma
         // repository must stay usable from one run to the next (clone, then commit).
         policy.filesystem.protect_git = airlock::policy::GitProtection::Off;
     }
-    let outcome = stream_run(live, &policy, resolved, &work.argv, &work.env, work.stdin);
+    let warm = engine.warm.for_run(&work);
+    if let Some(streamed) = warm.and_then(|w| w.run_on_zygote(live, &policy, resolved, &work)) {
+        return recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
+    }
+    let pool = warm.and_then(|w| w.pool_for(&policy, &resolved.options));
+    let outcome = stream_run(
+        live,
+        &policy,
+        resolved,
+        pool.as_deref(),
+        &work.argv,
+        &work.env,
+        work.stdin,
+    );
     drop(work.workspace);
-    ending_of(engine, outcome, None)
+    let start = outcome
+        .as_ref()
+        .map_or(StartPath::Cold, |s| StartPath::of_run(&s.result));
+    recorded(ending_of(engine, outcome, None), start)
+}
+
+fn recorded(mut ending: Ending, start: StartPath) -> Ending {
+    start.record(&mut ending);
+    ending
 }
 
 /// What streaming a run gave back.
-struct Streamed {
-    result: RunResult,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
+pub(super) struct Streamed {
+    pub result: RunResult,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
 }
 
 /// Starts the program with streamed output, relays every event into the run's log, and
 /// waits for the result.
+/// On one of `pool`'s prepared sandboxes when given (cold when none is ready).
 fn stream_run(
     live: &LiveRun,
     policy: &airlock::Policy,
     resolved: &Resolved,
+    pool: Option<&WarmPool>,
     argv: &[String],
     env: &[(String, String)],
     stdin: Option<Vec<u8>>,
 ) -> Result<Streamed, airlock::Error> {
-    let sandbox = Sandbox::with_options(policy.clone(), resolved.options.clone())?;
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| airlock::Error::Command("the command is empty".into()))?;
-    let mut command = sandbox
-        .command(program.clone())
+    let command = match pool {
+        Some(pool) => pool.command(program.clone()),
+        None => Sandbox::with_options(policy.clone(), resolved.options.clone())?
+            .command(program.clone()),
+    };
+    let mut command = command
         .args(args.iter().cloned())
         .stream_output()
         .cancel_on(&live.cancel);

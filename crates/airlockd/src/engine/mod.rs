@@ -9,6 +9,7 @@ pub mod admission;
 pub mod events;
 mod execute;
 mod timeline;
+pub mod warm;
 pub mod worker_lib;
 
 use std::collections::HashMap;
@@ -22,7 +23,7 @@ use tokio::sync::watch;
 
 use crate::audit::Audit;
 use crate::error::{ApiError, ErrorDetail};
-use crate::metrics::{LatencyLabels, Metrics, RunLabels, TenantLabels};
+use crate::metrics::{LatencyLabels, Metrics, RunLabels, StartLabels, TenantLabels, WarmLabels};
 use crate::resolve::Resolved;
 use crate::store::{now_ms, Ending, Inserted, NewRun, RunRow, Store};
 use crate::tenant::Tenant;
@@ -32,6 +33,7 @@ use events::EventLog;
 
 pub use execute::{CallWork, CommandWork, WorkerWork};
 pub use timeline::{Step, Timeline};
+pub use warm::{CodeWork, StartPath, WarmStarts};
 
 /// What a run does once it has its slots.
 #[derive(Debug)]
@@ -214,6 +216,8 @@ pub struct Engine {
     pub paths: EnginePaths,
     pub python: String,
     pub keep_output: bool,
+    /// Prepared sandboxes and zygotes (`[warm]`), filled in the background at start-up.
+    pub warm: WarmStarts,
     live: Mutex<HashMap<String, Arc<LiveRun>>>,
     pub(crate) runtime: tokio::runtime::Handle,
     draining: AtomicBool,
@@ -240,6 +244,7 @@ impl Engine {
             paths,
             python,
             keep_output,
+            warm: WarmStarts::default(),
             live: Mutex::new(HashMap::new()),
             runtime: tokio::runtime::Handle::current(),
             draining: AtomicBool::new(false),
@@ -431,6 +436,15 @@ impl Engine {
                 tenant: tenant.into(),
             })
             .inc();
+        if let Some(start) = warm::start_of(ending) {
+            self.metrics
+                .runs_by_start
+                .get_or_create(&StartLabels {
+                    start: start.name().into(),
+                    tenant: tenant.into(),
+                })
+                .inc();
+        }
         if let Some(wall) = wall {
             self.admission.observe_run(wall);
             self.metrics
@@ -451,6 +465,13 @@ impl Engine {
             self.metrics
                 .queue_depth
                 .get_or_create(&TenantLabels { tenant })
+                .set(count as i64);
+        }
+        self.metrics.warm_ready.clear();
+        for ((kind, profile), count) in self.warm.ready() {
+            self.metrics
+                .warm_ready
+                .get_or_create(&WarmLabels { kind, profile })
                 .set(count as i64);
         }
         self.metrics.running.clear();

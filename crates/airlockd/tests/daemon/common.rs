@@ -395,6 +395,17 @@ memory = "256MiB"
         self.dir.path().join("state")
     }
 
+    /// This daemon's run directories left (`run-*` in its runtime directory).
+    pub fn leftover_run_dirs(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.runs_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("run-"))
+            .map(|e| e.path())
+            .collect()
+    }
+
     pub fn runs_dir(&self) -> PathBuf {
         self.dir.path().join("run/runs")
     }

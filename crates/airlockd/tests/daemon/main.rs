@@ -14,4 +14,5 @@ mod serve;
 mod sessions;
 mod store;
 mod tls;
+mod warm;
 mod workers;

@@ -116,16 +116,7 @@ async fn check_round(
         processes.is_empty(),
         "processes of killed runs are left: {processes:?}"
     );
-    let runs_dir = daemon.runs_dir();
-    let dirs = settle(Duration::from_secs(30), || {
-        std::fs::read_dir(&runs_dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("run-"))
-            .map(|e| e.path())
-            .collect()
-    });
+    let dirs = settle(Duration::from_secs(30), || daemon.leftover_run_dirs());
     assert!(dirs.is_empty(), "run directories are left: {dirs:?}");
     let cgroups = settle(Duration::from_secs(30), || daemon.leftover_cgroups());
     assert!(cgroups.is_empty(), "cgroups are left: {cgroups:?}");

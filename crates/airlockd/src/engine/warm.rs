@@ -1,0 +1,423 @@
+//! Warm start in the daemon (`[warm]`): runs go to a sandbox prepared ahead (the library's
+//! `WarmPool`) or, for code of an interpreter with a zygote, to a child forked from it
+//! (`Zygote`); everything else, and every run warm start cannot take, runs cold.
+//!
+//! A run is sent to a pool only when its resolved policy and sandbox options are exactly the
+//! pool's: the same limits, cgroup parent, layers and accounting as its cold run would get.
+//! Pools are made per (profile, distinct resolved policy): tenants whose ceilings resolve a
+//! profile to the same policy share one, the others get their own. A request that changes
+//! anything (limits, network, backend) resolves to another policy and runs cold. Runs sent
+//! files or in a session run cold too (their workdir is a host directory, not the prepared
+//! sandbox's own).
+//!
+//! Pools and zygotes start in the background (the daemon serves meanwhile; runs go cold until
+//! they are ready), are shut down after the engine drains, and die with the daemon: each
+//! prepared sandbox's init and each zygote child watches a pipe or socket the daemon holds.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use airlock::interp::{InterpreterRegistry, ZygoteConfig};
+use airlock::warm::{WarmBudget, WarmOptions, WarmPool, WARM_DETAIL};
+use airlock::zygote::{Zygote, ZygoteOptions, ZygoteRun};
+use airlock::{Policy, Sandbox, SandboxOptions};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::events::EventBody;
+use super::execute::{CommandWork, Streamed};
+use super::LiveRun;
+use crate::auth::Principal;
+use crate::config::{WarmProfile, WarmSection};
+use crate::resolve::{self, PolicyRequest, Resolved};
+use crate::store::Ending;
+use crate::tenant::Tenant;
+
+/// How a run's sandbox started (see `docs/warm.md`).
+#[derive(Serialize, Deserialize, ToSchema, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPath {
+    Cold,
+    Warm,
+    Zygote,
+}
+
+impl StartPath {
+    /// The key the engine records the path under in the run's `result`.
+    pub const RESULT_KEY: &'static str = "start";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StartPath::Cold => "cold",
+            StartPath::Warm => "warm",
+            StartPath::Zygote => "zygote",
+        }
+    }
+
+    pub fn of_result(result: &serde_json::Value) -> Option<StartPath> {
+        serde_json::from_value(result.get(Self::RESULT_KEY)?.clone()).ok()
+    }
+
+    /// A command's path from its result: `warm` when a prepared sandbox ran it.
+    pub fn of_run(result: &airlock::RunResult) -> StartPath {
+        match result.details.iter().any(|d| d == WARM_DETAIL) {
+            true => StartPath::Warm,
+            false => StartPath::Cold,
+        }
+    }
+
+    /// Records the path in a run's stored result.
+    pub fn record(self, ending: &mut Ending) {
+        if let Some(serde_json::Value::Object(result)) = &mut ending.result {
+            result.insert(Self::RESULT_KEY.into(), self.name().into());
+        }
+    }
+}
+
+/// The start path a run's ending records, if it started.
+pub fn start_of(ending: &Ending) -> Option<StartPath> {
+    ending.result.as_ref().and_then(StartPath::of_result)
+}
+
+/// Code through the interpreter registry, as a zygote takes it.
+#[derive(Debug, Clone)]
+pub struct CodeWork {
+    /// The registry name the request gave (or an alias).
+    pub language: String,
+    pub code: String,
+    pub args: Vec<String>,
+}
+
+/// What a run is matched on: its resolved policy (the library's equality: the same rules and
+/// limits) and its sandbox options, exactly.
+#[derive(Debug, Clone, PartialEq)]
+struct Fingerprint(Policy, String);
+
+impl Fingerprint {
+    fn of(policy: &Policy, options: &SandboxOptions) -> Fingerprint {
+        Fingerprint(policy.clone(), format!("{options:?}"))
+    }
+
+    fn matches(&self, policy: &Policy, options: &SandboxOptions) -> bool {
+        self.0 == *policy && self.1 == format!("{options:?}")
+    }
+}
+
+struct PreparedPool {
+    profile: String,
+    fingerprint: Fingerprint,
+    pool: Arc<WarmPool>,
+}
+
+struct ZygoteSlot {
+    profile: String,
+    /// The interpreter's registry name and aliases.
+    names: Vec<String>,
+    fingerprint: Fingerprint,
+    zygote: Arc<Zygote>,
+}
+
+/// The node's prepared sandboxes and zygotes; empty until they have started.
+#[derive(Default)]
+pub struct WarmStarts {
+    pools: Mutex<Vec<PreparedPool>>,
+    zygotes: Mutex<Vec<ZygoteSlot>>,
+    /// Set at shutdown: what starts after it is torn down at once.
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for WarmStarts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmStarts")
+            .field("pools", &lock(&self.pools).len())
+            .field("zygotes", &lock(&self.zygotes).len())
+            .finish()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One pool or zygote to start: the profile, the policy a tenant resolves it to.
+struct Target {
+    profile: String,
+    resolved: Resolved,
+    fingerprint: Fingerprint,
+}
+
+impl WarmStarts {
+    /// Starts what `[warm]` lists (blocking: zygote templates start here). Failures are
+    /// logged and leave that profile cold; they never fail the daemon or a run.
+    pub fn start(
+        &self,
+        section: &WarmSection,
+        tenants: &[Arc<Tenant>],
+        base_options: &SandboxOptions,
+        registry: &InterpreterRegistry,
+    ) {
+        let budget = WarmBudget::new(section.budget);
+        for target in targets(section, tenants, base_options) {
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            let profile = &section.profiles[&target.profile];
+            if profile.ready > 0 {
+                self.start_pool(&target, profile.ready, section, &budget);
+            }
+            for (name, zygote) in zygotes_of(profile, registry) {
+                self.start_zygote(&target, &name, &zygote, registry);
+            }
+        }
+    }
+
+    fn start_pool(
+        &self,
+        target: &Target,
+        ready: usize,
+        section: &WarmSection,
+        budget: &WarmBudget,
+    ) {
+        let mut options = WarmOptions::new(ready);
+        options.idle_expiry = Some(section.idle_expiry.0);
+        options.budget = Some(budget.clone());
+        let pool = Sandbox::with_options(
+            target.resolved.policy.clone(),
+            target.resolved.options.clone(),
+        )
+        .and_then(|sandbox| sandbox.warm(options));
+        match pool {
+            Ok(pool) => self.keep(
+                &self.pools,
+                PreparedPool {
+                    profile: target.profile.clone(),
+                    fingerprint: target.fingerprint.clone(),
+                    pool: Arc::new(pool),
+                },
+            ),
+            Err(e) => tracing::warn!(
+                profile = %target.profile,
+                "warm: no prepared sandboxes for this profile, its runs go cold: {e}"
+            ),
+        }
+    }
+
+    fn start_zygote(
+        &self,
+        target: &Target,
+        name: &str,
+        config: &ZygoteConfig,
+        registry: &InterpreterRegistry,
+    ) {
+        let Some((canonical, interpreter)) = registry.get(name) else {
+            return;
+        };
+        let mut options = ZygoteOptions::python(&[]);
+        options.program = interpreter.argv[0].clone().into();
+        options.preload = config.preload.clone();
+        let zygote = Sandbox::with_options(
+            target.resolved.policy.clone(),
+            target.resolved.options.clone(),
+        )
+        .and_then(|sandbox| sandbox.zygote(options));
+        match zygote {
+            Ok(zygote) => {
+                let mut names = vec![canonical.to_string()];
+                names.extend(interpreter.aliases.iter().cloned());
+                let slot = ZygoteSlot {
+                    profile: target.profile.clone(),
+                    names,
+                    fingerprint: target.fingerprint.clone(),
+                    zygote: Arc::new(zygote),
+                };
+                self.keep(&self.zygotes, slot);
+            }
+            Err(e) => tracing::warn!(
+                profile = %target.profile,
+                interpreter = %canonical,
+                "warm: no zygote, this interpreter's code runs go cold: {e}"
+            ),
+        }
+    }
+
+    /// Adds a started pool or zygote, or tears it down if the daemon is shutting down.
+    fn keep<T>(&self, list: &Mutex<Vec<T>>, item: T) {
+        let mut list = lock(list);
+        if self.closed.load(Ordering::SeqCst) {
+            drop(list);
+            drop(item);
+            return;
+        }
+        list.push(item);
+    }
+
+    /// Warm start for `work`, if it may have one: a run whose sandbox holds nothing of the
+    /// host's (no files sent, no session workspace), so that its policy is the one a prepared
+    /// sandbox or zygote was made for.
+    pub(super) fn for_run(&self, work: &CommandWork) -> Option<&WarmStarts> {
+        (work.workspace.is_none() && work.shared_workdir.is_none()).then_some(self)
+    }
+
+    /// Runs `work`'s code on the zygote of its interpreter made for `policy`, if there is one
+    /// and it takes the run (see [`run_on_zygote`]).
+    pub(super) fn run_on_zygote(
+        &self,
+        live: &LiveRun,
+        policy: &Policy,
+        resolved: &Resolved,
+        work: &CommandWork,
+    ) -> Option<Streamed> {
+        let code = work.code.as_ref()?;
+        let zygote = self.zygote_for(&code.language, policy, &resolved.options)?;
+        run_on_zygote(live, &zygote, code, &work.env, work.stdin.as_deref())
+    }
+
+    /// The pool whose sandboxes are exactly what `policy` with `options` would set up.
+    pub(super) fn pool_for(
+        &self,
+        policy: &Policy,
+        options: &SandboxOptions,
+    ) -> Option<Arc<WarmPool>> {
+        lock(&self.pools)
+            .iter()
+            .find(|p| p.fingerprint.matches(policy, options))
+            .map(|p| Arc::clone(&p.pool))
+    }
+
+    /// The zygote of `language` made for exactly `policy` with `options`.
+    fn zygote_for(
+        &self,
+        language: &str,
+        policy: &Policy,
+        options: &SandboxOptions,
+    ) -> Option<Arc<Zygote>> {
+        lock(&self.zygotes)
+            .iter()
+            .find(|z| {
+                z.fingerprint.matches(policy, options) && z.names.iter().any(|n| n == language)
+            })
+            .map(|z| Arc::clone(&z.zygote))
+    }
+
+    /// Prepared sandboxes ready (`prepared`) and zygotes serving (`zygote`), per profile.
+    pub fn ready(&self) -> BTreeMap<(String, String), usize> {
+        let mut ready = BTreeMap::new();
+        for pool in lock(&self.pools).iter() {
+            let key = ("prepared".to_string(), pool.profile.clone());
+            *ready.entry(key).or_default() += pool.pool.stats().ready;
+        }
+        for slot in lock(&self.zygotes).iter() {
+            *ready
+                .entry(("zygote".into(), slot.profile.clone()))
+                .or_default() += 1;
+        }
+        ready
+    }
+
+    /// Tears every prepared sandbox and zygote down and waits until they are gone (a run
+    /// still holding one finishes first; its sandbox goes with it).
+    pub fn shutdown(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let pools = std::mem::take(&mut *lock(&self.pools));
+        let zygotes = std::mem::take(&mut *lock(&self.zygotes));
+        for pool in pools {
+            if let Ok(pool) = Arc::try_unwrap(pool.pool) {
+                pool.shutdown();
+            }
+        }
+        drop(zygotes);
+    }
+}
+
+/// Each warm profile, resolved for each tenant that has it, once per distinct policy.
+fn targets(
+    section: &WarmSection,
+    tenants: &[Arc<Tenant>],
+    base_options: &SandboxOptions,
+) -> Vec<Target> {
+    let mut targets: Vec<Target> = Vec::new();
+    for profile in section.profiles.keys() {
+        for tenant in tenants.iter().filter(|t| t.policies.contains_key(profile)) {
+            let caller = Principal {
+                tenant: Arc::clone(tenant),
+                key_name: "warm".into(),
+            };
+            let request = PolicyRequest::default();
+            let Ok(resolved) = resolve::resolve(&caller, Some(profile), &request, base_options)
+            else {
+                continue;
+            };
+            let fingerprint = Fingerprint::of(&resolved.policy, &resolved.options);
+            if !targets.iter().any(|t| t.fingerprint == fingerprint) {
+                targets.push(Target {
+                    profile: profile.clone(),
+                    resolved,
+                    fingerprint,
+                });
+            }
+        }
+    }
+    targets
+}
+
+/// The profile's zygotes: its own table, and every registry entry with a `zygote` (the
+/// profile's table wins for an interpreter in both).
+fn zygotes_of(
+    profile: &WarmProfile,
+    registry: &InterpreterRegistry,
+) -> BTreeMap<String, ZygoteConfig> {
+    let mut zygotes: BTreeMap<String, ZygoteConfig> = BTreeMap::new();
+    for name in registry.names() {
+        if let Some((canonical, interpreter)) = registry.get(&name) {
+            if let Some(zygote) = &interpreter.zygote {
+                zygotes.insert(canonical.to_string(), zygote.clone());
+            }
+        }
+    }
+    for (name, zygote) in &profile.zygotes {
+        let canonical = registry.get(name).map_or(name.as_str(), |(c, _)| c);
+        zygotes.insert(canonical.to_string(), zygote.clone());
+    }
+    zygotes
+}
+
+/// Runs `code` on `zygote` as the run's sandbox, relaying its events once it ended (a zygote
+/// run's output is collected, not streamed). `None` when the zygote could not take it (no
+/// child, a template gone): nothing of the code ran, and the run goes cold.
+fn run_on_zygote(
+    live: &LiveRun,
+    zygote: &Zygote,
+    code: &CodeWork,
+    env: &[(String, String)],
+    stdin: Option<&[u8]>,
+) -> Option<Streamed> {
+    let run = ZygoteRun {
+        code: code.code.clone(),
+        args: code.args.clone(),
+        env: env.to_vec(),
+        stdin: stdin.map(<[u8]>::to_vec).unwrap_or_default(),
+        cancel: Some(live.cancel.clone()),
+    };
+    let result = match zygote.run(&run) {
+        Ok(result) => result,
+        Err(e) => {
+            tracing::warn!(run = %live.id, "warm: the zygote could not take the run, it runs cold: {e}");
+            return None;
+        }
+    };
+    let stdout = result.stdout_raw().unwrap_or_default();
+    let stderr = result.stderr_raw().unwrap_or_default();
+    live.log.push(EventBody::started(&result.isolation));
+    if !stdout.is_empty() {
+        live.log.push(EventBody::output(false, &stdout));
+    }
+    if !stderr.is_empty() {
+        live.log.push(EventBody::output(true, &stderr));
+    }
+    Some(Streamed {
+        result,
+        stdout,
+        stderr,
+    })
+}
