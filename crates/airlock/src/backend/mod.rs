@@ -85,6 +85,33 @@ pub struct PlanContext<'a> {
     pub git_found: &'a [crate::confine::found::Found],
 }
 
+#[cfg(test)]
+impl<'a> PlanContext<'a> {
+    /// A run of `policy` in the caller's `workdir` with nothing else set (run id `r1`), for
+    /// plan tests to change what they test with struct update syntax.
+    pub(crate) fn for_test(policy: &'a Policy, workdir: &'a Path, run_dir: &'a Path) -> Self {
+        PlanContext {
+            policy,
+            workdir,
+            run_dir,
+            tool_cache: None,
+            fresh_workdir: false,
+            keep: false,
+            tty: false,
+            run_id: "r1",
+            argv: &[],
+            env: &[],
+            cgroup: None,
+            scratch: None,
+            egress: None,
+            unix_sockets: &[],
+            git_read_only: &[],
+            git_pinned: &[],
+            git_found: &[],
+        }
+    }
+}
+
 /// [`Layer::GitReadOnly`] when the policy asks for it: a backend that binds
 /// [`PlanContext::git_read_only`] over its writable mounts reports it with this.
 pub(crate) fn git_layer(ctx: &PlanContext) -> Option<Layer> {

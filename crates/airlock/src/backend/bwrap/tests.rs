@@ -34,23 +34,9 @@ fn layout() -> HostLayout {
 
 fn ctx<'a>(policy: &'a Policy, fresh: bool, keep: bool) -> PlanContext<'a> {
     PlanContext {
-        policy,
-        workdir: Path::new(WORKDIR),
-        run_dir: Path::new(RUN_DIR),
-        tool_cache: None,
         fresh_workdir: fresh,
         keep,
-        tty: false,
-        run_id: "r1",
-        argv: &[],
-        env: &[],
-        cgroup: None,
-        scratch: None,
-        egress: None,
-        unix_sockets: &[],
-        git_read_only: &[],
-        git_pinned: &[],
-        git_found: &[],
+        ..PlanContext::for_test(policy, Path::new(WORKDIR), Path::new(RUN_DIR))
     }
 }
 

@@ -366,23 +366,10 @@ mod tests {
         found: &'a [Found],
     ) -> PlanContext<'a> {
         PlanContext {
-            policy,
-            workdir: Path::new("/ws"),
-            run_dir: Path::new("/run/airlock/r1"),
-            tool_cache: None,
-            fresh_workdir: false,
-            keep: false,
-            tty: false,
-            run_id: "r1",
-            argv: &[],
-            env: &[],
-            cgroup: None,
-            scratch: None,
-            egress: None,
-            unix_sockets: &[],
             git_read_only: read_only,
             git_pinned: pinned,
             git_found: found,
+            ..PlanContext::for_test(policy, Path::new("/ws"), Path::new("/run/airlock/r1"))
         }
     }
 

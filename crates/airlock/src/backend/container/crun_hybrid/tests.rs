@@ -10,23 +10,13 @@ const RUN_DIR: &str = "/run/airlock/r1";
 
 fn ctx<'a>(policy: &'a Policy, scratch: Option<&'a MemoryScratch>) -> PlanContext<'a> {
     PlanContext {
-        policy,
-        workdir: Path::new("/run/airlock/r1/work"),
-        run_dir: Path::new(RUN_DIR),
-        tool_cache: None,
         fresh_workdir: true,
-        keep: false,
-        tty: false,
-        run_id: "r1",
-        argv: &[],
-        env: &[],
-        cgroup: None,
         scratch,
-        egress: None,
-        unix_sockets: &[],
-        git_read_only: &[],
-        git_pinned: &[],
-        git_found: &[],
+        ..PlanContext::for_test(
+            policy,
+            Path::new("/run/airlock/r1/work"),
+            Path::new(RUN_DIR),
+        )
     }
 }
 
