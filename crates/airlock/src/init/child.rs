@@ -222,6 +222,14 @@ fn wrap_keeps_root(spec: &InitSpec) -> bool {
     matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::KeepRoot))
 }
 
+/// The process cap as RLIMIT_NPROC, for a process that has just entered a user namespace of
+/// its own (created before the limit was lowered), where it counts only that namespace's
+/// processes: the native sandbox's and a wrapping tool's without a cgroup.
+pub(super) fn cap_processes_in_this_user_namespace(spec: &InitSpec) -> Setup<()> {
+    let processes = spec.limits.processes;
+    lower_rlimit(Resource::RLIMIT_NPROC, processes, processes)
+}
+
 /// Sets a limit, never above the current hard limit (raising needs CAP_SYS_RESOURCE).
 pub(super) fn lower_rlimit(resource: Resource, soft: u64, hard: u64) -> Setup<()> {
     let failed = |message: String| SetupError::at(Step::Rlimits, message);

@@ -40,12 +40,7 @@ pub(super) fn enter(
 ) -> Setup<Infallible> {
     enter_namespaces(native.new_net)?;
     if limit_processes {
-        let processes = spec.limits.processes;
-        super::child::lower_rlimit(
-            nix::sys::resource::Resource::RLIMIT_NPROC,
-            processes,
-            processes,
-        )?;
+        super::child::cap_processes_in_this_user_namespace(spec)?;
     }
     layers.extend(Layer::NAMESPACES_BUT_NET);
     if native.new_net {

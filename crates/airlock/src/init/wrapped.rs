@@ -219,12 +219,7 @@ fn cap_processes_in_own_user_namespace(spec: &InitSpec, in_own_user_namespace: b
     if !in_own_user_namespace {
         super::native::enter_user_namespace(nix::sched::CloneFlags::empty())?;
     }
-    let processes = spec.limits.processes;
-    super::child::lower_rlimit(
-        nix::sys::resource::Resource::RLIMIT_NPROC,
-        processes,
-        processes,
-    )
+    super::child::cap_processes_in_this_user_namespace(spec)
 }
 
 /// Leaves `/dev/null` open (read-only, inherited across exec) at a high descriptor, so that
