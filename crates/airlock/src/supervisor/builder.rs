@@ -19,7 +19,7 @@ use crate::result::RunResult;
 use crate::spec::StagedFile;
 
 /// How the sandbox itself is set up, as opposed to what the program may do (the policy).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SandboxOptions {
     /// Allow `backend = "none"` (Tier 0 only) with any policy; without it only a policy from
     /// the built-in `trusted` profile may use it (see [`crate::policy::PolicyOrigin`]).

@@ -92,15 +92,15 @@ pub struct CodeWork {
 /// What a run is matched on: its resolved policy (the library's equality: the same rules and
 /// limits) and its sandbox options, exactly.
 #[derive(Debug, Clone, PartialEq)]
-struct Fingerprint(Policy, String);
+struct Fingerprint(Policy, SandboxOptions);
 
 impl Fingerprint {
     fn of(policy: &Policy, options: &SandboxOptions) -> Fingerprint {
-        Fingerprint(policy.clone(), format!("{options:?}"))
+        Fingerprint(policy.clone(), options.clone())
     }
 
     fn matches(&self, policy: &Policy, options: &SandboxOptions) -> bool {
-        self.0 == *policy && self.1 == format!("{options:?}")
+        self.0 == *policy && self.1 == *options
     }
 }
 
