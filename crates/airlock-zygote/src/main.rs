@@ -4,6 +4,8 @@
 //! per run. It never runs user code itself: only its children do, after every confinement
 //! step.
 
+mod fork_hooks;
+
 use std::ffi::CString;
 use std::process::ExitCode;
 
@@ -67,6 +69,18 @@ impl<'py> Embedded<'py> {
 }
 
 impl Interpreter for Embedded<'_> {
+    fn before_fork(&mut self) {
+        fork_hooks::before_fork(self.run.py());
+    }
+
+    fn after_fork_parent(&mut self) {
+        fork_hooks::after_fork_parent(self.run.py());
+    }
+
+    fn after_fork_child(&mut self) {
+        fork_hooks::after_fork_child(self.run.py());
+    }
+
     fn fork(&mut self) -> std::io::Result<Forked> {
         let pid: i32 = self
             .fork

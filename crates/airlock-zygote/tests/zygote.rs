@@ -481,6 +481,21 @@ fn run_processes(owner: u32) -> Vec<String> {
 }
 
 /// A run past its wall time is killed and reported as a timeout, its processes gone.
+/// PID 1 makes its cgroup namespace once it is in the run's cgroup: the run sees its own
+/// cgroup as the root of every hierarchy and no path of the host's tree (a namespace made
+/// before the join would show `/../run-...`).
+#[test]
+fn a_run_sees_its_own_cgroup_as_the_root() {
+    let _guard = shared();
+    let zygote = zygote(&[]);
+    let result = run(&zygote, "print(open('/proc/self/cgroup').read(), end='')");
+    let view = stdout(&result);
+    assert!(view.lines().count() > 1, "{result:?}");
+    for line in view.lines() {
+        assert!(line.ends_with(":/"), "a host cgroup path shows: {view}");
+    }
+}
+
 #[test]
 fn a_run_past_its_wall_time_is_a_timeout() {
     let _guard = shared();

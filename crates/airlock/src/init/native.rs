@@ -89,6 +89,12 @@ pub(super) fn enter_user_namespace(others: CloneFlags) -> Setup<()> {
         )
         .with_fix("check `airlock doctor` for user namespace support")
     })?;
+    map_own_ids(uid, gid)
+}
+
+/// In a new user namespace: maps only `uid` and `gid`, our own ids in the parent namespace
+/// (the process's ids before the namespace existed), which needs no privilege at all.
+pub(super) fn map_own_ids(uid: nix::unistd::Uid, gid: nix::unistd::Gid) -> Setup<()> {
     // A uid change made us non-dumpable, which makes /proc/self/* root-owned; we need to write
     // our own id maps, then go back to non-dumpable so the sandbox cannot open our descriptors.
     let dumpable = |e: nix::errno::Errno| {

@@ -1,8 +1,9 @@
 //! A run forked from an interpreter zygote (see `crate::zygote`), the confinement half: the
-//! same steps, in the same order and by the same code, as a cold native run's child and
-//! PID 1 — join the run's cgroup, a new session, rlimits, fresh namespaces, then in PID 1 the
-//! root built from scratch, the hostname, Landlock, `no_new_privs`, no capabilities and
-//! seccomp — so that the layers the child reports are a cold run's.
+//! same steps, by the same code, as a cold native run's child and PID 1, in the order a
+//! process cloned straight into its namespaces allows — its ids mapped, the run's cgroup
+//! joined, then the cgroup namespace, a new session and rlimits; then the root built from
+//! scratch, the hostname, Landlock, `no_new_privs`, no capabilities and seccomp — so that the
+//! layers PID 1 reports are a cold run's.
 //!
 //! Descriptors in a zygote child: 0-2 the run's stdio, [`SETUP_FD`] the run's report socket
 //! (setup messages as in a cold run, then the program's exit: [`ChildLine`]), then the
@@ -14,7 +15,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::Pid;
+use nix::unistd::{Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
 use super::child::{send_setup, SetupMessage, SETUP_FD};
@@ -32,14 +33,44 @@ pub(crate) enum ChildLine {
     Exit { exit: ExitReport },
 }
 
-/// In the forked child, before PID 1 exists: the cgroup, session, rlimits and namespaces,
-/// with the layers they give.
-pub(crate) fn enter(spec: &InitSpec, native: &NativeSpec, tasks: &[OwnedFd]) -> Setup<Vec<Layer>> {
+/// The namespaces the template clones PID 1 straight into: user, mount, PID, IPC, UTS (and
+/// network), as the cold child's `unshare` makes them. The cgroup namespace comes later, by
+/// [`enter`], once PID 1 is in the run's cgroup (a cgroup namespace is rooted where it is
+/// made).
+pub(crate) fn pid1_namespaces(native: &NativeSpec) -> nix::sched::CloneFlags {
+    use nix::sched::CloneFlags;
+    let mut flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS;
+    if native.new_net {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    flags
+}
+
+/// In PID 1, just cloned into [`pid1_namespaces`]: its own ids (`ids`, the template's) mapped,
+/// the run's cgroup joined and a cgroup namespace made there, a new session and the cold run's
+/// rlimits — the cold child's steps, with the layers they give.
+pub(crate) fn enter(
+    spec: &InitSpec,
+    native: &NativeSpec,
+    tasks: &[OwnedFd],
+    ids: (Uid, Gid),
+) -> Setup<Vec<Layer>> {
     let mut layers = vec![Layer::EnvScrub, Layer::FdClose, Layer::TreeKill];
+    super::native::map_own_ids(ids.0, ids.1)?;
     join_cgroup(tasks)?;
     if !tasks.is_empty() {
         layers.push(Layer::Cgroup);
     }
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).map_err(|e| {
+        SetupError::at(
+            Step::Namespaces,
+            format!("cannot create the cgroup namespace: {e}"),
+        )
+    })?;
     super::child::new_session(false)?;
     layers.push(Layer::NewSession);
     super::child::apply_rlimits(spec, !tasks.is_empty(), false)?;
@@ -48,7 +79,6 @@ pub(crate) fn enter(spec: &InitSpec, native: &NativeSpec, tasks: &[OwnedFd]) -> 
     if spec.credentials.is_some() {
         layers.push(Layer::UidDrop);
     }
-    super::native::enter_namespaces(native.new_net)?;
     if tasks.is_empty() {
         let processes = spec.limits.processes;
         let nproc = nix::sys::resource::Resource::RLIMIT_NPROC;
@@ -117,11 +147,6 @@ pub(crate) fn confine(spec: &InitSpec, native: &NativeSpec, layers: &mut Vec<Lay
 pub(crate) fn fail(error: SetupError) -> ! {
     send_setup(&SetupMessage::Error(error));
     sys::exit_now(126)
-}
-
-/// The process that created the namespaces waits for PID 1 and mirrors its exit.
-pub(crate) fn mirror(pid1: Pid) -> ! {
-    super::native::mirror_exit(pid1)
 }
 
 /// PID 1's duty: reap every process of the namespace until the program exits, then report

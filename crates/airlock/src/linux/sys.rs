@@ -41,6 +41,45 @@ pub fn fork_if_single_threaded() -> io::Result<Option<Forked>> {
     fork_single_threaded().map(Some)
 }
 
+/// Forks the calling process straight into the new namespaces `flags` names (a `clone`
+/// without `CLONE_VM`, so the child gets a copy of the address space and returns here, as
+/// from `fork`): with `CLONE_NEWPID` the child is PID 1 of its namespace, so no process has
+/// to stay behind to wait for it, as one does after `unshare(CLONE_NEWPID)`.
+///
+/// `None` when the caller has other threads. The raw system call skips glibc's `fork`
+/// bookkeeping: the child's thread descriptor keeps the parent's thread id, which only
+/// robust and error-checking pthread mutexes read, and no at-fork handler runs. In a
+/// single-threaded process no lock can be held by another thread, so the child may run any
+/// code; it should not use such mutexes (Rust's std does not).
+pub fn clone_into_namespaces(flags: nix::sched::CloneFlags) -> io::Result<Option<Forked>> {
+    use nix::sched::CloneFlags as F;
+    let namespaces = F::CLONE_NEWUSER
+        | F::CLONE_NEWNS
+        | F::CLONE_NEWPID
+        | F::CLONE_NEWIPC
+        | F::CLONE_NEWUTS
+        | F::CLONE_NEWNET
+        | F::CLONE_NEWCGROUP;
+    if !namespaces.contains(flags) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    if std::fs::read_dir("/proc/self/task")?.count() != 1 {
+        return Ok(None);
+    }
+    let flags = (flags.bits() | libc::SIGCHLD) as libc::c_ulong;
+    let null = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: without CLONE_VM (and CLONE_VFORK, CLONE_SETTLS, CLONE_*TID, none of which
+    // the flags can carry: only namespace flags pass the check above) and with a null stack, `clone`
+    // behaves as `fork` does, each process returning on its own copy of this stack; the
+    // caller is single-threaded (checked above), see the doc comment.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, null, null, null, null) };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Some(Forked::Child)),
+        pid => Ok(Some(Forked::Parent(Pid::from_raw(pid as libc::pid_t)))),
+    }
+}
+
 /// Sets every signal the process catches back to its default action, as exec would; ignored
 /// signals stay ignored. For a forked child that will not exec.
 pub fn reset_caught_signals() {

@@ -3,12 +3,13 @@
 //! [`Template::serve`], which forks one child per run request. The interpreter itself is
 //! behind [`Interpreter`], so this library never links it.
 //!
-//! A run's processes: the template forks the child (through the interpreter, so that its
-//! own after-fork work runs: `os.fork` resets its locks and reseeds `random`); the child
-//! joins the run's cgroup and creates fresh namespaces (`init::zygote`), then forks PID 1,
-//! which applies every confinement step of a cold PID 1 and forks the program — all ahead
-//! of the run. PID 1 then reads the run's request and hands it to the program, which
-//! reseeds its generators and runs the code in the interpreter it inherited.
+//! A run's processes: the template clones the run's PID 1 straight into its new user,
+//! mount, PID, IPC, UTS and network namespaces (a raw `clone`, the interpreter's own fork
+//! work called around it: `Interpreter::before_fork` and the rest); PID 1 maps its ids,
+//! joins the run's cgroup, makes its cgroup namespace there and applies every confinement
+//! step of a cold PID 1 (`init::zygote`), then forks the program — all ahead of the run.
+//! PID 1 then reads the run's request and hands it to the program, which reseeds its
+//! generators and runs the code in the interpreter it inherited.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -28,6 +29,14 @@ use crate::spec::{Confinement, NativeSpec};
 pub trait Interpreter {
     /// Forks this process through the interpreter, so that its after-fork work runs in both.
     fn fork(&mut self) -> std::io::Result<Forked>;
+    /// The interpreter's before-fork work (its at-fork hooks, its import lock taken), for a
+    /// fork made without it: [`Interpreter::after_fork_parent`] follows in this process.
+    fn before_fork(&mut self);
+    /// In the parent, after a fork [`Interpreter::before_fork`] prepared.
+    fn after_fork_parent(&mut self);
+    /// In a process forked (or forked from one forked) after [`Interpreter::before_fork`]
+    /// without the interpreter's after-fork work: that work, before any Python runs here.
+    fn after_fork_child(&mut self);
     /// Runs a request's code in this (confined) process, as `-c` would, and returns its exit
     /// status. `env` is the program's whole environment.
     fn run(&mut self, code: &str, args: &[String], env: &[(String, String)]) -> i32;
@@ -38,6 +47,8 @@ pub trait Interpreter {
 pub struct Template {
     control: OwnedFd,
     spec: TemplateSpec,
+    /// The template's uid and gid (in its own user namespace), each PID 1's to map.
+    ids: (nix::unistd::Uid, nix::unistd::Gid),
 }
 
 impl Template {
@@ -57,7 +68,8 @@ impl Template {
         };
         confine::enter_template(&spec.init, native)
             .map_err(|e| Error::Command(format!("the zygote's template: {}", e.message)))?;
-        Ok(Template { control, spec })
+        let ids = (nix::unistd::getuid(), nix::unistd::getgid());
+        Ok(Template { control, spec, ids })
     }
 
     /// The modules to import before serving.
@@ -77,12 +89,22 @@ impl Template {
             let Some((_, fds)) = wire::receive::<RunRequest>(&self.control, 64)? else {
                 return Ok(());
             };
-            match interpreter.fork() {
-                Ok(Forked::Child) => self.child(fds, interpreter),
-                Ok(Forked::Parent(_)) => drop(fds),
-                Err(_) => drop(fds), // the host sees the report socket close unread
-            }
+            self.clone_pid1(fds, interpreter);
         }
+    }
+
+    /// Clones the run's PID 1 straight into its new namespaces (one process per run besides
+    /// the program; see `init::zygote`), the interpreter's fork work around it.
+    fn clone_pid1(&self, fds: Vec<OwnedFd>, interpreter: &mut dyn Interpreter) {
+        let namespaces = confine::pid1_namespaces(self.native());
+        interpreter.before_fork();
+        let cloned = sys::clone_into_namespaces(namespaces);
+        if let Ok(Some(Forked::Child)) = cloned {
+            self.pid1(fds, interpreter)
+        }
+        interpreter.after_fork_parent();
+        // Otherwise (a thread, an error) the host sees the report socket close unread.
+        drop(fds);
     }
 
     /// Tells the host why the template could not start.
@@ -100,21 +122,18 @@ impl Template {
         }
     }
 
-    /// The forked child: its descriptors placed, confined (PID 1 in fresh namespaces), its
-    /// request read, then the program. Never returns.
-    fn child(&self, fds: Vec<OwnedFd>, interpreter: &mut dyn Interpreter) -> ! {
+    /// PID 1, cloned into its namespaces: its descriptors placed, confined, the program forked
+    /// ahead; it then hands the program the request and reaps. Never returns.
+    fn pid1(&self, fds: Vec<OwnedFd>, interpreter: &mut dyn Interpreter) -> ! {
+        interpreter.after_fork_child();
         let tasks = match place_child_fds(fds) {
             Ok(tasks) => tasks,
             Err(e) => sys::exit_now(e.raw_os_error().unwrap_or(1).clamp(1, 125)),
         };
         let (spec, native) = (&self.spec.init, self.native());
-        let mut layers = confine::enter(spec, native, &tasks).unwrap_or_else(|e| confine::fail(e));
+        let mut layers =
+            confine::enter(spec, native, &tasks, self.ids).unwrap_or_else(|e| confine::fail(e));
         drop(tasks);
-        match interpreter.fork() {
-            Ok(Forked::Parent(pid1)) => confine::mirror(pid1),
-            Ok(Forked::Child) => {}
-            Err(e) => confine::fail(forking("the sandbox's PID 1", e)),
-        }
         if let Err(e) = confine::confine(spec, native, &mut layers) {
             confine::fail(e);
         }
