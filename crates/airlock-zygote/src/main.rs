@@ -9,7 +9,7 @@ mod fork_hooks;
 use std::ffi::CString;
 use std::process::ExitCode;
 
-use airlock::zygote::{Forked, Interpreter, Template, RUNNER};
+use airlock::zygote::{Interpreter, Template, RUNNER};
 use pyo3::prelude::*;
 
 fn main() -> ExitCode {
@@ -40,9 +40,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// The embedded CPython: `os.fork` and the runner, looked up once.
+/// The embedded CPython: the runner, looked up once.
 struct Embedded<'py> {
-    fork: Bound<'py, PyAny>,
     run: Bound<'py, PyAny>,
 }
 
@@ -62,7 +61,6 @@ impl<'py> Embedded<'py> {
         gc.call_method0("collect")?;
         gc.call_method0("freeze")?;
         Ok(Embedded {
-            fork: py.import("os")?.getattr("fork")?,
             run: module.getattr("run")?,
         })
     }
@@ -79,18 +77,6 @@ impl Interpreter for Embedded<'_> {
 
     fn after_fork_child(&mut self) {
         fork_hooks::after_fork_child(self.run.py());
-    }
-
-    fn fork(&mut self) -> std::io::Result<Forked> {
-        let pid: i32 = self
-            .fork
-            .call0()
-            .and_then(|pid| pid.extract())
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok(match pid {
-            0 => Forked::Child,
-            pid => Forked::Parent(airlock::zygote::Pid::from_raw(pid)),
-        })
     }
 
     fn run(&mut self, code: &str, args: &[String], env: &[(String, String)]) -> i32 {

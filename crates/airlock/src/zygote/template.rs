@@ -27,8 +27,6 @@ use crate::spec::{Confinement, NativeSpec};
 
 /// The interpreter a template embeds.
 pub trait Interpreter {
-    /// Forks this process through the interpreter, so that its after-fork work runs in both.
-    fn fork(&mut self) -> std::io::Result<Forked>;
     /// The interpreter's before-fork work (its at-fork hooks, its import lock taken), for a
     /// fork made without it: [`Interpreter::after_fork_parent`] follows in this process.
     fn before_fork(&mut self);
@@ -124,8 +122,11 @@ impl Template {
 
     /// PID 1, cloned into its namespaces: its descriptors placed, confined, the program forked
     /// ahead; it then hands the program the request and reaps. Never returns.
+    ///
+    /// PID 1 runs only Rust, so it skips the interpreter's after-fork work (which would dirty
+    /// pages of the template's heap in it): its copy of the interpreter stays as the template
+    /// left it at `before_fork`, and the program, forked from it, does that work once.
     fn pid1(&self, fds: Vec<OwnedFd>, interpreter: &mut dyn Interpreter) -> ! {
-        interpreter.after_fork_child();
         let tasks = match place_child_fds(fds) {
             Ok(tasks) => tasks,
             Err(e) => sys::exit_now(e.raw_os_error().unwrap_or(1).clamp(1, 125)),
@@ -143,7 +144,7 @@ impl Template {
         // on through a pipe; the program reseeds its generators when it has it (the runner).
         let (request_in, request_out) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .unwrap_or_else(|e| confine::fail(forking("the request's pipe", e.into())));
-        match interpreter.fork() {
+        match sys::fork_single_threaded() {
             Ok(Forked::Parent(program)) => {
                 drop(request_in);
                 forward_request(request_out);
@@ -152,6 +153,7 @@ impl Template {
             Ok(Forked::Child) => drop(request_out),
             Err(e) => confine::fail(forking("the program", e)),
         }
+        interpreter.after_fork_child();
         let _ = nix::unistd::close(SETUP_FD);
         let Some(request) = receive_request(request_in) else {
             sys::exit_now(126) // PID 1 ended (and with it this namespace) without a request
