@@ -79,12 +79,16 @@ impl Template {
     /// closes the control socket.
     pub fn serve(self, interpreter: &mut dyn Interpreter) -> Result<(), Error> {
         wire::send(&self.control, &TemplateStatus::Ready, &[])?;
+        // The host's messages here only carry a run's descriptors (its code and environment
+        // go to PID 1 on the report socket), so the buffer never holds a run's data.
+        let mut buffer = wire::MessageBuffer::new();
         loop {
             reap_ended();
             if !readable(&self.control, Duration::from_millis(500)) {
                 continue;
             }
-            let Some((_, fds)) = wire::receive::<RunRequest>(&self.control, 64)? else {
+            let Some((_, fds)) = wire::receive_into::<RunRequest>(&self.control, 64, &mut buffer)?
+            else {
                 return Ok(());
             };
             self.clone_pid1(fds, interpreter);

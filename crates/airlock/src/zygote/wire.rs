@@ -68,9 +68,30 @@ pub(crate) fn receive<T: DeserializeOwned>(
     socket: &OwnedFd,
     max_fds: usize,
 ) -> Result<Option<(T, Vec<OwnedFd>)>, Error> {
-    let mut body = vec![0u8; MAX_MESSAGE];
+    receive_into(socket, max_fds, &mut MessageBuffer::new())
+}
+
+/// Room for one message, made once by a process that receives many (the template): a buffer
+/// made (and zeroed) per message would write a whole MiB of the template's heap each time,
+/// a copy of every page of it while children forked before share them, which those children
+/// then keep, charged to the owner, until they end.
+pub(crate) struct MessageBuffer(Vec<u8>);
+
+impl MessageBuffer {
+    pub(crate) fn new() -> MessageBuffer {
+        MessageBuffer(vec![0u8; MAX_MESSAGE])
+    }
+}
+
+/// [`receive`], into `buffer` (only the message's own bytes are written).
+pub(crate) fn receive_into<T: DeserializeOwned>(
+    socket: &OwnedFd,
+    max_fds: usize,
+    buffer: &mut MessageBuffer,
+) -> Result<Option<(T, Vec<OwnedFd>)>, Error> {
+    let body = &mut buffer.0;
     let mut space = nix::cmsg_space!([RawFd; 64]);
-    let mut iov = [std::io::IoSliceMut::new(&mut body)];
+    let mut iov = [std::io::IoSliceMut::new(body)];
     let message = recvmsg::<()>(
         socket.as_raw_fd(),
         &mut iov,
