@@ -213,8 +213,8 @@ impl Keeper {
         }
     }
 
-    /// PID 1's exit ends the run's namespace; its last processes (PID 1 itself, the process
-    /// mirroring it) leave the cgroup within moments. An empty cgroup is removed without a
+    /// PID 1's exit ends the run's namespace; its last processes (PID 1 itself and what
+    /// the code left) leave the cgroup within moments. An empty cgroup is removed without a
     /// kill round; whatever stays is killed by `remove`.
     fn remove(&self, cgroup: RunCgroup) {
         let deadline = Instant::now() + Duration::from_secs(1);
