@@ -34,11 +34,16 @@ pub fn fork_single_threaded() -> io::Result<Forked> {
 /// Forks the calling process if it has exactly one thread, so that the child may run any
 /// code; `None` when other threads exist (their locks could stay held in the child).
 pub fn fork_if_single_threaded() -> io::Result<Option<Forked>> {
-    // Only this thread could start another one, so the count cannot change under us.
-    if std::fs::read_dir("/proc/self/task")?.count() != 1 {
+    if !single_threaded()? {
         return Ok(None);
     }
     fork_single_threaded().map(Some)
+}
+
+/// Whether this process has exactly one thread. Only this thread could start another one, so
+/// the answer cannot change under the caller.
+fn single_threaded() -> io::Result<bool> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count() == 1)
 }
 
 /// Forks the calling process straight into the new namespaces `flags` names (a `clone`
@@ -63,7 +68,7 @@ pub fn clone_into_namespaces(flags: nix::sched::CloneFlags) -> io::Result<Option
     if !namespaces.contains(flags) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    if std::fs::read_dir("/proc/self/task")?.count() != 1 {
+    if !single_threaded()? {
         return Ok(None);
     }
     let flags = (flags.bits() | libc::SIGCHLD) as libc::c_ulong;
