@@ -360,12 +360,16 @@ fn zygote_owner() {
     let running = std::sync::Arc::clone(&zygote);
     std::thread::spawn(move || run(&running, "import time; time.sleep(60)"));
     let deadline = Instant::now() + Duration::from_secs(20);
-    // The run's process mirroring PID 1, PID 1 and the program (which writes nothing: a
-    // closed output pipe must not be what ends it), and a ready child's first two.
-    while run_processes(std::process::id()).len() < 5 && Instant::now() < deadline {
+    // The run's PID 1 and program (which writes nothing: a closed output pipe must not be
+    // what ends it), and a ready child's two; each process is listed once per hierarchy.
+    let processes = || {
+        let listed = run_processes(std::process::id());
+        listed.into_iter().collect::<std::collections::BTreeSet<_>>().len()
+    };
+    while processes() < 4 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    if run_processes(std::process::id()).len() >= 5 {
+    if processes() >= 4 {
         println!("OWNER READY");
     }
     std::thread::sleep(Duration::from_secs(60));

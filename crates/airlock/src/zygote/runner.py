@@ -13,8 +13,8 @@ def run(code, args, env):
 
 
 def reseed():
-    # The program was forked ahead of its request (os.fork reseeded random's global
-    # generator then, an at-fork hook); this reseeds at the request, from the kernel, and
+    # The program was forked ahead of its request (CPython's after-fork work reseeded
+    # random's global generator then, an at-fork hook); this reseeds at the request, from the kernel, and
     # also covers a template whose preloads hold generators of their own.
     for name in ("random", "numpy.random"):
         module = sys.modules.get(name)
