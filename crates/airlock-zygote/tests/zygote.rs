@@ -364,7 +364,10 @@ fn zygote_owner() {
     // what ends it), and a ready child's two; each process is listed once per hierarchy.
     let processes = || {
         let listed = run_processes(std::process::id());
-        listed.into_iter().collect::<std::collections::BTreeSet<_>>().len()
+        listed
+            .into_iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
     };
     while processes() < 4 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
