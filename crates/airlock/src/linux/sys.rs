@@ -31,6 +31,68 @@ pub fn fork_single_threaded() -> io::Result<Forked> {
     }
 }
 
+/// The stack a [`spawn_sharing_memory`] child runs on before its exec: its code formats
+/// errors and JSON, nothing recursive; a guard page below it turns an overflow into a fault.
+const SPAWN_STACK_BYTES: usize = 256 * 1024;
+const GUARD_BYTES: usize = 4096;
+
+/// Runs `child` in a new process that shares the caller's memory until it execs or exits
+/// (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does), and returns its pid once it has. A
+/// plain fork copies the caller's page tables, and the exec then tears that copy down
+/// again; together they were a tenth of PID 1's and the program's CPU. The caller is
+/// suspended meanwhile, so nothing it holds changes under the child.
+///
+/// Only for a single-threaded caller (PID 1 of the native sandbox), with a `child` that ends
+/// in exec or [`exit_now`]: it may allocate (no other thread can hold the allocator's lock,
+/// and the suspended caller only sees what the child leaves, as leaked memory), and must
+/// never return into the caller's frames, which it does not own.
+pub fn spawn_sharing_memory(
+    child: &mut dyn FnMut() -> std::convert::Infallible,
+) -> io::Result<Pid> {
+    use nix::sched::{clone, CloneFlags};
+    // SAFETY: a fresh private anonymous mapping, released below once the child no longer
+    // runs on it (CLONE_VFORK returns only after its exec or exit).
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            SPAWN_STACK_BYTES + GUARD_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the lowest page of the mapping made above, which nothing uses yet.
+    let guarded = unsafe { libc::mprotect(base, GUARD_BYTES, libc::PROT_NONE) };
+    // SAFETY: the usable part of the mapping above, exclusively ours until it is unmapped.
+    let stack = unsafe {
+        std::slice::from_raw_parts_mut(base.cast::<u8>().add(GUARD_BYTES), SPAWN_STACK_BYTES)
+    };
+    let flags = CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK;
+    let spawned = match guarded {
+        0 => {
+            // SAFETY: see the contract above: the caller is single-threaded and suspended
+            // until the child execs or exits, and the child never returns.
+            unsafe {
+                clone(
+                    Box::new(|| match child() {}),
+                    stack,
+                    flags,
+                    Some(libc::SIGCHLD),
+                )
+            }
+            .map_err(io::Error::from)
+        }
+        _ => Err(io::Error::last_os_error()),
+    };
+    // SAFETY: the mapping made above; the child has left it (exec'd or exited).
+    unsafe { libc::munmap(base, SPAWN_STACK_BYTES + GUARD_BYTES) };
+    spawned
+}
+
 /// Forks the calling process if it has exactly one thread, so that the child may run any
 /// code; `None` when other threads exist (their locks could stay held in the child).
 pub fn fork_if_single_threaded() -> io::Result<Option<Forked>> {
