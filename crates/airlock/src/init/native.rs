@@ -6,8 +6,9 @@
 //! 3. fork PID 1 of the new PID namespace; this process stays behind only to mirror its exit;
 //! 4. PID 1 builds the root filesystem, sets the hostname, applies Landlock, no_new_privs,
 //!    drops every capability and installs seccomp last (it needs no privilege);
-//! 5. PID 1 forks the program and reaps every process until the program exits, then exits
-//!    itself, which makes the kernel kill whatever is left in the namespace.
+//! 5. PID 1 starts the program (sharing its memory until the exec, `CLONE_VM | CLONE_VFORK`)
+//!    and reaps every process until the program exits, then exits itself, which makes the
+//!    kernel kill whatever is left in the namespace.
 
 use std::convert::Infallible;
 use std::os::fd::{AsRawFd, OwnedFd};
