@@ -91,3 +91,48 @@ fn resolve_fully(path: &Path) -> Result<HostEntry, RootfsError> {
     let is_dir = real.is_dir();
     Ok(HostEntry::Real(real, is_dir))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn real(entry: HostEntry) -> (PathBuf, bool) {
+        match entry {
+            HostEntry::Real(path, is_dir) => (path, is_dir),
+            _ => panic!("expected a resolved host path"),
+        }
+    }
+
+    /// The once-per-directory shortcut gives what `realpath` gives: through a symlinked
+    /// directory, for files and directories, and a symlink named last is still followed.
+    #[test]
+    fn resolution_matches_realpath_through_symlinked_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(dir.path()).unwrap();
+        fs::create_dir_all(root.join("real/sub")).unwrap();
+        fs::write(root.join("real/file"), "x").unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        std::os::unix::fs::symlink("file", root.join("real/last")).unwrap();
+        let mut resolver = Resolver::default();
+        for (name, is_dir) in [
+            ("link/file", false),
+            ("link/sub", true),
+            ("link/last", false),
+            ("link", true),
+        ] {
+            let path = root.join(name);
+            let expected = fs::canonicalize(&path).unwrap();
+            assert_eq!(
+                real(resolver.resolve_real(&path).unwrap()),
+                (expected, is_dir),
+                "{name}"
+            );
+        }
+        let missing = resolver
+            .resolve_optional(&root.join("link/absent"))
+            .unwrap();
+        assert!(matches!(missing, HostEntry::Absent));
+        let named = resolver.resolve_optional(&root.join("link/last")).unwrap();
+        assert!(matches!(named, HostEntry::Symlink(target) if target == Path::new("file")));
+    }
+}
