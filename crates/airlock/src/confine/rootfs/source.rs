@@ -70,7 +70,8 @@ impl Resolver {
 
     /// `path`, which is no symlink itself, with its directory resolved (once per directory).
     fn real_entry(&mut self, path: &Path, is_dir: bool) -> Result<HostEntry, RootfsError> {
-        let (Some(dir), Some(Component::Normal(name))) = (path.parent(), path.components().last())
+        let (Some(dir), Some(Component::Normal(name))) =
+            (path.parent(), path.components().next_back())
         else {
             return resolve_fully(path);
         };
