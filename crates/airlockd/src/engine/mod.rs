@@ -219,7 +219,7 @@ pub enum Submitted {
 
 /// What admitting a run did.
 enum Admit {
-    New(Admitted),
+    New(Box<Admitted>),
     /// An earlier request with the same idempotency key made this run.
     Existing(Box<RunRow>),
 }
@@ -235,7 +235,7 @@ struct Admitted {
 
 impl Admitted {
     /// Waits for the slot, runs the work and records the end, on the calling thread.
-    fn run(self, engine: &Arc<Engine>) {
+    fn run(self: Box<Self>, engine: &Arc<Engine>) {
         execute::run_job(engine, &self.live, self.job, self.ticket, self.granted);
     }
 }
@@ -377,19 +377,19 @@ impl Engine {
             // As recorded: started when admitted, after no wait.
             live.mark_started(started_ms, 0);
         }
-        Ok(Admit::New(Admitted {
+        Ok(Admit::New(Box::new(Admitted {
             live,
             job,
             ticket,
             granted,
-        }))
+        })))
     }
 
     /// Runs an admitted run on a thread of its own. One with its slot already goes to the
     /// runtime's pool of blocking threads (no thread to create); a queued one waits on a
     /// thread of its own, so waiting runs never take all of the pool's threads from the runs
     /// that hold slots.
-    async fn start_thread(self: &Arc<Self>, admitted: Admitted) {
+    async fn start_thread(self: &Arc<Self>, admitted: Box<Admitted>) {
         let engine = Arc::clone(self);
         let live = Arc::clone(&admitted.live);
         let spawned = if admitted.granted {
