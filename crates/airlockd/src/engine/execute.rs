@@ -118,7 +118,7 @@ pub(super) fn run_job(
     };
     audit_ending(engine, live, &job.key_name, &tenant, &ending);
     let recording = Instant::now();
-    engine.block_on(engine.finish(live, ending, &tenant, wall, Some(&job.record)));
+    engine.block_on(engine.finish(live, ending, &tenant, wall, Some(job.record)));
     tracing::debug!(
         run = %live.id,
         queue_us = queue.as_micros() as u64,
