@@ -235,9 +235,26 @@ fn stream_run(
         command = command.stdin(bytes);
     }
     let mut handle = command.spawn()?;
+    let (stdout, stderr) = match handle.events() {
+        Some(events) => relay(live, events),
+        None => Default::default(),
+    };
+    let result = handle.wait()?;
+    Ok(Streamed {
+        result,
+        stdout,
+        stderr,
+    })
+}
+
+/// Relays a run's events into its log until the library closes the stream (`started` always
+/// comes first), and gives back the output relayed.
+pub(super) fn relay(
+    live: &LiveRun,
+    events: impl IntoIterator<Item = RunEvent>,
+) -> (Vec<u8>, Vec<u8>) {
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    // The library always sends `started` first.
-    for event in handle.events().into_iter().flatten() {
+    for event in events {
         match event {
             RunEvent::Started { layers } => live.log.push(EventBody::started(&layers)),
             RunEvent::Stdout(chunk) => {
@@ -252,12 +269,7 @@ fn stream_run(
             _ => {}
         }
     }
-    let result = handle.wait()?;
-    Ok(Streamed {
-        result,
-        stdout,
-        stderr,
-    })
+    (stdout, stderr)
 }
 
 /// The terminal record of a streamed run, or of a sandbox that could not be set up.

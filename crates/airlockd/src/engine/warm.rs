@@ -25,7 +25,6 @@ use airlock::{Policy, Sandbox, SandboxOptions};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::events::EventBody;
 use super::execute::{CommandWork, Streamed};
 use super::LiveRun;
 use crate::auth::Principal;
@@ -382,9 +381,10 @@ fn zygotes_of(
     zygotes
 }
 
-/// Runs `code` on `zygote` as the run's sandbox, relaying its events once it ended (a zygote
-/// run's output is collected, not streamed). `None` when the zygote could not take it (no
-/// child, a template gone): nothing of the code ran, and the run goes cold.
+/// Runs `code` on `zygote` as the run's sandbox, relaying its events into the run's log as
+/// they come (`started`, then each chunk of output within the caps, as for a cold run).
+/// `None` when the zygote could not take it (no child, a template gone): nothing of the code
+/// ran, and the run goes cold.
 fn run_on_zygote(
     live: &LiveRun,
     zygote: &Zygote,
@@ -392,32 +392,32 @@ fn run_on_zygote(
     env: &[(String, String)],
     stdin: Option<&[u8]>,
 ) -> Option<Streamed> {
+    let (events, received) = std::sync::mpsc::channel();
     let run = ZygoteRun {
         code: code.code.clone(),
         args: code.args.clone(),
         env: env.to_vec(),
         stdin: stdin.map(<[u8]>::to_vec).unwrap_or_default(),
         cancel: Some(live.cancel.clone()),
+        events: Some(events),
     };
-    let result = match zygote.run(&run) {
+    let outcome = std::thread::scope(|scope| {
+        scope.spawn(|| super::execute::relay(live, received));
+        let outcome = zygote.run(&run);
+        // The last sender goes with the run: the relay has everything and stops.
+        drop(run);
+        outcome
+    });
+    let result = match outcome {
         Ok(result) => result,
         Err(e) => {
             tracing::warn!(run = %live.id, "warm: the zygote could not take the run, it runs cold: {e}");
             return None;
         }
     };
-    let stdout = result.stdout_raw().unwrap_or_default();
-    let stderr = result.stderr_raw().unwrap_or_default();
-    live.log.push(EventBody::started(&result.isolation));
-    if !stdout.is_empty() {
-        live.log.push(EventBody::output(false, &stdout));
-    }
-    if !stderr.is_empty() {
-        live.log.push(EventBody::output(true, &stderr));
-    }
     Some(Streamed {
+        stdout: result.stdout_raw().unwrap_or_default(),
+        stderr: result.stderr_raw().unwrap_or_default(),
         result,
-        stdout,
-        stderr,
     })
 }

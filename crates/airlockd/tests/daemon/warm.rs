@@ -433,3 +433,68 @@ async fn killing_the_daemon_leaves_no_prepared_sandbox_or_zygote_behind() {
         "cgroups are left after a restart: {cgroups:?}"
     );
 }
+
+/// A zygote run's output reaches its event stream as the program writes it: the client sees
+/// the first line while the program sleeps, before the run ends (`started` first), and the
+/// output cap holds on the stream as on the result.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zygote_runs_output_is_streamed_as_it_is_written() {
+    let quick = QuickProfile::new();
+    let daemon = warm_daemon(&quick);
+    wait_warm(&daemon, "untrusted", 0, 1).await;
+    let client = daemon.client(&daemon.keys.beta);
+    let code =
+        "import sys, time\nprint('first-line', flush=True)\ntime.sleep(4)\nprint('second-line')";
+    for attempt in 0..5 {
+        let accepted = client
+            .post("/v1/runs", json!({"code": code, "language": "python"}))
+            .await
+            .json();
+        let id = accepted["id"].as_str().unwrap().to_string();
+        let mut stream = client.open_events(&id).await;
+        let seen = crate::common::read_until(&mut stream, "first-line").await;
+        let now = client.get(&format!("/v1/runs/{id}")).await.json();
+        let run = client.wait_terminal(&id, Duration::from_secs(30)).await;
+        if run["start"] != "zygote" {
+            assert!(attempt < 4, "never ran on the zygote: {run}");
+            continue;
+        }
+        assert_eq!(
+            now["status"], "running",
+            "the first line came only at the end: {now}"
+        );
+        assert!(!seen.contains("second-line"), "{seen}");
+        let started = seen.find("\"event\":\"started\"").expect("started");
+        assert!(started < seen.find("first-line").unwrap(), "{seen}");
+        let rest = crate::common::read_until(&mut stream, "\"event\":\"ended\"").await;
+        assert!(rest.contains("second-line"), "{rest}");
+        assert_eq!(
+            run["result"]["stdout"], "first-line\nsecond-line\n",
+            "{run}"
+        );
+        break;
+    }
+    // Past the cap (1 MiB of stdout in untrusted) the stream carries no more than the result.
+    let flood = "import sys\nfor _ in range(64): sys.stdout.write('x' * 65536)";
+    let run = run_on(
+        &client,
+        json!({"code": flood, "language": "python"}),
+        "zygote",
+    )
+    .await;
+    let id = run["id"].as_str().unwrap();
+    let events = client.get(&format!("/v1/runs/{id}/events")).await.text();
+    let streamed: usize = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "stdout")
+        .map(|e| e["text"].as_str().unwrap_or_default().len())
+        .sum();
+    assert_eq!(run["result"]["stdout_truncated"], true, "{run}");
+    let kept = run["result"]["stdout"].as_str().unwrap().len();
+    assert!(
+        streamed > 0 && streamed <= 1 << 20,
+        "streamed {streamed} bytes: {run}"
+    );
+    assert_eq!(streamed, kept, "the stream and the result differ: {run}");
+}
