@@ -175,7 +175,10 @@ fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Comma
     if let Some(streamed) = warm.and_then(|w| w.run_on_zygote(live, &policy, resolved, &work)) {
         return recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
     }
-    let pool = warm.and_then(|w| w.pool_for(&policy, &resolved.options));
+    let pool = match (&work.shared_workdir, &live.session_id) {
+        (Some(_), Some(session)) => engine.warm.session_pool(session, &policy, resolved),
+        _ => warm.and_then(|w| w.pool_for(&policy, &resolved.options)),
+    };
     let outcome = stream_run(
         live,
         &policy,
