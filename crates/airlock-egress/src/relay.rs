@@ -106,7 +106,12 @@ fn end_direction(end: End, from: &TcpStream, to: &TcpStream) {
     }
 }
 
-/// splice(2) through a pipe; `None` when splice is unavailable before any byte moved.
+/// splice(2) through a pipe, in two stages: this thread fills the pipe from `from` and asks
+/// the meter for each chunk, while a second thread drains the pipe into `to`, each stage
+/// blocking on its own socket. Done by one thread the two alternate, and the relay ran at
+/// 33-49 % of a direct connection; pipelined it keeps both sockets busy. The drainer sends
+/// only bytes the meter granted (it is handed each grant after its bytes entered the pipe),
+/// so a cap stays exact. `None` when splice is unavailable before any byte moved.
 #[cfg(target_os = "linux")]
 fn pump_splice(
     meter: &Meter,
@@ -114,32 +119,109 @@ fn pump_splice(
     from: &TcpStream,
     to: &TcpStream,
 ) -> Option<(u64, End)> {
-    use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
+    use rustix::pipe::{fcntl_setpipe_size, pipe_with, PipeFlags};
     let (pipe_read, pipe_write): (OwnedFd, OwnedFd) = pipe_with(PipeFlags::CLOEXEC).ok()?;
     let _ = fcntl_setpipe_size(&pipe_write, PIPE_SIZE);
-    let mut moved = 0u64;
-    loop {
-        let n = match splice(from, None, &pipe_write, None, CHUNK, SpliceFlags::MOVE) {
-            Ok(0) => return Some((moved, End::Eof)),
-            Ok(n) => n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(rustix::io::Errno::INVAL) if moved == 0 => return None,
-            Err(_) => return Some((moved, End::Broken)),
+    let (grants, granted) = std::sync::mpsc::sync_channel(GRANTS_QUEUED);
+    thread::scope(|scope| {
+        // The drainer owns the pipe's read end: when it stops, the end closes, and a filling
+        // stage blocked on the full pipe wakes. Nothing has moved yet if it cannot start.
+        let drainer = thread::Builder::new()
+            .stack_size(PUMP_STACK)
+            .spawn_scoped(scope, move || drain_grants(&pipe_read, from, to, granted))
+            .ok()?;
+        let filled = match splice_in(from, &pipe_write) {
+            Err(rustix::io::Errno::INVAL) => {
+                drop(grants);
+                let _ = drainer.join();
+                return None;
+            }
+            first => fill_pipe(meter, direction, from, &pipe_write, first, grants),
         };
-        let granted = meter.take_bytes(direction, n as u64) as usize;
-        if !drain_pipe(&pipe_read, to, granted) {
-            return Some((moved, End::Broken));
-        }
-        moved += granted as u64;
-        if granted < n {
-            return Some((moved, End::Limit(direction.limit())));
-        }
-    }
+        let (moved, delivered_all) = drainer.join().unwrap_or((0, false));
+        Some((moved, if delivered_all { filled } else { End::Broken }))
+    })
 }
 
 #[cfg(not(target_os = "linux"))]
 fn pump_splice(_: &Meter, _: Direction, _: &TcpStream, _: &TcpStream) -> Option<(u64, End)> {
     None
+}
+
+/// Grants queued between the two stages; the pipe's size bounds the bytes behind them.
+#[cfg(target_os = "linux")]
+const GRANTS_QUEUED: usize = 256;
+
+/// One splice from the socket into the pipe (0: the source closed). It waits for the socket
+/// in poll(2) first: a splice from a TCP socket waits for data while holding the pipe's
+/// lock, which would stop the draining stage from sending what is already in the pipe (a
+/// request's answer would wait for the next bytes from the destination).
+#[cfg(target_os = "linux")]
+fn splice_in(from: &TcpStream, pipe_write: &OwnedFd) -> rustix::io::Result<usize> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    use rustix::pipe::{splice, SpliceFlags};
+    loop {
+        let mut readable = [PollFd::new(from, PollFlags::IN)];
+        match poll(&mut readable, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(error) => return Err(error),
+        }
+        match splice(from, None, pipe_write, None, CHUNK, SpliceFlags::MOVE) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// The filling stage: splices from the source, takes each chunk from the meter and hands the
+/// grant on, until the source ends, fails, the cap is reached or the drainer is gone.
+#[cfg(target_os = "linux")]
+fn fill_pipe(
+    meter: &Meter,
+    direction: Direction,
+    from: &TcpStream,
+    pipe_write: &OwnedFd,
+    first: rustix::io::Result<usize>,
+    grants: std::sync::mpsc::SyncSender<usize>,
+) -> End {
+    let mut spliced = first;
+    loop {
+        let n = match spliced {
+            Ok(0) => return End::Eof,
+            Ok(n) => n,
+            Err(_) => return End::Broken,
+        };
+        let granted = meter.take_bytes(direction, n as u64) as usize;
+        if grants.send(granted).is_err() {
+            return End::Broken;
+        }
+        if granted < n {
+            return End::Limit(direction.limit());
+        }
+        spliced = splice_in(from, pipe_write);
+    }
+}
+
+/// The draining stage: moves each granted chunk from the pipe to `to`. Returns the bytes
+/// delivered and whether every grant was; on a failure it shuts the source, so the filling
+/// stage, blocked on it or on the full pipe (closed as this returns), ends too.
+#[cfg(target_os = "linux")]
+fn drain_grants(
+    pipe_read: &OwnedFd,
+    from: &TcpStream,
+    to: &TcpStream,
+    granted: std::sync::mpsc::Receiver<usize>,
+) -> (u64, bool) {
+    let mut moved = 0u64;
+    for grant in granted {
+        if !drain_pipe(pipe_read, to, grant) {
+            let _ = from.shutdown(Shutdown::Both);
+            return (moved, false);
+        }
+        moved += grant as u64;
+    }
+    (moved, true)
 }
 
 /// Moves `len` bytes from the pipe to the socket; false when the socket fails.
@@ -180,5 +262,52 @@ fn pump_copy(
         if granted < n {
             return (moved, End::Limit(direction.limit()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Limits;
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Both ends of a loopback connection.
+    fn connected() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        (near, listener.accept().unwrap().0)
+    }
+
+    /// A conversation: each message must arrive before the next is sent (an answer to a
+    /// request, while the destination keeps the connection open). The two stages must not
+    /// hold back a message waiting for the next one.
+    #[test]
+    fn each_message_arrives_before_the_next_is_sent() {
+        let meter = Meter::new(Limits::default());
+        let (mut sender, from) = connected();
+        let (to, mut receiver) = connected();
+        let (arrived, wait_arrival) = mpsc::channel();
+        let talk = thread::spawn(move || {
+            for round in 0..50u8 {
+                sender.write_all(&[round; 7]).unwrap();
+                wait_arrival
+                    .recv_timeout(Duration::from_secs(5))
+                    .expect("the message was relayed while the connection stayed open");
+            }
+        });
+        let listen = thread::spawn(move || {
+            let mut message = [0u8; 7];
+            for round in 0..50u8 {
+                receiver.read_exact(&mut message).unwrap();
+                assert_eq!(message, [round; 7]);
+                arrived.send(()).unwrap();
+            }
+        });
+        let relayed = thread::spawn(move || move_bytes(&meter, Direction::In, &from, &to));
+        talk.join().unwrap();
+        listen.join().unwrap();
+        assert_eq!(relayed.join().unwrap(), (350, End::Eof));
     }
 }

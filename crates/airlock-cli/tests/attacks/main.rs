@@ -78,11 +78,13 @@ fn attacks_contained_on_warm_path_as_unprivileged_user() {
 /// template interpreter (`airlock run --zygote`), confined by the cold run's steps.
 #[test]
 fn attacks_contained_on_zygote_path_as_root() {
+    support::fresh_zygote_bin();
     run_suite_on_with(Mode::Contained, User::Root, None, &["--zygote"]);
 }
 
 #[test]
 fn attacks_contained_on_zygote_path_as_unprivileged_user() {
+    support::fresh_zygote_bin();
     run_suite_on_with(Mode::Contained, User::Unprivileged, None, &["--zygote"]);
 }
 

@@ -43,6 +43,22 @@ pub fn airlock_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_airlock"))
 }
 
+/// `airlock-zygote` next to the CLI under test, rebuilt first: it is another package, so
+/// `cargo test -p airlock-cli` alone would run the zygote tests against a stale binary.
+/// Building is a no-op when it is up to date (as after `cargo build --workspace` in CI).
+pub fn fresh_zygote_bin() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "airlock-zygote"])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cannot build airlock-zygote");
+    });
+    airlock_bin().with_file_name("airlock-zygote")
+}
+
 /// A command for the binary under test.
 pub fn airlock_command() -> Command {
     Command::new(airlock_bin())

@@ -5,24 +5,26 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::common::{settle, Client, Options, TestDaemon};
 
-/// `airlock-zygote`, next to `airlockd` (built here if missing: it is another package).
+/// `airlock-zygote`, next to `airlockd`, rebuilt first: it is another package, so
+/// `cargo test -p airlockd` alone would test a stale binary (a no-op when it is up to date).
 fn zygote_bin() -> PathBuf {
-    let bin = crate::common::airlockd_bin().with_file_name("airlock-zygote");
-    if !bin.is_file() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args(["build", "-p", "airlock-zygote"])
             .status()
             .expect("cargo runs");
         assert!(status.success(), "cannot build airlock-zygote");
-    }
-    bin
+    });
+    crate::common::airlockd_bin().with_file_name("airlock-zygote")
 }
 
 /// A profile file for tenant gamma: untrusted with a 2 s wall limit (timeouts through the
