@@ -185,14 +185,13 @@ async fn warm_and_zygote_runs_have_the_cold_runs_isolation_and_say_their_path() 
 
 /// Attacks through the warm paths: the network, the host's secrets (files and the daemon's
 /// environment), writes outside the workdir. Each is checked from inside and on the host.
-#[tokio::test(flavor = "multi_thread")]
-async fn attacks_through_the_warm_paths_are_contained() {
-    let quick = QuickProfile::new();
-    let daemon = warm_daemon(&quick);
-    wait_warm(&daemon, "untrusted", 1, 1).await;
-    let client = daemon.client(&daemon.keys.beta);
-    let outside = daemon.dir.path().join("planted-by-a-run");
-    let attack = format!(
+/// A Python program trying the network, reading `/etc/shadow`, `/root/.ssh` and `reads`,
+/// the daemon's environment, writing to `/etc`, `/usr` and `/`, then `tail`; it prints
+/// `FOUND` and what succeeded.
+fn attack_script(reads: &[String], tail: &str) -> String {
+    let mut paths = vec!["/etc/shadow".to_string(), "/root/.ssh".to_string()];
+    paths.extend(reads.iter().cloned());
+    format!(
         r#"
 import os, socket
 found = []
@@ -202,7 +201,7 @@ except OSError: pass
 try:
     socket.getaddrinfo("example.com", 80); found.append("net:dns")
 except OSError: pass
-for path in ["/etc/shadow", "/root/.ssh", "{state}"]:
+for path in {paths:?}:
     try:
         os.listdir(path) if os.path.isdir(path) else open(path).read(); found.append("read:" + path)
     except OSError: pass
@@ -211,10 +210,20 @@ for path in ["/etc/planted", "/usr/planted", "/planted"]:
     try:
         open(path, "w").write("x"); found.append("write:" + path)
     except OSError: pass
+{tail}
 print("FOUND", found)
-"#,
-        state = daemon.state().display(),
-    );
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attacks_through_the_warm_paths_are_contained() {
+    let quick = QuickProfile::new();
+    let daemon = warm_daemon(&quick);
+    wait_warm(&daemon, "untrusted", 1, 1).await;
+    let client = daemon.client(&daemon.keys.beta);
+    let outside = daemon.dir.path().join("planted-by-a-run");
+    let attack = attack_script(&[daemon.state().display().to_string()], "");
     let warm = run_on(
         &client,
         json!({"command": ["/usr/bin/python3", "-c", attack]}),
@@ -608,27 +617,11 @@ async fn attacks_through_a_warm_session_run_are_contained() {
     let client = daemon.client(&daemon.keys.beta);
     let session = new_session(&client, json!({})).await;
     let outside = daemon.dir.path().join("planted-by-a-session-run");
-    let attack = format!(
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    // The workspace's parents exist in the sandbox only as its own mount points (under its
+    // own /tmp here): what the program sees and writes there is checked on the host below.
+    let tail = format!(
         r#"
-import os, socket
-found = []
-try:
-    socket.create_connection(("192.0.2.1", 80), timeout=2); found.append("net:tcp")
-except OSError: pass
-try:
-    socket.getaddrinfo("example.com", 80); found.append("net:dns")
-except OSError: pass
-for path in ["/etc/shadow", "/root/.ssh", "{home}/.ssh"]:
-    try:
-        os.listdir(path) if os.path.isdir(path) else open(path).read(); found.append("read:" + path)
-    except OSError: pass
-if any("AIRLOCKD" in k for k in os.environ): found.append("env")
-for path in ["/etc/planted", "/usr/planted", "/planted"]:
-    try:
-        open(path, "w").write("x"); found.append("write:" + path)
-    except OSError: pass
-# The workspace's parents exist in the sandbox only as its own mount points (under its own
-# /tmp here): what the program sees and writes there is checked on the host below.
 try:
     print("STATE", sorted(os.listdir("{state}")))
 except OSError: print("STATE", [])
@@ -640,12 +633,11 @@ try:
     os.rename(here, here + ".moved"); found.append("moved the workspace")
 except OSError: pass
 open("kept.txt", "w").write("kept")
-print("FOUND", found)
 "#,
         state = daemon.state().display(),
-        home = std::env::var("HOME").unwrap_or_else(|_| "/root".into()),
         outside = outside.display(),
     );
+    let attack = attack_script(&[format!("{home}/.ssh")], &tail);
     let run = session_run_on(
         &client,
         &session,
