@@ -9,7 +9,8 @@
 //!    includes each session's tmpfs) before and after creating many sessions.
 //! 4. 1,000 runs queued at once are all drained, each with a terminal record.
 //! 5. Warm start (`--only warm`, `--warm-runs`, first): `/bin/true` through a cold daemon, a daemon with
-//!    `[warm]` (prepared sandboxes) and a library `WarmPool`, and a Python snippet
+//!    `[warm]` (prepared sandboxes) and a library `WarmPool`, `/bin/true` in a session of each
+//!    daemon (the warm one's session has its own prepared sandbox), and a Python snippet
 //!    (`import json, re`) cold and on the daemon's zygote, interleaved; then a burst larger
 //!    than the pool (runs that find no sandbox ready fall back to cold).
 //!
