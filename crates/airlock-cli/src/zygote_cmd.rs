@@ -67,6 +67,7 @@ fn run_once(flags: &SandboxFlags, code: &ZygoteCode) -> Result<RunResult> {
         env: flags.env.clone(),
         stdin: crate::warm_cmd::read_stdin()?,
         cancel: None,
+        events: None,
     };
     Ok(zygote.run(&run)?)
 }

@@ -109,7 +109,7 @@ impl Metrics {
         let warm_ready = Family::<WarmLabels, Gauge>::default();
         registry.register(
             "warm_ready",
-            "Prepared sandboxes ready and zygotes serving, by profile ([warm])",
+            "Prepared sandboxes ready (kind prepared, or session: sessions' own), zygotes serving, by profile ([warm])",
             warm_ready.clone(),
         );
         let run_seconds: HistogramFamily<LatencyLabels> =

@@ -172,6 +172,10 @@ impl Sessions {
                 tracing::warn!(run = %run.id, "a run of an ending session did not stop within 60s");
             }
         }
+        // The session's prepared sandbox holds its workspace: gone first.
+        if let Some(prepared) = engine.warm.forget_session(&session.id) {
+            let _ = tokio::task::spawn_blocking(move || drop(prepared)).await;
+        }
         if let Err(e) = session.workspace.remove() {
             tracing::warn!(session = %session.id, "cannot remove the workspace: {e}");
         }

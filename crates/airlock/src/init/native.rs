@@ -6,8 +6,9 @@
 //! 3. fork PID 1 of the new PID namespace; this process stays behind only to mirror its exit;
 //! 4. PID 1 builds the root filesystem, sets the hostname, applies Landlock, no_new_privs,
 //!    drops every capability and installs seccomp last (it needs no privilege);
-//! 5. PID 1 forks the program and reaps every process until the program exits, then exits
-//!    itself, which makes the kernel kill whatever is left in the namespace.
+//! 5. PID 1 starts the program (sharing its memory until the exec, `CLONE_VM | CLONE_VFORK`)
+//!    and reaps every process until the program exits, then exits itself, which makes the
+//!    kernel kill whatever is left in the namespace.
 
 use std::convert::Infallible;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -144,12 +145,8 @@ fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
             // A warm sandbox waits here for its command; a cold run has it in its spec.
             let spec = super::standby::command_for(spec)?;
             super::standby::stage_files(&spec.workdir, &spec.files)?;
-            let forked = sys::fork_single_threaded()
-                .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the program: {e}")))?;
-            match forked {
-                Forked::Child => program(&spec, layers),
-                Forked::Parent(program) => reap_until(program, &spec, native),
-            }
+            let program = spawn_program(&spec, layers)?;
+            reap_until(program, &spec, native)
         });
     let Err(error) = result;
     send_setup(&SetupMessage::Error(error));
@@ -230,6 +227,18 @@ fn apply_landlock(native: &NativeSpec, layers: &mut Vec<Layer>) {
             "landlock not applied: {error}"
         ))),
     }
+}
+
+/// Starts the program in a process that shares PID 1's memory until its exec (PID 1 is
+/// single-threaded and waits meanwhile): no page tables copied for it, none torn down at
+/// its exec.
+fn spawn_program(spec: &InitSpec, mut layers: Vec<Layer>) -> Setup<Pid> {
+    sys::spawn_sharing_memory(&mut || {
+        let Err(error) = program(spec, std::mem::take(&mut layers));
+        send_setup(&SetupMessage::Error(error));
+        sys::exit_now(126)
+    })
+    .map_err(|e| SetupError::at(Step::Init, format!("cannot start the program: {e}")))
 }
 
 fn program(spec: &InitSpec, layers: Vec<Layer>) -> Setup<Infallible> {

@@ -31,6 +31,50 @@ pub fn fork_single_threaded() -> io::Result<Forked> {
     }
 }
 
+/// Stack of a [`spawn_sharing_memory`] child (errors and JSON, nothing recursive), above a
+/// guard page that turns an overflow into a fault.
+const SPAWN_STACK: usize = 256 * 1024;
+const GUARD: usize = 4096;
+
+/// Runs `child` in a process sharing the caller's memory until it execs or exits
+/// (`CLONE_VM | CLONE_VFORK`, as `posix_spawn`) and returns its pid then: no page tables
+/// copied for it, none torn down at its exec. For a single-threaded caller (suspended
+/// meanwhile, so the child may allocate: no other thread holds the allocator's lock) and a
+/// `child` ending in exec or [`exit_now`], never returning into the caller's frames.
+pub fn spawn_sharing_memory(
+    child: &mut dyn FnMut() -> std::convert::Infallible,
+) -> io::Result<Pid> {
+    let (len, prot) = (SPAWN_STACK + GUARD, libc::PROT_READ | libc::PROT_WRITE);
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK;
+    // SAFETY: a fresh private anonymous mapping, unmapped below once no child runs on it.
+    let base = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the lowest page of the mapping just made, which nothing uses yet.
+    let spawned = match unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) } {
+        0 => clone_sharing_memory(base, child),
+        _ => Err(io::Error::last_os_error()),
+    };
+    // SAFETY: the mapping made above; the child has left it (exec'd or exited).
+    unsafe { libc::munmap(base, len) };
+    spawned
+}
+
+fn clone_sharing_memory(
+    base: *mut libc::c_void,
+    child: &mut dyn FnMut() -> std::convert::Infallible,
+) -> io::Result<Pid> {
+    // SAFETY: `base` starts the mapping `spawn_sharing_memory` made, GUARD + SPAWN_STACK long.
+    let stack =
+        unsafe { std::slice::from_raw_parts_mut(base.cast::<u8>().add(GUARD), SPAWN_STACK) };
+    let flags = nix::sched::CloneFlags::CLONE_VM | nix::sched::CloneFlags::CLONE_VFORK;
+    let cb = Box::new(|| match child() {});
+    // SAFETY: `spawn_sharing_memory`'s contract: the caller waits (CLONE_VFORK) until the
+    // child, which never returns, execs or exits.
+    unsafe { nix::sched::clone(cb, stack, flags, Some(libc::SIGCHLD)) }.map_err(io::Error::from)
+}
+
 /// Forks the calling process if it has exactly one thread, so that the child may run any
 /// code; `None` when other threads exist (their locks could stay held in the child).
 pub fn fork_if_single_threaded() -> io::Result<Option<Forked>> {
@@ -515,4 +559,24 @@ fn mount_setattr(
         )
     };
     check(result as i32).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::wait::{waitpid, WaitStatus};
+
+    /// The child runs in the caller's memory, and the caller goes on only once it is gone
+    /// (the test harness has threads, so this child allocates nothing).
+    #[test]
+    fn a_child_sharing_memory_ends_before_the_caller_goes_on() {
+        let mut written = 0u32;
+        let pid = spawn_sharing_memory(&mut || {
+            written = 7;
+            exit_now(3)
+        })
+        .unwrap();
+        assert_eq!(written, 7, "the child's write is the caller's memory");
+        assert_eq!(waitpid(pid, None).unwrap(), WaitStatus::Exited(pid, 3));
+    }
 }

@@ -16,6 +16,8 @@ pub enum OutputSink {
     Forward,
     /// Send them as events to the run handle, once the gate is open.
     Stream(Sender<crate::supervisor::RunEvent>, Arc<StartGate>),
+    /// Keep them for the result and send them as events too (a zygote run's).
+    KeepAndStream(Sender<crate::supervisor::RunEvent>, Arc<StartGate>),
     /// Drop them (still counted).
     Discard,
 }
@@ -142,16 +144,27 @@ fn deliver(bytes: &[u8], kind: StreamKind, sink: &OutputSink, kept: &mut Vec<u8>
                 StreamKind::Stderr => forward(std::io::stderr().lock(), bytes),
             };
         }
-        OutputSink::Stream(events, start) => {
-            start.wait();
-            let event = match kind {
-                StreamKind::Stdout => crate::supervisor::RunEvent::Stdout(bytes.to_vec()),
-                StreamKind::Stderr => crate::supervisor::RunEvent::Stderr(bytes.to_vec()),
-            };
-            let _ = events.send(event);
+        OutputSink::KeepAndStream(events, start) => {
+            kept.extend_from_slice(bytes);
+            stream_chunk(bytes, kind, events, start);
         }
+        OutputSink::Stream(events, start) => stream_chunk(bytes, kind, events, start),
         OutputSink::Discard => {}
     }
+}
+
+fn stream_chunk(
+    bytes: &[u8],
+    kind: StreamKind,
+    events: &Sender<crate::supervisor::RunEvent>,
+    start: &StartGate,
+) {
+    start.wait();
+    let event = match kind {
+        StreamKind::Stdout => crate::supervisor::RunEvent::Stdout(bytes.to_vec()),
+        StreamKind::Stderr => crate::supervisor::RunEvent::Stderr(bytes.to_vec()),
+    };
+    let _ = events.send(event);
 }
 
 fn forward(mut target: impl Write, bytes: &[u8]) -> std::io::Result<()> {

@@ -95,6 +95,11 @@ pub struct ZygoteRun {
     /// Stops the run when cancelled (status `cancelled`), as [`crate::Command::cancel_on`]
     /// does for a cold one.
     pub cancel: Option<crate::CancelToken>,
+    /// Streams the run as it goes, as a cold [`crate::RunHandle`]'s events do: `Started`
+    /// with the layers first, then each chunk of stdout and stderr as the program writes it
+    /// (within the output caps, so at most the caps' bytes are ever sent). The result still
+    /// holds the output.
+    pub events: Option<std::sync::mpsc::Sender<crate::RunEvent>>,
 }
 
 impl ZygoteRun {

@@ -18,7 +18,8 @@ use crate::init::zygote::{decide_status, ChildLine};
 use crate::init::ExitReport;
 use crate::init::SetupMessage;
 use crate::result::{RunResult, RunStatus};
-use crate::supervisor::output::{drain, Drained, OutputSink, StreamKind};
+use crate::supervisor::output::{drain, Drained, OutputSink, StartGate, StreamKind};
+use crate::supervisor::RunEvent;
 
 /// What the child reported on its report socket.
 #[derive(Default)]
@@ -113,10 +114,24 @@ fn run_on(
         .as_ref()
         .map(|token| on_cancel(token, &report, cgroup, &cancelled))
         .transpose()?;
-    let stdout = collect(stdout, StreamKind::Stdout, stdout_cap, stop.clone());
-    let stderr = collect(stderr, StreamKind::Stderr, stderr_cap, stop.clone());
+    let stream = Stream::of(run);
+    let stdout = collect(
+        stdout,
+        StreamKind::Stdout,
+        stdout_cap,
+        &stream,
+        stop.clone(),
+    );
+    let stderr = collect(
+        stderr,
+        StreamKind::Stderr,
+        stderr_cap,
+        &stream,
+        stop.clone(),
+    );
     let wall = zygote.plan.spec.limits.wall_time;
-    let mut report = read_report(report, started + wall, cgroup);
+    let mut report = read_report(report, started + wall, cgroup, &stream);
+    stream.open();
     let _ = stdin.join();
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();
@@ -162,16 +177,66 @@ fn feed(pipe: OwnedFd, bytes: Vec<u8>) -> JoinHandle<()> {
     })
 }
 
-fn collect(pipe: OwnedFd, kind: StreamKind, cap: u64, stop: OutputStop) -> JoinHandle<Drained> {
+/// Where a run's output goes: kept for the result only, or streamed as well (held until
+/// `Started` went out, so that it always leads, as on a cold run).
+enum Stream {
+    Collect,
+    Events(std::sync::mpsc::Sender<RunEvent>, Arc<StartGate>),
+}
+
+impl Stream {
+    fn of(run: &ZygoteRun) -> Stream {
+        match &run.events {
+            Some(events) => Stream::Events(events.clone(), Arc::default()),
+            None => Stream::Collect,
+        }
+    }
+
+    /// Sends `Started` with the layers the child reported, and lets the output through.
+    fn started(&self, layers: &[crate::Layer]) {
+        if let Stream::Events(events, gate) = self {
+            let _ = events.send(RunEvent::Started {
+                layers: layers.to_vec(),
+            });
+            gate.open();
+        }
+    }
+
+    /// Lets held output through (a child that never reported its layers).
+    fn open(&self) {
+        if let Stream::Events(_, gate) = self {
+            gate.open();
+        }
+    }
+}
+
+/// Drains one stream: kept up to its cap for the result, and streamed too when asked (the
+/// same cap: bytes past it are counted, never sent).
+fn collect(
+    pipe: OwnedFd,
+    kind: StreamKind,
+    cap: u64,
+    stream: &Stream,
+    stop: OutputStop,
+) -> JoinHandle<Drained> {
+    let sink = match stream {
+        Stream::Events(events, gate) => OutputSink::KeepAndStream(events.clone(), Arc::clone(gate)),
+        Stream::Collect => OutputSink::Capture,
+    };
     std::thread::spawn(move || {
         let file = std::fs::File::from(pipe);
-        drain(file, kind, &OutputSink::Capture, cap, || stop.overflowed())
+        drain(file, kind, &sink, cap, || stop.overflowed())
     })
 }
 
 /// Reads the child's lines until its exit report or EOF; at the wall-clock deadline every
 /// process of the run is killed, with a cgroup or without one.
-fn read_report(socket: UnixStream, deadline: Instant, cgroup: Option<&RunCgroup>) -> Report {
+fn read_report(
+    socket: UnixStream,
+    deadline: Instant,
+    cgroup: Option<&RunCgroup>,
+    stream: &Stream,
+) -> Report {
     let mut report = Report::default();
     let mut lines = BufReader::new(&socket);
     let mut line = String::new();
@@ -187,7 +252,12 @@ fn read_report(socket: UnixStream, deadline: Instant, cgroup: Option<&RunCgroup>
         match lines.read_line(&mut line) {
             Ok(0) => return report,
             Ok(_) => {
-                if apply_line(&mut report, &line) {
+                let had_layers = !report.layers.is_empty();
+                let exited = apply_line(&mut report, &line);
+                if !had_layers && !report.layers.is_empty() {
+                    stream.started(&report.layers);
+                }
+                if exited {
                     return report;
                 }
             }

@@ -422,7 +422,11 @@ pub async fn submit(
     prepared: Prepared,
 ) -> Result<axum::response::Response, ApiError> {
     let hash = prepared.job.record.request_hash.clone();
-    match daemon.engine.submit(prepared.job).await? {
+    match daemon
+        .engine
+        .submit_waiting(prepared.job, prepared.wait)
+        .await?
+    {
         Submitted::Existing(row) => {
             if row.request_hash != hash {
                 return Err(ApiError::conflict(
@@ -441,19 +445,20 @@ pub async fn submit(
             if waited {
                 live.wait_done(prepared.wait).await;
             }
+            // The record the run's end stored, as it stored it (read back only while the run
+            // is still in flight).
+            let read_back;
             let row = match live.recorded() {
-                Some(row) => row.clone(),
-                None => daemon
-                    .store
-                    .run(&live.id)
-                    .await
-                    .map_err(ApiError::store)?
-                    .ok_or_else(|| ApiError::internal("the run's record vanished", &live.id))?,
+                Some(row) => row,
+                None => {
+                    read_back = stored_run(daemon, &live.id).await?;
+                    &read_back
+                }
             };
             if waited && row.status == "rejected" {
-                return Err(busy(daemon, &row));
+                return Err(busy(daemon, row));
             }
-            let mut response = run_response(&row, false);
+            let mut response = run_response(row, false);
             if let Some(time) = live.sandbox_time().filter(|_| row.is_terminal()) {
                 add_server_timing(&mut response, time);
             }
@@ -461,6 +466,15 @@ pub async fn submit(
             Ok(response)
         }
     }
+}
+
+async fn stored_run(daemon: &Daemon, id: &str) -> Result<RunRow, ApiError> {
+    daemon
+        .store
+        .run(id)
+        .await
+        .map_err(ApiError::store)?
+        .ok_or_else(|| ApiError::internal("the run's record vanished", id))
 }
 
 pub fn busy(daemon: &Daemon, row: &RunRow) -> ApiError {

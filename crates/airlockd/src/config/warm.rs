@@ -49,19 +49,36 @@ impl Default for WarmSection {
 }
 
 /// One profile's warm start.
-#[derive(Deserialize, Debug, Clone, Default)]
+#[derive(Deserialize, Debug, Clone)]
 #[serde(deny_unknown_fields, default)]
 pub struct WarmProfile {
     /// Prepared sandboxes kept ready for this profile (per distinct resolved policy: tenants
     /// whose ceilings resolve the profile differently get pools of their own).
     pub ready: usize,
+    /// Sessions of this profile that keep one sandbox prepared for their next run, with the
+    /// session's workspace as its workdir (the cold session run's plan); each holds one unit
+    /// of `warm.budget` while it is ready. 0 runs every session run cold.
+    pub sessions: usize,
     /// Interpreters (registry names) whose code runs fork from a zygote, with the modules
     /// it imports first: the interpreter registry's `zygote = { preload = [...] }` shape. A
     /// registry entry with its own `zygote` gets one too, in every profile listed here.
     pub zygotes: BTreeMap<String, ZygoteConfig>,
 }
 
-/// Largest `ready` per profile: each is a cgroup, two processes and a root.
+impl Default for WarmProfile {
+    fn default() -> Self {
+        WarmProfile {
+            ready: 0,
+            sessions: DEFAULT_SESSIONS,
+            zygotes: BTreeMap::new(),
+        }
+    }
+}
+
+/// Sessions per warm profile with a sandbox prepared for their next run, unless configured.
+const DEFAULT_SESSIONS: usize = 8;
+
+/// Largest `ready` (and `sessions`) per profile: each is a cgroup, two processes and a root.
 const MAX_READY: usize = 256;
 
 impl Config {
@@ -103,6 +120,12 @@ impl Config {
             problems.add(
                 format!("{key}.ready"),
                 format!("{} is more than {MAX_READY}; lower it", profile.ready),
+            );
+        }
+        if profile.sessions > MAX_READY {
+            problems.add(
+                format!("{key}.sessions"),
+                format!("{} is more than {MAX_READY}; lower it", profile.sessions),
             );
         }
         if profile.ready > self.warm.budget {

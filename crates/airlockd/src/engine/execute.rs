@@ -118,7 +118,7 @@ pub(super) fn run_job(
     };
     audit_ending(engine, live, &job.key_name, &tenant, &ending);
     let recording = Instant::now();
-    engine.block_on(engine.finish(live, ending, &tenant, wall, Some(&job.record)));
+    engine.block_on(engine.finish(live, ending, &tenant, wall, Some(job.record)));
     tracing::debug!(
         run = %live.id,
         queue_us = queue.as_micros() as u64,
@@ -175,7 +175,10 @@ fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Comma
     if let Some(streamed) = warm.and_then(|w| w.run_on_zygote(live, &policy, resolved, &work)) {
         return recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
     }
-    let pool = warm.and_then(|w| w.pool_for(&policy, &resolved.options));
+    let pool = match (&work.shared_workdir, &live.session_id) {
+        (Some(_), Some(session)) => engine.warm.session_pool(session, &policy, resolved),
+        _ => warm.and_then(|w| w.pool_for(&policy, &resolved.options)),
+    };
     let outcome = stream_run(
         live,
         &policy,
@@ -235,9 +238,26 @@ fn stream_run(
         command = command.stdin(bytes);
     }
     let mut handle = command.spawn()?;
+    let (stdout, stderr) = match handle.events() {
+        Some(events) => relay(live, events),
+        None => Default::default(),
+    };
+    let result = handle.wait()?;
+    Ok(Streamed {
+        result,
+        stdout,
+        stderr,
+    })
+}
+
+/// Relays a run's events into its log until the library closes the stream (`started` always
+/// comes first), and gives back the output relayed.
+pub(super) fn relay(
+    live: &LiveRun,
+    events: impl IntoIterator<Item = RunEvent>,
+) -> (Vec<u8>, Vec<u8>) {
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    // The library always sends `started` first.
-    for event in handle.events().into_iter().flatten() {
+    for event in events {
         match event {
             RunEvent::Started { layers } => live.log.push(EventBody::started(&layers)),
             RunEvent::Stdout(chunk) => {
@@ -252,12 +272,7 @@ fn stream_run(
             _ => {}
         }
     }
-    let result = handle.wait()?;
-    Ok(Streamed {
-        result,
-        stdout,
-        stderr,
-    })
+    (stdout, stderr)
 }
 
 /// The terminal record of a streamed run, or of a sandbox that could not be set up.

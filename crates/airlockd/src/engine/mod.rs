@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use airlock::pool::CancelToken;
+use airlock::pool::{CancelToken, Ticket};
 use tokio::sync::watch;
 
 use crate::audit::Audit;
@@ -107,6 +107,27 @@ struct LiveState {
 }
 
 impl LiveRun {
+    /// The live state of `job`, submitted at `submitted` and recorded just now.
+    fn new(job: &Job, submitted: Instant) -> LiveRun {
+        LiveRun {
+            id: job.record.id.clone(),
+            tenant: job.tenant.name.clone(),
+            session_id: job.record.session_id.clone(),
+            log: EventLog::default(),
+            cancel: CancelToken::new(),
+            state: Mutex::new(LiveState {
+                timeline: Timeline {
+                    submitted: Some(submitted),
+                    inserted: Some(Instant::now()),
+                    ..Timeline::default()
+                },
+                ..LiveState::default()
+            }),
+            done: watch::channel(false).0,
+            recorded: OnceLock::new(),
+        }
+    }
+
     /// Waits until the run's terminal record is in the store, at most `timeout`.
     pub async fn wait_done(&self, timeout: Duration) -> bool {
         let mut done = self.done.subscribe();
@@ -196,6 +217,49 @@ pub enum Submitted {
     Existing(Box<RunRow>),
 }
 
+/// What admitting a run did.
+enum Admit {
+    New(Box<Admitted>),
+    /// An earlier request with the same idempotency key made this run.
+    Existing(Box<RunRow>),
+}
+
+/// A run recorded and registered as live, holding its place in the pool.
+struct Admitted {
+    live: Arc<LiveRun>,
+    job: Job,
+    ticket: Ticket,
+    /// It held its slot when admitted (and was recorded `running` then).
+    granted: bool,
+}
+
+impl Admitted {
+    /// Waits for the slot, runs the work and records the end, on the calling thread.
+    fn run(self: Box<Self>, engine: &Arc<Engine>) {
+        execute::run_job(engine, &self.live, self.job, self.ticket, self.granted);
+    }
+}
+
+/// A run whose wall-time limit, grace period and a margin for setting up and recording
+/// fit in `wait` ends (is killed at the latest) before its caller stops waiting, so the
+/// caller may run it on its own thread and still answer within `wait`.
+fn ends_within(job: &Job, wait: Duration) -> bool {
+    let limits = &job.resolved.policy.limits;
+    let longest = limits.wall_time.0 + limits.grace.0 + SETUP_AND_RECORD_MARGIN;
+    matches!(job.work, Work::Command(_)) && longest <= wait
+}
+
+/// Time allowed beyond a run's limits for its sandbox's set-up and teardown and its record,
+/// when deciding whether a waiting caller may run it on its own thread.
+const SETUP_AND_RECORD_MARGIN: Duration = Duration::from_secs(10);
+
+/// `block_in_place` needs a multi-thread runtime (the daemon's; a current-thread one in
+/// tests takes the thread path).
+fn can_block_in_place() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
 /// Where runs keep files on this node.
 #[derive(Debug, Clone)]
 pub struct EnginePaths {
@@ -253,6 +317,36 @@ impl Engine {
 
     /// Records and queues a run; its own thread takes it from there.
     pub async fn submit(self: &Arc<Self>, job: Job) -> Result<Submitted, ApiError> {
+        self.submit_waiting(job, Duration::ZERO).await
+    }
+
+    /// As [`Engine::submit`], for a caller that then waits up to `wait` for the run's end.
+    /// A run that holds its slot at once and whose own limits end it within `wait` runs on
+    /// the caller's thread ([`tokio::task::block_in_place`]: the runtime moves its other
+    /// tasks to another thread): no hand-off to a run thread and no wake-up back, which were
+    /// two waits for a CPU on a loaded host in every waited run. The run is recorded and
+    /// registered as live first, so it can be read, streamed and cancelled as any other.
+    pub async fn submit_waiting(
+        self: &Arc<Self>,
+        job: Job,
+        wait: Duration,
+    ) -> Result<Submitted, ApiError> {
+        let admitted = match self.admit(job).await? {
+            Admit::Existing(row) => return Ok(Submitted::Existing(row)),
+            Admit::New(admitted) => admitted,
+        };
+        let live = Arc::clone(&admitted.live);
+        if admitted.granted && ends_within(&admitted.job, wait) && can_block_in_place() {
+            tokio::task::block_in_place(|| admitted.run(self));
+        } else {
+            self.start_thread(admitted).await;
+        }
+        Ok(Submitted::New(live))
+    }
+
+    /// Takes the run's place in the pool and records it (`running` when it holds its slot
+    /// already), before anything of it runs.
+    async fn admit(self: &Arc<Self>, job: Job) -> Result<Admit, ApiError> {
         if self.is_draining() {
             return Err(ApiError::shutting_down());
         }
@@ -271,26 +365,10 @@ impl Engine {
             self.store.insert_run(&job.record).await
         };
         match inserted.map_err(ApiError::store)? {
-            Inserted::Existing(row) => return Ok(Submitted::Existing(row)),
+            Inserted::Existing(row) => return Ok(Admit::Existing(row)),
             Inserted::New => {}
         }
-        let live = Arc::new(LiveRun {
-            id: job.record.id.clone(),
-            tenant: job.tenant.name.clone(),
-            session_id: job.record.session_id.clone(),
-            log: EventLog::default(),
-            cancel: CancelToken::new(),
-            state: Mutex::new(LiveState {
-                timeline: Timeline {
-                    submitted: Some(submitted),
-                    inserted: Some(Instant::now()),
-                    ..Timeline::default()
-                },
-                ..LiveState::default()
-            }),
-            done: watch::channel(false).0,
-            recorded: OnceLock::new(),
-        });
+        let live = Arc::new(LiveRun::new(&job, submitted));
         self.live
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -299,26 +377,34 @@ impl Engine {
             // As recorded: started when admitted, after no wait.
             live.mark_started(started_ms, 0);
         }
+        Ok(Admit::New(Box::new(Admitted {
+            live,
+            job,
+            ticket,
+            granted,
+        })))
+    }
+
+    /// Runs an admitted run on a thread of its own. One with its slot already goes to the
+    /// runtime's pool of blocking threads (no thread to create); a queued one waits on a
+    /// thread of its own, so waiting runs never take all of the pool's threads from the runs
+    /// that hold slots.
+    async fn start_thread(self: &Arc<Self>, admitted: Box<Admitted>) {
         let engine = Arc::clone(self);
-        let thread_live = Arc::clone(&live);
-        let run = move || execute::run_job(&engine, &thread_live, job, ticket, granted);
-        // A run with its slot already goes to the runtime's pool of blocking threads (no thread
-        // to create); a queued one waits on a thread of its own, so waiting runs never take
-        // all of the pool's threads from the runs that hold slots.
-        let spawned = if granted {
-            self.runtime.spawn_blocking(run);
+        let live = Arc::clone(&admitted.live);
+        let spawned = if admitted.granted {
+            self.runtime.spawn_blocking(move || admitted.run(&engine));
             Ok(())
         } else {
             std::thread::Builder::new()
                 .name(format!("run {}", live.id))
-                .spawn(run)
+                .spawn(move || admitted.run(&engine))
                 .map(drop)
         };
         if let Err(e) = spawned {
             let ending = internal_ending(&format!("cannot start a thread for the run: {e}"));
             self.finish(&live, ending, "none", None, None).await;
         }
-        Ok(Submitted::New(live))
     }
 
     pub fn live(&self, id: &str) -> Option<Arc<LiveRun>> {
@@ -381,7 +467,7 @@ impl Engine {
         mut ending: Ending,
         tenant: &str,
         wall: Option<Duration>,
-        record: Option<&NewRun>,
+        record: Option<NewRun>,
     ) {
         if ending.status == "cancelled" && ending.error.is_none() {
             ending.error = live
@@ -409,15 +495,17 @@ impl Engine {
                 }
             }
         }
+        live.mark(Step::Recorded);
+        self.count(&ending, tenant, wall);
         match record {
-            Some(record) if stored => drop(live.recorded.set(ending.row(record))),
+            // Moved, not copied: the request, policy and result documents are the answer's
+            // largest parts.
+            Some(record) if stored => drop(live.recorded.set(ending.into_row(record))),
             _ if !stored => {
                 tracing::error!(run = %live.id, "the run's end is not recorded; a restart marks it lost");
             }
             _ => {}
         }
-        live.mark(Step::Recorded);
-        self.count(&ending, tenant, wall);
         self.live
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

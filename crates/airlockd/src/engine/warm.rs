@@ -7,8 +7,15 @@
 //! Pools are made per (profile, distinct resolved policy): tenants whose ceilings resolve a
 //! profile to the same policy share one, the others get their own. A request that changes
 //! anything (limits, network, backend) resolves to another policy and runs cold. Runs sent
-//! files or in a session run cold too (their workdir is a host directory, not the prepared
-//! sandbox's own).
+//! files run cold (their workspace is made for the run, after any sandbox could be prepared).
+//!
+//! A session's runs go to the session's own pool: one sandbox prepared with the session's
+//! cold run's plan (its workspace the workdir, bound at the workspace's own path, under the
+//! same Landlock rules), made at the session's first run when its policy is a warm profile's,
+//! replaced after each run, and torn down before the workspace is removed. The workspace is
+//! the mount the daemon made for the session, whose parent no sandbox can write: nothing of
+//! the session's tree is resolved when a run is handed over, so a program swapping names in
+//! it for symlinks redirects nothing on the host.
 //!
 //! Pools and zygotes start in the background (the daemon serves meanwhile; runs go cold until
 //! they are ready), are shut down after the engine drains, and die with the daemon: each
@@ -25,7 +32,6 @@ use airlock::{Policy, Sandbox, SandboxOptions};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::events::EventBody;
 use super::execute::{CommandWork, Streamed};
 use super::LiveRun;
 use crate::auth::Principal;
@@ -118,11 +124,47 @@ struct ZygoteSlot {
     zygote: Arc<Zygote>,
 }
 
+/// A session's own prepared sandbox: planned as the session's cold run is (its workspace the
+/// workdir), prepared after each run for the next one.
+struct SessionPool {
+    /// The warm profile it counts against.
+    profile: String,
+    fingerprint: Fingerprint,
+    pool: Arc<WarmPool>,
+}
+
+/// What session pools may be made from: the budget and expiry of `[warm]`, and per warm
+/// profile how many sessions may hold one.
+#[derive(Default)]
+struct SessionTerms {
+    budget: Option<WarmBudget>,
+    idle_expiry: std::time::Duration,
+    /// Sessions per warm profile that may hold a pool.
+    per_profile: BTreeMap<String, usize>,
+    /// Each warm profile's policies as tenants resolve it (a session's before its workspace
+    /// is added): a session of one of them may hold a pool.
+    policies: Vec<(String, Fingerprint)>,
+}
+
+impl SessionTerms {
+    /// The warm profile `resolved` is exactly (a session's policy before its workspace is
+    /// added), if any.
+    fn profile_of(&self, resolved: &Resolved) -> Option<String> {
+        self.policies
+            .iter()
+            .find(|(_, f)| f.matches(&resolved.policy, &resolved.options))
+            .map(|(profile, _)| profile.clone())
+    }
+}
+
 /// The node's prepared sandboxes and zygotes; empty until they have started.
 #[derive(Default)]
 pub struct WarmStarts {
     pools: Mutex<Vec<PreparedPool>>,
     zygotes: Mutex<Vec<ZygoteSlot>>,
+    /// Sessions' prepared sandboxes, by session id.
+    sessions: Mutex<BTreeMap<String, SessionPool>>,
+    session_terms: Mutex<SessionTerms>,
     /// Set at shutdown: what starts after it is torn down at once.
     closed: AtomicBool,
 }
@@ -158,7 +200,21 @@ impl WarmStarts {
         registry: &InterpreterRegistry,
     ) {
         let budget = WarmBudget::new(section.budget);
-        for target in targets(section, tenants, base_options) {
+        let targets = targets(section, tenants, base_options);
+        *lock(&self.session_terms) = SessionTerms {
+            budget: Some(budget.clone()),
+            idle_expiry: section.idle_expiry.0,
+            per_profile: section
+                .profiles
+                .iter()
+                .map(|(name, profile)| (name.clone(), profile.sessions))
+                .collect(),
+            policies: targets
+                .iter()
+                .map(|t| (t.profile.clone(), t.fingerprint.clone()))
+                .collect(),
+        };
+        for target in targets {
             if self.closed.load(Ordering::SeqCst) {
                 return;
             }
@@ -259,6 +315,57 @@ impl WarmStarts {
         (work.workspace.is_none() && work.shared_workdir.is_none()).then_some(self)
     }
 
+    /// The prepared sandbox pool of `session`, whose run has `policy` (its workspace the
+    /// workdir) resolved from `resolved`. `None` runs this one cold: the session has no pool
+    /// yet (one is made now, when its profile's plain runs are warm here and the profile's
+    /// `sessions` allow one more, and serves the session's next runs), or its pool was made
+    /// for another policy (a request that changed the limits, say).
+    pub(super) fn session_pool(
+        &self,
+        session: &str,
+        policy: &Policy,
+        resolved: &Resolved,
+    ) -> Option<Arc<WarmPool>> {
+        let mut sessions = lock(&self.sessions);
+        if let Some(held) = sessions.get(session) {
+            let matches = held.fingerprint.matches(policy, &resolved.options);
+            return matches.then(|| Arc::clone(&held.pool));
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        let terms = lock(&self.session_terms);
+        let profile = terms.profile_of(resolved)?;
+        let allowed = terms.per_profile.get(&profile).copied().unwrap_or(0);
+        let held = sessions.values().filter(|s| s.profile == profile).count();
+        if held >= allowed {
+            return None;
+        }
+        match session_pool(policy, &resolved.options, &terms) {
+            Ok(pool) => {
+                let fingerprint = Fingerprint::of(policy, &resolved.options);
+                let pool = Arc::new(pool);
+                let held = SessionPool {
+                    profile,
+                    fingerprint,
+                    pool,
+                };
+                sessions.insert(session.to_string(), held);
+            }
+            Err(e) => tracing::warn!(
+                session,
+                "warm: no prepared sandbox for this session, its runs go cold: {e}"
+            ),
+        }
+        None
+    }
+
+    /// Takes `session`'s prepared sandboxes away; dropping what is returned tears them down
+    /// and waits until they are gone (before the session's workspace is removed).
+    pub fn forget_session(&self, session: &str) -> Option<impl Send> {
+        lock(&self.sessions).remove(session).map(|held| held.pool)
+    }
+
     /// Runs `work`'s code on the zygote of its interpreter made for `policy`, if there is one
     /// and it takes the run (see [`run_on_zygote`]).
     pub(super) fn run_on_zygote(
@@ -307,6 +414,10 @@ impl WarmStarts {
             let key = ("prepared".to_string(), pool.profile.clone());
             *ready.entry(key).or_default() += pool.pool.stats().ready;
         }
+        for session in lock(&self.sessions).values() {
+            let key = ("session".to_string(), session.profile.clone());
+            *ready.entry(key).or_default() += session.pool.stats().ready;
+        }
         for slot in lock(&self.zygotes).iter() {
             *ready
                 .entry(("zygote".into(), slot.profile.clone()))
@@ -321,13 +432,28 @@ impl WarmStarts {
         self.closed.store(true, Ordering::SeqCst);
         let pools = std::mem::take(&mut *lock(&self.pools));
         let zygotes = std::mem::take(&mut *lock(&self.zygotes));
-        for pool in pools {
-            if let Ok(pool) = Arc::try_unwrap(pool.pool) {
+        let sessions = std::mem::take(&mut *lock(&self.sessions));
+        let session_pools = sessions.into_values().map(|s| s.pool);
+        for pool in pools.into_iter().map(|p| p.pool).chain(session_pools) {
+            if let Ok(pool) = Arc::try_unwrap(pool) {
                 pool.shutdown();
             }
         }
         drop(zygotes);
     }
+}
+
+/// One prepared sandbox kept ready for a session's next run, from the shared budget.
+fn session_pool(
+    policy: &Policy,
+    options: &SandboxOptions,
+    terms: &SessionTerms,
+) -> Result<WarmPool, airlock::Error> {
+    let mut warm = WarmOptions::new(1);
+    warm.parallel = 1;
+    warm.idle_expiry = Some(terms.idle_expiry);
+    warm.budget = terms.budget.clone();
+    Sandbox::with_options(policy.clone(), options.clone())?.warm(warm)
 }
 
 /// Each warm profile, resolved for each tenant that has it, once per distinct policy.
@@ -382,9 +508,10 @@ fn zygotes_of(
     zygotes
 }
 
-/// Runs `code` on `zygote` as the run's sandbox, relaying its events once it ended (a zygote
-/// run's output is collected, not streamed). `None` when the zygote could not take it (no
-/// child, a template gone): nothing of the code ran, and the run goes cold.
+/// Runs `code` on `zygote` as the run's sandbox, relaying its events into the run's log as
+/// they come (`started`, then each chunk of output within the caps, as for a cold run).
+/// `None` when the zygote could not take it (no child, a template gone): nothing of the code
+/// ran, and the run goes cold.
 fn run_on_zygote(
     live: &LiveRun,
     zygote: &Zygote,
@@ -392,32 +519,32 @@ fn run_on_zygote(
     env: &[(String, String)],
     stdin: Option<&[u8]>,
 ) -> Option<Streamed> {
+    let (events, received) = std::sync::mpsc::channel();
     let run = ZygoteRun {
         code: code.code.clone(),
         args: code.args.clone(),
         env: env.to_vec(),
         stdin: stdin.map(<[u8]>::to_vec).unwrap_or_default(),
         cancel: Some(live.cancel.clone()),
+        events: Some(events),
     };
-    let result = match zygote.run(&run) {
+    let outcome = std::thread::scope(|scope| {
+        scope.spawn(|| super::execute::relay(live, received));
+        let outcome = zygote.run(&run);
+        // The last sender goes with the run: the relay has everything and stops.
+        drop(run);
+        outcome
+    });
+    let result = match outcome {
         Ok(result) => result,
         Err(e) => {
             tracing::warn!(run = %live.id, "warm: the zygote could not take the run, it runs cold: {e}");
             return None;
         }
     };
-    let stdout = result.stdout_raw().unwrap_or_default();
-    let stderr = result.stderr_raw().unwrap_or_default();
-    live.log.push(EventBody::started(&result.isolation));
-    if !stdout.is_empty() {
-        live.log.push(EventBody::output(false, &stdout));
-    }
-    if !stderr.is_empty() {
-        live.log.push(EventBody::output(true, &stderr));
-    }
     Some(Streamed {
+        stdout: result.stdout_raw().unwrap_or_default(),
+        stderr: result.stderr_raw().unwrap_or_default(),
         result,
-        stdout,
-        stderr,
     })
 }

@@ -251,6 +251,50 @@ async fn cancelling_stops_a_running_run_and_dequeues_a_queued_one() {
     );
 }
 
+/// A waited run whose limits end it within `wait` runs on its request's own thread; meanwhile
+/// it is live like any other run: listed and read as running from another connection, and
+/// cancelled from there, whereupon the waiting request answers with the cancelled record.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_waited_for_on_its_request_is_visible_and_cancellable_meanwhile() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client(&daemon.keys.beta);
+    let waiting = daemon.client(&daemon.keys.beta);
+    // A wall-time limit of 20 s (plus the grace and a margin) fits in a wait of 60 s.
+    let long = json!({"command": ["/bin/sleep", "30"], "wait": 60, "policy": {"limits": {"wall_time": "20s"}}});
+    let waited = tokio::spawn(async move { waiting.run(long).await });
+    let id = first_running(&client).await;
+    assert_eq!(
+        client.get(&format!("/v1/runs/{id}")).await.json()["status"],
+        "running"
+    );
+    let stopped = client.delete(&format!("/v1/runs/{id}")).await;
+    assert!(matches!(stopped.status, 200 | 202), "{}", stopped.text());
+    let answer = tokio::time::timeout(Duration::from_secs(20), waited)
+        .await
+        .expect("the waiting request answers once the run is cancelled")
+        .unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let run = answer.json();
+    assert_eq!(
+        (run["id"].as_str(), &run["status"]),
+        (Some(id.as_str()), &json!("cancelled")),
+        "{run}"
+    );
+    assert!(run["wall_ms"].as_i64().unwrap() < 15_000, "{run}");
+}
+
+/// The id of the first run listed as running, polled for up to 20 s.
+async fn first_running(client: &crate::common::Client) -> String {
+    for _ in 0..400 {
+        let page = client.get("/v1/runs?status=running").await.json();
+        if let Some(id) = page["runs"][0]["id"].as_str() {
+            return id.to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no run became running");
+}
+
 pub async fn wait_status(client: &crate::common::Client, id: &str, status: &str) {
     for _ in 0..400 {
         if client.get(&format!("/v1/runs/{id}")).await.json()["status"] == status {

@@ -37,12 +37,15 @@ async fn killing_the_daemon_mid_batch_loses_no_record_and_leaves_nothing() {
                 round.to_string(),
             )
             .await;
-        // Quick runs that finish (their result is seen), then long ones left in flight.
+        // Quick runs that finish (their result is seen), then long ones left in flight. Runs
+        // whose wait covers their limits run on their request's own thread (`on_request`),
+        // the others on a thread of their own: runs of both ways are finished and killed.
         for i in 0..3 {
-            let run = client
-                .run(json!({"command": ["/bin/echo", format!("{round}-{i}")]}))
-                .await
-                .json();
+            let mut quick = json!({"command": ["/bin/echo", format!("{round}-{i}")]});
+            if i % 2 == 0 {
+                quick = on_request(quick);
+            }
+            let run = client.run(quick).await.json();
             assert_eq!(run["status"], "exited");
             finished.insert(run["id"].as_str().unwrap().to_string(), run);
         }
@@ -54,12 +57,18 @@ async fn killing_the_daemon_mid_batch_loses_no_record_and_leaves_nothing() {
             .json();
         let first = in_session["id"].as_str().unwrap().to_string();
         in_flight.push(first.clone());
-        for _ in 0..4 {
+        let waiting = daemon.client(&daemon.keys.beta);
+        let waited_body = on_request(long.clone());
+        let waited = tokio::spawn(async move { waiting.post("/v1/runs", waited_body).await });
+        in_flight.push(newly_running(&client, &in_flight).await);
+        for _ in 0..3 {
             let run = client.post("/v1/runs", long.clone()).await.json();
             in_flight.push(run["id"].as_str().unwrap().to_string());
         }
         crate::api::wait_status(&client, &first, "running").await;
         daemon.kill();
+        // Its request dies with the daemon; the run's record is checked like the others'.
+        waited.abort();
         daemon.spawn();
         check_round(&daemon, &marker, &finished, &in_flight).await;
     }
@@ -80,6 +89,34 @@ async fn killing_the_daemon_mid_batch_loses_no_record_and_leaves_nothing() {
         .await
         .json();
     assert_eq!(audit["records"].as_array().unwrap().len(), in_flight.len());
+}
+
+/// `run` with a wait that covers its limits (40 s of wall time, its grace and the daemon's
+/// margin fit in 60 s): the daemon runs it on the request's own thread.
+fn on_request(mut run: serde_json::Value) -> serde_json::Value {
+    run["wait"] = json!(60);
+    run["policy"] = json!({"limits": {"wall_time": "40s"}});
+    run
+}
+
+/// The id of a running run not in `known`, polled for up to 20 s.
+async fn newly_running(client: &crate::common::Client, known: &[String]) -> String {
+    for _ in 0..400 {
+        let page = client
+            .get("/v1/runs?status=running&limit=1000")
+            .await
+            .json();
+        let ids = page["runs"].as_array().cloned().unwrap_or_default();
+        let new = ids
+            .iter()
+            .filter_map(|run| run["id"].as_str())
+            .find(|id| !known.iter().any(|k| k == id));
+        if let Some(id) = new {
+            return id.to_string();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the waited run never became running");
 }
 
 async fn check_round(

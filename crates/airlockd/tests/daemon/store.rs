@@ -74,7 +74,7 @@ async fn both_stores_migrate_to_the_same_schema_and_record_runs() {
         }
         assert_eq!(
             store.run("run_3").await.unwrap(),
-            Some(ending.row(&finished))
+            Some(ending.clone().into_row(finished.clone()))
         );
         assert_eq!(store.events("run_3").await.unwrap(), events);
         store.mark_running("run_1", 2, 1).await.unwrap();

@@ -185,14 +185,13 @@ async fn warm_and_zygote_runs_have_the_cold_runs_isolation_and_say_their_path() 
 
 /// Attacks through the warm paths: the network, the host's secrets (files and the daemon's
 /// environment), writes outside the workdir. Each is checked from inside and on the host.
-#[tokio::test(flavor = "multi_thread")]
-async fn attacks_through_the_warm_paths_are_contained() {
-    let quick = QuickProfile::new();
-    let daemon = warm_daemon(&quick);
-    wait_warm(&daemon, "untrusted", 1, 1).await;
-    let client = daemon.client(&daemon.keys.beta);
-    let outside = daemon.dir.path().join("planted-by-a-run");
-    let attack = format!(
+/// A Python program trying the network, reading `/etc/shadow`, `/root/.ssh` and `reads`,
+/// the daemon's environment, writing to `/etc`, `/usr` and `/`, then `tail`; it prints
+/// `FOUND` and what succeeded.
+fn attack_script(reads: &[String], tail: &str) -> String {
+    let mut paths = vec!["/etc/shadow".to_string(), "/root/.ssh".to_string()];
+    paths.extend(reads.iter().cloned());
+    format!(
         r#"
 import os, socket
 found = []
@@ -202,7 +201,7 @@ except OSError: pass
 try:
     socket.getaddrinfo("example.com", 80); found.append("net:dns")
 except OSError: pass
-for path in ["/etc/shadow", "/root/.ssh", "{state}"]:
+for path in {paths:?}:
     try:
         os.listdir(path) if os.path.isdir(path) else open(path).read(); found.append("read:" + path)
     except OSError: pass
@@ -211,10 +210,20 @@ for path in ["/etc/planted", "/usr/planted", "/planted"]:
     try:
         open(path, "w").write("x"); found.append("write:" + path)
     except OSError: pass
+{tail}
 print("FOUND", found)
-"#,
-        state = daemon.state().display(),
-    );
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attacks_through_the_warm_paths_are_contained() {
+    let quick = QuickProfile::new();
+    let daemon = warm_daemon(&quick);
+    wait_warm(&daemon, "untrusted", 1, 1).await;
+    let client = daemon.client(&daemon.keys.beta);
+    let outside = daemon.dir.path().join("planted-by-a-run");
+    let attack = attack_script(&[daemon.state().display().to_string()], "");
     let warm = run_on(
         &client,
         json!({"command": ["/usr/bin/python3", "-c", attack]}),
@@ -434,4 +443,444 @@ async fn killing_the_daemon_leaves_no_prepared_sandbox_or_zygote_behind() {
         cgroups.is_empty(),
         "cgroups are left after a restart: {cgroups:?}"
     );
+}
+
+/// A zygote run's output reaches its event stream as the program writes it: the client sees
+/// the first line while the program sleeps, before the run ends (`started` first), and the
+/// output cap holds on the stream as on the result.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zygote_runs_output_is_streamed_as_it_is_written() {
+    let quick = QuickProfile::new();
+    let daemon = warm_daemon(&quick);
+    wait_warm(&daemon, "untrusted", 0, 1).await;
+    let client = daemon.client(&daemon.keys.beta);
+    let code =
+        "import sys, time\nprint('first-line', flush=True)\ntime.sleep(4)\nprint('second-line')";
+    for attempt in 0..5 {
+        let accepted = client
+            .post("/v1/runs", json!({"code": code, "language": "python"}))
+            .await
+            .json();
+        let id = accepted["id"].as_str().unwrap().to_string();
+        let mut stream = client.open_events(&id).await;
+        let seen = crate::common::read_until(&mut stream, "first-line").await;
+        let now = client.get(&format!("/v1/runs/{id}")).await.json();
+        let run = client.wait_terminal(&id, Duration::from_secs(30)).await;
+        if run["start"] != "zygote" {
+            assert!(attempt < 4, "never ran on the zygote: {run}");
+            continue;
+        }
+        assert_eq!(
+            now["status"], "running",
+            "the first line came only at the end: {now}"
+        );
+        assert!(!seen.contains("second-line"), "{seen}");
+        let started = seen.find("\"event\":\"started\"").expect("started");
+        assert!(started < seen.find("first-line").unwrap(), "{seen}");
+        let rest = crate::common::read_until(&mut stream, "\"event\":\"ended\"").await;
+        assert!(rest.contains("second-line"), "{rest}");
+        assert_eq!(
+            run["result"]["stdout"], "first-line\nsecond-line\n",
+            "{run}"
+        );
+        break;
+    }
+    // Past the cap (1 MiB of stdout in untrusted) the stream carries no more than the result.
+    let flood = "import sys\nfor _ in range(64): sys.stdout.write('x' * 65536)";
+    let run = run_on(
+        &client,
+        json!({"code": flood, "language": "python"}),
+        "zygote",
+    )
+    .await;
+    let id = run["id"].as_str().unwrap();
+    let events = client.get(&format!("/v1/runs/{id}/events")).await.text();
+    let streamed: usize = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "stdout")
+        .map(|e| e["text"].as_str().unwrap_or_default().len())
+        .sum();
+    assert_eq!(run["result"]["stdout_truncated"], true, "{run}");
+    let kept = run["result"]["stdout"].as_str().unwrap().len();
+    assert!(
+        streamed > 0 && streamed <= 1 << 20,
+        "streamed {streamed} bytes: {run}"
+    );
+    assert_eq!(streamed, kept, "the stream and the result differ: {run}");
+}
+
+/// Creates a session for `client` (body as `POST /v1/sessions` takes it); its id.
+async fn new_session(client: &Client, body: Value) -> String {
+    let created = client.post("/v1/sessions", body).await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    created.json()["id"].as_str().unwrap().to_string()
+}
+
+/// Runs `body` in `session` (waiting for the result) until it takes the `start` path: the
+/// session's first run makes its prepared sandbox, which is replaced after each run in the
+/// background; at most 30 tries. The last run.
+async fn session_run_on(client: &Client, session: &str, body: Value, start: &str) -> Value {
+    let mut body = body;
+    body["wait"] = json!(60);
+    let mut run = Value::Null;
+    for _ in 0..30 {
+        run = client
+            .post(&format!("/v1/sessions/{session}/runs"), body.clone())
+            .await
+            .json();
+        if run["start"] == start {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("never started {start}: {run}");
+}
+
+/// The workspace on the host of the session a run ran in.
+fn workspace_of(daemon: &TestDaemon, run: &Value) -> PathBuf {
+    let session = run["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no session: {run}"));
+    let dir = daemon.state().join("sessions").join(session);
+    assert!(dir.is_dir(), "no workspace at {}", dir.display());
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn warm_session_runs_have_the_cold_session_runs_plan_and_share_the_workspace() {
+    let quick = QuickProfile::new();
+    let cold_daemon = TestDaemon::start(Options::default());
+    let cold_client = cold_daemon.client(&cold_daemon.keys.beta);
+    let command = json!({"command": ["/bin/sh", "-c", "echo made > made.txt; pwd; id -u"]});
+    let cold_session = new_session(&cold_client, json!({"disk": "8MiB", "files": 100})).await;
+    let cold = session_run_on(&cold_client, &cold_session, command.clone(), "cold").await;
+    drop(cold_daemon);
+    // The isolation record of a cold session run is what the warm one must show.
+
+    let daemon = warm_daemon(&quick);
+    wait_warm(&daemon, "untrusted", 1, 0).await;
+    let client = daemon.client(&daemon.keys.beta);
+    let session = new_session(&client, json!({"disk": "8MiB", "files": 100})).await;
+    let warm = session_run_on(&client, &session, command, "warm").await;
+    let workspace = workspace_of(&daemon, &warm);
+    assert_eq!(warm["status"], "exited", "{warm}");
+    assert_eq!(layers(&warm), layers(&cold), "warm: {warm}\ncold: {cold}");
+    // The same plan: policy, limits, the workdir at the workspace's own path, the same user.
+    assert_eq!(warm["policy"], cold["policy"]);
+    let stdout = |run: &Value| run["result"]["stdout"].as_str().unwrap().to_string();
+    let cold_session = cold["session_id"].as_str().unwrap();
+    assert!(
+        stdout(&cold).ends_with(&format!("/sessions/{cold_session}\n65534\n")),
+        "{cold}"
+    );
+    assert_eq!(stdout(&warm), format!("{}\n65534\n", workspace.display()));
+    assert!(warm["result"]["cpu_user_ms"].is_u64(), "{warm}");
+    assert!(warm["result"]["peak_memory_bytes"].is_u64(), "{warm}");
+    // What a warm run wrote is in the workspace, for the API and for the next (warm) run.
+    let files = format!("/v1/sessions/{session}/files");
+    assert_eq!(
+        client.get(&format!("{files}/made.txt")).await.text(),
+        "made\n"
+    );
+    let next = session_run_on(
+        &client,
+        &session,
+        json!({"command": ["/bin/cat", "made.txt"]}),
+        "warm",
+    )
+    .await;
+    assert_eq!(next["result"]["stdout"], "made\n", "{next}");
+    // Ending the session takes its prepared sandbox and its workspace.
+    let ended = client.delete(&format!("/v1/sessions/{session}")).await;
+    assert!(matches!(ended.status, 200 | 204), "{}", ended.text());
+    assert!(!workspace.exists(), "the workspace is left");
+    let dirs = settle(Duration::from_secs(30), || {
+        daemon
+            .leftover_run_dirs()
+            .into_iter()
+            .filter(|d| {
+                std::fs::read_to_string(d.join("spec.json"))
+                    .unwrap_or_default()
+                    .contains(&workspace.display().to_string())
+            })
+            .collect()
+    });
+    assert!(dirs.is_empty(), "the session's sandbox is left: {dirs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attacks_through_a_warm_session_run_are_contained() {
+    let quick = QuickProfile::new();
+    let daemon = warm_daemon(&quick);
+    wait_warm(&daemon, "untrusted", 1, 0).await;
+    let client = daemon.client(&daemon.keys.beta);
+    let session = new_session(&client, json!({})).await;
+    let outside = daemon.dir.path().join("planted-by-a-session-run");
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    // The workspace's parents exist in the sandbox only as its own mount points (under its
+    // own /tmp here): what the program sees and writes there is checked on the host below.
+    let tail = format!(
+        r#"
+try:
+    print("STATE", sorted(os.listdir("{state}")))
+except OSError: print("STATE", [])
+for path in ["{outside}", "../planted-next-to-the-workspace"]:
+    try: open(path, "w").write("x")
+    except OSError: pass
+here = os.getcwd()
+try:
+    os.rename(here, here + ".moved"); found.append("moved the workspace")
+except OSError: pass
+open("kept.txt", "w").write("kept")
+"#,
+        state = daemon.state().display(),
+        outside = outside.display(),
+    );
+    let attack = attack_script(&[format!("{home}/.ssh")], &tail);
+    let run = session_run_on(
+        &client,
+        &session,
+        json!({"command": ["/usr/bin/python3", "-c", attack]}),
+        "warm",
+    )
+    .await;
+    let workspace = workspace_of(&daemon, &run);
+    let stdout = run["result"]["stdout"].as_str().unwrap();
+    assert!(stdout.ends_with("FOUND []\n"), "{run}");
+    // Of the daemon's state directory the sandbox sees no entry but the path to the
+    // workspace.
+    let state_seen = stdout.lines().find(|l| l.starts_with("STATE")).unwrap();
+    assert!(
+        state_seen == "STATE []" || state_seen == "STATE ['sessions']",
+        "{state_seen}"
+    );
+    assert!(std::fs::read_dir(daemon.state()).unwrap().count() > 1);
+    assert!(!outside.exists(), "a run wrote {}", outside.display());
+    let next_to = workspace.with_file_name("planted-next-to-the-workspace");
+    assert!(!next_to.exists(), "a run wrote {}", next_to.display());
+    assert!(!Path::new("/etc/planted").exists() && !Path::new("/planted").exists());
+    assert!(workspace.join("kept.txt").is_file(), "the workspace moved");
+
+    // A run of the session swaps `d` and `.git` between a directory and a symlink to the
+    // host's `/` and `/etc` while warm runs are handed off and write through them.
+    let swapper = r#"
+import os, time
+end = time.time() + 4
+while time.time() < end:
+    for name, target in (("d", "/"), (".git", "/etc")):
+        try:
+            if os.path.islink(name): os.unlink(name); os.mkdir(name)
+            else:
+                if os.path.isdir(name): os.rmdir(name)
+                os.symlink(target, name)
+        except OSError: pass
+print("swapped")
+"#;
+    let swapping = client
+        .post(
+            &format!("/v1/sessions/{session}/runs"),
+            json!({"command": ["/usr/bin/python3", "-c", swapper]}),
+        )
+        .await
+        .json();
+    let swapping = swapping["id"].as_str().unwrap().to_string();
+    let writer = json!({"command": ["/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do echo x > d/planted-through-d 2>/dev/null; echo x > .git/planted-through-git 2>/dev/null; done; echo wrote"]});
+    let mut warm_writes = 0;
+    for _ in 0..10 {
+        let run = session_run_on(&client, &session, writer.clone(), "warm").await;
+        assert_eq!(run["result"]["stdout"], "wrote\n", "{run}");
+        warm_writes += 1;
+    }
+    let swapped = client
+        .wait_terminal(&swapping, Duration::from_secs(60))
+        .await;
+    assert_eq!(swapped["result"]["stdout"], "swapped\n", "{swapped}");
+    assert_eq!(warm_writes, 10);
+    for host in ["/planted-through-d", "/etc/planted-through-git"] {
+        assert!(!Path::new(host).exists(), "a warm session run wrote {host}");
+    }
+    assert!(!daemon.dir.path().join("planted-through-d").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_crosses_between_two_warm_session_runs_but_the_workspace() {
+    let quick = QuickProfile::new();
+    let daemon = warm_daemon(&quick);
+    wait_warm(&daemon, "untrusted", 1, 0).await;
+    let client = daemon.client(&daemon.keys.beta);
+    let session = new_session(&client, json!({})).await;
+    let leave = "echo ws > ws.txt; echo tmp > /tmp/left.txt; echo shm > /dev/shm/left; (sleep 100 &); export LEFT=1; echo done";
+    let first = session_run_on(
+        &client,
+        &session,
+        json!({"command": ["/bin/sh", "-c", leave], "env": {"ONLY_FIRST": "1"}}),
+        "warm",
+    )
+    .await;
+    assert_eq!(first["result"]["stdout"], "done\n", "{first}");
+    let look = "cat ws.txt; cat /tmp/left.txt /dev/shm/left 2>/dev/null; echo LEFT=$LEFT ONLY_FIRST=$ONLY_FIRST; cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c 'sleep [1]00'";
+    let second = session_run_on(
+        &client,
+        &session,
+        json!({"command": ["/bin/sh", "-c", look]}),
+        "warm",
+    )
+    .await;
+    assert_eq!(
+        second["result"]["stdout"], "ws\nLEFT= ONLY_FIRST=\n0\n",
+        "{second}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sessions_caps_hold_on_its_warm_runs() {
+    if !crate::common::is_root() {
+        eprintln!("skipped: the workspace tmpfs needs root to mount");
+        return;
+    }
+    let quick = QuickProfile::new();
+    let daemon = warm_daemon(&quick);
+    wait_warm(&daemon, "untrusted", 1, 0).await;
+    let client = daemon.client(&daemon.keys.beta);
+    let session = new_session(&client, json!({"disk": "1MiB", "files": 20})).await;
+    let fill = "rm -f fill f*; head -c 2000000 /dev/zero > fill; echo $?; for i in $(seq 1 40); do touch f$i 2>/dev/null || { echo stop at $i; break; }; done";
+    let run = session_run_on(
+        &client,
+        &session,
+        json!({"command": ["/bin/sh", "-c", fill]}),
+        "warm",
+    )
+    .await;
+    let stdout = run["result"]["stdout"].as_str().unwrap();
+    assert!(
+        stdout.starts_with('1'),
+        "the disk cap did not stop the program: {run}"
+    );
+    assert!(
+        stdout.contains("stop at"),
+        "the file cap did not stop the program: {run}"
+    );
+    // A run that narrows the session's policy gets its own limits: the session's prepared
+    // sandbox was made for the session's policy, so this one runs cold (even with that
+    // sandbox ready).
+    wait_session_ready(&daemon).await;
+    let narrowed = client
+        .post(
+            &format!("/v1/sessions/{session}/runs"),
+            json!({"command": ["/bin/sleep", "5"], "policy": {"limits": {"wall_time": "1s"}}, "wait": 60}),
+        )
+        .await
+        .json();
+    assert_eq!(narrowed["status"], "timeout", "{narrowed}");
+    assert_eq!(narrowed["start"], "cold", "{narrowed}");
+}
+
+/// Cancellation and the wall limit end warm session runs as they end cold ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn cancellation_and_timeouts_of_warm_session_runs_behave_as_cold() {
+    let quick = QuickProfile::new();
+    let daemon = warm_daemon(&quick);
+    let profile = quick.path();
+    wait_warm(&daemon, &profile, 1, 0).await;
+    let gamma = daemon.client(&daemon.keys.gamma);
+    let session = new_session(&gamma, json!({"profile": profile})).await;
+    let slept = session_run_on(
+        &gamma,
+        &session,
+        json!({"command": ["/bin/sleep", "10"]}),
+        "warm",
+    )
+    .await;
+    assert_eq!(slept["status"], "timeout", "{slept}");
+    assert!(slept["wall_ms"].as_i64().unwrap() < 8_000, "{slept}");
+
+    wait_warm(&daemon, "untrusted", 1, 0).await;
+    let beta = daemon.client(&daemon.keys.beta);
+    let session = new_session(&beta, json!({})).await;
+    session_run_on(&beta, &session, json!({"command": ["/bin/true"]}), "warm").await;
+    for _ in 0..30 {
+        let id = beta
+            .post(
+                &format!("/v1/sessions/{session}/runs"),
+                json!({"command": ["/bin/sleep", "30"]}),
+            )
+            .await
+            .json()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        crate::api::wait_status(&beta, &id, "running").await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let stopped = beta.delete(&format!("/v1/runs/{id}")).await;
+        assert!(matches!(stopped.status, 200 | 202), "{}", stopped.text());
+        let run = beta.wait_terminal(&id, Duration::from_secs(20)).await;
+        assert_eq!(run["status"], "cancelled", "{run}");
+        assert!(run["wall_ms"].as_i64().unwrap() < 15_000, "{run}");
+        if run["start"] == "warm" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    panic!("no session run was cancelled on a prepared sandbox");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_the_daemon_leaves_no_sessions_prepared_sandbox_behind() {
+    let quick = QuickProfile::new();
+    let mut daemon = warm_daemon(&quick);
+    wait_warm(&daemon, "untrusted", 1, 0).await;
+    let client = daemon.client(&daemon.keys.beta);
+    let session = new_session(&client, json!({})).await;
+    let run = session_run_on(&client, &session, json!({"command": ["/bin/true"]}), "warm").await;
+    let workspace = workspace_of(&daemon, &run);
+    wait_session_ready(&daemon).await;
+    let held = descendants(daemon.pid());
+    daemon.kill();
+    let left = settle(Duration::from_secs(30), || {
+        held.iter()
+            .filter(|(pid, time)| start_time(*pid).as_ref() == Some(time))
+            .cloned()
+            .collect()
+    });
+    assert!(left.is_empty(), "processes outlived the daemon: {left:?}");
+    let dirs = settle(Duration::from_secs(30), || daemon.leftover_run_dirs());
+    assert!(dirs.is_empty(), "run directories are left: {dirs:?}");
+    // Only the session's workspace stays mounted (sessions outlive a restart); nothing of the
+    // prepared sandbox's (its namespace held the workspace) is left in the host's mounts.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let root = daemon.dir.path().display().to_string();
+    let ours: Vec<&str> = mounts
+        .lines()
+        .filter(|l| l.contains(&root))
+        .filter(|l| l.split(' ').nth(4) != Some(&workspace.display().to_string()))
+        .collect();
+    assert!(ours.is_empty(), "mounts are left: {ours:?}");
+    // After a restart the session is adopted and its runs go warm again.
+    daemon.spawn();
+    let client = daemon.client(&daemon.keys.beta);
+    wait_warm(&daemon, "untrusted", 1, 0).await;
+    let run = session_run_on(&client, &session, json!({"command": ["/bin/true"]}), "warm").await;
+    assert_eq!(run["status"], "exited", "{run}");
+    client.delete(&format!("/v1/sessions/{session}")).await;
+}
+
+/// Waits until `/metrics` shows a session's sandbox ready.
+async fn wait_session_ready(daemon: &TestDaemon) {
+    let admin = daemon.client(&daemon.keys.alpha);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = admin.get("/metrics").await.text();
+        if text
+            .lines()
+            .any(|l| l.starts_with("airlockd_warm_ready{kind=\"session\"") && !l.ends_with(" 0"))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no session sandbox ready:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -21,7 +21,7 @@ use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{chdir, fchdir, pivot_root};
 
 use super::by_fd;
-use super::source::{resolve_real, resolve_source, HostEntry};
+use super::source::{HostEntry, Resolver};
 use crate::confine::found::Found;
 
 use super::mountinfo::submounts_under;
@@ -41,11 +41,12 @@ pub(super) fn run(
     layout: Layout,
     found: &[Found],
 ) -> Result<RootfsReport, RootfsError> {
+    let mut resolver = Resolver::default();
     let sources = ops
         .iter()
-        .map(|op| resolve_source(op, found))
+        .map(|op| resolver.resolve_source(op, found))
         .collect::<Result<Vec<_>, _>>()?;
-    let dev_null = resolve_real(Path::new("/dev/null"))?;
+    let dev_null = resolver.resolve_real(Path::new("/dev/null"))?;
     let mut executor = Executor {
         dev_null,
         report: RootfsReport::default(),
@@ -173,12 +174,14 @@ impl Executor {
         let outcome = match (how, &self.dev_null) {
             (ProcProtection::ReadOnly, _) => {
                 let placed = Submounts::Placed(&self.proc_mounts);
-                restrict_bind(&dest, &dest, PROC_READ_ONLY, placed, self.host)
+                let is_dir = meta.is_dir() || (meta.file_type().is_symlink() && dest.is_dir());
+                restrict_bind(&dest, &dest, is_dir, PROC_READ_ONLY, placed, self.host)
             }
             (ProcProtection::MaskFile, HostEntry::Real(null, _)) if !meta.is_dir() => {
                 restrict_bind(
                     &under(self.host, null),
                     &dest,
+                    false,
                     NULL_MASK,
                     Submounts::FromHost,
                     self.host,
@@ -325,7 +328,7 @@ fn bind(
     } else {
         make_mount_file(dst)?;
     }
-    restrict_bind(src, dst, access, Submounts::FromHost, host)
+    restrict_bind(src, dst, is_dir, access, Submounts::FromHost, host)
 }
 
 /// Where the submounts a recursive bind brought along are found.
@@ -339,9 +342,11 @@ enum Submounts<'a> {
 
 /// Recursive bind (a non-recursive bind of a tree with locked submounts is refused in a user
 /// namespace), then remount it and each submount with `access` (bubblewrap's `bind_mount`).
+/// `dst_is_dir` is what the mount point was made as (a file holds no submounts).
 fn restrict_bind(
     src: &Path,
     dst: &Path,
+    dst_is_dir: bool,
     access: BindAccess,
     submounts: Submounts,
     host: &Path,
@@ -355,7 +360,7 @@ fn restrict_bind(
         }
     })?;
     remount(dst, wanted_flags(access))?;
-    if !dst.is_dir() {
+    if !dst_is_dir {
         return Ok(());
     }
     let beneath = match submounts {
@@ -469,25 +474,41 @@ fn make_parent_dirs(path: &Path) -> Result<(), RootfsError> {
     }
 }
 
+/// Runs `create` and, only if a directory on the way is missing, creates the parents and
+/// runs it again: the parent almost always exists (twenty `/etc` files share one), and
+/// making sure of it first cost a `mkdir` and a `stat` per file.
+fn with_parents<T>(
+    path: &Path,
+    action: &'static str,
+    create: impl Fn() -> io::Result<T>,
+) -> Result<T, RootfsError> {
+    let created = match create() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            make_parent_dirs(path)?;
+            create()
+        }
+        other => other,
+    };
+    created.map_err(|e| io_error(action, path, e))
+}
+
 fn make_mount_file(path: &Path) -> Result<(), RootfsError> {
-    make_parent_dirs(path)?;
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map(drop)
-        .map_err(|e| io_error("create the mount point", path, e))
+    let create = || {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+    };
+    with_parents(path, "create the mount point", create).map(drop)
 }
 
 fn make_symlink(target: &Path, link: &Path) -> Result<(), RootfsError> {
-    make_parent_dirs(link)?;
-    symlink(target, link).map_err(|e| io_error("create the symlink", link, e))
+    with_parents(link, "create the symlink", || symlink(target, link))
 }
 
 fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), RootfsError> {
-    make_parent_dirs(path)?;
-    fs::write(path, contents).map_err(|e| io_error("write", path, e))?;
+    with_parents(path, "write", || fs::write(path, contents))?;
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
         .map_err(|e| io_error("set the mode of", path, e))
 }

@@ -18,8 +18,9 @@ zygotes = { python = { preload = ["json", "re"] } }
 
 const SNIPPET: &str = "import json, re";
 
-/// Interleaved: cold daemon, warm daemon, library warm pool (`/bin/true`); the snippet cold
-/// and on the zygote. Then a burst on the warm daemon.
+/// Interleaved: cold daemon, warm daemon, library warm pool (`/bin/true`); `/bin/true` in a
+/// session of the cold daemon and of the warm one (the session's own prepared sandbox); the
+/// snippet cold and on the zygote. Then a burst on the warm daemon.
 pub async fn compare(cold: &Daemon, runs: usize) -> anyhow::Result<()> {
     let warm = start_daemon_with(WARM)?;
     let pool = library_pool(cold)?;
@@ -32,10 +33,14 @@ pub async fn compare(cold: &Daemon, runs: usize) -> anyhow::Result<()> {
     let mut paths: BTreeMap<String, usize> = BTreeMap::new();
     let true_run = json!({"command": ["/bin/true"], "wait": 60});
     let snippet = json!({"code": SNIPPET, "language": "python", "wait": 60});
+    let cold_session = format!("/v1/sessions/{}/runs", new_session(&mut to_cold).await?);
+    let warm_session = format!("/v1/sessions/{}/runs", new_session(&mut to_warm).await?);
     let names = [
         "daemon cold /bin/true",
         "daemon warm /bin/true",
         "library warm /bin/true",
+        "session cold /bin/true",
+        "session warm /bin/true",
         "daemon cold snippet",
         "daemon zygote snippet",
     ];
@@ -46,6 +51,12 @@ pub async fn compare(cold: &Daemon, runs: usize) -> anyhow::Result<()> {
             let (ms, path) = match name {
                 "daemon cold /bin/true" => timed(&mut to_cold, &true_run, "cold").await?,
                 "daemon warm /bin/true" => timed(&mut to_warm, &true_run, "warm").await?,
+                "session cold /bin/true" => {
+                    timed_at(&mut to_cold, &cold_session, &true_run, "cold").await?
+                }
+                "session warm /bin/true" => {
+                    timed_at(&mut to_warm, &warm_session, &true_run, "warm").await?
+                }
                 "library warm /bin/true" => library_warm(&pool).await?,
                 "daemon cold snippet" => timed(&mut to_cold, &snippet, "cold").await?,
                 _ => timed(&mut to_warm, &snippet, "zygote").await?,
@@ -77,6 +88,13 @@ fn report(runs: usize, samples: &mut BTreeMap<&str, Vec<f64>>, paths: &BTreeMap<
         "  daemon warm - library warm (the daemon's own cost): {:.2} ms; daemon cold / warm: {:.1}x",
         warm - library,
         cold / warm
+    );
+    let (session_cold, session_warm) =
+        (p50["session cold /bin/true"], p50["session warm /bin/true"]);
+    println!(
+        "  target: a warm session run faster than a cold one: {:.1}x -> {}",
+        session_cold / session_warm,
+        verdict(session_warm < session_cold)
     );
     let zygote = p50["daemon zygote snippet"];
     println!(
@@ -129,10 +147,29 @@ async fn timed(
     body: &Value,
     expect: &str,
 ) -> anyhow::Result<(f64, String)> {
-    let started = Instant::now();
-    let (status, run) = connection
-        .call("POST", "/v1/runs", Some(body.clone()))
+    timed_at(connection, "/v1/runs", body, expect).await
+}
+
+/// A session of the bench's tenant (default caps); its id.
+async fn new_session(connection: &mut Connection) -> anyhow::Result<String> {
+    let (status, session) = connection
+        .call("POST", "/v1/sessions", Some(json!({})))
         .await?;
+    match (status, session["id"].as_str()) {
+        (201, Some(id)) => Ok(id.to_string()),
+        _ => bail!("cannot create a session: {status} {session}"),
+    }
+}
+
+/// [`timed`], posted to `path` (a session's runs).
+async fn timed_at(
+    connection: &mut Connection,
+    path: &str,
+    body: &Value,
+    expect: &str,
+) -> anyhow::Result<(f64, String)> {
+    let started = Instant::now();
+    let (status, run) = connection.call("POST", path, Some(body.clone())).await?;
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     if status != 200 || run["status"] != "exited" {
         bail!("a run expected {expect} failed: {status} {run}");
