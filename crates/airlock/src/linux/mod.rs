@@ -5,3 +5,33 @@ pub mod beneath;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod tree;
+
+/// Converts strings to the C strings `execve` needs; an interior NUL is an error naming it.
+pub fn c_strings(items: &[String]) -> std::io::Result<Vec<std::ffi::CString>> {
+    items
+        .iter()
+        .map(|s| {
+            std::ffi::CString::new(s.as_bytes()).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{s:?} contains a NUL byte"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Forks the calling process if it has exactly one thread, so that the child may run any
+/// code; `None` when other threads exist (their locks could stay held in the child).
+pub fn fork_if_single_threaded() -> std::io::Result<Option<sys::Forked>> {
+    if !single_threaded()? {
+        return Ok(None);
+    }
+    sys::fork_single_threaded().map(Some)
+}
+
+/// Whether this process has exactly one thread. Only this thread could start another one, so
+/// the answer cannot change under the caller.
+pub(crate) fn single_threaded() -> std::io::Result<bool> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count() == 1)
+}

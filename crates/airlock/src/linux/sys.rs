@@ -75,54 +75,24 @@ fn clone_sharing_memory(
     unsafe { nix::sched::clone(cb, stack, flags, Some(libc::SIGCHLD)) }.map_err(io::Error::from)
 }
 
-/// Forks the calling process if it has exactly one thread, so that the child may run any
-/// code; `None` when other threads exist (their locks could stay held in the child).
-pub fn fork_if_single_threaded() -> io::Result<Option<Forked>> {
-    if !single_threaded()? {
-        return Ok(None);
-    }
-    fork_single_threaded().map(Some)
-}
+pub use super::fork_if_single_threaded;
 
-/// Whether this process has exactly one thread. Only this thread could start another one, so
-/// the answer cannot change under the caller.
-fn single_threaded() -> io::Result<bool> {
-    Ok(std::fs::read_dir("/proc/self/task")?.count() == 1)
-}
-
-/// Forks the calling process straight into the new namespaces `flags` names (a `clone`
-/// without `CLONE_VM`, so the child gets a copy of the address space and returns here, as
-/// from `fork`): with `CLONE_NEWPID` the child is PID 1 of its namespace, so no process has
-/// to stay behind to wait for it, as one does after `unshare(CLONE_NEWPID)`.
-///
-/// `None` when the caller has other threads. The raw system call skips glibc's `fork`
-/// bookkeeping: the child's thread descriptor keeps the parent's thread id, which only
-/// robust and error-checking pthread mutexes read, and no at-fork handler runs. In a
-/// single-threaded process no lock can be held by another thread, so the child may run any
-/// code; it should not use such mutexes (Rust's std does not).
+/// Forks the caller straight into the new namespaces `flags` names, as `fork` would (no
+/// `CLONE_VM`): with `CLONE_NEWPID` the child is PID 1, so no process stays behind to wait for
+/// it. `None` when the caller has other threads: the raw call skips glibc's `fork` work (at-fork
+/// handlers; the child keeps the parent's thread id, read only by robust mutexes).
 pub fn clone_into_namespaces(flags: nix::sched::CloneFlags) -> io::Result<Option<Forked>> {
-    use nix::sched::CloneFlags as F;
-    let namespaces = F::CLONE_NEWUSER
-        | F::CLONE_NEWNS
-        | F::CLONE_NEWPID
-        | F::CLONE_NEWIPC
-        | F::CLONE_NEWUTS
-        | F::CLONE_NEWNET
-        | F::CLONE_NEWCGROUP;
-    if !namespaces.contains(flags) {
+    let namespaces = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    let namespaces = namespaces | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWNET;
+    if flags.bits() & !(namespaces | libc::CLONE_NEWCGROUP) != 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    if !single_threaded()? {
+    if !super::single_threaded()? {
         return Ok(None);
     }
-    let flags = (flags.bits() | libc::SIGCHLD) as libc::c_ulong;
-    let null = std::ptr::null_mut::<libc::c_void>();
-    // SAFETY: without CLONE_VM (and CLONE_VFORK, CLONE_SETTLS, CLONE_*TID, none of which
-    // the flags can carry: only namespace flags pass the check above) and with a null stack, `clone`
-    // behaves as `fork` does, each process returning on its own copy of this stack; the
-    // caller is single-threaded (checked above), see the doc comment.
-    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, null, null, null, null) };
-    match pid {
+    let (flags, null) = ((flags.bits() | libc::SIGCHLD) as libc::c_ulong, 0usize);
+    // SAFETY: namespace flags only (no CLONE_VM, VFORK, SETTLS, *TID), a null stack: as fork.
+    match unsafe { libc::syscall(libc::SYS_clone, flags, null, null, null, null) } {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Some(Forked::Child)),
         pid => Ok(Some(Forked::Parent(Pid::from_raw(pid as libc::pid_t)))),
@@ -374,20 +344,7 @@ pub fn set_controlling_tty(fd: RawFd) -> io::Result<()> {
     check(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) }).map(|_| ())
 }
 
-/// Converts strings to the C strings `execve` needs; an interior NUL is an error naming it.
-pub fn c_strings(items: &[String]) -> io::Result<Vec<CString>> {
-    items
-        .iter()
-        .map(|s| {
-            CString::new(s.as_bytes()).map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("{s:?} contains a NUL byte"),
-                )
-            })
-        })
-        .collect()
-}
+pub use super::c_strings;
 
 /// Writes all of `data` to a descriptor this process owns for its whole life (the init's
 /// pipes, which sit at fixed numbers after fork and have no Rust owner).
