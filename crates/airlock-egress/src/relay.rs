@@ -106,12 +106,7 @@ fn end_direction(end: End, from: &TcpStream, to: &TcpStream) {
     }
 }
 
-/// splice(2) through a pipe, in two stages: this thread fills the pipe from `from` and asks
-/// the meter for each chunk, while a second thread drains the pipe into `to`, each stage
-/// blocking on its own socket. Done by one thread the two alternate, and the relay ran at
-/// 33-49 % of a direct connection; pipelined it keeps both sockets busy. The drainer sends
-/// only bytes the meter granted (it is handed each grant after its bytes entered the pipe),
-/// so a cap stays exact. `None` when splice is unavailable before any byte moved.
+/// splice(2) through a pipe; `None` when splice is unavailable before any byte moved.
 #[cfg(target_os = "linux")]
 fn pump_splice(
     meter: &Meter,
@@ -119,109 +114,32 @@ fn pump_splice(
     from: &TcpStream,
     to: &TcpStream,
 ) -> Option<(u64, End)> {
-    use rustix::pipe::{fcntl_setpipe_size, pipe_with, PipeFlags};
+    use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
     let (pipe_read, pipe_write): (OwnedFd, OwnedFd) = pipe_with(PipeFlags::CLOEXEC).ok()?;
     let _ = fcntl_setpipe_size(&pipe_write, PIPE_SIZE);
-    let (grants, granted) = std::sync::mpsc::sync_channel(GRANTS_QUEUED);
-    thread::scope(|scope| {
-        // The drainer owns the pipe's read end: when it stops, the end closes, and a filling
-        // stage blocked on the full pipe wakes. Nothing has moved yet if it cannot start.
-        let drainer = thread::Builder::new()
-            .stack_size(PUMP_STACK)
-            .spawn_scoped(scope, move || drain_grants(&pipe_read, from, to, granted))
-            .ok()?;
-        let filled = match splice_in(from, &pipe_write) {
-            Err(rustix::io::Errno::INVAL) => {
-                drop(grants);
-                let _ = drainer.join();
-                return None;
-            }
-            first => fill_pipe(meter, direction, from, &pipe_write, first, grants),
+    let mut moved = 0u64;
+    loop {
+        let n = match splice(from, None, &pipe_write, None, CHUNK, SpliceFlags::MOVE) {
+            Ok(0) => return Some((moved, End::Eof)),
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::INVAL) if moved == 0 => return None,
+            Err(_) => return Some((moved, End::Broken)),
         };
-        let (moved, delivered_all) = drainer.join().unwrap_or((0, false));
-        Some((moved, if delivered_all { filled } else { End::Broken }))
-    })
+        let granted = meter.take_bytes(direction, n as u64) as usize;
+        if !drain_pipe(&pipe_read, to, granted) {
+            return Some((moved, End::Broken));
+        }
+        moved += granted as u64;
+        if granted < n {
+            return Some((moved, End::Limit(direction.limit())));
+        }
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
 fn pump_splice(_: &Meter, _: Direction, _: &TcpStream, _: &TcpStream) -> Option<(u64, End)> {
     None
-}
-
-/// Grants queued between the two stages; the pipe's size bounds the bytes behind them.
-#[cfg(target_os = "linux")]
-const GRANTS_QUEUED: usize = 256;
-
-/// One splice from the socket into the pipe (0: the source closed). It waits for the socket
-/// in poll(2) first: a splice from a TCP socket waits for data while holding the pipe's
-/// lock, which would stop the draining stage from sending what is already in the pipe (a
-/// request's answer would wait for the next bytes from the destination).
-#[cfg(target_os = "linux")]
-fn splice_in(from: &TcpStream, pipe_write: &OwnedFd) -> rustix::io::Result<usize> {
-    use rustix::event::{poll, PollFd, PollFlags};
-    use rustix::pipe::{splice, SpliceFlags};
-    loop {
-        let mut readable = [PollFd::new(from, PollFlags::IN)];
-        match poll(&mut readable, None) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(error) => return Err(error),
-        }
-        match splice(from, None, pipe_write, None, CHUNK, SpliceFlags::MOVE) {
-            Err(rustix::io::Errno::INTR) => continue,
-            other => return other,
-        }
-    }
-}
-
-/// The filling stage: splices from the source, takes each chunk from the meter and hands the
-/// grant on, until the source ends, fails, the cap is reached or the drainer is gone.
-#[cfg(target_os = "linux")]
-fn fill_pipe(
-    meter: &Meter,
-    direction: Direction,
-    from: &TcpStream,
-    pipe_write: &OwnedFd,
-    first: rustix::io::Result<usize>,
-    grants: std::sync::mpsc::SyncSender<usize>,
-) -> End {
-    let mut spliced = first;
-    loop {
-        let n = match spliced {
-            Ok(0) => return End::Eof,
-            Ok(n) => n,
-            Err(_) => return End::Broken,
-        };
-        let granted = meter.take_bytes(direction, n as u64) as usize;
-        if grants.send(granted).is_err() {
-            return End::Broken;
-        }
-        if granted < n {
-            return End::Limit(direction.limit());
-        }
-        spliced = splice_in(from, pipe_write);
-    }
-}
-
-/// The draining stage: moves each granted chunk from the pipe to `to`. Returns the bytes
-/// delivered and whether every grant was; on a failure it shuts the source, so the filling
-/// stage, blocked on it or on the full pipe (closed as this returns), ends too.
-#[cfg(target_os = "linux")]
-fn drain_grants(
-    pipe_read: &OwnedFd,
-    from: &TcpStream,
-    to: &TcpStream,
-    granted: std::sync::mpsc::Receiver<usize>,
-) -> (u64, bool) {
-    let mut moved = 0u64;
-    for grant in granted {
-        if !drain_pipe(pipe_read, to, grant) {
-            let _ = from.shutdown(Shutdown::Both);
-            return (moved, false);
-        }
-        moved += grant as u64;
-    }
-    (moved, true)
 }
 
 /// Moves `len` bytes from the pipe to the socket; false when the socket fails.
@@ -281,8 +199,10 @@ mod tests {
     }
 
     /// A conversation: each message must arrive before the next is sent (an answer to a
-    /// request, while the destination keeps the connection open). The two stages must not
-    /// hold back a message waiting for the next one.
+    /// request, while the destination keeps the connection open). The relay must not hold
+    /// a message back waiting for the next one: a splice from TCP waits for data holding the
+    /// pipe's lock, so a relay draining the pipe from a second thread would, unless it
+    /// polled first (tried in 45f33f3; this fails 3 of 3 without the poll).
     #[test]
     fn each_message_arrives_before_the_next_is_sent() {
         let meter = Meter::new(Limits::default());
