@@ -366,6 +366,21 @@ fn parent(pid: u32) -> Option<u32> {
     after_name.split(' ').nth(1)?.parse().ok()
 }
 
+/// Kills the daemon (SIGKILL): none of the processes it `held` outlives it (a pid reused by
+/// another process does not count: its start time differs), and no run directory is left.
+fn kill_and_check_nothing_outlives(daemon: &mut TestDaemon, held: &HashSet<(u32, String)>) {
+    daemon.kill();
+    let left = settle(Duration::from_secs(30), || {
+        held.iter()
+            .filter(|(pid, time)| start_time(*pid).as_ref() == Some(time))
+            .cloned()
+            .collect()
+    });
+    assert!(left.is_empty(), "processes outlived the daemon: {left:?}");
+    let dirs = settle(Duration::from_secs(30), || daemon.leftover_run_dirs());
+    assert!(dirs.is_empty(), "run directories are left: {dirs:?}");
+}
+
 /// Every process descended from `root`, with its start time.
 fn descendants(root: u32) -> HashSet<(u32, String)> {
     let pids: Vec<u32> = std::fs::read_dir("/proc")
@@ -407,16 +422,7 @@ async fn killing_the_daemon_leaves_no_prepared_sandbox_or_zygote_behind() {
         held.len() >= 6,
         "the daemon holds too few processes: {held:?}"
     );
-    daemon.kill();
-    let left = settle(Duration::from_secs(30), || {
-        held.iter()
-            .filter(|(pid, time)| start_time(*pid).as_ref() == Some(time))
-            .cloned()
-            .collect()
-    });
-    assert!(left.is_empty(), "processes outlived the daemon: {left:?}");
-    let dirs = settle(Duration::from_secs(30), || daemon.leftover_run_dirs());
-    assert!(dirs.is_empty(), "run directories are left: {dirs:?}");
+    kill_and_check_nothing_outlives(&mut daemon, &held);
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let root = daemon.dir.path().display().to_string();
     let ours: Vec<&str> = mounts.lines().filter(|l| l.contains(&root)).collect();
@@ -836,16 +842,7 @@ async fn killing_the_daemon_leaves_no_sessions_prepared_sandbox_behind() {
     let workspace = workspace_of(&daemon, &run);
     wait_session_ready(&daemon).await;
     let held = descendants(daemon.pid());
-    daemon.kill();
-    let left = settle(Duration::from_secs(30), || {
-        held.iter()
-            .filter(|(pid, time)| start_time(*pid).as_ref() == Some(time))
-            .cloned()
-            .collect()
-    });
-    assert!(left.is_empty(), "processes outlived the daemon: {left:?}");
-    let dirs = settle(Duration::from_secs(30), || daemon.leftover_run_dirs());
-    assert!(dirs.is_empty(), "run directories are left: {dirs:?}");
+    kill_and_check_nothing_outlives(&mut daemon, &held);
     // Only the session's workspace stays mounted (sessions outlive a restart); nothing of the
     // prepared sandbox's (its namespace held the workspace) is left in the host's mounts.
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
