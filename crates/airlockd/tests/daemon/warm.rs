@@ -339,18 +339,25 @@ async fn cancellation_and_timeouts_through_the_warm_paths_behave_as_cold() {
         json!({"command": ["/bin/sleep", "30"]}),
         json!({"code": "import time; time.sleep(30)", "language": "python"}),
     ] {
-        let id = beta.post("/v1/runs", body.clone()).await.json()["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        crate::api::wait_status(&beta, &id, "running").await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let stopped = beta.delete(&format!("/v1/runs/{id}")).await;
-        assert!(matches!(stopped.status, 200 | 202), "{}", stopped.text());
-        let run = beta.wait_terminal(&id, Duration::from_secs(20)).await;
+        let run = cancel_while_running(&beta, "/v1/runs", body.clone()).await;
         assert_eq!(run["status"], "cancelled", "{body}: {run}");
-        assert!(run["wall_ms"].as_i64().unwrap() < 15_000, "{run}");
     }
+}
+
+/// Submits `body` to `path`, cancels the run once it has been running for 0.5 s, and gives
+/// back its terminal record; the cancel is accepted and the run ends well within its sleep.
+async fn cancel_while_running(client: &Client, path: &str, body: Value) -> Value {
+    let id = client.post(path, body).await.json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    crate::api::wait_status(client, &id, "running").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopped = client.delete(&format!("/v1/runs/{id}")).await;
+    assert!(matches!(stopped.status, 200 | 202), "{}", stopped.text());
+    let run = client.wait_terminal(&id, Duration::from_secs(20)).await;
+    assert!(run["wall_ms"].as_i64().unwrap() < 15_000, "{run}");
+    run
 }
 
 /// A process's start time (field 22 of its stat), to tell it from a later one with its pid.
@@ -806,23 +813,10 @@ async fn cancellation_and_timeouts_of_warm_session_runs_behave_as_cold() {
     let session = new_session(&beta, json!({})).await;
     session_run_on(&beta, &session, json!({"command": ["/bin/true"]}), "warm").await;
     for _ in 0..30 {
-        let id = beta
-            .post(
-                &format!("/v1/sessions/{session}/runs"),
-                json!({"command": ["/bin/sleep", "30"]}),
-            )
-            .await
-            .json()["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        crate::api::wait_status(&beta, &id, "running").await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let stopped = beta.delete(&format!("/v1/runs/{id}")).await;
-        assert!(matches!(stopped.status, 200 | 202), "{}", stopped.text());
-        let run = beta.wait_terminal(&id, Duration::from_secs(20)).await;
+        let path = format!("/v1/sessions/{session}/runs");
+        let run =
+            cancel_while_running(&beta, &path, json!({"command": ["/bin/sleep", "30"]})).await;
         assert_eq!(run["status"], "cancelled", "{run}");
-        assert!(run["wall_ms"].as_i64().unwrap() < 15_000, "{run}");
         if run["start"] == "warm" {
             return;
         }
