@@ -422,11 +422,10 @@ pub async fn submit(
     prepared: Prepared,
 ) -> Result<axum::response::Response, ApiError> {
     let hash = prepared.job.record.request_hash.clone();
-    match daemon
-        .engine
-        .submit_waiting(prepared.job, prepared.wait)
-        .await?
-    {
+    // One deadline for the whole wait: a run on this request's thread until then leaves
+    // none of it to wait for after.
+    let until = std::time::Instant::now() + prepared.wait;
+    match daemon.engine.submit_waiting(prepared.job, until).await? {
         Submitted::Existing(row) => {
             if row.request_hash != hash {
                 return Err(ApiError::conflict(
@@ -443,7 +442,8 @@ pub async fn submit(
         Submitted::New(live) => {
             let waited = !prepared.wait.is_zero();
             if waited {
-                live.wait_done(prepared.wait).await;
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                live.wait_done(left).await;
             }
             // The record the run's end stored, as it stored it (read back only while the run
             // is still in flight).

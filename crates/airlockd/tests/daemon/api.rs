@@ -283,6 +283,86 @@ async fn a_run_waited_for_on_its_request_is_visible_and_cancellable_meanwhile() 
     assert!(run["wall_ms"].as_i64().unwrap() < 15_000, "{run}");
 }
 
+/// A waited run still going when its caller's wait ends (here `untrusted`'s 180 s wall time
+/// do not fit in a 1 s wait) is handed over from the request's thread to one of its own: the
+/// caller gets 202 with the run in flight before the run could have ended, and the run goes on
+/// to its end, recorded, its events whole across the hand-over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_outlasting_its_wait_is_answered_in_flight_and_goes_on_to_its_end() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client(&daemon.keys.beta);
+    let asked = std::time::Instant::now();
+    let answer = client
+        .run(json!({"command": ["/bin/sh", "-c", "echo before; sleep 4; echo after"], "wait": 1}))
+        .await;
+    let answered = asked.elapsed();
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    assert!(
+        answered < Duration::from_secs(4),
+        "answered after {answered:?}"
+    );
+    let run = answer.json();
+    assert_eq!(run["status"], "running", "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    assert_eq!(answer.header("location").unwrap(), format!("/v1/runs/{id}"));
+    let stream = client
+        .open(
+            client
+                .request("GET", &format!("/v1/runs/{id}/events"))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    let body = stream.into_body().collect().await.unwrap().to_bytes();
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&body)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["event"] != "keepalive")
+        .collect();
+    let stdout: String = events
+        .iter()
+        .filter(|e| e["event"] == "stdout")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(stdout, "before\nafter\n", "{events:?}");
+    assert_eq!(events.first().unwrap()["event"], "started", "{events:?}");
+    assert_eq!(
+        events.last().unwrap()["run"]["status"],
+        "exited",
+        "{events:?}"
+    );
+    let run = client.wait_terminal(&id, Duration::from_secs(30)).await;
+    assert_eq!(run["status"], "exited", "{run}");
+    assert_eq!(run["result"]["stdout"], "before\nafter\n", "{run}");
+    // It ran on the request's thread until the wait ended, not on a thread of its own.
+    let metrics = daemon
+        .client(&daemon.keys.alpha)
+        .get("/metrics")
+        .await
+        .text();
+    assert!(
+        metrics.contains("airlockd_runs_handed_over_total 1\n"),
+        "{metrics}"
+    );
+}
+
+/// A run handed over after its caller's wait is cancelled as any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_handed_over_after_its_wait_is_cancellable() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client(&daemon.keys.beta);
+    let answer = client
+        .run(json!({"command": ["/bin/sleep", "30"], "wait": 1}))
+        .await;
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    let id = answer.json()["id"].as_str().unwrap().to_string();
+    let stopped = client.delete(&format!("/v1/runs/{id}")).await;
+    assert!(matches!(stopped.status, 200 | 202), "{}", stopped.text());
+    let run = client.wait_terminal(&id, Duration::from_secs(20)).await;
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert!(run["wall_ms"].as_i64().unwrap() < 15_000, "{run}");
+}
+
 /// The id of the first run listed as running, polled for up to 20 s.
 async fn first_running(client: &crate::common::Client) -> String {
     for _ in 0..400 {
