@@ -422,10 +422,14 @@ pub async fn submit(
     prepared: Prepared,
 ) -> Result<axum::response::Response, ApiError> {
     let hash = prepared.job.record.request_hash.clone();
-    // One deadline for the whole wait: a run on this request's thread until then leaves
-    // none of it to wait for after.
+    // One deadline for the whole wait: a run on this request's thread until the wait ends
+    // (the engine's deadline, from just after this one) leaves none of it to wait for after.
     let until = std::time::Instant::now() + prepared.wait;
-    match daemon.engine.submit_waiting(prepared.job, until).await? {
+    match daemon
+        .engine
+        .submit_waiting(prepared.job, prepared.wait)
+        .await?
+    {
         Submitted::Existing(row) => {
             if row.request_hash != hash {
                 return Err(ApiError::conflict(

@@ -339,13 +339,13 @@ impl Engine {
 
     /// Records and queues a run; its own thread takes it from there.
     pub async fn submit(self: &Arc<Self>, job: Job) -> Result<Submitted, ApiError> {
-        self.submit_waiting(job, Instant::now()).await
+        self.submit_waiting(job, Duration::ZERO).await
     }
 
-    /// As [`Engine::submit`], for a caller that then waits until `until` for the run's end.
+    /// As [`Engine::submit`], for a caller that then waits up to `wait` for the run's end.
     /// A command that holds its slot at once runs on the caller's thread
     /// ([`tokio::task::block_in_place`]: the runtime moves its other tasks to another thread)
-    /// until it ends or `until` passes; one still going then is handed over to a thread of
+    /// until it ends or `wait` passes; one still going then is handed over to a thread of
     /// its own and the caller answers as for any run in flight. No hand-off to a run thread
     /// and no wake-up back, which were two waits for a CPU on a loaded host in every waited
     /// run. The run is recorded and registered as live first, so it can be read, streamed and
@@ -353,9 +353,9 @@ impl Engine {
     pub async fn submit_waiting(
         self: &Arc<Self>,
         job: Job,
-        until: Instant,
+        wait: Duration,
     ) -> Result<Submitted, ApiError> {
-        let wait = until.saturating_duration_since(Instant::now());
+        let until = Instant::now() + wait;
         let admitted = match self.admit(job).await? {
             Admit::Existing(row) => return Ok(Submitted::Existing(row)),
             Admit::New(admitted) => admitted,
