@@ -51,6 +51,39 @@ async fn a_run_returns_its_result_and_is_recorded_with_its_isolation() {
     );
 }
 
+/// A run's whole event stream (NDJSON, keep-alives left out), read to its end, and the
+/// stream's headers.
+async fn streamed_events(
+    client: &crate::common::Client,
+    id: &str,
+) -> (hyper::HeaderMap, Vec<serde_json::Value>) {
+    let stream = client
+        .open(
+            client
+                .request("GET", &format!("/v1/runs/{id}/events"))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    let headers = stream.headers().clone();
+    let body = stream.into_body().collect().await.unwrap().to_bytes();
+    let events = String::from_utf8_lossy(&body)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["event"] != "keepalive")
+        .collect();
+    (headers, events)
+}
+
+/// The text of a stream's `stdout` events, in order.
+fn stdout_of(events: &[serde_json::Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["event"] == "stdout")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect()
+}
+
 /// A run the init cannot set up carries the library's typed kind in the record's
 /// `error.kind`, as a refusal carries its `ErrorKind`.
 #[tokio::test(flavor = "multi_thread")]
@@ -123,33 +156,15 @@ async fn without_wait_a_run_is_accepted_then_streams_its_events() {
         response.header("location").unwrap(),
         format!("/v1/runs/{id}")
     );
-    let stream = client
-        .open(
-            client
-                .request("GET", &format!("/v1/runs/{id}/events"))
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(stream.headers()["content-type"], "application/x-ndjson");
-    let body = stream.into_body().collect().await.unwrap().to_bytes();
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&body)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|e: &serde_json::Value| e["event"] != "keepalive")
-        .collect();
+    let (headers, events) = streamed_events(&client, &id).await;
+    assert_eq!(headers["content-type"], "application/x-ndjson");
     let kinds: Vec<&str> = events
         .iter()
         .map(|e| e["event"].as_str().unwrap())
         .collect();
     assert_eq!(kinds.first(), Some(&"started"), "{kinds:?}");
     assert_eq!(kinds.last(), Some(&"ended"));
-    let text: String = events
-        .iter()
-        .filter(|e| e["event"] == "stdout")
-        .map(|e| e["text"].as_str().unwrap())
-        .collect();
-    assert_eq!(text, "line1\nline2\nline3\n");
+    assert_eq!(stdout_of(&events), "line1\nline2\nline3\n");
     assert_eq!(events.last().unwrap()["run"]["status"], "exited");
     // After the end the same stream is served from the store, from any position, as SSE.
     let sse = client
@@ -305,26 +320,8 @@ async fn a_run_outlasting_its_wait_is_answered_in_flight_and_goes_on_to_its_end(
     assert_eq!(run["status"], "running", "{run}");
     let id = run["id"].as_str().unwrap().to_string();
     assert_eq!(answer.header("location").unwrap(), format!("/v1/runs/{id}"));
-    let stream = client
-        .open(
-            client
-                .request("GET", &format!("/v1/runs/{id}/events"))
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await;
-    let body = stream.into_body().collect().await.unwrap().to_bytes();
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&body)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|e: &serde_json::Value| e["event"] != "keepalive")
-        .collect();
-    let stdout: String = events
-        .iter()
-        .filter(|e| e["event"] == "stdout")
-        .map(|e| e["text"].as_str().unwrap())
-        .collect();
-    assert_eq!(stdout, "before\nafter\n", "{events:?}");
+    let (_, events) = streamed_events(&client, &id).await;
+    assert_eq!(stdout_of(&events), "before\nafter\n", "{events:?}");
     assert_eq!(events.first().unwrap()["event"], "started", "{events:?}");
     assert_eq!(
         events.last().unwrap()["run"]["status"],
