@@ -263,7 +263,12 @@ fn a_killed_init_takes_the_native_sandbox_with_it() {
     assert_eq!(mirror.len(), 1, "the init's one child: {mirror:?}");
     let pid1 = children_of(mirror[0]);
     assert_eq!(pid1.len(), 1, "PID 1 under the mirror: {pid1:?}");
-    let kill = |pid: u32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+    let kill = |pid: u32| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+    };
     kill(init[0]).unwrap();
     let sandbox = |pid: &u32| *pid != cli.id();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -283,7 +288,11 @@ fn a_killed_init_takes_the_native_sandbox_with_it() {
 fn children_of(parent: u32) -> Vec<u32> {
     let mut children = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
