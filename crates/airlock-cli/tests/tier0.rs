@@ -270,18 +270,24 @@ fn a_killed_init_takes_the_native_sandbox_with_it() {
         )
     };
     kill(init[0]).unwrap();
-    let sandbox = |pid: &u32| *pid != cli.id();
+    let survivors = || -> Vec<u32> {
+        let found = all_processes_with(&marker).into_iter();
+        found.filter(|pid| *pid != cli.id()).collect()
+    };
     let deadline = Instant::now() + Duration::from_secs(5);
-    while all_processes_with(&marker).into_iter().any(|p| sandbox(&p)) {
-        assert!(
-            Instant::now() < deadline,
-            "the sandbox outlived its init (mirror {mirror:?}, PID 1 {pid1:?}): {:?}",
-            all_processes_with(&marker)
-        );
+    while !survivors().is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = kill(cli.id());
+    let left = survivors();
+    // Nothing stays behind a failure either (PID 1 first: its namespace goes with it).
+    pid1.iter().chain(&left).chain([&cli.id()]).for_each(|pid| {
+        let _ = kill(*pid);
+    });
     cli.wait().unwrap();
+    assert!(
+        left.is_empty(),
+        "the sandbox outlived its init (mirror {mirror:?}, PID 1 {pid1:?}): {left:?}"
+    );
 }
 
 /// The live children of `parent`, from /proc.
