@@ -27,6 +27,8 @@ pub(super) struct ReadyChild {
     /// Why the run has no cgroup (its limits fall back to rlimits), if so.
     pub warning: Option<String>,
     pub report: UnixStream,
+    /// The write end of the pipe the program reads its request from (PID 1 never sees it).
+    pub request: OwnedFd,
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -54,13 +56,10 @@ impl Maker {
             },
         };
         match spawn(&self.forker, tasks) {
-            Ok((report, stdin, stdout, stderr)) => Ok(ReadyChild {
+            Ok(child) => Ok(ReadyChild {
                 cgroup,
                 warning,
-                report,
-                stdin,
-                stdout,
-                stderr,
+                ..child
             }),
             Err(e) => {
                 if let Some(cgroup) = cgroup {
@@ -72,15 +71,14 @@ impl Maker {
     }
 }
 
-/// The run's pipes and report socket, handed to a child forked from the template (with the
-/// cgroup's `tasks` files, which it writes `0` to).
-fn spawn(
-    forker: &Forker,
-    tasks: Vec<OwnedFd>,
-) -> Result<(UnixStream, OwnedFd, OwnedFd, OwnedFd), Error> {
+/// The run's pipes, request pipe and report socket, handed to a child forked from the
+/// template (with the cgroup's `tasks` files, which it writes `0` to). The request goes
+/// straight to the program, so PID 1 is not woken on the run's path to pass it on.
+fn spawn(forker: &Forker, tasks: Vec<OwnedFd>) -> Result<ReadyChild, Error> {
     let (stdin_read, stdin_write) = pipe()?;
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
+    let (request_read, request_write) = pipe()?;
     let (report, child_report) =
         UnixStream::pair().map_err(|e| Error::io("cannot create the report socket", e))?;
     let mut fds = vec![
@@ -88,10 +86,19 @@ fn spawn(
         stdout_write.as_raw_fd(),
         stderr_write.as_raw_fd(),
         child_report.as_raw_fd(),
+        request_read.as_raw_fd(),
     ];
     fds.extend(tasks.iter().map(|f| f.as_raw_fd()));
     forker.fork(&fds)?;
-    Ok((report, stdin_write, stdout_read, stderr_read))
+    Ok(ReadyChild {
+        cgroup: None,
+        warning: None,
+        report,
+        request: request_write,
+        stdin: stdin_write,
+        stdout: stdout_read,
+        stderr: stderr_read,
+    })
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
