@@ -79,13 +79,15 @@ pub(super) fn run(zygote: &Zygote, run: &ZygoteRun) -> Result<RunResult, Error> 
     let mut child = zygote.take_child()?;
     let cgroup = child.cgroup.take();
     let warning = child.warning.take();
+    // The keeper waits on it for PID 1's exit before it removes the cgroup.
+    let report = child.report.try_clone().ok();
     let outcome = run_on(zygote, run, child, cgroup.as_ref(), started).map(|mut result| {
         // As for a cold run: without a cgroup the limits fall back to rlimits, and a required
         // `cgroup` layer refuses the run unless degradation was accepted.
         result.warnings.extend(warning);
         result
     });
-    zygote.finished(cgroup);
+    zygote.finished(cgroup, report);
     outcome
 }
 
