@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         }
     };
     let served = Python::with_gil(|py| {
-        let mut python = match Embedded::new(py, template.preload()) {
+        let mut python = match Embedded::new(py, template.preload(), template.environment()) {
             Ok(python) => python,
             Err(error) => {
                 let error = airlock::Error::Command(format!("the interpreter: {error}"));
@@ -46,7 +46,11 @@ struct Embedded<'py> {
 }
 
 impl<'py> Embedded<'py> {
-    fn new(py: Python<'py>, preload: &[String]) -> PyResult<Embedded<'py>> {
+    fn new(
+        py: Python<'py>,
+        preload: &[String],
+        env: &[(String, String)],
+    ) -> PyResult<Embedded<'py>> {
         for module in preload {
             py.import(module.as_str())?;
         }
@@ -55,7 +59,10 @@ impl<'py> Embedded<'py> {
         let module = PyModule::from_code(py, &code, c"<airlock-zygote>", &CString::new(name)?)?;
         // The code finds sys.modules as under `python3 -c`, plus the preloads.
         py.import("sys")?.getattr("modules")?.del_item(name)?;
-        // Everything imported so far moves to the collector's permanent generation: a child's
+        // The runner run on empty code once the preloads are in, so that children do not each
+        // make (and copy the pages of) what a first run makes lazily; see `warm_up`.
+        module.getattr("warm_up")?.call1((env.to_vec(),))?;
+        // Everything imported and made so far moves to the collector's permanent generation: a child's
         // collections then never touch (and copy) the template's objects.
         let gc = py.import("gc")?;
         gc.call_method0("collect")?;

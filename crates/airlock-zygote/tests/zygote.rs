@@ -151,6 +151,48 @@ fn nothing_passes_between_two_runs() {
     );
 }
 
+/// The template runs the runner on empty code before it forks (`warm_up` in runner.py) with
+/// the steps that end a process stubbed out: each run still gets exactly its own environment
+/// (the plan's plus its own variables), and its threads are joined and its atexit handlers
+/// run at its end, as under `python3 -c`.
+#[test]
+fn a_run_has_its_own_environment_and_exit_work_after_the_warm_up() {
+    let _guard = shared();
+    let zygote = zygote(&["json", "threading"]);
+    let keys = "import os; print(' '.join(sorted(os.environ)))";
+    let plain = run(&zygote, keys);
+    let mut expected: Vec<String> = stdout(&plain)
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    expected.extend(["EXTRA".to_string(), "HOME".to_string()]);
+    expected.sort();
+    expected.dedup();
+    let mut own = ZygoteRun::code(format!(
+        "{keys}\n\
+         import atexit, threading, time\n\
+         print(os.environ['EXTRA'], os.environ['HOME'], flush=True)\n\
+         atexit.register(print, 'atexit ran')\n\
+         threading.Thread(target=lambda: (time.sleep(0.2), print('thread joined', flush=True))).start()"
+    ));
+    own.env = vec![
+        ("EXTRA".into(), "1".into()),
+        ("HOME".into(), "/elsewhere".into()),
+    ];
+    let result = zygote.run(&own).expect("run");
+    let out = stdout(&result);
+    let mut lines = out.lines();
+    let seen: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(seen, expected, "{out}");
+    assert_eq!(lines.next(), Some("1 /elsewhere"), "{out}");
+    assert_eq!(lines.next(), Some("thread joined"), "{out}");
+    assert_eq!(lines.next(), Some("atexit ran"), "{out}");
+}
+
 #[test]
 fn concurrent_children_cannot_see_each_other() {
     let _guard = shared();

@@ -6,8 +6,8 @@
 //! layers PID 1 reports are a cold run's.
 //!
 //! Descriptors in a zygote child: 0-2 the run's stdio, [`SETUP_FD`] the run's report socket
-//! (setup messages as in a cold run, then the program's exit: [`ChildLine`]), then the
-//! cgroup's `tasks` files, which the host opened for it.
+//! (setup messages as in a cold run, then the program's exit: [`ChildLine`]), the request
+//! pipe (the program's alone), then the cgroup's `tasks` files, which the host opened for it.
 
 use std::os::fd::{AsFd, OwnedFd};
 

@@ -1,6 +1,7 @@
 //! The host's side of a zygote: the template process, started and recycled.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -249,10 +250,11 @@ impl Zygote {
         }
     }
 
-    /// Removes a finished run's cgroup and replaces its child, off the caller's path.
-    pub(super) fn finished(&self, cgroup: Option<RunCgroup>) {
+    /// Removes a finished run's cgroup (once its PID 1 has closed `report`) and replaces its
+    /// child, off the caller's path.
+    pub(super) fn finished(&self, cgroup: Option<RunCgroup>, report: Option<UnixStream>) {
         if let Some(pool) = &self.children {
-            pool.finished(cgroup);
+            pool.finished(cgroup, report);
         }
     }
 

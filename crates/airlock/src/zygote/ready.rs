@@ -27,6 +27,8 @@ pub(super) struct ReadyChild {
     /// Why the run has no cgroup (its limits fall back to rlimits), if so.
     pub warning: Option<String>,
     pub report: UnixStream,
+    /// The write end of the pipe the program reads its request from (PID 1 never sees it).
+    pub request: OwnedFd,
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -54,13 +56,10 @@ impl Maker {
             },
         };
         match spawn(&self.forker, tasks) {
-            Ok((report, stdin, stdout, stderr)) => Ok(ReadyChild {
+            Ok(child) => Ok(ReadyChild {
                 cgroup,
                 warning,
-                report,
-                stdin,
-                stdout,
-                stderr,
+                ..child
             }),
             Err(e) => {
                 if let Some(cgroup) = cgroup {
@@ -72,15 +71,14 @@ impl Maker {
     }
 }
 
-/// The run's pipes and report socket, handed to a child forked from the template (with the
-/// cgroup's `tasks` files, which it writes `0` to).
-fn spawn(
-    forker: &Forker,
-    tasks: Vec<OwnedFd>,
-) -> Result<(UnixStream, OwnedFd, OwnedFd, OwnedFd), Error> {
+/// The run's pipes, request pipe and report socket, handed to a child forked from the
+/// template (with the cgroup's `tasks` files, which it writes `0` to). The request goes
+/// straight to the program, so PID 1 is not woken on the run's path to pass it on.
+fn spawn(forker: &Forker, tasks: Vec<OwnedFd>) -> Result<ReadyChild, Error> {
     let (stdin_read, stdin_write) = pipe()?;
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
+    let (request_read, request_write) = pipe()?;
     let (report, child_report) =
         UnixStream::pair().map_err(|e| Error::io("cannot create the report socket", e))?;
     let mut fds = vec![
@@ -88,10 +86,19 @@ fn spawn(
         stdout_write.as_raw_fd(),
         stderr_write.as_raw_fd(),
         child_report.as_raw_fd(),
+        request_read.as_raw_fd(),
     ];
     fds.extend(tasks.iter().map(|f| f.as_raw_fd()));
     forker.fork(&fds)?;
-    Ok((report, stdin_write, stdout_read, stderr_read))
+    Ok(ReadyChild {
+        cgroup: None,
+        warning: None,
+        report,
+        request: request_write,
+        stdin: stdin_write,
+        stdout: stdout_read,
+        stderr: stderr_read,
+    })
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
@@ -101,7 +108,9 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
 
 enum Job {
     Refill,
-    TearDown(RunCgroup),
+    /// A finished run's cgroup, and the host's end of its report socket (which ends when its
+    /// PID 1 exits), when the run still has it.
+    TearDown(RunCgroup, Option<UnixStream>),
 }
 
 /// Ready children and the keeper thread that forks them and tears runs' cgroups down.
@@ -152,9 +161,9 @@ impl ReadyPool {
     }
 
     /// A run has ended: its cgroup is removed and the pool refilled, off the caller's path.
-    pub fn finished(&self, cgroup: Option<RunCgroup>) {
+    pub fn finished(&self, cgroup: Option<RunCgroup>, report: Option<UnixStream>) {
         if let Some(cgroup) = cgroup {
-            self.send(Job::TearDown(cgroup));
+            self.send(Job::TearDown(cgroup, report));
         }
         self.send(Job::Refill);
     }
@@ -188,7 +197,12 @@ impl Keeper {
     fn serve(self, inbox: Receiver<Job>) {
         while let Ok(job) = inbox.recv() {
             match job {
-                Job::TearDown(cgroup) => self.remove(cgroup),
+                Job::TearDown(cgroup, report) => {
+                    if let Some(report) = report {
+                        wait_for_pid1_exit(&report);
+                    }
+                    self.remove(cgroup)
+                }
                 Job::Refill => self.refill(),
             }
         }
@@ -215,16 +229,37 @@ impl Keeper {
 
     /// PID 1's exit ends the run's namespace; its last processes (PID 1 itself and what
     /// the code left) leave the cgroup within moments. An empty cgroup is removed without a
-    /// kill round; whatever stays is killed by `remove`.
+    /// kill round; whatever stays is killed by `remove`. Emptiness is read in one hierarchy
+    /// (a run's processes are in its cgroup of every hierarchy and cannot leave it), at
+    /// growing intervals: each read of `cgroup.procs` makes the kernel build the member list.
     fn remove(&self, cgroup: RunCgroup) {
         let deadline = Instant::now() + Duration::from_secs(1);
-        while Instant::now() < deadline && cgroup.pids().is_ok_and(|p| !p.is_empty()) {
-            std::thread::sleep(Duration::from_micros(500));
+        let members = cgroup.join_paths().into_iter().next();
+        let mut pause = Duration::from_micros(200);
+        while Instant::now() < deadline && members.as_deref().is_some_and(has_members) {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
         }
         if cgroup.remove().is_err() {
             lock(&self.stats).cleanup_failures += 1;
         }
     }
+}
+
+/// Waits (up to a second, without using the CPU) until the report socket's other end is
+/// closed, which PID 1's exit does; data still unread ends the wait at once.
+fn wait_for_pid1_exit(report: &UnixStream) {
+    use std::os::fd::AsFd;
+    let mut fds = [nix::poll::PollFd::new(
+        report.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16));
+}
+
+/// Whether a `cgroup.procs` file lists any process (a missing file: none).
+fn has_members(procs: &std::path::Path) -> bool {
+    std::fs::read(procs).is_ok_and(|list| !list.is_empty())
 }
 
 /// A fresh run cgroup and its `tasks` files.

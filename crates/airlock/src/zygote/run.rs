@@ -79,13 +79,15 @@ pub(super) fn run(zygote: &Zygote, run: &ZygoteRun) -> Result<RunResult, Error> 
     let mut child = zygote.take_child()?;
     let cgroup = child.cgroup.take();
     let warning = child.warning.take();
+    // The keeper waits on it for PID 1's exit before it removes the cgroup.
+    let report = child.report.try_clone().ok();
     let outcome = run_on(zygote, run, child, cgroup.as_ref(), started).map(|mut result| {
         // As for a cold run: without a cgroup the limits fall back to rlimits, and a required
         // `cgroup` layer refuses the run unless degradation was accepted.
         result.warnings.extend(warning);
         result
     });
-    zygote.finished(cgroup);
+    zygote.finished(cgroup, report);
     outcome
 }
 
@@ -99,13 +101,15 @@ fn run_on(
 ) -> Result<RunResult, Error> {
     let ReadyChild {
         report,
+        request,
         stdin,
         stdout,
         stderr,
         ..
     } = child;
-    send_request(&report, &zygote.request(run))?;
-    let stdin = feed(stdin, run.stdin.clone());
+    // A child that failed its setup has no program reading: its report says why.
+    let _ = send_request(request, &zygote.request(run));
+    let stdin = feed(stdin, &run.stdin);
     let (stdout_cap, stderr_cap) = zygote.output_caps();
     let stop = OutputStop::new(zygote.kill_on_output_limit(), &report, cgroup)?;
     let cancelled = Arc::new(AtomicBool::new(false));
@@ -132,7 +136,9 @@ fn run_on(
     let wall = zygote.plan.spec.limits.wall_time;
     let mut report = read_report(report, started + wall, cgroup, &stream);
     stream.open();
-    let _ = stdin.join();
+    if let Some(stdin) = stdin {
+        let _ = stdin.join();
+    }
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();
     report.output_limit = stop.hit();
@@ -161,20 +167,26 @@ fn on_cancel(
     }))
 }
 
-fn send_request(mut report: &UnixStream, request: &super::wire::RunRequest) -> Result<(), Error> {
+/// Writes the request (JSON) on the program's pipe and closes it: the program reads it to
+/// its end.
+fn send_request(pipe: OwnedFd, request: &super::wire::RunRequest) -> Result<(), Error> {
     let body = serde_json::to_vec(request)
         .map_err(|e| Error::io("cannot encode the request", std::io::Error::other(e)))?;
-    let mut framed = (body.len() as u64).to_le_bytes().to_vec();
-    framed.extend(body);
-    report
-        .write_all(&framed)
+    std::fs::File::from(pipe)
+        .write_all(&body)
         .map_err(|e| Error::io("cannot send the run's request", e))
 }
 
-fn feed(pipe: OwnedFd, bytes: Vec<u8>) -> JoinHandle<()> {
-    std::thread::spawn(move || {
+/// Writes the run's stdin in a thread of its own (none for an empty one: the pipe just
+/// closes).
+fn feed(pipe: OwnedFd, bytes: &[u8]) -> Option<JoinHandle<()>> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let bytes = bytes.to_vec();
+    Some(std::thread::spawn(move || {
         let _ = std::fs::File::from(pipe).write_all(&bytes);
-    })
+    }))
 }
 
 /// Where a run's output goes: kept for the result only, or streamed as well (held until

@@ -8,11 +8,12 @@
 //! work called around it: `Interpreter::before_fork` and the rest); PID 1 maps its ids,
 //! joins the run's cgroup, makes its cgroup namespace there and applies every confinement
 //! step of a cold PID 1 (`init::zygote`), then forks the program — all ahead of the run.
-//! PID 1 then reads the run's request and hands it to the program, which reseeds its
-//! generators and runs the code in the interpreter it inherited.
+//! The host writes the run's request straight to the program's own pipe (PID 1 only reaps
+//! and reports), which reseeds its generators and runs the code in the interpreter it
+//! inherited.
 
-use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::io::Read;
+use std::os::fd::{AsFd, IntoRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -75,6 +76,11 @@ impl Template {
         &self.spec.preload
     }
 
+    /// The plan's environment, every child's before its request's variables are added.
+    pub fn environment(&self) -> &[(String, String)] {
+        &self.spec.init.env
+    }
+
     /// Says the template is ready (or why not), then forks a child per request until the host
     /// closes the control socket.
     pub fn serve(self, interpreter: &mut dyn Interpreter) -> Result<(), Error> {
@@ -131,8 +137,8 @@ impl Template {
     /// pages of the template's heap in it): its copy of the interpreter stays as the template
     /// left it at `before_fork`, and the program, forked from it, does that work once.
     fn pid1(&self, fds: Vec<OwnedFd>, interpreter: &mut dyn Interpreter) -> ! {
-        let tasks = match place_child_fds(fds) {
-            Ok(tasks) => tasks,
+        let (request, tasks) = match place_child_fds(fds) {
+            Ok(placed) => placed,
             Err(e) => sys::exit_now(e.raw_os_error().unwrap_or(1).clamp(1, 125)),
         };
         let (spec, native) = (&self.spec.init, self.native());
@@ -143,48 +149,36 @@ impl Template {
             confine::fail(e);
         }
         // The program is forked ahead too, so its fork is off the run's path: confined, it
-        // and PID 1 wait here for the request. PID 1 reads it from the report socket (an
-        // end-of-file means the host no longer wants the child, and ends it) and hands it
-        // on through a pipe; the program reseeds its generators when it has it (the runner).
-        let (request_in, request_out) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .unwrap_or_else(|e| confine::fail(forking("the request's pipe", e.into())));
+        // waits for the request on its own pipe, which the host writes straight to (PID 1 is
+        // not woken on the run's path to pass it on); PID 1 meanwhile reaps and watches the
+        // report socket (its closing means the host no longer wants the child, and ends it).
         match sys::fork_single_threaded() {
             Ok(Forked::Parent(program)) => {
-                drop(request_in);
-                forward_request(request_out);
+                drop(request);
                 confine::reap_and_report(program, spec, native)
             }
-            Ok(Forked::Child) => drop(request_out),
+            Ok(Forked::Child) => {}
             Err(e) => confine::fail(forking("the program", e)),
         }
         interpreter.after_fork_child();
         let _ = nix::unistd::close(SETUP_FD);
-        let Some(request) = receive_request(request_in) else {
-            sys::exit_now(126) // PID 1 ended (and with it this namespace) without a request
+        let Some(request) = receive_request(request) else {
+            sys::exit_now(126) // the host closed the pipe without a request (or sent a bad one)
         };
         let status = interpreter.run(&request.code, &request.args, &request.env);
+        // The output ends here (the runner flushed it), not after the kernel has torn this
+        // address space down: the host's readers finish while PID 1 waits for the exit.
+        let _ = sys::close_from(0);
         sys::exit_now(status)
     }
 }
 
-/// PID 1: the request from the report socket, checked and written whole to the program's
-/// pipe. A host that closed the socket ends the child (PID 1's exit ends the program too).
-fn forward_request(to_program: OwnedFd) {
-    let body = read_request().unwrap_or_else(|e| confine::fail(e));
-    if let Err(e) = serde_json::from_slice::<RunRequest>(&body) {
-        confine::fail(SetupError::at(
-            Step::Spec,
-            format!("cannot read the run's request: {e}"),
-        ));
-    }
-    // A program that died waiting leaves the pipe closed: PID 1 then reports its exit.
-    let _ = std::fs::File::from(to_program).write_all(&body);
-}
-
-/// The program: the request PID 1 forwarded, read to its end.
-fn receive_request(from_pid1: OwnedFd) -> Option<RunRequest> {
+/// The program: the request the host wrote on its pipe, read to its end (at most
+/// [`wire::MAX_REQUEST`] bytes).
+fn receive_request(from_host: OwnedFd) -> Option<RunRequest> {
     let mut body = Vec::new();
-    std::fs::File::from(from_pid1).read_to_end(&mut body).ok()?;
+    let pipe = std::fs::File::from(from_host);
+    pipe.take(wire::MAX_REQUEST).read_to_end(&mut body).ok()?;
     serde_json::from_slice(&body).ok()
 }
 
@@ -192,44 +186,24 @@ fn forking(what: &str, e: std::io::Error) -> SetupError {
     SetupError::at(Step::Init, format!("cannot fork {what}: {e}"))
 }
 
-/// Puts the run's stdio at 0-2, its report socket at [`SETUP_FD`] and the cgroup's files
-/// after it, and closes every other descriptor (the control socket, other runs' pipes).
-fn place_child_fds(fds: Vec<OwnedFd>) -> std::io::Result<Vec<OwnedFd>> {
-    if fds.len() < 4 {
+/// Puts the run's stdio at 0-2 and its report socket at [`SETUP_FD`], and closes every other
+/// descriptor (the control socket, other runs' pipes); returns the request pipe and the
+/// cgroup's files, placed after it.
+fn place_child_fds(fds: Vec<OwnedFd>) -> std::io::Result<(OwnedFd, Vec<OwnedFd>)> {
+    const FIXED: usize = 5; // stdin, stdout, stderr, the report socket, the request pipe
+    if fds.len() < FIXED {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     }
     let raw: Vec<RawFd> = fds.into_iter().map(IntoRawFd::into_raw_fd).collect();
     let pairs: Vec<(RawFd, RawFd)> = raw.iter().copied().zip(0..).collect();
     sys::place_fds_inheritable(&pairs)?;
-    let first_task = SETUP_FD + 1;
-    sys::close_from(first_task + (raw.len() as RawFd - 4))?;
-    (first_task..first_task + raw.len() as RawFd - 4)
+    let end = raw.len() as RawFd;
+    sys::close_from(end)?;
+    let request = sys::claim_inherited_fd(SETUP_FD + 1)?;
+    let tasks = (SETUP_FD + 2..end)
         .map(sys::claim_inherited_fd)
-        .collect()
-}
-
-/// The request the host wrote on the report socket (an 8-byte little-endian length, then
-/// JSON): the JSON's bytes.
-fn read_request() -> Result<Vec<u8>, SetupError> {
-    let failed = |e: &dyn std::fmt::Display| {
-        SetupError::at(Step::Spec, format!("cannot read the run's request: {e}"))
-    };
-    // Borrowed, not claimed: the number was the template's control socket, claimed there,
-    // and the socket stays open here for the setup messages and the exit report.
-    let mut socket = Borrowed(sys::borrow_fd(SETUP_FD));
-    let mut size = [0u8; 8];
-    socket.read_exact(&mut size).map_err(|e| failed(&e))?;
-    let mut body = vec![0u8; u64::from_le_bytes(size).min(wire::MAX_REQUEST) as usize];
-    socket.read_exact(&mut body).map_err(|e| failed(&e))?;
-    Ok(body)
-}
-
-struct Borrowed(std::os::fd::BorrowedFd<'static>);
-
-impl Read for Borrowed {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        nix::unistd::read(self.0.as_raw_fd(), buf).map_err(std::io::Error::from)
-    }
+        .collect::<std::io::Result<_>>()?;
+    Ok((request, tasks))
 }
 
 fn readable(fd: &OwnedFd, timeout: Duration) -> bool {

@@ -26,7 +26,7 @@ pub(crate) struct TemplateSpec {
 }
 
 /// A run: sent on the control socket with its descriptors (stdin, stdout, stderr, the report
-/// socket, then the cgroup's files), its fields written on the report socket.
+/// socket, the request pipe, then the cgroup's files), its fields written on the request pipe.
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 pub(crate) struct RunRequest {
     pub code: String,
