@@ -99,6 +99,21 @@ pub fn clone_into_namespaces(flags: nix::sched::CloneFlags) -> io::Result<Option
     }
 }
 
+/// Forks the caller as [`fork_single_threaded`] does, but the child's parent is the caller's
+/// own parent (`CLONE_PARENT`): a warm pool's init spawner starts each init as the pool's
+/// child, which the pool reaps and signals as one it executed. Single-threaded callers only.
+pub fn fork_as_sibling() -> io::Result<Forked> {
+    let (flags, null) = (libc::CLONE_PARENT as libc::c_ulong, 0usize);
+    // SAFETY: no CLONE_VM, VFORK, SETTLS or *TID flag and a null stack: as fork, in a
+    // single-threaded caller (no lock held by another thread stays locked in the child). The
+    // child's exit signal is the caller's own (SIGCHLD), which CLONE_PARENT makes it inherit.
+    match unsafe { libc::syscall(libc::SYS_clone, flags, null, null, null, null) } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(Pid::from_raw(pid as libc::pid_t))),
+    }
+}
+
 /// Sets every signal the process catches back to its default action, as exec would; ignored
 /// signals stay ignored. For a forked child that will not exec.
 pub fn reset_caught_signals() {

@@ -130,8 +130,13 @@ pub enum Readiness {
 
 impl Standby {
     /// Starts preparing a sandbox for `sandbox`'s policy and options: plans the run as a cold
-    /// one (refusing what a cold run would refuse), then starts its init. Does not wait.
-    pub fn prepare(sandbox: &Sandbox, prestart: Option<&Prestart>) -> Result<Standby, Error> {
+    /// one (refusing what a cold run would refuse), then starts its init (forked by
+    /// `spawner` when given, else executed). Does not wait.
+    pub fn prepare(
+        sandbox: &Sandbox,
+        prestart: Option<&Prestart>,
+        spawner: Option<&super::InitSpawner>,
+    ) -> Result<Standby, Error> {
         let mut prepared = plan_standby(sandbox, Effects::Run)?;
         prepared.spec.warm = true;
         prepared.spec.argv = Vec::new();
@@ -162,6 +167,7 @@ impl Standby {
             go_read,
             gate_channel,
             &prepared.spec,
+            spawner,
         )?;
         Ok(Standby {
             init,
