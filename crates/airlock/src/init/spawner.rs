@@ -30,7 +30,7 @@ pub(super) fn serve() -> ! {
     // finds at this same number.
     let socket = sys::borrow_fd(CONTROL_FD);
     while let Some((fds, targets)) = receive(socket) {
-        let reply = match sys::fork_as_sibling() {
+        let reply = match crate::linux::fork_as_sibling() {
             Ok(Forked::Child) => become_init(fds, &targets),
             Ok(Forked::Parent(pid)) => pid.as_raw(),
             Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),

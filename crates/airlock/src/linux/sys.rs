@@ -77,40 +77,25 @@ fn clone_sharing_memory(
 
 pub use super::fork_if_single_threaded;
 
-/// Forks the caller straight into the new namespaces `flags` names, as `fork` would (no
-/// `CLONE_VM`): with `CLONE_NEWPID` the child is PID 1, so no process stays behind to wait for
-/// it. `None` when the caller has other threads: the raw call skips glibc's `fork` work (at-fork
-/// handlers; the child keeps the parent's thread id, read only by robust mutexes).
+/// Forks the caller straight into the new namespaces `flags` names (or as its parent's child,
+/// `CLONE_PARENT`), as `fork` would: with `CLONE_NEWPID` the child is PID 1. `None` when the
+/// caller has other threads: the raw call skips glibc's `fork` work (at-fork handlers; the
+/// child keeps the parent's thread id, read only by robust mutexes).
 pub fn clone_into_namespaces(flags: nix::sched::CloneFlags) -> io::Result<Option<Forked>> {
     let namespaces = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
     let namespaces = namespaces | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWNET;
-    if flags.bits() & !(namespaces | libc::CLONE_NEWCGROUP) != 0 {
+    if flags.bits() & !(namespaces | libc::CLONE_NEWCGROUP | libc::CLONE_PARENT) != 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     if !super::single_threaded()? {
         return Ok(None);
     }
     let (flags, null) = ((flags.bits() | libc::SIGCHLD) as libc::c_ulong, 0usize);
-    // SAFETY: namespace flags only (no CLONE_VM, VFORK, SETTLS, *TID), a null stack: as fork.
+    // SAFETY: namespace flags or CLONE_PARENT (no VM, VFORK, SETTLS, *TID), a null stack.
     match unsafe { libc::syscall(libc::SYS_clone, flags, null, null, null, null) } {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Some(Forked::Child)),
         pid => Ok(Some(Forked::Parent(Pid::from_raw(pid as libc::pid_t)))),
-    }
-}
-
-/// Forks the caller as [`fork_single_threaded`] does, but the child's parent is the caller's
-/// own parent (`CLONE_PARENT`): a warm pool's init spawner starts each init as the pool's
-/// child, which the pool reaps and signals as one it executed. Single-threaded callers only.
-pub fn fork_as_sibling() -> io::Result<Forked> {
-    let (flags, null) = (libc::CLONE_PARENT as libc::c_ulong, 0usize);
-    // SAFETY: no CLONE_VM, VFORK, SETTLS or *TID flag and a null stack: as fork, in a
-    // single-threaded caller (no lock held by another thread stays locked in the child). The
-    // child's exit signal is the caller's own (SIGCHLD), which CLONE_PARENT makes it inherit.
-    match unsafe { libc::syscall(libc::SYS_clone, flags, null, null, null, null) } {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(Forked::Child),
-        pid => Ok(Forked::Parent(Pid::from_raw(pid as libc::pid_t))),
     }
 }
 

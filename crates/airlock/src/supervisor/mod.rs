@@ -31,6 +31,7 @@ mod spawner;
 mod staged;
 mod standalone;
 mod standby;
+mod standby_gate;
 mod terminal;
 mod workspace;
 
