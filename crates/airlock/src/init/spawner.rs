@@ -8,7 +8,7 @@
 //! init needs (stdio, control and event pipes, the command pipe, a gate's channel) and, as
 //! the payload, the number each goes to. The spawner forks with `CLONE_PARENT`, so that the
 //! init is the pool's own child (the pool reaps and signals it as it would one it executed),
-//! answers with the init's pid, and closes its copies. The child puts the descriptors at
+//! closes its copies and answers with the init's pid (its own pid first, as a greeting). The child puts the descriptors at
 //! their numbers, closes every other one (the spawner's socket included), and becomes an
 //! init exactly as an executed one: it reads its spec on the control pipe. The spawner
 //! exits when the pool closes the socket (the pool dropped, or its process died).
@@ -29,25 +29,27 @@ pub(super) fn serve() -> ! {
     // Borrowed, not claimed: each init forked from here claims its control pipe, which it
     // finds at this same number.
     let socket = sys::borrow_fd(CONTROL_FD);
-    while let Some((fds, targets)) = receive(socket) {
-        let reply = match crate::linux::fork_as_sibling() {
+    // The greeting (its own pid): the pool knows this binary is a spawner.
+    let mut reply = std::process::id() as i32;
+    while answer(socket, reply) {
+        let Some((fds, targets)) = receive(socket) else {
+            break;
+        };
+        reply = match crate::linux::fork_as_sibling() {
             Ok(Forked::Child) => become_init(fds, &targets),
             Ok(Forked::Parent(pid)) => pid.as_raw(),
             Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
         };
-        drop(fds);
-        let sent = sendmsg::<()>(
-            socket.as_raw_fd(),
-            &[IoSlice::new(&reply.to_le_bytes())],
-            &[],
-            MsgFlags::empty(),
-            None,
-        );
-        if sent.is_err() {
-            break;
-        }
     }
     sys::exit_now(0)
+}
+
+/// Sends the pool a pid (or a negative errno); false when the pool is gone.
+fn answer(socket: BorrowedFd, reply: i32) -> bool {
+    let bytes = reply.to_le_bytes();
+    let iov = [IoSlice::new(&bytes)];
+    let flags = MsgFlags::MSG_NOSIGNAL;
+    sendmsg::<()>(socket.as_raw_fd(), &iov, &[], flags, None).is_ok()
 }
 
 /// One request: the descriptors and the number each goes to; `None` when the pool closed the

@@ -20,6 +20,10 @@ use crate::init::INIT_ARG;
 use crate::linux::sys;
 use crate::spec::{CONTROL_FD, SPAWNER_ARG};
 
+/// How long the pool waits for the spawner's greeting or an answer (a fork takes
+/// milliseconds; a spawner that does not answer in this time is not asked again).
+const ANSWER_TIMEOUT_S: i64 = 10;
+
 /// A running init spawner. [`InitSpawner::close`] (or dropping it) closes its socket, which
 /// ends it, and reaps it.
 #[derive(Debug)]
@@ -52,10 +56,20 @@ impl InitSpawner {
         ];
         let pid = sys::spawn_with_fds(&program, &[INIT_ARG, SPAWNER_ARG], &placed)
             .map_err(|cause| Error::Spawn { program, cause })?;
-        Ok(InitSpawner {
-            socket: Mutex::new(Some(ours)),
+        // Only the spawner may hold its end: a spawner that ends must read as EOF here.
+        drop((theirs, null));
+        let spawner = InitSpawner {
+            socket: Mutex::new(None),
             pid: Mutex::new(Some(pid)),
-        })
+        };
+        // A binary that does not know the spawner (an older init program) ends without the
+        // greeting; one that hangs is not waited for longer than the timeout.
+        let timeout = nix::sys::time::TimeVal::new(ANSWER_TIMEOUT_S, 0);
+        nix::sys::socket::setsockopt(&ours, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
+            .map_err(|e| Error::io("cannot set the init spawner's timeout", e.into()))?;
+        read_pid(&ours).map_err(|e| Error::io("the init spawner did not start", e))?;
+        *spawner.socket.lock().unwrap_or_else(|p| p.into_inner()) = Some(ours);
+        Ok(spawner)
     }
 
     /// Forks an init with each `(source, target)` descriptor at `target`. `Ok(None)` when
@@ -127,5 +141,26 @@ impl InitSpawner {
 impl Drop for InitSpawner {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::SandboxOptions;
+
+    /// An init program that is no spawner (an older airlock binary, here `/bin/true`) ends
+    /// without the greeting: refused at once, and the pool executes its inits.
+    #[test]
+    fn a_program_that_is_no_spawner_is_refused_at_once() {
+        let options = SandboxOptions {
+            init_program: Some("/bin/true".into()),
+            ..SandboxOptions::default()
+        };
+        let policy = crate::policy::load_profile("untrusted").unwrap();
+        let sandbox = Sandbox::with_options(policy, options).unwrap();
+        let started = std::time::Instant::now();
+        assert!(InitSpawner::start(&sandbox).is_err());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 }
