@@ -236,6 +236,82 @@ fn killing_airlock_kills_the_whole_tree() {
     }
 }
 
+/// The native sandbox dies with its init, by parent-death signals alone (the init is
+/// SIGKILLed, so nobody signals the tree or its cgroup): the init's child (which mirrors PID
+/// 1's exit, sharing its memory), PID 1 and every process of the namespace, a new session's
+/// included. Each link of the chain is a process started differently (fork, `CLONE_VM`,
+/// `CLONE_VM | CLONE_VFORK`), and each must keep its parent-death signal.
+#[test]
+fn a_killed_init_takes_the_native_sandbox_with_it() {
+    if !sandbox_available() {
+        return skip("the native backend cannot run here (see `airlock doctor`)");
+    }
+    let marker = unique("airlock-init-killed-");
+    let script = format!("{} & setsid {} & wait", sleeper(&marker), sleeper(&marker));
+    let mut cli = airlock_command()
+        .args(["run", "--", "/bin/sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(&marker).len() < 2 {
+        assert!(Instant::now() < deadline, "the program never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let init = children_of(cli.id());
+    assert_eq!(init.len(), 1, "one init: {init:?}");
+    let mirror = children_of(init[0]);
+    assert_eq!(mirror.len(), 1, "the init's one child: {mirror:?}");
+    let pid1 = children_of(mirror[0]);
+    assert_eq!(pid1.len(), 1, "PID 1 under the mirror: {pid1:?}");
+    let kill = |pid: u32| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+    };
+    kill(init[0]).unwrap();
+    let survivors = || -> Vec<u32> {
+        let found = all_processes_with(&marker).into_iter();
+        found.filter(|pid| *pid != cli.id()).collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !survivors().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = survivors();
+    // Nothing stays behind a failure either (PID 1 first: its namespace goes with it).
+    pid1.iter().chain(&left).chain([&cli.id()]).for_each(|pid| {
+        let _ = kill(*pid);
+    });
+    cli.wait().unwrap();
+    assert!(
+        left.is_empty(),
+        "the sandbox outlived its init (mirror {mirror:?}, PID 1 {pid1:?}): {left:?}"
+    );
+}
+
+/// The live children of `parent`, from /proc.
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after_name = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+        let mut fields = after_name.split_whitespace();
+        let (state, ppid) = (fields.next(), fields.next().and_then(|p| p.parse().ok()));
+        if ppid == Some(parent) && state != Some("Z") {
+            children.push(pid);
+        }
+    }
+    children
+}
+
 #[test]
 fn a_huge_allocation_ends_with_memory_limit() {
     if !is_root() {

@@ -70,6 +70,9 @@ pub struct Metrics {
     pub warm_ready: Family<WarmLabels, Gauge>,
     pub run_seconds: HistogramFamily<LatencyLabels>,
     pub queue_wait_seconds: Histogram,
+    /// Waited runs still going when their caller's wait ended, moved from the request's
+    /// thread to one of their own.
+    pub runs_handed_over: Counter,
     pub queue_depth: Family<TenantLabels, Gauge>,
     pub running: Family<TenantLabels, Gauge>,
     pub denials: Family<ReasonLabels, Counter>,
@@ -125,6 +128,12 @@ impl Metrics {
             "Time runs waited for a slot",
             queue_wait_seconds.clone(),
         );
+        let runs_handed_over = Counter::default();
+        registry.register(
+            "runs_handed_over",
+            "Waited runs still going when their caller's wait ended, handed over from the request's thread to a thread of their own",
+            runs_handed_over.clone(),
+        );
         let queue_depth = Family::<TenantLabels, Gauge>::default();
         registry.register(
             "queue_depth",
@@ -171,6 +180,7 @@ impl Metrics {
             warm_ready,
             run_seconds,
             queue_wait_seconds,
+            runs_handed_over,
             queue_depth,
             running,
             denials,

@@ -3,7 +3,8 @@
 //! 1. unshare user, mount, PID, IPC, UTS, cgroup (and network) namespaces in one call, so the
 //!    new user namespace owns all the others;
 //! 2. map only our own (already unprivileged) uid and gid, which needs no privilege at all;
-//! 3. fork PID 1 of the new PID namespace; this process stays behind only to mirror its exit;
+//! 3. start PID 1 of the new PID namespace, sharing this process's memory (`CLONE_VM`); this
+//!    process stays behind only to mirror its exit, touching none of that memory again;
 //! 4. PID 1 builds the root filesystem, sets the hostname, applies Landlock, no_new_privs,
 //!    drops every capability and installs seccomp last (it needs no privilege);
 //! 5. PID 1 starts the program (sharing its memory until the exec, `CLONE_VM | CLONE_VFORK`)
@@ -26,7 +27,7 @@ use crate::confine::rootfs::Workdir;
 use crate::confine::{caps, landlock, rootfs, seccomp};
 use crate::error::SetupError;
 use crate::layer::Layer;
-use crate::linux::sys::{self, Forked};
+use crate::linux::sys;
 use crate::spec::{InitSpec, NativeSpec};
 
 /// Enters the namespaces, then (without a cgroup) limits the processes: RLIMIT_NPROC set in
@@ -57,12 +58,13 @@ pub(super) fn enter(
     super::stop_signals()
         .thread_block()
         .map_err(|e| SetupError::at(Step::Init, format!("cannot block signals: {e}")))?;
-    match sys::fork_single_threaded()
-        .map_err(|e| SetupError::at(Step::Init, format!("cannot fork the sandbox's PID 1: {e}")))?
-    {
-        Forked::Parent(pid1) => mirror_exit(pid1),
-        Forked::Child => pid1(spec, native, layers),
-    }
+    // PID 1 shares this process's memory (no page tables copied, no copy-on-write faults, one
+    // teardown), and this process, which touches none of it again, mirrors PID 1's exit.
+    let error = sys::clone_and_mirror(Box::new(move || pid1(spec, native, layers)));
+    Err(SetupError::at(
+        Step::Init,
+        format!("cannot start the sandbox's PID 1: {error}"),
+    ))
 }
 
 pub(super) fn enter_namespaces(new_net: bool) -> Setup<()> {
@@ -116,20 +118,6 @@ fn write_proc_self(file: &str, contents: &str) -> Setup<()> {
             format!("cannot write {contents:?} to /proc/self/{file}: {e}"),
         )
     })
-}
-
-/// Waits for PID 1 and exits with its status; PID 1 reports the program's own status itself.
-pub(super) fn mirror_exit(pid1: Pid) -> ! {
-    let _ = sys::close_from(0);
-    let code = loop {
-        match waitpid(pid1, None) {
-            Ok(WaitStatus::Exited(_, code)) => break code,
-            Ok(WaitStatus::Signaled(_, signal, _)) => break 128 + signal as i32,
-            Err(nix::errno::Errno::EINTR) | Ok(_) => continue,
-            Err(_) => break 125,
-        }
-    };
-    sys::exit_now(code)
 }
 
 fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {

@@ -6,6 +6,10 @@ pub mod beneath;
 pub mod sys;
 pub mod tree;
 
+use std::os::fd::RawFd;
+
+use nix::fcntl::OFlag;
+
 /// Converts strings to the C strings `execve` needs; an interior NUL is an error naming it.
 pub fn c_strings(items: &[String]) -> std::io::Result<Vec<std::ffi::CString>> {
     items
@@ -34,6 +38,59 @@ pub fn fork_if_single_threaded() -> std::io::Result<Option<sys::Forked>> {
 /// the answer cannot change under the caller.
 pub(crate) fn single_threaded() -> std::io::Result<bool> {
     Ok(std::fs::read_dir("/proc/self/task")?.count() == 1)
+}
+
+/// Writes all of `data` to a descriptor this process owns for its whole life (the init's
+/// pipes, which sit at fixed numbers after fork and have no Rust owner).
+pub fn write_all_to_fd(fd: RawFd, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        match nix::unistd::write(sys::borrow_fd(fd), data) {
+            Ok(written) => data = &data[written..],
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}
+
+/// In a freshly forked child: puts each `(source, target)` at `target`, close-on-exec (these
+/// pipes must not reach the program), then closes every other descriptor above stderr (the
+/// gaps between targets too).
+pub fn place_fds(pairs: &[(RawFd, RawFd)]) -> std::io::Result<()> {
+    move_fds(pairs, OFlag::O_CLOEXEC)?;
+    let highest = pairs.iter().map(|(_, target)| *target).max().unwrap_or(2);
+    for gap in 3..highest {
+        if !pairs.iter().any(|(_, target)| *target == gap) {
+            // Nothing in a freshly forked child owns a descriptor that is not one of the
+            // targets; closing one that is not open only returns EBADF.
+            let _ = nix::unistd::close(gap);
+        }
+    }
+    sys::close_from(highest + 1)
+}
+
+/// Like [`place_fds`] but leaves the targets inheritable across exec (for descriptors a
+/// wrapper tool must receive) and closes nothing.
+pub fn place_fds_inheritable(pairs: &[(RawFd, RawFd)]) -> std::io::Result<()> {
+    move_fds(pairs, OFlag::empty())
+}
+
+/// Puts each source at its target with `dup3(flags)`, moving every source above the targets
+/// first so that one placement never overwrites a later source.
+fn move_fds(pairs: &[(RawFd, RawFd)], flags: OFlag) -> std::io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg};
+    let highest = pairs.iter().map(|(_, target)| *target).max().unwrap_or(2);
+    let above = highest.max(63) + 1;
+    let mut moved = Vec::with_capacity(pairs.len());
+    for (source, _) in pairs {
+        moved.push(fcntl(*source, FcntlArg::F_DUPFD_CLOEXEC(above))?);
+    }
+    for (moved_fd, (_, target)) in moved.iter().zip(pairs) {
+        nix::unistd::dup3(*moved_fd, *target, flags)?;
+        // The temporary copy is ours alone and no longer needed.
+        let _ = nix::unistd::close(*moved_fd);
+    }
+    Ok(())
 }
 
 /// Forks the caller (single-threaded) as a child of its own parent (`CLONE_PARENT`): a warm

@@ -75,6 +75,67 @@ fn clone_sharing_memory(
     unsafe { nix::sched::clone(cb, stack, flags, Some(libc::SIGCHLD)) }.map_err(io::Error::from)
 }
 
+/// Stack of a [`clone_and_mirror`] child: a main thread's size; only pages it touches are
+/// ever allocated.
+const MIRRORED_STACK: usize = 8 << 20;
+
+/// A process body that never returns (it execs or exits).
+pub type Body<'a> = Box<dyn FnOnce() -> std::convert::Infallible + 'a>;
+
+/// Starts `child` in a process sharing the caller's memory for good (`CLONE_VM`, no
+/// `CLONE_VFORK`) on a stack of its own, and makes the caller its mirror (see [`mirror`]):
+/// no page table copied, no copy-on-write fault, one teardown at the end. Sound because the
+/// mirror touches no shared memory but its own frames below this call (never returning into
+/// the caller's, which stay as the child may borrow them) and `errno` on a failed wait,
+/// which cannot fail; glibc reads the thread id from the kernel (`raise`, `abort`). For a
+/// single-threaded caller with no signal handler. Returns only when no child started.
+pub fn clone_and_mirror(child: Body) -> io::Error {
+    extern "C" fn start(data: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `data` is the box leaked below for this child alone.
+        let child = unsafe { Box::from_raw(data.cast::<Body>()) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || match child() {}));
+        exit_now(101)
+    }
+    let (len, prot) = (MIRRORED_STACK + GUARD, libc::PROT_READ | libc::PROT_WRITE);
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE;
+    // SAFETY: a fresh private anonymous mapping, never unmapped: the child runs on it until
+    // it exits, and it goes with the last process sharing the memory.
+    let base = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+    // SAFETY: the lowest page of the mapping just made (if made), which nothing uses yet.
+    if base == libc::MAP_FAILED || unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) } != 0 {
+        return io::Error::last_os_error();
+    }
+    let data = Box::into_raw(Box::new(child)).cast::<libc::c_void>();
+    // SAFETY: the stack's top is the mapping's end (page-aligned); `start` owns `data` and
+    // never returns; the caller mirrors the child without touching what they share.
+    let pid = unsafe { libc::clone(start, base.add(len), libc::CLONE_VM | libc::SIGCHLD, data) };
+    if pid < 0 {
+        let error = io::Error::last_os_error();
+        // SAFETY: no child started, so the box is still ours alone.
+        drop(unsafe { Box::from_raw(data.cast::<Body>()) });
+        return error;
+    }
+    mirror(pid)
+}
+
+/// Closes this process's descriptors (its own table: no `CLONE_FILES`), waits for `pid` and
+/// exits with its code, or 128 + the signal that killed it. Raw calls only: glibc's `syscall`
+/// writes nothing but `errno`, on failure.
+fn mirror(pid: libc::pid_t) -> ! {
+    let _ = close_from(0);
+    let mut status: libc::c_int = 0;
+    let status_at = &mut status as *mut libc::c_int;
+    // SAFETY: `status` is on this frame; no rusage is asked for. A child of ours, waited for
+    // without handlers that could interrupt: it only fails if the kernel refuses.
+    let waited = unsafe { libc::syscall(libc::SYS_wait4, pid, status_at, 0, 0usize) };
+    let code = match (waited == pid as libc::c_long, status) {
+        (false, _) => 125,
+        (true, s) if libc::WIFEXITED(s) => libc::WEXITSTATUS(s),
+        (true, s) => 128 + libc::WTERMSIG(s),
+    };
+    exit_now(code)
+}
+
 pub use super::fork_if_single_threaded;
 
 /// Forks the caller straight into the new namespaces `flags` names (or as its parent's child,
@@ -281,19 +342,14 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 /// Marks every descriptor from `first` upwards close-on-exec (close_range with
 /// CLOSE_RANGE_CLOEXEC), so nothing inherited leaks into the program.
 pub fn cloexec_from(first: RawFd) -> io::Result<()> {
-    // SAFETY: close_range only changes descriptor flags; it dereferences no memory.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first as libc::c_uint,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    close_range(first, libc::CLOSE_RANGE_CLOEXEC)
+}
+
+fn close_range(first: RawFd, flags: libc::c_uint) -> io::Result<()> {
+    // SAFETY: close_range only closes descriptors or changes their flags; it dereferences no
+    // memory. None closed is owned by Rust code that will use it afterwards (see the callers).
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, flags) };
+    check(ret as libc::c_int).map(|_| ())
 }
 
 /// A descriptor the process holds at a fixed number for the rest of its life (a zygote
@@ -313,22 +369,10 @@ pub fn own_received_fd(fd: RawFd) -> std::os::fd::OwnedFd {
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
 }
 
-/// Closes every descriptor from `first` upwards.
+/// Closes every descriptor from `first` upwards (the init calls this right after fork,
+/// before touching files).
 pub fn close_from(first: RawFd) -> io::Result<()> {
-    // SAFETY: close_range only closes descriptors; none of them is owned by Rust code that
-    // will use it afterwards (the init calls this right after fork, before touching files).
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first as libc::c_uint,
-            libc::c_uint::MAX,
-            0,
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    close_range(first, 0)
 }
 
 /// Ends the process at once, without running atexit handlers or flushing stdio buffers that a
@@ -346,23 +390,7 @@ pub fn set_controlling_tty(fd: RawFd) -> io::Result<()> {
 
 pub use super::c_strings;
 
-/// Writes all of `data` to a descriptor this process owns for its whole life (the init's
-/// pipes, which sit at fixed numbers after fork and have no Rust owner).
-pub fn write_all_to_fd(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        // SAFETY: `data` is a live slice; write reads at most `data.len()` bytes from it.
-        let written = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
-        if written < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(error);
-        }
-        data = &data[written as usize..];
-    }
-    Ok(())
-}
+pub use super::{place_fds, place_fds_inheritable, write_all_to_fd};
 
 /// Takes ownership of a descriptor this process inherited at a fixed number for itself alone
 /// (the init's control pipe from the supervisor). Each number can be claimed once per process
@@ -394,55 +422,6 @@ pub fn claim_inherited_fd(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: the descriptor is open (checked just now) and this is the only claim on it in
     // this process (the bit above): nothing else owns or closes it.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-/// In a freshly forked child: puts each `(source, target)` at `target`, close-on-exec (these
-/// pipes must not reach the program), then closes every other descriptor above stderr (the
-/// gaps between targets too).
-pub fn place_fds(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
-    move_fds(pairs, libc::O_CLOEXEC)?;
-    let highest = pairs.iter().map(|(_, target)| *target).max().unwrap_or(2);
-    for gap in 3..highest {
-        if !pairs.iter().any(|(_, target)| *target == gap) {
-            // SAFETY: nothing in a freshly forked child owns a descriptor that is not one of
-            // the targets; closing one that is not open only returns EBADF.
-            unsafe { libc::close(gap) };
-        }
-    }
-    close_from(highest + 1)
-}
-
-/// Like [`place_fds`] but leaves the targets inheritable across exec (for descriptors a
-/// wrapper tool must receive) and closes nothing.
-pub fn place_fds_inheritable(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
-    move_fds(pairs, 0)
-}
-
-/// Puts each source at its target with `dup3(flags)`, moving every source above the targets
-/// first so that one placement never overwrites a later source.
-fn move_fds(pairs: &[(RawFd, RawFd)], flags: libc::c_int) -> io::Result<()> {
-    // Above every target, so that no placement lands on a copy not yet placed.
-    let above = pairs
-        .iter()
-        .map(|(_, target)| *target)
-        .max()
-        .unwrap_or(2)
-        .max(63)
-        + 1;
-    let mut moved = Vec::with_capacity(pairs.len());
-    for (source, _) in pairs {
-        // SAFETY: fcntl(F_DUPFD_CLOEXEC) only duplicates a descriptor.
-        moved.push(check(unsafe {
-            libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, above)
-        })?);
-    }
-    for (moved_fd, (_, target)) in moved.iter().zip(pairs) {
-        // SAFETY: dup3 only manipulates descriptors.
-        check(unsafe { libc::dup3(*moved_fd, *target, flags) })?;
-        // SAFETY: the temporary copy is ours alone and no longer needed.
-        unsafe { libc::close(*moved_fd) };
-    }
-    Ok(())
 }
 
 /// `struct mount_attr` of `mount_setattr(2)` (linux/mount.h); no crate offers the call yet

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 
 pub(super) use super::input::StdinSource;
 use super::input::{Feeding, Want};
-use super::output::{read_chunk, Collector, Drained, CHUNK};
+use super::output::{Collector, Drained, ReadBuffer};
 use super::signals::{self, BlockedSignals};
 use crate::spec::InitEvent;
 
@@ -71,7 +71,7 @@ pub(super) fn serve<O: FnMut(), C: FnMut()>(
     .collect();
     let mut events = EventLog::default();
     let end_at_finished = pipes.end_at_finished;
-    let mut buffer = vec![0u8; CHUNK];
+    let mut buffer = ReadBuffer::default();
     let mut cancel_signal = None;
     while !readers.is_empty() {
         let ready = wait_ready(
@@ -82,7 +82,7 @@ pub(super) fn serve<O: FnMut(), C: FnMut()>(
         if let Some(source_ready) = ready.feed {
             if feed
                 .as_mut()
-                .is_some_and(|f| !f.ready(source_ready, &mut buffer))
+                .is_some_and(|f| !f.ready(source_ready, buffer.full()))
             {
                 feed = None;
             }
@@ -107,7 +107,7 @@ pub(super) fn serve<O: FnMut(), C: FnMut()>(
             if !ready.readers[index] {
                 continue;
             }
-            let Some(chunk) = read_chunk(file, &mut buffer) else {
+            let Some(chunk) = buffer.read_from(file) else {
                 closed.push(index);
                 continue;
             };

@@ -422,6 +422,9 @@ pub async fn submit(
     prepared: Prepared,
 ) -> Result<axum::response::Response, ApiError> {
     let hash = prepared.job.record.request_hash.clone();
+    // One deadline for the whole wait: a run on this request's thread until the wait ends
+    // (the engine's deadline, from just after this one) leaves none of it to wait for after.
+    let until = std::time::Instant::now() + prepared.wait;
     match daemon
         .engine
         .submit_waiting(prepared.job, prepared.wait)
@@ -443,7 +446,8 @@ pub async fn submit(
         Submitted::New(live) => {
             let waited = !prepared.wait.is_zero();
             if waited {
-                live.wait_done(prepared.wait).await;
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                live.wait_done(left).await;
             }
             // The record the run's end stored, as it stored it (read back only while the run
             // is still in flight).

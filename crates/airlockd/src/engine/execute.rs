@@ -2,15 +2,16 @@
 //! the run's terminal record.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use airlock::call::{CallOptions, ToolPolicy, ToolSpec};
-use airlock::pool::{PoolError, Ticket};
+use airlock::pool::{Permit, PoolError, Ticket};
 use airlock::warm::WarmPool;
 use airlock::worker::run::{self, WorkerJob, WorkerRunError, WorkerUpdate};
 use airlock::worker::{IngestLimits, InputFile, WorkerEvent};
-use airlock::{RunEvent, RunResult, Sandbox};
+use airlock::{RunEvent, RunHandle, RunResult, Sandbox};
 use serde_json::json;
 
 use super::events::EventBody;
@@ -60,13 +61,16 @@ pub struct CallWork {
 }
 
 /// `admitted_running`: the run held its slot when it was submitted, and was recorded
-/// `running` then.
+/// `running` then. `hand_over_at`: when the calling thread must be free again (a request's
+/// thread that answers its caller then); a run still going then continues on a thread of its
+/// own, where it is recorded as any other.
 pub(super) fn run_job(
     engine: &Arc<Engine>,
     live: &Arc<LiveRun>,
     job: Job,
     ticket: Ticket,
     admitted_running: bool,
+    hand_over_at: Option<Instant>,
 ) {
     live.mark(Step::Thread);
     let waited = Instant::now();
@@ -76,56 +80,133 @@ pub(super) fn run_job(
         .metrics
         .queue_wait_seconds
         .observe(queue.as_secs_f64());
-    let tenant = job.tenant.name.clone();
-    let (ending, wall) = match slots {
-        Ok(slots) => {
-            let (started_ms, queue_ms) = (now_ms(), queue.as_millis() as i64);
-            if !admitted_running {
-                live.mark_started(started_ms, queue_ms);
-            }
-            live.mark(Step::Slot);
-            let started = Instant::now();
-            // A run that waited is marked running without waiting: its start is not delayed
-            // by a store write, and the terminal write that follows only applies to a
-            // `queued` or `running` row. (One admitted at once was inserted `running`.)
-            if !admitted_running {
-                let (store, id) = (engine.store.clone(), live.id.clone());
-                engine.runtime.spawn(async move {
-                    if let Err(e) = store.mark_running(&id, started_ms, queue_ms).await {
-                        tracing::error!(run = %id, "cannot mark the run running: {e}");
-                    }
-                });
-            }
-            let ending = execute(engine, live, &job.resolved, job.work);
-            live.set_sandbox_time(started.elapsed());
-            live.mark(Step::SandboxDone);
-            drop(slots);
-            (ending, Some(started.elapsed()))
-        }
-        Err(PoolError::Busy { .. }) | Err(PoolError::Cancelled { .. })
-            if live.cancel.is_cancelled() =>
-        {
-            (cancelled_while_queued(), None)
-        }
-        Err(busy @ PoolError::Busy { .. }) => {
-            engine.metrics.deny("queue_timeout");
-            (
-                rejected(&busy.to_string(), engine.admission.retry_after()),
-                None,
-            )
-        }
-        Err(other) => (super::internal_ending(&other.to_string()), None),
+    let end = JobEnd {
+        record: job.record,
+        key_name: job.key_name,
+        tenant: job.tenant.name.clone(),
+        queue,
     };
-    audit_ending(engine, live, &job.key_name, &tenant, &ending);
-    let recording = Instant::now();
-    engine.block_on(engine.finish(live, ending, &tenant, wall, Some(job.record)));
-    tracing::debug!(
-        run = %live.id,
-        queue_us = queue.as_micros() as u64,
-        run_us = wall.map_or(0, |w| w.as_micros() as u64),
-        record_us = recording.elapsed().as_micros() as u64,
-        "run ended"
-    );
+    let slots = match slots {
+        Ok(slots) => slots,
+        Err(refused) => {
+            return end.record(engine, live, refused_ending(engine, live, refused), None)
+        }
+    };
+    let (started_ms, queue_ms) = (now_ms(), queue.as_millis() as i64);
+    if !admitted_running {
+        live.mark_started(started_ms, queue_ms);
+    }
+    live.mark(Step::Slot);
+    let ran = Ran {
+        started: Instant::now(),
+        slots,
+    };
+    // A run that waited is marked running without waiting: its start is not delayed
+    // by a store write, and the terminal write that follows only applies to a
+    // `queued` or `running` row. (One admitted at once was inserted `running`.)
+    if !admitted_running {
+        let (store, id) = (engine.store.clone(), live.id.clone());
+        engine.runtime.spawn(async move {
+            if let Err(e) = store.mark_running(&id, started_ms, queue_ms).await {
+                tracing::error!(run = %id, "cannot mark the run running: {e}");
+            }
+        });
+    }
+    match execute(engine, live, &job.resolved, job.work, hand_over_at) {
+        Executed::Ended(ending) => end.ran(engine, live, ending, ran),
+        Executed::Running(in_flight) => hand_over(engine, live, in_flight, end, ran),
+    }
+}
+
+/// What a run that got its slots holds until its end.
+struct Ran {
+    started: Instant,
+    slots: Permit,
+}
+
+/// What recording a run's end needs of its job.
+struct JobEnd {
+    record: crate::store::NewRun,
+    key_name: String,
+    tenant: String,
+    queue: Duration,
+}
+
+impl JobEnd {
+    /// Notes the library's time, frees the slots and records the end.
+    fn ran(self, engine: &Engine, live: &LiveRun, ending: Ending, ran: Ran) {
+        let wall = ran.started.elapsed();
+        live.set_sandbox_time(wall);
+        live.mark(Step::SandboxDone);
+        drop(ran.slots);
+        self.record(engine, live, ending, Some(wall));
+    }
+
+    /// The audit log, then the store, then waiters.
+    fn record(self, engine: &Engine, live: &LiveRun, ending: Ending, wall: Option<Duration>) {
+        audit_ending(engine, live, &self.key_name, &self.tenant, &ending);
+        let recording = Instant::now();
+        engine.block_on(engine.finish(live, ending, &self.tenant, wall, Some(self.record)));
+        tracing::debug!(
+            run = %live.id,
+            queue_us = self.queue.as_micros() as u64,
+            run_us = wall.map_or(0, |w| w.as_micros() as u64),
+            record_us = recording.elapsed().as_micros() as u64,
+            "run ended"
+        );
+    }
+}
+
+/// The ending of a run that got no slot: cancelled while queued, refused after the queue
+/// timeout, or the pool's own failure.
+fn refused_ending(engine: &Engine, live: &LiveRun, refused: PoolError) -> Ending {
+    match refused {
+        PoolError::Busy { .. } | PoolError::Cancelled { .. } if live.cancel.is_cancelled() => {
+            cancelled_while_queued()
+        }
+        busy @ PoolError::Busy { .. } => {
+            engine.metrics.deny("queue_timeout");
+            rejected(&busy.to_string(), engine.admission.retry_after())
+        }
+        other => super::internal_ending(&other.to_string()),
+    }
+}
+
+/// Moves a run still going at its hand-over time to a thread of its own, which streams the
+/// rest of it and records its end; the calling thread returns at once. The run stays live
+/// (readable, streamed, cancellable) throughout: only the thread waiting for it changes.
+fn hand_over(
+    engine: &Arc<Engine>,
+    live: &Arc<LiveRun>,
+    in_flight: Box<InFlight>,
+    end: JobEnd,
+    ran: Ran,
+) {
+    tracing::debug!(run = %live.id, "still running when its caller's wait ended: handed over to a thread of its own");
+    engine.metrics.runs_handed_over.inc();
+    let (owner_engine, owner_live) = (Arc::clone(engine), Arc::clone(live));
+    let rest = move || {
+        let ending = in_flight.finish(&owner_engine, &owner_live);
+        end.ran(&owner_engine, &owner_live, ending, ran);
+    };
+    // Kept here too, so that it still runs when no thread can be started for it.
+    let rest = Arc::new(Mutex::new(Some(rest)));
+    let on_thread = Arc::clone(&rest);
+    let spawned = std::thread::Builder::new()
+        .name(format!("run {}", live.id))
+        .spawn(move || take(&on_thread).map(|rest| rest()));
+    if let Err(e) = spawned {
+        // No thread to hand it to: the caller's thread sees it to its end (its answer is late,
+        // the run and its record are whole).
+        tracing::warn!(run = %live.id, "cannot hand the run over to a thread of its own: {e}");
+        if let Some(rest) = take(&rest) {
+            rest();
+        }
+    }
+}
+
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
 fn cancelled_while_queued() -> Ending {
@@ -147,17 +228,40 @@ fn rejected(message: &str, retry_after: u64) -> Ending {
     }
 }
 
+/// What running the work came to.
+// Made once per run and taken apart at once: boxing the ending would allocate for every run
+// to save one move of 232 bytes.
+#[allow(clippy::large_enum_variant)]
+enum Executed {
+    Ended(Ending),
+    /// Still running at the hand-over time.
+    Running(Box<InFlight>),
+}
+
 /// Runs the work with the run's cancel token: the library stops it whenever the token fires,
-/// also during the sandbox's set-up (status `cancelled`).
-fn execute(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Work) -> Ending {
+/// also during the sandbox's set-up (status `cancelled`). A command streamed through the
+/// library comes back still running when `hand_over_at` passes first.
+fn execute(
+    engine: &Engine,
+    live: &LiveRun,
+    resolved: &Resolved,
+    work: Work,
+    hand_over_at: Option<Instant>,
+) -> Executed {
     match work {
-        Work::Command(work) => run_command(engine, live, resolved, work),
-        Work::Worker(work) => run_worker(engine, live, resolved, work),
-        Work::Call(work) => run_call(engine, live, *work),
+        Work::Command(work) => run_command(engine, live, resolved, work, hand_over_at),
+        Work::Worker(work) => Executed::Ended(run_worker(engine, live, resolved, work)),
+        Work::Call(work) => Executed::Ended(run_call(engine, live, *work)),
     }
 }
 
-fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: CommandWork) -> Ending {
+fn run_command(
+    engine: &Engine,
+    live: &LiveRun,
+    resolved: &Resolved,
+    work: CommandWork,
+    hand_over_at: Option<Instant>,
+) -> Executed {
     let mut policy = resolved.policy.clone();
     let workdir = work
         .workspace
@@ -173,26 +277,30 @@ fn run_command(engine: &Engine, live: &LiveRun, resolved: &Resolved, work: Comma
     }
     let warm = engine.warm.for_run(&work);
     if let Some(streamed) = warm.and_then(|w| w.run_on_zygote(live, &policy, resolved, &work)) {
-        return recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
+        let ending = recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
+        return Executed::Ended(ending);
     }
     let pool = match (&work.shared_workdir, &live.session_id) {
         (Some(_), Some(session)) => engine.warm.session_pool(session, &policy, resolved),
         _ => warm.and_then(|w| w.pool_for(&policy, &resolved.options)),
     };
-    let outcome = stream_run(
-        live,
-        &policy,
-        resolved,
-        pool.as_deref(),
-        &work.argv,
-        &work.env,
-        work.stdin,
-    );
-    drop(work.workspace);
-    let start = outcome
-        .as_ref()
-        .map_or(StartPath::Cold, |s| StartPath::of_run(&s.result));
-    recorded(ending_of(engine, outcome, None), start)
+    let spawned = spawn_streamed(live, &policy, resolved, pool.as_deref(), &work);
+    let mut in_flight = match spawned {
+        Ok((handle, events)) => InFlight {
+            handle,
+            events,
+            output: Output::default(),
+            workspace: work.workspace,
+            pool,
+        },
+        Err(e) => {
+            return Executed::Ended(recorded(ending_of(engine, Err(e), None), StartPath::Cold))
+        }
+    };
+    match in_flight.relay_until(live, hand_over_at) {
+        Relayed::Closed => Executed::Ended(in_flight.finish(engine, live)),
+        Relayed::Open => Executed::Running(Box::new(in_flight)),
+    }
 }
 
 fn recorded(mut ending: Ending, start: StartPath) -> Ending {
@@ -207,19 +315,17 @@ pub(super) struct Streamed {
     pub stderr: Vec<u8>,
 }
 
-/// Starts the program with streamed output, relays every event into the run's log, and
-/// waits for the result.
-/// On one of `pool`'s prepared sandboxes when given (cold when none is ready).
-fn stream_run(
+/// Starts the program with streamed output (on one of `pool`'s prepared sandboxes when given;
+/// cold when none is ready) and gives back its handle and its events.
+fn spawn_streamed(
     live: &LiveRun,
     policy: &airlock::Policy,
     resolved: &Resolved,
     pool: Option<&WarmPool>,
-    argv: &[String],
-    env: &[(String, String)],
-    stdin: Option<Vec<u8>>,
-) -> Result<Streamed, airlock::Error> {
-    let (program, args) = argv
+    work: &CommandWork,
+) -> Result<(RunHandle, Option<Receiver<RunEvent>>), airlock::Error> {
+    let (program, args) = work
+        .argv
         .split_first()
         .ok_or_else(|| airlock::Error::Command("the command is empty".into()))?;
     let command = match pool {
@@ -231,23 +337,93 @@ fn stream_run(
         .args(args.iter().cloned())
         .stream_output()
         .cancel_on(&live.cancel);
-    for (key, value) in env {
+    for (key, value) in &work.env {
         command = command.env(key.clone(), value.clone());
     }
-    if let Some(bytes) = stdin {
-        command = command.stdin(bytes);
+    if let Some(bytes) = &work.stdin {
+        command = command.stdin(bytes.clone());
     }
     let mut handle = command.spawn()?;
-    let (stdout, stderr) = match handle.events() {
-        Some(events) => relay(live, events),
-        None => Default::default(),
-    };
-    let result = handle.wait()?;
-    Ok(Streamed {
-        result,
-        stdout,
-        stderr,
-    })
+    let events = handle.events();
+    Ok((handle, events))
+}
+
+/// A streamed run in flight: its handle, its events still to relay and what it needs until
+/// its end (its own workspace; the warm pool its sandbox came from).
+struct InFlight {
+    handle: RunHandle,
+    events: Option<Receiver<RunEvent>>,
+    output: Output,
+    workspace: Option<OwnedWorkspace>,
+    pool: Option<Arc<WarmPool>>,
+}
+
+/// Whether a run's event stream closed (the run ended) or is still open.
+enum Relayed {
+    Closed,
+    Open,
+}
+
+impl InFlight {
+    /// Relays events until the stream closes, or until `until` passes (never when `None`).
+    fn relay_until(&mut self, live: &LiveRun, until: Option<Instant>) -> Relayed {
+        let Some(events) = &self.events else {
+            return Relayed::Closed;
+        };
+        loop {
+            let next = match until {
+                None => events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(until) => events.recv_timeout(until.saturating_duration_since(Instant::now())),
+            };
+            match next {
+                Ok(event) => self.output.relay(live, event),
+                Err(RecvTimeoutError::Disconnected) => return Relayed::Closed,
+                Err(RecvTimeoutError::Timeout) => return Relayed::Open,
+            }
+        }
+    }
+
+    /// Relays the rest of the events, waits for the result and turns it into the ending.
+    fn finish(mut self, engine: &Engine, live: &LiveRun) -> Ending {
+        self.relay_until(live, None);
+        let outcome = self.handle.wait().map(|result| Streamed {
+            result,
+            stdout: self.output.stdout,
+            stderr: self.output.stderr,
+        });
+        drop(self.workspace);
+        drop(self.pool);
+        let start = outcome
+            .as_ref()
+            .map_or(StartPath::Cold, |s| StartPath::of_run(&s.result));
+        recorded(ending_of(engine, outcome, None), start)
+    }
+}
+
+/// The output relayed so far.
+#[derive(Default)]
+struct Output {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl Output {
+    /// Pushes `event` into the run's log, keeping its output.
+    fn relay(&mut self, live: &LiveRun, event: RunEvent) {
+        match event {
+            RunEvent::Started { layers } => live.log.push(EventBody::started(&layers)),
+            RunEvent::Stdout(chunk) => {
+                live.log.push(EventBody::output(false, &chunk));
+                self.stdout.extend_from_slice(&chunk);
+            }
+            RunEvent::Stderr(chunk) => {
+                live.log.push(EventBody::output(true, &chunk));
+                self.stderr.extend_from_slice(&chunk);
+            }
+            RunEvent::Network(event) => live.log.push(EventBody::network(&event)),
+            _ => {}
+        }
+    }
 }
 
 /// Relays a run's events into its log until the library closes the stream (`started` always
@@ -256,23 +432,11 @@ pub(super) fn relay(
     live: &LiveRun,
     events: impl IntoIterator<Item = RunEvent>,
 ) -> (Vec<u8>, Vec<u8>) {
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut output = Output::default();
     for event in events {
-        match event {
-            RunEvent::Started { layers } => live.log.push(EventBody::started(&layers)),
-            RunEvent::Stdout(chunk) => {
-                live.log.push(EventBody::output(false, &chunk));
-                stdout.extend_from_slice(&chunk);
-            }
-            RunEvent::Stderr(chunk) => {
-                live.log.push(EventBody::output(true, &chunk));
-                stderr.extend_from_slice(&chunk);
-            }
-            RunEvent::Network(event) => live.log.push(EventBody::network(&event)),
-            _ => {}
-        }
+        output.relay(live, event);
     }
-    (stdout, stderr)
+    (output.stdout, output.stderr)
 }
 
 /// The terminal record of a streamed run, or of a sandbox that could not be set up.

@@ -234,23 +234,45 @@ struct Admitted {
 }
 
 impl Admitted {
-    /// Waits for the slot, runs the work and records the end, on the calling thread.
-    fn run(self: Box<Self>, engine: &Arc<Engine>) {
-        execute::run_job(engine, &self.live, self.job, self.ticket, self.granted);
+    /// Waits for the slot, runs the work and records the end, on the calling thread; a run
+    /// still going at `hand_over_at` continues on a thread of its own.
+    fn run(self: Box<Self>, engine: &Arc<Engine>, hand_over_at: Option<Instant>) {
+        execute::run_job(
+            engine,
+            &self.live,
+            self.job,
+            self.ticket,
+            self.granted,
+            hand_over_at,
+        );
     }
 }
 
+/// Whether a waited run may run on its caller's thread until the caller stops waiting: a
+/// command the library streams (handed over to a thread of its own if still running then),
+/// or one whose limits end it within `wait` (a code run may go to a zygote, which cannot be
+/// handed over). Not for a short `wait`, which the sandbox's set-up alone could outlast.
+fn runs_on_caller(job: &Job, wait: Duration) -> bool {
+    let Work::Command(work) = &job.work else {
+        return false;
+    };
+    wait >= MIN_WAIT_ON_CALLER && (work.code.is_none() || ends_within(job, wait))
+}
+
+/// The shortest wait for which a run starts on its caller's thread: set-up (seconds at worst,
+/// on a loaded host or a heavy backend) comes before the first chance to hand it over.
+const MIN_WAIT_ON_CALLER: Duration = Duration::from_secs(1);
+
 /// A run whose wall-time limit, grace period and a margin for setting up and recording
-/// fit in `wait` ends (is killed at the latest) before its caller stops waiting, so the
-/// caller may run it on its own thread and still answer within `wait`.
+/// fit in `wait` ends (is killed at the latest) before its caller stops waiting.
 fn ends_within(job: &Job, wait: Duration) -> bool {
     let limits = &job.resolved.policy.limits;
     let longest = limits.wall_time.0 + limits.grace.0 + SETUP_AND_RECORD_MARGIN;
-    matches!(job.work, Work::Command(_)) && longest <= wait
+    longest <= wait
 }
 
 /// Time allowed beyond a run's limits for its sandbox's set-up and teardown and its record,
-/// when deciding whether a waiting caller may run it on its own thread.
+/// when deciding whether a run ends before its waiting caller stops waiting.
 const SETUP_AND_RECORD_MARGIN: Duration = Duration::from_secs(10);
 
 /// `block_in_place` needs a multi-thread runtime (the daemon's; a current-thread one in
@@ -321,23 +343,26 @@ impl Engine {
     }
 
     /// As [`Engine::submit`], for a caller that then waits up to `wait` for the run's end.
-    /// A run that holds its slot at once and whose own limits end it within `wait` runs on
-    /// the caller's thread ([`tokio::task::block_in_place`]: the runtime moves its other
-    /// tasks to another thread): no hand-off to a run thread and no wake-up back, which were
-    /// two waits for a CPU on a loaded host in every waited run. The run is recorded and
-    /// registered as live first, so it can be read, streamed and cancelled as any other.
+    /// A command that holds its slot at once runs on the caller's thread
+    /// ([`tokio::task::block_in_place`]: the runtime moves its other tasks to another thread)
+    /// until it ends or `wait` passes; one still going then is handed over to a thread of
+    /// its own and the caller answers as for any run in flight. No hand-off to a run thread
+    /// and no wake-up back, which were two waits for a CPU on a loaded host in every waited
+    /// run. The run is recorded and registered as live first, so it can be read, streamed and
+    /// cancelled as any other, before and after a hand-over.
     pub async fn submit_waiting(
         self: &Arc<Self>,
         job: Job,
         wait: Duration,
     ) -> Result<Submitted, ApiError> {
+        let until = Instant::now() + wait;
         let admitted = match self.admit(job).await? {
             Admit::Existing(row) => return Ok(Submitted::Existing(row)),
             Admit::New(admitted) => admitted,
         };
         let live = Arc::clone(&admitted.live);
-        if admitted.granted && ends_within(&admitted.job, wait) && can_block_in_place() {
-            tokio::task::block_in_place(|| admitted.run(self));
+        if admitted.granted && runs_on_caller(&admitted.job, wait) && can_block_in_place() {
+            tokio::task::block_in_place(|| admitted.run(self, Some(until)));
         } else {
             self.start_thread(admitted).await;
         }
@@ -393,12 +418,13 @@ impl Engine {
         let engine = Arc::clone(self);
         let live = Arc::clone(&admitted.live);
         let spawned = if admitted.granted {
-            self.runtime.spawn_blocking(move || admitted.run(&engine));
+            self.runtime
+                .spawn_blocking(move || admitted.run(&engine, None));
             Ok(())
         } else {
             std::thread::Builder::new()
                 .name(format!("run {}", live.id))
-                .spawn(move || admitted.run(&engine))
+                .spawn(move || admitted.run(&engine, None))
                 .map(drop)
         };
         if let Err(e) = spawned {

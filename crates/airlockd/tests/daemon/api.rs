@@ -51,6 +51,39 @@ async fn a_run_returns_its_result_and_is_recorded_with_its_isolation() {
     );
 }
 
+/// A run's whole event stream (NDJSON, keep-alives left out), read to its end, and the
+/// stream's headers.
+async fn streamed_events(
+    client: &crate::common::Client,
+    id: &str,
+) -> (hyper::HeaderMap, Vec<serde_json::Value>) {
+    let stream = client
+        .open(
+            client
+                .request("GET", &format!("/v1/runs/{id}/events"))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    let headers = stream.headers().clone();
+    let body = stream.into_body().collect().await.unwrap().to_bytes();
+    let events = String::from_utf8_lossy(&body)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["event"] != "keepalive")
+        .collect();
+    (headers, events)
+}
+
+/// The text of a stream's `stdout` events, in order.
+fn stdout_of(events: &[serde_json::Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["event"] == "stdout")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect()
+}
+
 /// A run the init cannot set up carries the library's typed kind in the record's
 /// `error.kind`, as a refusal carries its `ErrorKind`.
 #[tokio::test(flavor = "multi_thread")]
@@ -123,33 +156,15 @@ async fn without_wait_a_run_is_accepted_then_streams_its_events() {
         response.header("location").unwrap(),
         format!("/v1/runs/{id}")
     );
-    let stream = client
-        .open(
-            client
-                .request("GET", &format!("/v1/runs/{id}/events"))
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(stream.headers()["content-type"], "application/x-ndjson");
-    let body = stream.into_body().collect().await.unwrap().to_bytes();
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&body)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|e: &serde_json::Value| e["event"] != "keepalive")
-        .collect();
+    let (headers, events) = streamed_events(&client, &id).await;
+    assert_eq!(headers["content-type"], "application/x-ndjson");
     let kinds: Vec<&str> = events
         .iter()
         .map(|e| e["event"].as_str().unwrap())
         .collect();
     assert_eq!(kinds.first(), Some(&"started"), "{kinds:?}");
     assert_eq!(kinds.last(), Some(&"ended"));
-    let text: String = events
-        .iter()
-        .filter(|e| e["event"] == "stdout")
-        .map(|e| e["text"].as_str().unwrap())
-        .collect();
-    assert_eq!(text, "line1\nline2\nline3\n");
+    assert_eq!(stdout_of(&events), "line1\nline2\nline3\n");
     assert_eq!(events.last().unwrap()["run"]["status"], "exited");
     // After the end the same stream is served from the store, from any position, as SSE.
     let sse = client
@@ -280,6 +295,68 @@ async fn a_run_waited_for_on_its_request_is_visible_and_cancellable_meanwhile() 
         (Some(id.as_str()), &json!("cancelled")),
         "{run}"
     );
+    assert!(run["wall_ms"].as_i64().unwrap() < 15_000, "{run}");
+}
+
+/// A waited run still going when its caller's wait ends (here `untrusted`'s 180 s wall time
+/// do not fit in a 1 s wait) is handed over from the request's thread to one of its own: the
+/// caller gets 202 with the run in flight before the run could have ended, and the run goes on
+/// to its end, recorded, its events whole across the hand-over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_outlasting_its_wait_is_answered_in_flight_and_goes_on_to_its_end() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client(&daemon.keys.beta);
+    let asked = std::time::Instant::now();
+    let answer = client
+        .run(json!({"command": ["/bin/sh", "-c", "echo before; sleep 4; echo after"], "wait": 1}))
+        .await;
+    let answered = asked.elapsed();
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    assert!(
+        answered < Duration::from_secs(4),
+        "answered after {answered:?}"
+    );
+    let run = answer.json();
+    assert_eq!(run["status"], "running", "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    assert_eq!(answer.header("location").unwrap(), format!("/v1/runs/{id}"));
+    let (_, events) = streamed_events(&client, &id).await;
+    assert_eq!(stdout_of(&events), "before\nafter\n", "{events:?}");
+    assert_eq!(events.first().unwrap()["event"], "started", "{events:?}");
+    assert_eq!(
+        events.last().unwrap()["run"]["status"],
+        "exited",
+        "{events:?}"
+    );
+    let run = client.wait_terminal(&id, Duration::from_secs(30)).await;
+    assert_eq!(run["status"], "exited", "{run}");
+    assert_eq!(run["result"]["stdout"], "before\nafter\n", "{run}");
+    // It ran on the request's thread until the wait ended, not on a thread of its own.
+    let metrics = daemon
+        .client(&daemon.keys.alpha)
+        .get("/metrics")
+        .await
+        .text();
+    assert!(
+        metrics.contains("airlockd_runs_handed_over_total 1\n"),
+        "{metrics}"
+    );
+}
+
+/// A run handed over after its caller's wait is cancelled as any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_handed_over_after_its_wait_is_cancellable() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client(&daemon.keys.beta);
+    let answer = client
+        .run(json!({"command": ["/bin/sleep", "30"], "wait": 1}))
+        .await;
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    let id = answer.json()["id"].as_str().unwrap().to_string();
+    let stopped = client.delete(&format!("/v1/runs/{id}")).await;
+    assert!(matches!(stopped.status, 200 | 202), "{}", stopped.text());
+    let run = client.wait_terminal(&id, Duration::from_secs(20)).await;
+    assert_eq!(run["status"], "cancelled", "{run}");
     assert!(run["wall_ms"].as_i64().unwrap() < 15_000, "{run}");
 }
 

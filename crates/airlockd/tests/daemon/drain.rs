@@ -70,6 +70,57 @@ async fn sigterm_drains_then_cancels_and_records_every_run() {
     assert_eq!(queued["error"]["kind"], "shutting_down");
 }
 
+/// SIGTERM while one waited run is on its request's thread and another was handed over
+/// after its caller's wait: the first finishes within the grace and its caller gets it; the
+/// second is cancelled after the grace; both are recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_runs_on_request_threads_and_handed_over() {
+    let mut daemon = TestDaemon::start(Options::default());
+    let beta = daemon.client(&daemon.keys.beta);
+    let handed = beta
+        .post(
+            "/v1/runs",
+            json!({"command": ["/bin/sleep", "60"], "wait": 1}),
+        )
+        .await;
+    assert_eq!(handed.status, 202, "{}", handed.text());
+    let handed = handed.json()["id"].as_str().unwrap().to_string();
+    let waiting = daemon.client(&daemon.keys.beta);
+    let waited = tokio::spawn(async move {
+        let body = json!({"command": ["/bin/sh", "-c", "sleep 1; echo finished"], "wait": 30});
+        waiting.post("/v1/runs", body).await
+    });
+    for _ in 0..400 {
+        let running = beta.get("/v1/runs?status=running").await.json();
+        if running["runs"].as_array().map_or(0, Vec::len) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let pid = rustix::process::Pid::from_raw(daemon.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(20), waited)
+        .await
+        .expect("the waiting request is answered while draining")
+        .unwrap();
+    assert_eq!(waited.status, 200, "{}", waited.text());
+    assert_eq!(waited.json()["result"]["stdout"], "finished\n");
+    let status = daemon.stop();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        daemon.log()
+    );
+    daemon.spawn();
+    let run = daemon
+        .client(&daemon.keys.beta)
+        .get(&format!("/v1/runs/{handed}"))
+        .await
+        .json();
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert_eq!(run["error"]["kind"], "shutting_down", "{run}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn slow_and_stalled_clients_are_bounded() {
     let daemon = TestDaemon::start(Options::default());

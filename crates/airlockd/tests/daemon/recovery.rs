@@ -38,8 +38,9 @@ async fn killing_the_daemon_mid_batch_loses_no_record_and_leaves_nothing() {
             )
             .await;
         // Quick runs that finish (their result is seen), then long ones left in flight. Runs
-        // whose wait covers their limits run on their request's own thread (`on_request`),
-        // the others on a thread of their own: runs of both ways are finished and killed.
+        // waited for run on their request's own thread, the others on a thread of their own,
+        // and one is handed over from its request's thread when its 1 s wait ends: runs of
+        // each way are finished and killed.
         for i in 0..3 {
             let mut quick = json!({"command": ["/bin/echo", format!("{round}-{i}")]});
             if i % 2 == 0 {
@@ -61,8 +62,13 @@ async fn killing_the_daemon_mid_batch_loses_no_record_and_leaves_nothing() {
         let waited_body = on_request(long.clone());
         let waited = tokio::spawn(async move { waiting.post("/v1/runs", waited_body).await });
         in_flight.push(newly_running(&client, &in_flight).await);
-        for _ in 0..3 {
-            let run = client.post("/v1/runs", long.clone()).await.json();
+        for i in 0..3 {
+            let mut body = long.clone();
+            if i == 0 {
+                // Waited for 1 s on its request's thread, then handed over to one of its own.
+                body["wait"] = json!(1);
+            }
+            let run = client.post("/v1/runs", body).await.json();
             in_flight.push(run["id"].as_str().unwrap().to_string());
         }
         crate::api::wait_status(&client, &first, "running").await;
