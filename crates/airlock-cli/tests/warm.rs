@@ -302,6 +302,63 @@ fn a_budget_caps_sandboxes_across_pools() {
     assert_eq!(budget.in_use(), 0);
 }
 
+/// This process's children started as `airlock __init spawner`: a pool's init spawner and
+/// the inits it forked (`CLONE_PARENT` makes them this process's children too).
+fn spawned_children() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1));
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let spawner = cmdline.ends_with(b"__init\0spawner\0");
+        if spawner && parent == Some(me.to_string().as_str()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A pool's inits are forked by its one spawner as this process's own children (the pool
+/// reaps them as executed ones); when the spawner dies, the pool executes its inits again,
+/// and shutting the pool down leaves no spawner and no init behind.
+#[test]
+fn a_pool_forks_its_inits_from_one_spawner() {
+    let _serial = serial();
+    let sandbox = untrusted();
+    let Some(pool) = ready_pool(&sandbox, 3) else {
+        return;
+    };
+    assert!(pool.wait_settled(READY), "{:?}", pool.stats());
+    let spawned = spawned_children();
+    assert_eq!(spawned.len(), 4, "the spawner and 3 inits: {spawned:?}");
+    let spawner = *spawned.iter().min().unwrap();
+    let result = pool.command("/bin/true").run().unwrap();
+    assert!(result.success(), "{result:?}");
+    // Killed between requests (a request it dies in fails that one preparation).
+    assert!(pool.wait_settled(READY), "{:?}", pool.stats());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(spawner),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    for _ in 0..4 {
+        assert!(pool.wait_ready(1, READY), "{:?}", pool.stats());
+        let result = pool.command("/bin/true").run().unwrap();
+        assert!(result.success(), "{result:?}");
+    }
+    assert_eq!(pool.stats().failed, 0, "{:?}", pool.stats());
+    pool.shutdown();
+    assert_eq!(spawned_children(), Vec::<i32>::new());
+    assert_eq!(leftovers(std::process::id()), Vec::<String>::new());
+}
+
 /// SIGKILL of the process holding a pool: every prepared sandbox (and the one running) sees
 /// its supervisor gone and tears itself down.
 #[test]
@@ -344,6 +401,32 @@ fn killing_the_pool_owner_kills_its_sandboxes() {
         left = leftovers(owner_pid);
     }
     assert_eq!(left, Vec::<String>::new());
+    let spawned: Vec<String> = ready
+        .unwrap()
+        .split_whitespace()
+        .skip(2)
+        .map(String::from)
+        .collect();
+    assert!(!spawned.is_empty(), "the pool owner has no init spawner");
+    let alive = || {
+        spawned
+            .iter()
+            .filter(|pid| Path::new(&format!("/proc/{pid}/cmdline")).exists())
+            .filter(|pid| {
+                !std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .unwrap_or_default()
+                    .is_empty()
+            })
+            .count()
+    };
+    while alive() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        alive(),
+        0,
+        "the spawner or an init outlived the pool owner: {spawned:?}"
+    );
 }
 
 /// The process [`killing_the_pool_owner_kills_its_sandboxes`] kills: three sandboxes ready and
@@ -358,7 +441,9 @@ fn pool_owner() {
     assert!(pool.wait_ready(4, READY));
     let _running = pool.command("/bin/sleep").arg("60").spawn().unwrap();
     assert!(pool.wait_ready(3, READY));
-    println!("OWNER READY");
+    // The pool's init spawner and the inits it forked, which must not outlive this process.
+    let spawned: Vec<String> = spawned_children().iter().map(i32::to_string).collect();
+    println!("OWNER READY {}", spawned.join(" "));
     std::thread::sleep(Duration::from_secs(60));
 }
 

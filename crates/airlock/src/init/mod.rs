@@ -14,6 +14,7 @@ mod child;
 mod egress;
 mod native;
 mod run;
+mod spawner;
 mod standby;
 mod status;
 mod watch;
@@ -45,6 +46,12 @@ pub const INIT_ARG: &str = "__init";
 /// Runs the init and exits. Call this first thing in `main` when `argv[1] == INIT_ARG`,
 /// before any thread is started.
 pub fn init_main() -> ! {
+    if std::env::args_os()
+        .nth(2)
+        .is_some_and(|arg| arg == crate::spec::SPAWNER_ARG)
+    {
+        spawner::serve()
+    }
     init_main_with(None)
 }
 

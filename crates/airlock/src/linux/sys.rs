@@ -138,21 +138,21 @@ fn mirror(pid: libc::pid_t) -> ! {
 
 pub use super::fork_if_single_threaded;
 
-/// Forks the caller straight into the new namespaces `flags` names, as `fork` would (no
-/// `CLONE_VM`): with `CLONE_NEWPID` the child is PID 1, so no process stays behind to wait for
-/// it. `None` when the caller has other threads: the raw call skips glibc's `fork` work (at-fork
-/// handlers; the child keeps the parent's thread id, read only by robust mutexes).
+/// Forks the caller straight into the new namespaces `flags` names (or as its parent's child,
+/// `CLONE_PARENT`), as `fork` would: with `CLONE_NEWPID` the child is PID 1. `None` when the
+/// caller has other threads: the raw call skips glibc's `fork` work (at-fork handlers; the
+/// child keeps the parent's thread id, read only by robust mutexes).
 pub fn clone_into_namespaces(flags: nix::sched::CloneFlags) -> io::Result<Option<Forked>> {
     let namespaces = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
     let namespaces = namespaces | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWNET;
-    if flags.bits() & !(namespaces | libc::CLONE_NEWCGROUP) != 0 {
+    if flags.bits() & !(namespaces | libc::CLONE_NEWCGROUP | libc::CLONE_PARENT) != 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     if !super::single_threaded()? {
         return Ok(None);
     }
     let (flags, null) = ((flags.bits() | libc::SIGCHLD) as libc::c_ulong, 0usize);
-    // SAFETY: namespace flags only (no CLONE_VM, VFORK, SETTLS, *TID), a null stack: as fork.
+    // SAFETY: namespace flags or CLONE_PARENT (no VM, VFORK, SETTLS, *TID), a null stack.
     match unsafe { libc::syscall(libc::SYS_clone, flags, null, null, null, null) } {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Some(Forked::Child)),

@@ -105,6 +105,10 @@ impl StagedFile {
 /// (the command went to PID 1, or the code to the started interpreter).
 pub const WARM_STARTED_LINE: &[u8] = b"\"started\"\n";
 
+/// The argument after `__init` that makes the airlock binary a warm pool's init spawner (it
+/// forks the pool's inits instead of the pool executing one each: `init::spawner`).
+pub const SPAWNER_ARG: &str = "spawner";
+
 /// Refuses staged files whose paths could leave the workdir.
 pub fn check_staged_files(files: &[StagedFile]) -> Result<(), crate::error::Error> {
     match files.iter().find(|file| !file.has_plain_path()) {

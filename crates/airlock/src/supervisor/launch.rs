@@ -185,28 +185,37 @@ fn dev_null() -> Result<OwnedFd, Error> {
 /// An explicit init program (option or `AIRLOCK_INIT`) is always executed; otherwise the
 /// supervisor may fork the init from itself.
 fn init_launch(options: &SandboxOptions) -> InitLaunch {
-    let explicit = options
-        .init_program
-        .clone()
-        .or_else(|| std::env::var_os("AIRLOCK_INIT").map(PathBuf::from));
     InitLaunch {
-        may_fork: explicit.is_none(),
-        program: explicit
-            .or_else(|| std::env::current_exe().ok())
-            .unwrap_or_else(|| PathBuf::from("airlock")),
+        may_fork: explicit_init_program(options).is_none(),
+        program: init_program(options),
     }
 }
 
-/// Executes an init (never forks one: a warm sandbox's init outlives the moment it was
-/// started in) with `stdio`, its command pipe and, for a gated run, the gate's channel, sends
-/// it `spec`, and returns it with its control pipe and the
-/// read end of its event pipe.
+fn explicit_init_program(options: &SandboxOptions) -> Option<PathBuf> {
+    options
+        .init_program
+        .clone()
+        .or_else(|| std::env::var_os("AIRLOCK_INIT").map(PathBuf::from))
+}
+
+/// The program executed as the init: the explicit one, else this process's own binary.
+pub(super) fn init_program(options: &SandboxOptions) -> PathBuf {
+    explicit_init_program(options)
+        .or_else(|| std::env::current_exe().ok())
+        .unwrap_or_else(|| PathBuf::from("airlock"))
+}
+
+/// Executes an init (never forks one from this process: a warm sandbox's init outlives the
+/// moment it was started in), or has the pool's `spawner` fork it, with `stdio`, its command
+/// pipe and, for a gated run, the gate's channel, sends it `spec`, and returns it with its
+/// control pipe and the read end of its event pipe.
 pub(super) fn start_executed(
     options: &SandboxOptions,
     stdio: InitStdio,
     go: OwnedFd,
     gate: Option<OwnedFd>,
     spec: &InitSpec,
+    spawner: Option<&super::spawner::InitSpawner>,
 ) -> Result<(InitProcess, std::fs::File, OwnedFd), Error> {
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
@@ -220,7 +229,14 @@ pub(super) fn start_executed(
         gate,
         go: Some(go),
     };
-    let mut init = spawn(&launch, stdio, pipes)?;
+    let spawned = match spawner {
+        Some(spawner) => spawner.spawn(&placements(&stdio, &pipes))?,
+        None => None,
+    };
+    let mut init = match spawned {
+        Some(pid) => InitProcess::Executed(pid),
+        None => spawn(&launch, stdio, pipes)?,
+    };
     let mut control = std::fs::File::from(control_write);
     if let Err(e) = write_spec(&mut control, spec) {
         init.kill();

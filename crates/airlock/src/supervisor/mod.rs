@@ -27,14 +27,17 @@ pub(crate) mod output;
 mod prepare;
 mod serve;
 mod signals;
+mod spawner;
 mod staged;
 mod standalone;
 mod standby;
+mod standby_gate;
 mod terminal;
 mod workspace;
 
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
+pub use spawner::InitSpawner;
 pub use standalone::StandaloneWrapper;
 pub use standby::WARM_DETAIL;
 pub(crate) use standby::{plan_zygote, Prestart, Readiness, Standby, StandbySource, ZygotePlan};

@@ -11,18 +11,18 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::builder::{Command, Input, Sandbox, Sink};
 use super::finish::Ending;
-use super::handle::{self, NetworkSender};
+use super::handle::NetworkSender;
 use super::hints::HintFacts;
 use super::launch::{self, InitProcess, Started};
 use super::prepare::{self, Effects};
 use super::serve;
+use super::standby_gate::StandbyGate;
 use crate::error::{Error, SetupError};
-use crate::net::{self, RunGate};
+use crate::net;
 use crate::spec::{Confinement, InitEvent, WarmGo};
 
 /// A program a standby starts ahead of its run (an interpreter that then reads its code on
@@ -72,43 +72,6 @@ pub struct Standby {
     git_watch: Option<super::gitguard::PlantWatch>,
 }
 
-/// The egress gate of a prepared sandbox with network `allowlist` or `report`: it starts as
-/// soon as the sandbox's setup hands it the sockets (as for a cold run, before the program
-/// can exist), so a warm run is gated exactly as a cold one. Each sandbox has its own gate,
-/// and it serves that sandbox's one run.
-#[derive(Debug)]
-struct StandbyGate {
-    /// Waits for the sandbox's sockets and starts the gate on them.
-    starting: JoinHandle<Result<Option<RunGate>, Error>>,
-    /// Where the gate's decisions go once a run has a handle to stream them to.
-    events: NetworkSender,
-}
-
-impl StandbyGate {
-    fn launch(egress: net::EgressPlan) -> Result<(StandbyGate, OwnedFd), Error> {
-        let channel = net::Channel::new()?;
-        let (sink, events) = handle::network_slot();
-        let gate_end = channel.gate_end;
-        let starting = std::thread::Builder::new()
-            .name("airlock-warm-gate".into())
-            .spawn(move || net::start(egress, &gate_end, Some(sink)))
-            .map_err(|e| Error::io("cannot start the egress gate's thread", e))?;
-        Ok((StandbyGate { starting, events }, channel.sandbox_end))
-    }
-
-    /// The running gate. The sandbox is ready, so its setup has handed the sockets over and
-    /// this does not wait; `Ok(None)` when the setup ended before it did.
-    fn running(self) -> Result<Option<(RunGate, NetworkSender)>, Error> {
-        let gate = self.starting.join().map_err(|_| {
-            Error::io(
-                "the egress gate's thread panicked",
-                std::io::Error::other("panic"),
-            )
-        })??;
-        Ok(gate.map(|gate| (gate, self.events)))
-    }
-}
-
 /// A warm run handed to its standby: what the caller serves, how it ends, and for a gated run
 /// the slot the gate's decisions go to.
 pub(super) struct WarmStart {
@@ -130,8 +93,13 @@ pub enum Readiness {
 
 impl Standby {
     /// Starts preparing a sandbox for `sandbox`'s policy and options: plans the run as a cold
-    /// one (refusing what a cold run would refuse), then starts its init. Does not wait.
-    pub fn prepare(sandbox: &Sandbox, prestart: Option<&Prestart>) -> Result<Standby, Error> {
+    /// one (refusing what a cold run would refuse), then starts its init (forked by
+    /// `spawner` when given, else executed). Does not wait.
+    pub fn prepare(
+        sandbox: &Sandbox,
+        prestart: Option<&Prestart>,
+        spawner: Option<&super::InitSpawner>,
+    ) -> Result<Standby, Error> {
         let mut prepared = plan_standby(sandbox, Effects::Run)?;
         prepared.spec.warm = true;
         prepared.spec.argv = Vec::new();
@@ -162,6 +130,7 @@ impl Standby {
             go_read,
             gate_channel,
             &prepared.spec,
+            spawner,
         )?;
         Ok(Standby {
             init,

@@ -66,7 +66,11 @@ fn start_preparations(shared: &Shared, preparing: &mut Vec<Preparing>, failures:
                 return;
             }
         }
-        match Standby::prepare(&shared.sandbox, shared.prestart.as_ref()) {
+        match Standby::prepare(
+            &shared.sandbox,
+            shared.prestart.as_ref(),
+            shared.spawner.as_ref(),
+        ) {
             Ok(standby) => {
                 shared.lock().started += 1;
                 preparing.push(Preparing {

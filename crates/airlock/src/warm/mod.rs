@@ -45,7 +45,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::supervisor::{Prestart, Standby, StandbySource};
+use crate::supervisor::{InitSpawner, Prestart, Standby, StandbySource};
 use crate::{Command, Sandbox};
 
 /// How a pool keeps its prepared sandboxes.
@@ -157,6 +157,8 @@ struct Shared {
     sandbox: Sandbox,
     options: WarmOptions,
     prestart: Option<Prestart>,
+    /// Forks the sandboxes' inits (`None` when it could not start: they are executed).
+    spawner: Option<InitSpawner>,
     state: Mutex<State>,
     changed: Condvar,
     /// A byte here wakes the filler (a sandbox was taken, or the pool shuts down).
@@ -197,10 +199,12 @@ impl WarmPool {
             Some(interpreter) => Some(interpreter.prestart()?),
             None => None,
         };
+        let spawner = InitSpawner::start(&sandbox).ok();
         let shared = Arc::new(Shared {
             sandbox,
             options,
             prestart,
+            spawner,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             wake,
@@ -302,6 +306,9 @@ impl WarmPool {
         for (standby, _) in ready {
             self.shared.release_budget();
             self.shared.retire_standby(standby);
+        }
+        if let Some(spawner) = &self.shared.spawner {
+            spawner.close();
         }
         self.shared.reap.lock().map(|mut tx| tx.take()).ok();
         if let Some(reaper) = self.reaper.take() {

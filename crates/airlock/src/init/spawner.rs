@@ -1,0 +1,101 @@
+//! The prepared sandboxes' init spawner (`airlock __init spawner`): one single-threaded
+//! process per warm pool, executed once, that forks each prepared sandbox's init instead of
+//! the pool executing the airlock binary for every one. An executed init pays the dynamic
+//! loader, the relocation of a 4.5 MB binary and the first touch of its text and data (about
+//! 250 page faults) before it does any work; a forked one starts with all of that done.
+//!
+//! The pool sends one packet per init on the socket at [`CONTROL_FD`]: the descriptors the
+//! init needs (stdio, control and event pipes, the command pipe, a gate's channel) and, as
+//! the payload, the number each goes to. The spawner forks with `CLONE_PARENT`, so that the
+//! init is the pool's own child (the pool reaps and signals it as it would one it executed),
+//! closes its copies and answers with the init's pid (its own pid first, as a greeting). The child puts the descriptors at
+//! their numbers, closes every other one (the spawner's socket included), and becomes an
+//! init exactly as an executed one: it reads its spec on the control pipe. The spawner
+//! exits when the pool closes the socket (the pool dropped, or its process died).
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessageOwned, MsgFlags};
+
+use crate::linux::sys::{self, Forked};
+use crate::spec::CONTROL_FD;
+
+/// The most descriptors one init gets (stdio, control, events, gate, command pipe).
+const MAX_FDS: usize = 8;
+
+/// Serves the pool until it closes the socket, then exits.
+pub(super) fn serve() -> ! {
+    // Borrowed, not claimed: each init forked from here claims its control pipe, which it
+    // finds at this same number.
+    let socket = sys::borrow_fd(CONTROL_FD);
+    // The greeting (its own pid): the pool knows this binary is a spawner.
+    let mut reply = std::process::id() as i32;
+    while answer(socket, reply) {
+        let Some((fds, targets)) = receive(socket) else {
+            break;
+        };
+        reply = match crate::linux::fork_as_sibling() {
+            Ok(Forked::Child) => become_init(fds, &targets),
+            Ok(Forked::Parent(pid)) => pid.as_raw(),
+            Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+        };
+    }
+    sys::exit_now(0)
+}
+
+/// Sends the pool a pid (or a negative errno); false when the pool is gone.
+fn answer(socket: BorrowedFd, reply: i32) -> bool {
+    let bytes = reply.to_le_bytes();
+    let iov = [IoSlice::new(&bytes)];
+    let flags = MsgFlags::MSG_NOSIGNAL;
+    sendmsg::<()>(socket.as_raw_fd(), &iov, &[], flags, None).is_ok()
+}
+
+/// One request: the descriptors and the number each goes to; `None` when the pool closed the
+/// socket (or sent something malformed, which ends the spawner too).
+fn receive(socket: BorrowedFd) -> Option<(Vec<OwnedFd>, Vec<u8>)> {
+    let mut targets = [0u8; MAX_FDS];
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let mut iov = [IoSliceMut::new(&mut targets)];
+    let message = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .ok()?;
+    let mut fds = Vec::new();
+    for cmsg in message.cmsgs().into_iter().flatten() {
+        if let ControlMessageOwned::ScmRights(received) = cmsg {
+            fds.extend(received.into_iter().map(sys::own_received_fd));
+        }
+    }
+    let count = message.bytes;
+    (count > 0 && count == fds.len()).then(|| (fds, targets[..count].to_vec()))
+}
+
+/// In the forked child: the descriptors at their numbers and no other, signal handlers as
+/// exec leaves them, then the init, which reads its spec on the control pipe.
+fn become_init(fds: Vec<OwnedFd>, targets: &[u8]) -> ! {
+    let placed: Vec<(RawFd, RawFd)> = fds
+        .into_iter()
+        .map(IntoRawFd::into_raw_fd)
+        .zip(targets.iter().map(|&target| RawFd::from(target)))
+        .collect();
+    let highest = placed.iter().map(|(_, target)| *target).max().unwrap_or(2);
+    if sys::place_fds_inheritable(&placed).is_err() {
+        sys::exit_now(127);
+    }
+    for fd in 0..highest {
+        if !placed.iter().any(|(_, target)| *target == fd) {
+            let _ = nix::unistd::close(fd);
+        }
+    }
+    if sys::close_from(highest + 1).is_err() {
+        sys::exit_now(127);
+    }
+    sys::reset_caught_signals();
+    let _ = std::panic::catch_unwind(|| super::init_main_with(None));
+    sys::exit_now(101)
+}

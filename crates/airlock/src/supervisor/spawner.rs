@@ -1,0 +1,166 @@
+//! The pool's half of the init spawner (the spawner itself: `init::spawner`): one airlock
+//! process executed per warm pool that forks each prepared sandbox's init, so that an init
+//! costs a fork of a small process instead of an exec of the airlock binary (its loader,
+//! relocations and first touches: about 250 page faults). The init it forks is the pool's
+//! own child, with exactly the descriptors an executed init gets, and reads its spec on the
+//! control pipe as one.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
+
+use nix::sys::socket::{
+    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
+};
+use nix::unistd::Pid;
+
+use super::builder::Sandbox;
+use crate::error::Error;
+use crate::init::INIT_ARG;
+use crate::linux::sys;
+use crate::spec::{CONTROL_FD, SPAWNER_ARG};
+
+/// How long the pool waits for the spawner's greeting or an answer (a fork takes
+/// milliseconds; a spawner that does not answer in this time is not asked again).
+const ANSWER_TIMEOUT_S: i64 = 10;
+
+/// A running init spawner. [`InitSpawner::close`] (or dropping it) closes its socket, which
+/// ends it, and reaps it.
+#[derive(Debug)]
+pub struct InitSpawner {
+    /// `None` once the spawner failed or was closed: later inits are executed.
+    socket: Mutex<Option<OwnedFd>>,
+    /// `None` once reaped.
+    pid: Mutex<Option<Pid>>,
+}
+
+impl InitSpawner {
+    /// Executes the spawner: the init program of `sandbox`'s options, as `__init spawner`.
+    pub fn start(sandbox: &Sandbox) -> Result<InitSpawner, Error> {
+        let options = &sandbox.options;
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| Error::io("cannot create the init spawner's socket", e.into()))?;
+        let null =
+            std::fs::File::open("/dev/null").map_err(|e| Error::io("cannot open /dev/null", e))?;
+        let program = super::launch::init_program(options);
+        let placed = [
+            (null.as_raw_fd(), 0),
+            (null.as_raw_fd(), 1),
+            (null.as_raw_fd(), 2),
+            (theirs.as_raw_fd(), CONTROL_FD),
+        ];
+        let pid = sys::spawn_with_fds(&program, &[INIT_ARG, SPAWNER_ARG], &placed)
+            .map_err(|cause| Error::Spawn { program, cause })?;
+        // Only the spawner may hold its end: a spawner that ends must read as EOF here.
+        drop((theirs, null));
+        let spawner = InitSpawner {
+            socket: Mutex::new(None),
+            pid: Mutex::new(Some(pid)),
+        };
+        // A binary that does not know the spawner (an older init program) ends without the
+        // greeting; one that hangs is not waited for longer than the timeout.
+        let timeout = nix::sys::time::TimeVal::new(ANSWER_TIMEOUT_S, 0);
+        nix::sys::socket::setsockopt(&ours, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
+            .map_err(|e| Error::io("cannot set the init spawner's timeout", e.into()))?;
+        read_pid(&ours).map_err(|e| Error::io("the init spawner did not start", e))?;
+        *spawner.socket.lock().unwrap_or_else(|p| p.into_inner()) = Some(ours);
+        Ok(spawner)
+    }
+
+    /// Forks an init with each `(source, target)` descriptor at `target`. `Ok(None)` when
+    /// the spawner cannot be asked (it failed before, or is gone), and the caller executes
+    /// the init instead; an error when the request went out and no answer came back: an init
+    /// may have been forked with these descriptors, so they must not serve another.
+    pub(super) fn spawn(&self, placed: &[(RawFd, RawFd)]) -> Result<Option<Pid>, Error> {
+        let mut socket = self.socket.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(connected) = socket.as_ref() else {
+            return Ok(None);
+        };
+        let answer = match send_request(connected, placed) {
+            Ok(()) => read_pid(connected),
+            Err(_) => {
+                *socket = None;
+                return Ok(None);
+            }
+        };
+        answer.map(Some).map_err(|e| {
+            // A spawner that failed once is not asked again.
+            *socket = None;
+            Error::io("the init spawner did not answer", e)
+        })
+    }
+}
+
+fn send_request(socket: &OwnedFd, placed: &[(RawFd, RawFd)]) -> std::io::Result<()> {
+    let fds: Vec<RawFd> = placed.iter().map(|(source, _)| *source).collect();
+    let targets: Vec<u8> = placed
+        .iter()
+        .map(|(_, target)| u8::try_from(*target).ok())
+        .collect::<Option<_>>()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let rights = [ControlMessage::ScmRights(&fds)];
+    let flags = MsgFlags::MSG_NOSIGNAL;
+    sendmsg::<()>(
+        socket.as_raw_fd(),
+        &[IoSlice::new(&targets)],
+        &rights,
+        flags,
+        None,
+    )?;
+    Ok(())
+}
+
+fn read_pid(socket: &OwnedFd) -> std::io::Result<Pid> {
+    let mut reply = [0u8; 4];
+    let mut iov = [IoSliceMut::new(&mut reply)];
+    let bytes = recvmsg::<()>(socket.as_raw_fd(), &mut iov, None, MsgFlags::empty())?.bytes;
+    let pid = i32::from_le_bytes(reply);
+    match (bytes == reply.len(), pid) {
+        (true, 1..) => Ok(Pid::from_raw(pid)),
+        (true, errno) => Err(std::io::Error::from_raw_os_error(-errno)),
+        (false, _) => Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+    }
+}
+
+impl InitSpawner {
+    /// Ends the spawner and reaps it; inits asked for later are executed.
+    pub fn close(&self) {
+        drop(self.socket.lock().map(|mut socket| socket.take()));
+        let pid = self.pid.lock().ok().and_then(|mut pid| pid.take());
+        if let Some(pid) = pid {
+            while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
+        }
+    }
+}
+
+impl Drop for InitSpawner {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::SandboxOptions;
+
+    /// An init program that is no spawner (an older airlock binary, here `/bin/true`) ends
+    /// without the greeting: refused at once, and the pool executes its inits.
+    #[test]
+    fn a_program_that_is_no_spawner_is_refused_at_once() {
+        let options = SandboxOptions {
+            init_program: Some("/bin/true".into()),
+            ..SandboxOptions::default()
+        };
+        let policy = crate::policy::load_profile("untrusted").unwrap();
+        let sandbox = Sandbox::with_options(policy, options).unwrap();
+        let started = std::time::Instant::now();
+        assert!(InitSpawner::start(&sandbox).is_err());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+}
