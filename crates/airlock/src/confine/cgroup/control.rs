@@ -217,6 +217,19 @@ pub(super) fn create_dir_hint(err: &io::Error) -> String {
     }
 }
 
+/// One attempt to remove a run directory the caller expects empty: whether it is gone (a
+/// plain-file tree's removed with its files). A kernel cgroup with members is left as it is.
+pub(super) fn remove_empty_run_dir(path: &Path) -> bool {
+    match fs::remove_dir(path) {
+        Ok(()) => true,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => true,
+        Err(err) if err.raw_os_error() == Some(libc::ENOTEMPTY) && !is_cgroupfs(path) => {
+            remove_plain_dir(path).is_ok()
+        }
+        Err(_) => false,
+    }
+}
+
 pub(super) fn remove_run_dir(path: &Path) -> Result<(), CgroupError> {
     let deadline = Instant::now() + REMOVE_DEADLINE;
     loop {

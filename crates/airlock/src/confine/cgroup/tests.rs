@@ -637,6 +637,29 @@ fn real_kill_all_kills_a_process_tree_and_remove_cleans_up() {
     }
 }
 
+/// `remove` tries the rmdir first (the common, emptied case); a cgroup the kernel keeps for
+/// its members must still be killed and removed, in every hierarchy.
+#[test]
+fn real_remove_of_a_cgroup_with_members_kills_them_and_removes_it() {
+    let Some(cfg) = real_cfg("busy") else { return };
+    let run = real_run(&cfg, &CgroupLimits::default());
+    let mut child = spawn_gated("/bin/sleep 100 & /bin/sleep 100 & wait");
+    run.attach(child.pid()).unwrap();
+    child.release();
+    assert!(wait_for(Duration::from_secs(5), || run
+        .pids()
+        .unwrap()
+        .len()
+        == 3));
+    let paths = run.paths();
+    run.remove();
+    let status = child.wait_timeout(Duration::from_secs(5));
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    for path in &paths {
+        assert!(!path.exists(), "{} left behind", path.display());
+    }
+}
+
 #[test]
 fn real_join_paths_let_a_process_join_itself() {
     let Some(cfg) = real_cfg("join") else { return };
