@@ -601,3 +601,43 @@ fn the_prepared_root_is_read_only_and_writable_mounts_are_per_run() {
         assert_eq!(stdout(&run(&zygote, probe)), "1 [] []\n");
     }
 }
+
+/// The report and both output streams are served from the caller's thread: output larger
+/// than a pipe's buffer on both streams at once arrives whole (neither stream blocks the
+/// other nor the report), and a streamed run sends `Started` first, then every byte within
+/// the caps, in order per stream.
+#[test]
+fn both_streams_and_the_report_are_served_together_and_streamed_in_order() {
+    let _guard = shared();
+    let zygote = zygote(&[]);
+    let code = "import sys\n\
+        for i in range(64):\n\
+        \x20   sys.stdout.write(str(i % 10) * 4096); sys.stderr.write(chr(97 + i % 26) * 4096)\n\
+        sys.stdout.flush(); sys.stderr.flush()";
+    let expected_out: String = (0..64).map(|i| (i % 10).to_string().repeat(4096)).collect();
+    let expected_err: String = (0..64)
+        .map(|i| char::from(b'a' + (i % 26) as u8).to_string().repeat(4096))
+        .collect();
+    let (events, received) = std::sync::mpsc::channel();
+    let mut request = ZygoteRun::code(code);
+    request.events = Some(events);
+    let result = zygote.run(&request).expect("run");
+    assert_eq!(stdout(&result), expected_out);
+    assert_eq!(result.stderr.as_deref().unwrap_or_default(), expected_err);
+    let events: Vec<airlock::RunEvent> = received.try_iter().collect();
+    assert!(
+        matches!(events.first(), Some(airlock::RunEvent::Started { layers }) if *layers == result.isolation),
+        "Started is not first: {:?}",
+        events.first()
+    );
+    let (mut streamed_out, mut streamed_err) = (Vec::new(), Vec::new());
+    for event in &events[1..] {
+        match event {
+            airlock::RunEvent::Stdout(chunk) => streamed_out.extend_from_slice(chunk),
+            airlock::RunEvent::Stderr(chunk) => streamed_err.extend_from_slice(chunk),
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert_eq!(streamed_out, expected_out.as_bytes());
+    assert_eq!(streamed_err, expected_err.as_bytes());
+}
