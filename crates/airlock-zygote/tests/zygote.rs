@@ -561,6 +561,31 @@ fn a_run_past_its_wall_time_is_a_timeout() {
     assert_eq!(stdout(&run(&zygote, "print(2)")), "2\n");
 }
 
+/// A run that writes without pause (under `truncate`, so its output never stops it) still
+/// ends at its wall time: four writers keep its stdout readable at all times, and the
+/// deadline must be checked without waiting for a quiet moment. The code stops itself after
+/// 30 s, so that the assertion fails rather than hangs without the check.
+#[test]
+fn a_run_writing_without_pause_still_ends_at_its_wall_time() {
+    let _guard = shared();
+    let mut policy = untrusted();
+    policy.limits.wall_time.0 = Duration::from_secs(1);
+    policy.limits.on_output_limit = airlock::policy::OutputLimitAction::Truncate;
+    let zygote = zygote_of(policy, &[]);
+    let started = Instant::now();
+    let result = run(
+        &zygote,
+        "import os, time\n\
+        os.fork(); os.fork()\n\
+        end = time.time() + 30\n\
+        while time.time() < end:\n\
+        \x20   os.write(1, b'x' * 65536)",
+    );
+    assert_eq!(result.status, RunStatus::Timeout, "{result:#?}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{result:#?}");
+    assert!(result.stdout_truncated, "{result:#?}");
+}
+
 /// `on_output_limit = kill`: a run writing without end is stopped when its stdout passes the
 /// cap (long before its wall time) and reported as `output_limit`; the next run is unharmed.
 #[test]

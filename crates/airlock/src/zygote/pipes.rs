@@ -59,11 +59,11 @@ pub(super) fn serve(
         for &i in &watched {
             fds.push(PollFd::new(outputs[i].pipe.as_fd(), PollFlags::POLLIN));
         }
-        let ready = match poll(&mut fds, report.timeout()) {
-            Ok(ready) => ready,
+        match poll(&mut fds, report.timeout()) {
+            Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => break,
-        };
+        }
         let readable: Vec<bool> = fds
             .iter()
             .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
@@ -71,10 +71,9 @@ pub(super) fn serve(
         drop(fds);
         let mut readable = readable.into_iter();
         if !report.done {
-            if ready == 0 {
-                report.deadline_passed(socket, reader);
-                continue;
-            }
+            // Checked on every round, not only when poll times out: a program writing
+            // without pause keeps its pipes readable and poll from ever timing out.
+            report.check_deadline(socket, reader);
             if readable.next() == Some(true) {
                 report.read(socket, reader);
             }
@@ -130,9 +129,9 @@ impl ReportState {
         PollTimeout::try_from(millis.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
     }
 
-    fn deadline_passed(&mut self, socket: &UnixStream, reader: &mut dyn ReportReader) {
+    fn check_deadline(&mut self, socket: &UnixStream, reader: &mut dyn ReportReader) {
         if Instant::now() < self.deadline {
-            return; // woken early (a rounding of the timeout): poll again
+            return;
         }
         if self.timed_out {
             self.done = true;
