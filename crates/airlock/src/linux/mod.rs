@@ -97,7 +97,7 @@ fn move_fds(pairs: &[(RawFd, RawFd)], flags: OFlag) -> std::io::Result<()> {
 /// pool's init spawner starts each init as the pool's child, which the pool reaps and
 /// signals as one it executed. The child's exit signal is the caller's own (SIGCHLD).
 pub fn fork_as_sibling() -> std::io::Result<sys::Forked> {
-    sys::clone_into_namespaces(nix::sched::CloneFlags::CLONE_PARENT)?.ok_or_else(|| {
+    sys::fork_with_flags(nix::sched::CloneFlags::CLONE_PARENT)?.ok_or_else(|| {
         std::io::Error::other("the init spawner must be single-threaded to fork an init")
     })
 }
