@@ -162,10 +162,12 @@ fn engines_without_root_are_refused_up_front() {
     }
 }
 
-/// Starts `airlock run` on podman with a shell `script` that first prints its workdir, and
-/// returns the CLI, the run directory and the run id read from that line. `own_group` puts
-/// the CLI in a new process group, so the test can kill the CLI and its init together.
-fn start_podman_run(
+/// Starts `airlock run` on `oci`'s runtime with a shell `script` that first prints its
+/// workdir, and returns the CLI, the run directory and the run id read from that line.
+/// `own_group` puts the CLI in a new process group, so the test can kill the CLI and its init
+/// together.
+fn start_run(
+    oci: &Oci,
     script: &str,
     own_group: bool,
 ) -> (std::process::Child, std::path::PathBuf, String) {
@@ -174,7 +176,7 @@ fn start_podman_run(
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"));
     command
         .args(["run", "--backend", "container"])
-        .args(PODMAN.flags)
+        .args(oci.flags)
         .args(["--", "/bin/sh", "-c", script])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
@@ -204,7 +206,8 @@ fn podman_container_dies_with_its_killed_supervisor_and_init() {
     require_runtime!(PODMAN);
     use std::time::{Duration, Instant};
     let marker = format!("1000.{}", std::process::id());
-    let (mut child, run_dir, run_id) = start_podman_run(&format!("pwd; exec sleep {marker}"), true);
+    let (mut child, run_dir, run_id) =
+        start_run(&PODMAN, &format!("pwd; exec sleep {marker}"), true);
     let program = format!("sleep {marker} ");
     let started = Instant::now();
     while !processes_with(&marker)
@@ -238,6 +241,63 @@ fn podman_container_dies_with_its_killed_supervisor_and_init() {
     std::fs::remove_dir_all(&run_dir).unwrap();
     remove_empty_run_cgroups(&run_id);
     PODMAN.assert_no_leftovers(&run_dir, &run_id);
+}
+
+/// crun copies itself into a temporary file as it starts, in `$_LIBCONTAINER_STATEDIR` or
+/// else in /tmp, and unlinks it moments later: a crun killed in between (a run cancelled as it
+/// starts) left an empty `/tmp/crun.XXXXXX` on the host. airlock starts crun with that
+/// directory in the run's bundle, which goes with the run.
+#[test]
+fn crun_makes_its_temporary_copy_in_the_run_directory() {
+    require_runtime!(CRUN);
+    use std::time::{Duration, Instant};
+    let marker = format!("1000.{}", std::process::id() + 1);
+    let (mut child, run_dir, run_id) =
+        start_run(&CRUN, &format!("pwd; exec sleep {marker}"), false);
+    let container = format!("airlock-{run_id}");
+    let started = Instant::now();
+    let crun = loop {
+        // Not /proc/PID/exe: crun runs from its unlinked copy.
+        let crun_command = format!("/usr/bin/crun --root {}", run_dir.display());
+        if let Some((pid, _)) = pids_with_command(&container)
+            .into_iter()
+            .find(|(_, command)| command.starts_with(&crun_command))
+        {
+            break pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no crun for {container}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let environ = std::fs::read(format!("/proc/{crun}/environ")).unwrap_or_default();
+    let expected = format!("_LIBCONTAINER_STATEDIR={}", run_dir.join("oci").display());
+    let found = environ
+        .split(|b| *b == 0)
+        .any(|var| var == expected.as_bytes());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    assert!(found, "crun ran without {expected}");
+    CRUN.assert_no_leftovers(&run_dir, &run_id);
+}
+
+/// The processes whose command line contains `needle`, with their command lines.
+fn pids_with_command(needle: &str) -> Vec<(u32, String)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|p| p.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            Some((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")))
+        })
+        .filter(|(_, command)| command.contains(needle))
+        .collect()
 }
 
 /// What `podman ps -a` lists with the run's own state directories (which it creates afresh

@@ -561,6 +561,31 @@ fn a_run_past_its_wall_time_is_a_timeout() {
     assert_eq!(stdout(&run(&zygote, "print(2)")), "2\n");
 }
 
+/// A run that writes without pause (under `truncate`, so its output never stops it) still
+/// ends at its wall time: four writers keep its stdout readable at all times, and the
+/// deadline must be checked without waiting for a quiet moment. The code stops itself after
+/// 30 s, so that the assertion fails rather than hangs without the check.
+#[test]
+fn a_run_writing_without_pause_still_ends_at_its_wall_time() {
+    let _guard = shared();
+    let mut policy = untrusted();
+    policy.limits.wall_time.0 = Duration::from_secs(1);
+    policy.limits.on_output_limit = airlock::policy::OutputLimitAction::Truncate;
+    let zygote = zygote_of(policy, &[]);
+    let started = Instant::now();
+    let result = run(
+        &zygote,
+        "import os, time\n\
+        os.fork(); os.fork()\n\
+        end = time.time() + 30\n\
+        while time.time() < end:\n\
+        \x20   os.write(1, b'x' * 65536)",
+    );
+    assert_eq!(result.status, RunStatus::Timeout, "{result:#?}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{result:#?}");
+    assert!(result.stdout_truncated, "{result:#?}");
+}
+
 /// `on_output_limit = kill`: a run writing without end is stopped when its stdout passes the
 /// cap (long before its wall time) and reported as `output_limit`; the next run is unharmed.
 #[test]
@@ -600,4 +625,44 @@ fn the_prepared_root_is_read_only_and_writable_mounts_are_per_run() {
     for _ in 0..2 {
         assert_eq!(stdout(&run(&zygote, probe)), "1 [] []\n");
     }
+}
+
+/// The report and both output streams are served from the caller's thread: output larger
+/// than a pipe's buffer on both streams at once arrives whole (neither stream blocks the
+/// other nor the report), and a streamed run sends `Started` first, then every byte within
+/// the caps, in order per stream.
+#[test]
+fn both_streams_and_the_report_are_served_together_and_streamed_in_order() {
+    let _guard = shared();
+    let zygote = zygote(&[]);
+    let code = "import sys\n\
+        for i in range(64):\n\
+        \x20   sys.stdout.write(str(i % 10) * 4096); sys.stderr.write(chr(97 + i % 26) * 4096)\n\
+        sys.stdout.flush(); sys.stderr.flush()";
+    let expected_out: String = (0..64).map(|i| (i % 10).to_string().repeat(4096)).collect();
+    let expected_err: String = (0..64)
+        .map(|i| char::from(b'a' + (i % 26) as u8).to_string().repeat(4096))
+        .collect();
+    let (events, received) = std::sync::mpsc::channel();
+    let mut request = ZygoteRun::code(code);
+    request.events = Some(events);
+    let result = zygote.run(&request).expect("run");
+    assert_eq!(stdout(&result), expected_out);
+    assert_eq!(result.stderr.as_deref().unwrap_or_default(), expected_err);
+    let events: Vec<airlock::RunEvent> = received.try_iter().collect();
+    assert!(
+        matches!(events.first(), Some(airlock::RunEvent::Started { layers }) if *layers == result.isolation),
+        "Started is not first: {:?}",
+        events.first()
+    );
+    let (mut streamed_out, mut streamed_err) = (Vec::new(), Vec::new());
+    for event in &events[1..] {
+        match event {
+            airlock::RunEvent::Stdout(chunk) => streamed_out.extend_from_slice(chunk),
+            airlock::RunEvent::Stderr(chunk) => streamed_err.extend_from_slice(chunk),
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert_eq!(streamed_out, expected_out.as_bytes());
+    assert_eq!(streamed_err, expected_err.as_bytes());
 }

@@ -275,19 +275,30 @@ pub(super) fn finish_and_exec(spec: &InitSpec, layers: Vec<Layer>) -> Setup<Infa
     exec_program(spec)
 }
 
+/// What a wrapper tool is executed as: the program's environment plus `tool_env`.
+pub(super) struct ToolExec {
+    pub program: PathBuf,
+    pub argv: Vec<String>,
+    /// Variables for the tool alone (never for a tool that passes its environment on to
+    /// the program).
+    pub tool_env: Vec<(String, String)>,
+}
+
 /// Like [`finish_and_exec`] for a wrapper tool: `prepare` runs after inherited descriptors
 /// are marked close-on-exec (so it can place the few the tool needs) and names what to exec.
 pub(super) fn finish_and_exec_with(
     spec: &InitSpec,
     layers: Vec<Layer>,
-    prepare: impl FnOnce() -> Setup<(PathBuf, Vec<String>)>,
+    prepare: impl FnOnce() -> Setup<ToolExec>,
 ) -> Setup<Infallible> {
     check_required(spec, &layers)?;
     close_inherited()?;
-    let (program, argv) = prepare()?;
+    let tool = prepare()?;
     send_setup(&SetupMessage::Layers(layers));
     enter_workdir(spec)?;
-    exec_argv(&program, &argv, &spec.env)
+    let mut env = spec.env.clone();
+    env.extend(tool.tool_env);
+    exec_argv(&tool.program, &tool.argv, &env)
 }
 
 fn close_inherited() -> Setup<()> {

@@ -16,7 +16,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
-use super::child::{finish_and_exec_with, send_setup, ChildContext, SetupMessage};
+use super::child::{finish_and_exec_with, send_setup, ChildContext, SetupMessage, ToolExec};
 use super::run::{new_run_dir, run_dir_failed};
 use super::{Kind, Setup, Step};
 use crate::confine::seccomp;
@@ -146,11 +146,26 @@ pub(super) fn exec(
                 _ => {}
             }
         }
-        Ok((Path::new(tool).to_path_buf(), argv.clone()))
+        Ok(ToolExec {
+            program: Path::new(tool).to_path_buf(),
+            argv: argv.clone(),
+            tool_env: tool_env(wrap),
+        })
     })
 }
 
 /// What protect_git found, opened again and checked to be the same objects.
+/// The variables the plan sets for the tool alone ([`WrapStep::ToolEnv`]).
+fn tool_env(wrap: &WrapSpec) -> Vec<(String, String)> {
+    wrap.steps
+        .iter()
+        .filter_map(|step| match step {
+            WrapStep::ToolEnv { name, value } => Some((name.clone(), value.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 fn reopen_found(found: &[crate::confine::found::Found]) -> Setup<Vec<OwnedFd>> {
     found
         .iter()

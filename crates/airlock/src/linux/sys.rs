@@ -455,14 +455,15 @@ pub fn set_mount_idmap(
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
     };
-    mount_setattr(tree, &attr, recursive)
+    mount_setattr(tree, c"", &attr, recursive)
 }
 
-/// Adds the `MOUNT_ATTR_*` flags in `flags` to the mount `tree` (and, `recursive`, to every
-/// mount below it). Flags are only added, never cleared: what a user namespace locked on the
-/// source stays, as a bind remount would have to repeat it.
+/// Adds the `MOUNT_ATTR_*` `flags` to the mount at `path` under `dir` (`dir`'s own if empty;
+/// `recursive`: and every mount below). Only added, never cleared: what a user namespace
+/// locked stays, which a bind remount would have to look up (`statfs`) and repeat.
 pub fn add_mount_flags(
-    tree: std::os::fd::BorrowedFd,
+    dir: std::os::fd::BorrowedFd,
+    path: &std::path::Path,
     flags: u64,
     recursive: bool,
 ) -> io::Result<()> {
@@ -472,23 +473,24 @@ pub fn add_mount_flags(
         propagation: 0,
         userns_fd: 0,
     };
-    mount_setattr(tree, &attr, recursive)
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+    mount_setattr(dir, &path, &attr, recursive)
 }
 
 fn mount_setattr(
-    tree: std::os::fd::BorrowedFd,
+    dir: std::os::fd::BorrowedFd,
+    path: &std::ffi::CStr,
     attr: &MountAttr,
     recursive: bool,
 ) -> io::Result<()> {
     let flags = libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 };
-    // SAFETY: the descriptor is borrowed for the call, the path is a static empty C string
-    // (AT_EMPTY_PATH acts on `tree` itself), and `attr` is a live `struct mount_attr` whose
-    // size is passed with it; the kernel reads it and writes nothing back.
+    // SAFETY: `dir` is borrowed for the call, `path` is a live C string (empty: AT_EMPTY_PATH
+    // acts on `dir`), `attr` a live `struct mount_attr` of the size passed; nothing is written.
     let result = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
+            dir.as_raw_fd(),
+            path.as_ptr(),
             flags,
             attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),

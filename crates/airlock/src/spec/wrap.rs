@@ -69,6 +69,10 @@ pub enum WrapStep {
         config: SeccompConfig,
         fds: Vec<i32>,
     },
+    /// Sets a variable for the tool alone, on top of the program's environment. Only for
+    /// tools that give the program its environment from their own files (OCI runtimes read
+    /// it from config.json), so nothing set here reaches the program.
+    ToolEnv { name: String, value: String },
     /// Gives the tool a status pipe at this descriptor (bwrap's `--json-status-fd`): a status
     /// without an `exit-code` document means the tool failed before the program ran, which
     /// the init reports as a setup failure instead of the program's exit.

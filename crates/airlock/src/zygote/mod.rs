@@ -18,6 +18,7 @@
 //! ```
 
 mod host;
+mod pipes;
 mod ready;
 mod recycle;
 mod run;

@@ -206,13 +206,16 @@ impl Keeper {
                 Job::Refill => self.refill(),
             }
         }
-        let unused: Vec<ReadyChild> = lock(&self.ready).drain(..).collect();
-        for child in unused {
-            // Its PID 1 reads end-of-file for a request and ends, and the run with it.
-            let ReadyChild { cgroup, .. } = child;
-            if let Some(cgroup) = cgroup {
-                self.remove(cgroup);
-            }
+        // Every unused child's socket and pipes are closed first: its PID 1 sees the report
+        // socket close and ends, and the run with it, so the cgroups below are empty (or
+        // nearly) when they are removed. (Closing them after each removal, as before, left
+        // each removal polling a live PID 1 until its one-second deadline.)
+        let cgroups: Vec<RunCgroup> = lock(&self.ready)
+            .drain(..)
+            .filter_map(|child| child.cgroup)
+            .collect();
+        for cgroup in cgroups {
+            self.remove(cgroup);
         }
     }
 

@@ -2,15 +2,16 @@
 //! to the template, the request, the output, the child's report, then the result and the
 //! cleanup.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::host::{Zygote, ZygoteRun};
+use super::pipes;
 use super::ready::ReadyChild;
 use crate::confine::cgroup::RunCgroup;
 use crate::error::Error;
@@ -18,7 +19,7 @@ use crate::init::zygote::{decide_status, ChildLine};
 use crate::init::ExitReport;
 use crate::init::SetupMessage;
 use crate::result::{RunResult, RunStatus};
-use crate::supervisor::output::{drain, Drained, OutputSink, StartGate, StreamKind};
+use crate::supervisor::output::{Collector, Drained, OutputSink, StartGate, StreamKind};
 use crate::supervisor::RunEvent;
 
 /// What the child reported on its report socket.
@@ -119,28 +120,28 @@ fn run_on(
         .map(|token| on_cancel(token, &report, cgroup, &cancelled))
         .transpose()?;
     let stream = Stream::of(run);
-    let stdout = collect(
-        stdout,
-        StreamKind::Stdout,
-        stdout_cap,
-        &stream,
-        stop.clone(),
-    );
-    let stderr = collect(
-        stderr,
-        StreamKind::Stderr,
-        stderr_cap,
-        &stream,
-        stop.clone(),
-    );
-    let wall = zygote.plan.spec.limits.wall_time;
-    let mut report = read_report(report, started + wall, cgroup, &stream);
-    stream.open();
+    let sinks = [stream.sink(), stream.sink()];
+    let on_overflow = || stop.overflowed();
+    let outputs = [
+        (stdout, StreamKind::Stdout, stdout_cap, &sinks[0]),
+        (stderr, StreamKind::Stderr, stderr_cap, &sinks[1]),
+    ]
+    .map(|(pipe, kind, cap, sink)| pipes::Output {
+        pipe: std::fs::File::from(pipe),
+        collector: Collector::new(kind, sink, cap),
+        on_overflow: &on_overflow,
+    });
+    let deadline = started + zygote.plan.spec.limits.wall_time;
+    let mut reader = ReportLines {
+        report: Report::default(),
+        cgroup,
+        stream: &stream,
+    };
+    let [stdout, stderr] = pipes::serve(&report, outputs, deadline, &mut reader);
+    let mut report = reader.report;
     if let Some(stdin) = stdin {
         let _ = stdin.join();
     }
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
     report.output_limit = stop.hit();
     report.cancelled = cancelled.load(Ordering::SeqCst);
     Ok(assemble(zygote, report, cgroup, started, stdout, stderr))
@@ -220,78 +221,56 @@ impl Stream {
             gate.open();
         }
     }
-}
 
-/// Drains one stream: kept up to its cap for the result, and streamed too when asked (the
-/// same cap: bytes past it are counted, never sent).
-fn collect(
-    pipe: OwnedFd,
-    kind: StreamKind,
-    cap: u64,
-    stream: &Stream,
-    stop: OutputStop,
-) -> JoinHandle<Drained> {
-    let sink = match stream {
-        Stream::Events(events, gate) => OutputSink::KeepAndStream(events.clone(), Arc::clone(gate)),
-        Stream::Collect => OutputSink::Capture,
-    };
-    std::thread::spawn(move || {
-        let file = std::fs::File::from(pipe);
-        drain(file, kind, &sink, cap, || stop.overflowed())
-    })
-}
-
-/// Reads the child's lines until its exit report or EOF; at the wall-clock deadline every
-/// process of the run is killed, with a cgroup or without one.
-fn read_report(
-    socket: UnixStream,
-    deadline: Instant,
-    cgroup: Option<&RunCgroup>,
-    stream: &Stream,
-) -> Report {
-    let mut report = Report::default();
-    let mut lines = BufReader::new(&socket);
-    let mut line = String::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let wait = if report.timed_out {
-            Duration::from_secs(5)
-        } else {
-            left.max(Duration::from_millis(1))
-        };
-        let _ = socket.set_read_timeout(Some(wait));
-        line.clear();
-        match lines.read_line(&mut line) {
-            Ok(0) => return report,
-            Ok(_) => {
-                let had_layers = !report.layers.is_empty();
-                let exited = apply_line(&mut report, &line);
-                if !had_layers && !report.layers.is_empty() {
-                    stream.started(&report.layers);
-                }
-                if exited {
-                    return report;
-                }
+    /// Where one stream's bytes go: kept for the result, and streamed too when asked.
+    fn sink(&self) -> OutputSink {
+        match self {
+            Stream::Events(events, gate) => {
+                OutputSink::KeepAndStream(events.clone(), Arc::clone(gate))
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                if report.timed_out {
-                    return report;
-                }
-                report.timed_out = true;
-                // PID 1 ends (and with it the namespace) when its report socket closes; the
-                // cgroup's kill also takes what a run without a new PID namespace would leave.
-                let _ = socket.shutdown(std::net::Shutdown::Both);
-                if let Some(cgroup) = cgroup {
-                    let _ = cgroup.kill_all();
-                }
-            }
-            Err(_) => return report,
+            Stream::Collect => OutputSink::Capture,
         }
+    }
+}
+
+/// The report's lines as they arrive: `Started` streamed with the layers, and at the
+/// wall-clock deadline every process of the run killed, with a cgroup or without one.
+struct ReportLines<'a> {
+    report: Report,
+    cgroup: Option<&'a RunCgroup>,
+    stream: &'a Stream,
+}
+
+impl pipes::ReportReader for ReportLines<'_> {
+    fn line(&mut self, line: &str) -> bool {
+        let had_layers = !self.report.layers.is_empty();
+        let exited = apply_line(&mut self.report, line);
+        if !had_layers && !self.report.layers.is_empty() {
+            self.stream.started(&self.report.layers);
+        }
+        exited
+    }
+
+    fn timed_out(&mut self, socket: &UnixStream) {
+        self.report.timed_out = true;
+        // PID 1 ends (and with it the namespace) when its report socket closes; the
+        // cgroup's kill also takes what a run without a new PID namespace would leave.
+        let _ = socket.shutdown(std::net::Shutdown::Both);
+        if let Some(cgroup) = self.cgroup {
+            let _ = cgroup.kill_all();
+        }
+    }
+
+    /// Output follows the layers (the program is forked after PID 1 sent them); from a
+    /// child whose report ended without them, it goes out without them.
+    fn output_may_flow(&mut self, report_done: bool) -> bool {
+        let Stream::Events(..) = self.stream else {
+            return true;
+        };
+        if report_done {
+            self.stream.open();
+        }
+        report_done || !self.report.layers.is_empty()
     }
 }
 

@@ -45,6 +45,7 @@ pub(super) fn plan(
         false => Vec::new(),
     };
     let mut steps = bundle_steps(files, git);
+    steps.extend(run.scratch_in_bundle(&bundle));
     steps.extend(gate);
     steps.extend(hybrid.hidden_files.into_iter().map(WrapStep::HideFile));
     steps.push(WrapStep::CheckStarted(StartEvidence {
@@ -114,6 +115,17 @@ impl OciRun {
         }
         input.argv = die_with_runtime(&input.argv);
         (input, cgroup_dirs)
+    }
+
+    /// crun (1.8) makes a temporary copy of itself in `$_LIBCONTAINER_STATEDIR`, or in /tmp
+    /// when that is unset, and unlinks it moments later: a crun killed in between (a run
+    /// cancelled or timed out as it starts) left an empty `/tmp/crun.XXXXXX` on the host.
+    /// In the bundle, the file goes with the run directory.
+    fn scratch_in_bundle(&self, bundle: &Bundle) -> Option<WrapStep> {
+        (self.runtime == OciRuntime::Crun).then(|| WrapStep::ToolEnv {
+            name: "_LIBCONTAINER_STATEDIR".into(),
+            value: bundle.dir.display().to_string(),
+        })
     }
 
     /// `runc|crun [global options] run [options] ID`, with a pid file that shows whether the

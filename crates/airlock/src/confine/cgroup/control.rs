@@ -96,14 +96,27 @@ pub(super) fn control_file_offered(dir: &Path, name: &str) -> bool {
 }
 
 /// Writes a control file in one `write`. Kernel files are never created (a missing one means a
-/// missing controller); on a plain-file tree they are.
+/// missing controller); on a plain-file tree they are (asked only once one is missing).
 pub(super) fn write_control(path: &Path, value: &str, hint: &str) -> Result<(), CgroupError> {
-    let plain = path.parent().is_some_and(|dir| !is_cgroupfs(dir));
-    OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .create(plain)
-        .open(path)
+    let open = |create| {
+        OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .create(create)
+            .open(path)
+    };
+    let opened = match open(false) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            let plain = path.parent().is_some_and(|dir| !is_cgroupfs(dir));
+            if plain {
+                open(true)
+            } else {
+                Err(err)
+            }
+        }
+        other => other,
+    };
+    opened
         .and_then(|mut file| file.write_all(value.as_bytes()))
         .map_err(|source| CgroupError::Write {
             path: path.to_path_buf(),
@@ -152,19 +165,24 @@ pub(super) fn create_dir_if_missing(dir: &Path) -> Result<bool, CgroupError> {
     }
 }
 
-/// Creates the run directory under `<base>/<parent>` after `prepare_parent` made the parent,
-/// retrying if a concurrent run's removal deleted the (then empty) parent in between.
+/// Creates the run directory under `<base>/<parent>`, retrying if a concurrent run's removal
+/// deleted the (then empty) parent in between. `prepare_parent` makes the parent: before each
+/// attempt when `parent_first` (v2 enables controllers on the way down), otherwise only once
+/// the parent is found missing (v1: a `mkdir` per existing directory and hierarchy saved).
 pub(super) fn create_run_dir(
     base: &Path,
     parent: &str,
     run_id: &str,
+    parent_first: bool,
     prepare_parent: impl Fn() -> Result<(), CgroupError>,
 ) -> Result<PathBuf, CgroupError> {
     let path = base.join(parent).join(run_id);
     let mut attempts = 0;
     loop {
         attempts += 1;
-        prepare_parent()?;
+        if parent_first || attempts > 1 {
+            prepare_parent()?;
+        }
         match fs::create_dir(&path) {
             Ok(()) => return Ok(path),
             Err(err) if err.kind() == io::ErrorKind::NotFound && attempts < 5 => continue,
@@ -199,21 +217,30 @@ pub(super) fn create_dir_hint(err: &io::Error) -> String {
     }
 }
 
-pub(super) fn remove_run_dir(path: &Path) -> Result<(), CgroupError> {
-    if !is_cgroupfs(path) {
-        return match fs::remove_dir_all(path) {
-            Err(err) if err.kind() != io::ErrorKind::NotFound => Err(CgroupError::Remove {
-                path: path.to_path_buf(),
-                source: err,
-            }),
-            _ => Ok(()),
-        };
+/// One attempt to remove a run directory the caller expects empty: whether it is gone (a
+/// plain-file tree's removed with its files). A kernel cgroup with members is left as it is.
+pub(super) fn remove_empty_run_dir(path: &Path) -> bool {
+    match fs::remove_dir(path) {
+        Ok(()) => true,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => true,
+        Err(err) if err.raw_os_error() == Some(libc::ENOTEMPTY) && !is_cgroupfs(path) => {
+            remove_plain_dir(path).is_ok()
+        }
+        Err(_) => false,
     }
+}
+
+pub(super) fn remove_run_dir(path: &Path) -> Result<(), CgroupError> {
     let deadline = Instant::now() + REMOVE_DEADLINE;
     loop {
         match fs::remove_dir(path) {
             Ok(()) => return Ok(()),
             Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+            // A kernel cgroup's control files do not keep its rmdir from succeeding (one with
+            // members or children is EBUSY): only a plain-file tree's directory is not empty.
+            Err(err) if err.raw_os_error() == Some(libc::ENOTEMPTY) && !is_cgroupfs(path) => {
+                return remove_plain_dir(path)
+            }
             // Just-killed tasks may still be leaving the cgroup.
             Err(err) if err.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
                 sleep(Duration::from_millis(10));
@@ -229,6 +256,16 @@ pub(super) fn remove_run_dir(path: &Path) -> Result<(), CgroupError> {
 }
 
 /// Best effort: a non-empty parent (other runs) or a vanished one is fine.
+fn remove_plain_dir(path: &Path) -> Result<(), CgroupError> {
+    match fs::remove_dir_all(path) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(CgroupError::Remove {
+            path: path.to_path_buf(),
+            source: err,
+        }),
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn remove_parent_if_empty(parent: &Path) {
     let _ = fs::remove_dir(parent);
 }

@@ -37,8 +37,9 @@ use serde::{Deserialize, Serialize};
 
 use control::{
     canonical_order, cfs_quota, control_file_offered, create_dir_if_missing, create_run_dir,
-    ensure_parent, is_cgroupfs, read_optional, remove_parent_if_empty, remove_run_dir,
-    trial_create, validate_limits, validate_parent, validate_run_id, write_control, CPU_LIMIT_HINT,
+    ensure_parent, is_cgroupfs, read_optional, remove_empty_run_dir, remove_parent_if_empty,
+    remove_run_dir, trial_create, validate_limits, validate_parent, validate_run_id, write_control,
+    CPU_LIMIT_HINT,
 };
 use layout::{Layout, V1Hierarchy, V2Mount};
 use parse::parse_pids;
@@ -440,12 +441,16 @@ impl RunCgroup {
 
     /// Kills every member, removes the run's directories, then the parent if it is now empty.
     pub fn remove(self) -> Result<(), CgroupError> {
-        // The common case is a run whose init already emptied the cgroup: a kill round
-        // (freeze, signal, thaw) would only cost time.
-        if !self.pids().map(|pids| pids.is_empty()).unwrap_or(false) {
-            self.kill_all()?;
-        }
-        let outcome = self.remove_run_dirs();
+        // The common case is a run whose init already emptied the cgroup: its directories go
+        // at the first rmdir, with no read of each hierarchy's members first, and no kill
+        // round (freeze, signal, thaw). Only one the kernel keeps (members: EBUSY) gets both.
+        let outcome = match self.dirs.iter().all(|dir| remove_empty_run_dir(&dir.path)) {
+            true => Ok(()),
+            false => {
+                self.kill_all()?;
+                self.remove_run_dirs()
+            }
+        };
         if !self.keep_parent {
             self.remove_parents_if_empty();
         }

@@ -613,9 +613,9 @@ fn real_kill_all_beats_a_fork_bomb() {
     assert!(paths.iter().all(|path| !path.exists()));
 }
 
-#[test]
-fn real_kill_all_kills_a_process_tree_and_remove_cleans_up() {
-    let Some(cfg) = real_cfg("tree") else { return };
+/// A run cgroup holding a shell and its two sleeping children, all three seen as members.
+fn run_with_three_sleepers(test: &str) -> Option<(RunGuard, ChildGuard)> {
+    let cfg = real_cfg(test)?;
     let run = real_run(&cfg, &CgroupLimits::default());
     let mut child = spawn_gated("/bin/sleep 100 & /bin/sleep 100 & wait");
     run.attach(child.pid()).unwrap();
@@ -625,6 +625,14 @@ fn real_kill_all_kills_a_process_tree_and_remove_cleans_up() {
         .unwrap()
         .len()
         == 3));
+    Some((run, child))
+}
+
+#[test]
+fn real_kill_all_kills_a_process_tree_and_remove_cleans_up() {
+    let Some((run, mut child)) = run_with_three_sleepers("tree") else {
+        return;
+    };
     run.kill_all().unwrap();
     assert!(run.pids().unwrap().is_empty());
     let status = child.wait_timeout(Duration::from_secs(5));
@@ -634,6 +642,22 @@ fn real_kill_all_kills_a_process_tree_and_remove_cleans_up() {
     for path in &paths {
         assert!(!path.exists(), "{} left behind", path.display());
         assert!(!path.parent().unwrap().exists(), "empty parent left behind");
+    }
+}
+
+/// `remove` tries the rmdir first (the common, emptied case); a cgroup the kernel keeps for
+/// its members must still be killed and removed, in every hierarchy.
+#[test]
+fn real_remove_of_a_cgroup_with_members_kills_them_and_removes_it() {
+    let Some((run, mut child)) = run_with_three_sleepers("busy") else {
+        return;
+    };
+    let paths = run.paths();
+    run.remove();
+    let status = child.wait_timeout(Duration::from_secs(5));
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    for path in &paths {
+        assert!(!path.exists(), "{} left behind", path.display());
     }
 }
 

@@ -96,7 +96,7 @@ fn create_dirs(
 ) -> Result<(), CgroupError> {
     for hierarchy in run_hierarchies(layout) {
         let prepare = || ensure_parent(&hierarchy.path, &cfg.parent).map(drop);
-        let path = create_run_dir(&hierarchy.path, &cfg.parent, run_id, prepare)?;
+        let path = create_run_dir(&hierarchy.path, &cfg.parent, run_id, false, prepare)?;
         run.dirs.push(RunDir {
             path,
             controllers: canonical_order(&hierarchy.controllers),

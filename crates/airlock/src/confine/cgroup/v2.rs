@@ -78,7 +78,7 @@ pub(super) fn create(
         .filter(|name| layout.v2_offers(name))
         .collect();
     let prepare = || enable_down_to_parent(&v2.path, &cfg.parent, &wanted);
-    let path = create_run_dir(&v2.path, &cfg.parent, run_id, prepare)?;
+    let path = create_run_dir(&v2.path, &cfg.parent, run_id, true, prepare)?;
     let mut run = RunCgroup {
         version: CgroupVersion::V2,
         dirs: vec![RunDir {

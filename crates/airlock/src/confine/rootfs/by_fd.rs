@@ -10,9 +10,7 @@ use std::path::Path;
 use rustix::fs::{Mode, OFlags};
 use rustix::mount::{move_mount, open_tree, MoveMountFlags, OpenTreeFlags};
 
-use nix::mount::MsFlags;
-
-use super::execute::{io_error, under, wanted_flags};
+use super::execute::{io_error, under, wanted_attrs};
 use super::plan::BindAccess;
 use super::source::HostEntry;
 use super::RootfsError;
@@ -102,7 +100,8 @@ fn clone_onto(
             | OpenTreeFlags::AT_EMPTY_PATH,
     )
     .map_err(|e| bind_error(e.into()))?;
-    sys::add_mount_flags(tree.as_fd(), mount_attrs(access), true).map_err(bind_error)?;
+    sys::add_mount_flags(tree.as_fd(), Path::new(""), wanted_attrs(access), true)
+        .map_err(bind_error)?;
     let flags = MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH;
     move_mount(tree.as_fd(), "", dest.as_fd(), "", flags).map_err(|e| bind_error(e.into()))
 }
@@ -120,19 +119,4 @@ fn mount_point(new_root: &Path, found: &Found) -> Result<OwnedFd, RootfsError> {
         true => Ok(dest),
         false => Err(changed(&found.path, rustix::io::Errno::STALE)),
     }
-}
-
-/// The mount flags a by-path bind gets (`execute::wanted_flags`), as `mount_setattr` flags.
-fn mount_attrs(access: BindAccess) -> u64 {
-    let wanted = wanted_flags(access);
-    let pairs = [
-        (MsFlags::MS_RDONLY, sys::MOUNT_ATTR_RDONLY),
-        (MsFlags::MS_NOSUID, sys::MOUNT_ATTR_NOSUID),
-        (MsFlags::MS_NODEV, sys::MOUNT_ATTR_NODEV),
-        (MsFlags::MS_NOEXEC, sys::MOUNT_ATTR_NOEXEC),
-    ];
-    pairs
-        .into_iter()
-        .filter(|(ms, _)| wanted.contains(*ms))
-        .fold(0, |attrs, (_, attr)| attrs | attr)
 }

@@ -17,14 +17,14 @@ use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{chdir, fchdir, pivot_root};
+use rustix::fs::CWD;
 
 use super::by_fd;
 use super::source::{HostEntry, Resolver};
 use crate::confine::found::Found;
+use crate::linux::sys;
 
-use super::mountinfo::submounts_under;
 use super::plan::{BindAccess, MountOp, ProcProtection};
 use super::{Layout, RootfsError, RootfsReport};
 
@@ -50,7 +50,6 @@ pub(super) fn run(
     let mut executor = Executor {
         dev_null,
         report: RootfsReport::default(),
-        proc_mounts: Vec::new(),
         new_root: Path::new(layout.new_root),
         host: Path::new(layout.host),
     };
@@ -76,9 +75,6 @@ pub(super) fn under(root: impl AsRef<Path>, inner: &Path) -> PathBuf {
 struct Executor {
     dev_null: HostEntry,
     report: RootfsReport,
-    /// The mounts placed under the fresh `/proc` so far: its only submounts, since a new procfs
-    /// mount has no children of its own.
-    proc_mounts: Vec<PathBuf>,
     new_root: &'static Path,
     host: &'static Path,
 }
@@ -106,7 +102,6 @@ impl Executor {
                     &under(self.new_root, path),
                     is_dir,
                     *access,
-                    self.host,
                 ),
                 _ => Err(RootfsError::MissingPath {
                     role: "bind",
@@ -149,13 +144,7 @@ impl Executor {
                     exec: true,
                     devices: false,
                 };
-                bind(
-                    &under(self.host, &real),
-                    &dest,
-                    is_dir,
-                    read_only,
-                    self.host,
-                )
+                bind(&under(self.host, &real), &dest, is_dir, read_only)
             }
             Some(HostEntry::Symlink(target)) => make_symlink(&target, &dest),
             Some(HostEntry::Absent | HostEntry::Found(..)) | None => {
@@ -173,19 +162,11 @@ impl Executor {
         };
         let outcome = match (how, &self.dev_null) {
             (ProcProtection::ReadOnly, _) => {
-                let placed = Submounts::Placed(&self.proc_mounts);
                 let is_dir = meta.is_dir() || (meta.file_type().is_symlink() && dest.is_dir());
-                restrict_bind(&dest, &dest, is_dir, PROC_READ_ONLY, placed, self.host)
+                restrict_bind(&dest, &dest, is_dir, PROC_READ_ONLY)
             }
             (ProcProtection::MaskFile, HostEntry::Real(null, _)) if !meta.is_dir() => {
-                restrict_bind(
-                    &under(self.host, null),
-                    &dest,
-                    false,
-                    NULL_MASK,
-                    Submounts::FromHost,
-                    self.host,
-                )
+                restrict_bind(&under(self.host, null), &dest, false, NULL_MASK)
             }
             (ProcProtection::MaskDir, _) if meta.is_dir() => mask_dir(&dest),
             _ => Err(RootfsError::Remount {
@@ -193,9 +174,8 @@ impl Executor {
                 source: nix::Error::ENOTSUP,
             }),
         };
-        match outcome {
-            Ok(()) => self.proc_mounts.push(dest),
-            Err(_) => self.report.unprotected.push(path.to_path_buf()),
+        if outcome.is_err() {
+            self.report.unprotected.push(path.to_path_buf());
         }
     }
 }
@@ -316,40 +296,26 @@ fn mask_dir(dest: &Path) -> Result<(), RootfsError> {
 }
 
 /// Bind `src` onto `dst`, creating the mount point (a directory or an empty file).
-fn bind(
-    src: &Path,
-    dst: &Path,
-    is_dir: bool,
-    access: BindAccess,
-    host: &Path,
-) -> Result<(), RootfsError> {
+fn bind(src: &Path, dst: &Path, is_dir: bool, access: BindAccess) -> Result<(), RootfsError> {
     if is_dir {
         make_dirs(dst)?;
     } else {
         make_mount_file(dst)?;
     }
-    restrict_bind(src, dst, is_dir, access, Submounts::FromHost, host)
-}
-
-/// Where the submounts a recursive bind brought along are found.
-enum Submounts<'a> {
-    /// In the mount table (for a host source, only if the table had mounts beneath it).
-    FromHost,
-    /// Among these mounts, all the source can have: reading the table costs more than the
-    /// bind itself (four reads were ~0.4 ms of a native run's start).
-    Placed(&'a [PathBuf]),
+    restrict_bind(src, dst, is_dir, access)
 }
 
 /// Recursive bind (a non-recursive bind of a tree with locked submounts is refused in a user
-/// namespace), then remount it and each submount with `access` (bubblewrap's `bind_mount`).
-/// `dst_is_dir` is what the mount point was made as (a file holds no submounts).
+/// namespace), then `access`'s flags added to it and every mount it brought along in one
+/// `mount_setattr(AT_RECURSIVE)`: no `statfs` for the flags a user namespace locked (a bind
+/// remount must repeat them) and no mount table read for the submounts, which were each
+/// remounted by path (bubblewrap's `bind_mount` does both). `dst_is_dir` is what the mount
+/// point was made as (a file holds no submounts).
 fn restrict_bind(
     src: &Path,
     dst: &Path,
     dst_is_dir: bool,
     access: BindAccess,
-    submounts: Submounts,
-    host: &Path,
 ) -> Result<(), RootfsError> {
     let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
     mount(Some(src), dst, None::<&str>, flags, None::<&str>).map_err(|source| {
@@ -359,104 +325,39 @@ fn restrict_bind(
             source,
         }
     })?;
-    remount(dst, wanted_flags(access))?;
-    if !dst_is_dir {
-        return Ok(());
-    }
-    let beneath = match submounts {
-        Submounts::Placed(placed) => placed
-            .iter()
-            .filter(|mount| *mount != dst && mount.starts_with(dst))
-            .cloned()
-            .collect(),
-        // Only a host source with a mount beneath it in the table as it was before the first
-        // bind can have brought submounts along; other sources are checked in the live table.
-        Submounts::FromHost if src.starts_with(host) && !has_submounts(host, src)? => Vec::new(),
-        Submounts::FromHost => submounts_under(&read_mountinfo(host)?, dst),
-    };
-    for submount in beneath {
-        match remount(&submount, wanted_flags(access)) {
-            // Unreachable for us means unreachable for the sandbox too.
-            Err(RootfsError::Remount {
-                source: nix::Error::EACCES,
-                ..
-            }) => {}
-            other => other?,
-        }
-    }
-    Ok(())
+    add_flags(dst, wanted_attrs(access), dst_is_dir)
 }
 
-fn read_mountinfo(host: &Path) -> Result<String, RootfsError> {
-    let path = under(host, Path::new("/proc/self/mountinfo"));
-    fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))
-}
-
-/// Whether a host bind source has mounts beneath it. The table is read once: binds only add
-/// mounts under the new root, never under the old one, so the first snapshot answers for every
-/// host source.
-fn has_submounts(host: &Path, src: &Path) -> Result<bool, RootfsError> {
-    static SNAPSHOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let snapshot = match SNAPSHOT.get() {
-        Some(snapshot) => snapshot,
-        None => SNAPSHOT.get_or_init(|| read_mountinfo(host).unwrap_or_default()),
-    };
-    Ok(snapshot.is_empty() || !submounts_under(snapshot, src).is_empty())
-}
-
-pub(super) fn wanted_flags(access: BindAccess) -> MsFlags {
-    let mut flags = MsFlags::MS_NOSUID;
+/// The `MOUNT_ATTR_*` flags a bind with `access` gets: never setuid.
+pub(super) fn wanted_attrs(access: BindAccess) -> u64 {
+    let mut attrs = sys::MOUNT_ATTR_NOSUID;
     if !access.writable {
-        flags |= MsFlags::MS_RDONLY;
+        attrs |= sys::MOUNT_ATTR_RDONLY;
     }
     if !access.exec {
-        flags |= MsFlags::MS_NOEXEC;
+        attrs |= sys::MOUNT_ATTR_NOEXEC;
     }
     if !access.devices {
-        flags |= MsFlags::MS_NODEV;
+        attrs |= sys::MOUNT_ATTR_NODEV;
     }
-    flags
+    attrs
 }
 
-/// A bind remount must repeat the flags a user namespace locks on the source mount (read-only,
-/// nosuid, nodev, noexec, atime), or the kernel refuses it with EPERM.
-fn remount(path: &Path, wanted: MsFlags) -> Result<(), RootfsError> {
-    let error = |source| RootfsError::Remount {
+/// Adds `attrs` to the mount at `path` (`recursive`: and to every mount below it).
+fn add_flags(path: &Path, attrs: u64, recursive: bool) -> Result<(), RootfsError> {
+    sys::add_mount_flags(CWD, path, attrs, recursive).map_err(|e| RootfsError::Remount {
         path: path.to_path_buf(),
-        source,
-    };
-    let locked = locked_flags(path).map_err(error)?;
-    let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | locked | wanted;
-    mount(None::<&str>, path, None::<&str>, flags, None::<&str>).map_err(error)
-}
-
-fn locked_flags(path: &Path) -> nix::Result<MsFlags> {
-    let current = statvfs(path)?.flags();
-    let pairs = [
-        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
-        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
-        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
-        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
-        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
-    ];
-    let mut flags = pairs
-        .into_iter()
-        .filter(|(st, _)| current.contains(*st))
-        .fold(MsFlags::empty(), |acc, (_, ms)| acc | ms);
-    // Without either flag the source is strictatime; left out, the kernel would default the
-    // remount to relatime and refuse a change of locked atime flags.
-    if !flags.intersects(MsFlags::MS_NOATIME | MsFlags::MS_RELATIME) {
-        flags |= MsFlags::MS_STRICTATIME;
-    }
-    Ok(flags)
+        source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+    })
 }
 
 /// Make an already-populated mount read-only; everything we seal is nosuid, nodev, noexec.
 fn seal(path: &Path) -> Result<(), RootfsError> {
-    let sealed = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    remount(path, sealed)
+    let sealed = sys::MOUNT_ATTR_RDONLY
+        | sys::MOUNT_ATTR_NOSUID
+        | sys::MOUNT_ATTR_NODEV
+        | sys::MOUNT_ATTR_NOEXEC;
+    add_flags(path, sealed, false)
 }
 
 fn make_dirs(path: &Path) -> Result<(), RootfsError> {

@@ -9,7 +9,6 @@
 
 mod by_fd;
 mod execute;
-mod mountinfo;
 mod plan;
 mod scratch;
 mod source;
