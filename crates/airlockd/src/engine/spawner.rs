@@ -57,7 +57,15 @@ impl ColdSpawner {
                 pid = gone.pid(),
                 "the init spawner is gone: inits are executed until a new one starts"
             );
-            // Reaped off the run's path (closing waits for the process).
+            // Killed first (one that stopped answering may still be there: closing its
+            // socket would not end it), then reaped off the run's path. Its pid is not
+            // reused before this reaps it.
+            if let Some(pid) = gone
+                .pid()
+                .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+            {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
             let _ = std::thread::Builder::new()
                 .name("spawner reaper".into())
                 .spawn(move || gone.close());
