@@ -14,7 +14,7 @@ use nix::sys::socket::{
 };
 use nix::unistd::Pid;
 
-use super::builder::Sandbox;
+use super::builder::{Sandbox, SandboxOptions};
 use crate::error::Error;
 use crate::init::INIT_ARG;
 use crate::linux::sys;
@@ -37,7 +37,11 @@ pub struct InitSpawner {
 impl InitSpawner {
     /// Executes the spawner: the init program of `sandbox`'s options, as `__init spawner`.
     pub fn start(sandbox: &Sandbox) -> Result<InitSpawner, Error> {
-        let options = &sandbox.options;
+        InitSpawner::start_with(&sandbox.options)
+    }
+
+    /// Executes the spawner: the init program of `options`, as `__init spawner`.
+    pub fn start_with(options: &SandboxOptions) -> Result<InitSpawner, Error> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -93,6 +97,24 @@ impl InitSpawner {
             *socket = None;
             Error::io("the init spawner did not answer", e)
         })
+    }
+}
+
+impl InitSpawner {
+    /// Whether inits are still asked of it: false once it failed to answer, was found gone
+    /// or was closed (a spawner killed since its last answer is found gone at the next
+    /// request, whose init is then executed).
+    pub fn is_usable(&self) -> bool {
+        self.socket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Its process id, until it is reaped.
+    pub fn pid(&self) -> Option<u32> {
+        let pid = self.pid.lock().unwrap_or_else(|p| p.into_inner());
+        pid.map(|pid| pid.as_raw() as u32)
     }
 }
 
