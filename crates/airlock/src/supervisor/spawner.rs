@@ -9,9 +9,7 @@ use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 
-use nix::sys::socket::{
-    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
-};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, MsgFlags};
 use nix::unistd::Pid;
 
 use super::builder::{Sandbox, SandboxOptions};
@@ -42,13 +40,8 @@ impl InitSpawner {
 
     /// Executes the spawner: the init program of `options`, as `__init spawner`.
     pub fn start_with(options: &SandboxOptions) -> Result<InitSpawner, Error> {
-        let (ours, theirs) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )
-        .map_err(|e| Error::io("cannot create the init spawner's socket", e.into()))?;
+        let (ours, theirs) = crate::linux::seqpacket_pair()
+            .map_err(|e| Error::io("cannot create the init spawner's socket", e))?;
         let null =
             std::fs::File::open("/dev/null").map_err(|e| Error::io("cannot open /dev/null", e))?;
         let program = super::launch::init_program(options);
