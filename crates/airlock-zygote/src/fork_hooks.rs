@@ -3,7 +3,7 @@
 //! Why here and not in airlock's Linux module (`airlock::linux::sys`, which holds every other
 //! `unsafe`): these are calls into the interpreter this binary embeds, which the library
 //! never links. The template clones each run's PID 1 straight into its new namespaces with a
-//! raw `clone` (`airlock::linux::sys::clone_into_namespaces`), which `os.fork` cannot do; so
+//! raw `clone` (`airlock::linux::sys::fork_with_flags`), which `os.fork` cannot do; so
 //! the interpreter's own before- and after-fork work, which `os.fork` does around its
 //! `fork()`, is done here around that `clone` and in the process that runs Python after it.
 #![allow(unsafe_code)]

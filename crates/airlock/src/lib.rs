@@ -100,7 +100,8 @@ pub use policy::Policy;
 pub use result::{RunResult, RunStatus};
 #[cfg(target_os = "linux")]
 pub use supervisor::{
-    Canceller, Command, Input, RunEvent, RunHandle, Sandbox, SandboxOptions, StandaloneWrapper,
+    Canceller, Command, InitSpawner, Input, RunEvent, RunHandle, Sandbox, SandboxOptions,
+    StandaloneWrapper,
 };
 
 /// What the egress gate reports (network `allowlist` and `report`): the result's

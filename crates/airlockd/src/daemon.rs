@@ -164,6 +164,8 @@ impl Daemon {
             None => InterpreterRegistry::builtin(),
         };
         start_warm(&engine, &config, &tenants, &sandbox_options, &interpreters);
+        let (spawner, options) = (Arc::clone(&engine.spawner), sandbox_options.clone());
+        tokio::task::spawn_blocking(move || spawner.start(&options));
         let doctor = tokio::task::spawn_blocking({
             let cgroup = sandbox_options.cgroup.clone().unwrap_or_default();
             move || serde_json::to_value(airlock::doctor::diagnose(&cgroup)).unwrap_or_default()
@@ -204,7 +206,11 @@ impl Daemon {
     pub async fn shutdown(&self) {
         self.engine.drain(self.config.server.shutdown_grace.0).await;
         let engine = Arc::clone(&self.engine);
-        let _ = tokio::task::spawn_blocking(move || engine.warm.shutdown()).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            engine.warm.shutdown();
+            engine.spawner.close();
+        })
+        .await;
         self.audit
             .system("daemon_stopped", None, json!({"pid": std::process::id()}))
             .await;

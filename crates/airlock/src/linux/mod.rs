@@ -25,6 +25,20 @@ pub fn c_strings(items: &[String]) -> std::io::Result<Vec<std::ffi::CString>> {
         .collect()
 }
 
+/// A connected pair of close-on-exec Unix sequenced-packet sockets: the channel to a helper
+/// process of ours (a zygote template, an init spawner), one message per request, which
+/// reads as closed the moment the helper ends.
+pub fn seqpacket_pair() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let flags = SockFlag::SOCK_CLOEXEC;
+    Ok(socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        flags,
+    )?)
+}
+
 /// Forks the calling process if it has exactly one thread, so that the child may run any
 /// code; `None` when other threads exist (their locks could stay held in the child).
 pub fn fork_if_single_threaded() -> std::io::Result<Option<sys::Forked>> {
@@ -97,7 +111,7 @@ fn move_fds(pairs: &[(RawFd, RawFd)], flags: OFlag) -> std::io::Result<()> {
 /// pool's init spawner starts each init as the pool's child, which the pool reaps and
 /// signals as one it executed. The child's exit signal is the caller's own (SIGCHLD).
 pub fn fork_as_sibling() -> std::io::Result<sys::Forked> {
-    sys::clone_into_namespaces(nix::sched::CloneFlags::CLONE_PARENT)?.ok_or_else(|| {
+    sys::fork_with_flags(nix::sched::CloneFlags::CLONE_PARENT)?.ok_or_else(|| {
         std::io::Error::other("the init spawner must be single-threaded to fork an init")
     })
 }

@@ -142,7 +142,7 @@ pub use super::fork_if_single_threaded;
 /// `CLONE_PARENT`), as `fork` would: with `CLONE_NEWPID` the child is PID 1. `None` when the
 /// caller has other threads: the raw call skips glibc's `fork` work (at-fork handlers; the
 /// child keeps the parent's thread id, read only by robust mutexes).
-pub fn clone_into_namespaces(flags: nix::sched::CloneFlags) -> io::Result<Option<Forked>> {
+pub fn fork_with_flags(flags: nix::sched::CloneFlags) -> io::Result<Option<Forked>> {
     let namespaces = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
     let namespaces = namespaces | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWNET;
     if flags.bits() & !(namespaces | libc::CLONE_NEWCGROUP | libc::CLONE_PARENT) != 0 {

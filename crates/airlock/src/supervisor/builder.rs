@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::output::{OutputSink, StartGate};
 use super::signals::{BlockedSignals, CANCEL_SIGNALS};
+use super::spawner::InitSpawner;
 use super::standby::{self, StandbySource};
 use super::terminal::RawTerminal;
 use super::{finish, handle, launch, prepare};
@@ -97,6 +98,8 @@ pub struct Command {
     /// Where a prepared sandbox comes from (a command made by a warm pool).
     pub(super) standby: Option<Arc<dyn StandbySource>>,
     pub(super) cancel_on_signals: bool,
+    /// Forks the init of a cold run instead of executing it (see [`Command::init_spawner`]).
+    pub(super) spawner: Option<Arc<InitSpawner>>,
 }
 
 /// Where one output stream goes.
@@ -152,6 +155,7 @@ impl Sandbox {
             files: Vec::new(),
             standby: None,
             cancel_on_signals: false,
+            spawner: None,
         }
     }
 }
@@ -223,6 +227,17 @@ impl Command {
     /// it has none ready.
     pub(crate) fn with_standby(mut self, source: Arc<dyn StandbySource>) -> Self {
         self.standby = Some(source);
+        self
+    }
+
+    /// Has `spawner` fork this run's init instead of executing the init program, when the
+    /// init would be executed (a supervisor with threads) and gets its stdio from the run
+    /// (not [`Input::Inherit`] or the caller's own output): the cost of a fork of a small
+    /// process instead of the binary's loader, relocations and first page touches, for a
+    /// long-lived caller (a daemon) that keeps one spawner for its cold runs. A spawner that
+    /// is gone is not asked: the init is executed.
+    pub fn init_spawner(mut self, spawner: Arc<InitSpawner>) -> Self {
+        self.spawner = Some(spawner);
         self
     }
 

@@ -23,6 +23,7 @@ use super::finish::Ending;
 use super::hints::HintFacts;
 use super::prepare::Prepared;
 use super::serve;
+use super::spawner::InitSpawner;
 use super::terminal;
 use crate::error::Error;
 use crate::init::INIT_ARG;
@@ -55,6 +56,7 @@ pub(super) fn start(
     let (events_read, events_write) = pipe()?;
     let (stdio, stdin, out_pipes) = stdio_for(command)?;
     let launch = init_launch(&command.sandbox.options);
+    let spawner = command.spawner.as_deref();
     let channel = egress.as_ref().map(|_| net::Channel::new()).transpose()?;
     let (gate_end, sandbox_end) = match channel {
         Some(channel) => (Some(channel.gate_end), Some(channel.sandbox_end)),
@@ -66,7 +68,7 @@ pub(super) fn start(
         gate: sandbox_end,
         go: None,
     };
-    let mut init = start_init(&launch, stdio, pipes, &spec)?;
+    let mut init = start_init(&launch, stdio, pipes, &spec, spawner)?;
     let mut control = std::fs::File::from(control_write);
     if init.reads_spec() {
         if let Err(e) = write_spec(&mut control, &spec) {
@@ -215,7 +217,7 @@ pub(super) fn start_executed(
     go: OwnedFd,
     gate: Option<OwnedFd>,
     spec: &InitSpec,
-    spawner: Option<&super::spawner::InitSpawner>,
+    spawner: Option<&InitSpawner>,
 ) -> Result<(InitProcess, std::fs::File, OwnedFd), Error> {
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
@@ -229,11 +231,7 @@ pub(super) fn start_executed(
         gate,
         go: Some(go),
     };
-    let spawned = match spawner {
-        Some(spawner) => spawner.spawn(&placements(&stdio, &pipes))?,
-        None => None,
-    };
-    let mut init = match spawned {
+    let mut init = match forked_by(spawner, &stdio, &pipes)? {
         Some(pid) => InitProcess::Executed(pid),
         None => spawn(&launch, stdio, pipes)?,
     };
@@ -335,13 +333,15 @@ impl InitProcess {
     }
 }
 
-/// Starts the init with `stdio` and `pipes` in place. The caller's copies may be dropped once
-/// this returns.
+/// Starts the init with `stdio` and `pipes` in place: forked from this process when it may
+/// be, else forked by `spawner` when given, else executed. The caller's copies may be dropped
+/// once this returns.
 fn start_init(
     launch: &InitLaunch,
     stdio: InitStdio,
     pipes: InitPipes,
     spec: &InitSpec,
+    spawner: Option<&InitSpawner>,
 ) -> Result<InitProcess, Error> {
     if launch.may_fork {
         match sys::fork_if_single_threaded() {
@@ -356,7 +356,26 @@ fn start_init(
             }
         }
     }
-    spawn(launch, stdio, pipes)
+    match forked_by(spawner, &stdio, &pipes)? {
+        Some(pid) => Ok(InitProcess::Executed(pid)),
+        None => spawn(launch, stdio, pipes),
+    }
+}
+
+/// Has `spawner` fork the init (it then reads its spec on the control pipe, as an executed
+/// one); `None` when there is no spawner, it is gone, or the init would inherit some of its
+/// stdio from this process (the spawner's own are not this process's). An error when the
+/// spawner took the request and did not answer.
+fn forked_by(
+    spawner: Option<&InitSpawner>,
+    stdio: &InitStdio,
+    pipes: &InitPipes,
+) -> Result<Option<Pid>, Error> {
+    let own_stdio = stdio.stdin.is_some() && stdio.stdout.is_some() && stdio.stderr.is_some();
+    match spawner {
+        Some(spawner) if own_stdio => spawner.spawn(&placements(stdio, pipes)),
+        _ => Ok(None),
+    }
 }
 
 /// Where each of the init's descriptors goes: the pipes at [`CONTROL_FD`], [`EVENTS_FD`] (and

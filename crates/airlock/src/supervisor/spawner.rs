@@ -9,12 +9,10 @@ use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 
-use nix::sys::socket::{
-    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
-};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, MsgFlags};
 use nix::unistd::Pid;
 
-use super::builder::Sandbox;
+use super::builder::{Sandbox, SandboxOptions};
 use crate::error::Error;
 use crate::init::INIT_ARG;
 use crate::linux::sys;
@@ -37,14 +35,13 @@ pub struct InitSpawner {
 impl InitSpawner {
     /// Executes the spawner: the init program of `sandbox`'s options, as `__init spawner`.
     pub fn start(sandbox: &Sandbox) -> Result<InitSpawner, Error> {
-        let options = &sandbox.options;
-        let (ours, theirs) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )
-        .map_err(|e| Error::io("cannot create the init spawner's socket", e.into()))?;
+        InitSpawner::start_with(&sandbox.options)
+    }
+
+    /// Executes the spawner: the init program of `options`, as `__init spawner`.
+    pub fn start_with(options: &SandboxOptions) -> Result<InitSpawner, Error> {
+        let (ours, theirs) = crate::linux::seqpacket_pair()
+            .map_err(|e| Error::io("cannot create the init spawner's socket", e))?;
         let null =
             std::fs::File::open("/dev/null").map_err(|e| Error::io("cannot open /dev/null", e))?;
         let program = super::launch::init_program(options);
@@ -93,6 +90,24 @@ impl InitSpawner {
             *socket = None;
             Error::io("the init spawner did not answer", e)
         })
+    }
+}
+
+impl InitSpawner {
+    /// Whether inits are still asked of it: false once it failed to answer, was found gone
+    /// or was closed (a spawner killed since its last answer is found gone at the next
+    /// request, whose init is then executed).
+    pub fn is_usable(&self) -> bool {
+        self.socket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Its process id, until it is reaped.
+    pub fn pid(&self) -> Option<u32> {
+        let pid = self.pid.lock().unwrap_or_else(|p| p.into_inner());
+        pid.map(|pid| pid.as_raw() as u32)
     }
 }
 

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::unistd::Pid;
 
 use super::ready::{Maker, ReadyChild, ReadyPool};
@@ -313,13 +312,8 @@ impl TemplateProcess {
         spec: &TemplateSpec,
         timeout: Duration,
     ) -> Result<TemplateProcess, Error> {
-        let (control, template_end) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )
-        .map_err(|e| Error::io("cannot create the zygote's control socket", e.into()))?;
+        let (control, template_end) = crate::linux::seqpacket_pair()
+            .map_err(|e| Error::io("cannot create the zygote's control socket", e))?;
         let pid = sys::spawn_with_fds(
             binary,
             &[],

@@ -12,7 +12,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::host::ZygoteStats;
 use super::recycle::Forker;
@@ -232,17 +232,9 @@ impl Keeper {
 
     /// PID 1's exit ends the run's namespace; its last processes (PID 1 itself and what
     /// the code left) leave the cgroup within moments. An empty cgroup is removed without a
-    /// kill round; whatever stays is killed by `remove`. Emptiness is read in one hierarchy
-    /// (a run's processes are in its cgroup of every hierarchy and cannot leave it), at
-    /// growing intervals: each read of `cgroup.procs` makes the kernel build the member list.
+    /// kill round; whatever stays after a second is killed by `remove`.
     fn remove(&self, cgroup: RunCgroup) {
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let members = cgroup.join_paths().into_iter().next();
-        let mut pause = Duration::from_micros(200);
-        while Instant::now() < deadline && members.as_deref().is_some_and(has_members) {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(10));
-        }
+        cgroup.wait_for_exits(Duration::from_secs(1));
         if cgroup.remove().is_err() {
             lock(&self.stats).cleanup_failures += 1;
         }
@@ -258,11 +250,6 @@ fn wait_for_pid1_exit(report: &UnixStream) {
         nix::poll::PollFlags::POLLIN,
     )];
     let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16));
-}
-
-/// Whether a `cgroup.procs` file lists any process (a missing file: none).
-fn has_members(procs: &std::path::Path) -> bool {
-    std::fs::read(procs).is_ok_and(|list| !list.is_empty())
 }
 
 /// A fresh run cgroup and its `tasks` files.

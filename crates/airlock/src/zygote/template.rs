@@ -106,7 +106,7 @@ impl Template {
     fn clone_pid1(&self, fds: Vec<OwnedFd>, interpreter: &mut dyn Interpreter) {
         let namespaces = confine::pid1_namespaces(self.native());
         interpreter.before_fork();
-        let cloned = sys::clone_into_namespaces(namespaces);
+        let cloned = sys::fork_with_flags(namespaces);
         if let Ok(Some(Forked::Child)) = cloned {
             self.pid1(fds, interpreter)
         }

@@ -284,7 +284,7 @@ fn run_command(
         (Some(_), Some(session)) => engine.warm.session_pool(session, &policy, resolved),
         _ => warm.and_then(|w| w.pool_for(&policy, &resolved.options)),
     };
-    let spawned = spawn_streamed(live, &policy, resolved, pool.as_deref(), &work);
+    let spawned = spawn_streamed(engine, live, &policy, resolved, pool.as_deref(), &work);
     let mut in_flight = match spawned {
         Ok((handle, events)) => InFlight {
             handle,
@@ -316,8 +316,10 @@ pub(super) struct Streamed {
 }
 
 /// Starts the program with streamed output (on one of `pool`'s prepared sandboxes when given;
-/// cold when none is ready) and gives back its handle and its events.
+/// cold when none is ready, its init forked by the daemon's spawner when it has one) and gives
+/// back its handle and its events.
 fn spawn_streamed(
+    engine: &Engine,
     live: &LiveRun,
     policy: &airlock::Policy,
     resolved: &Resolved,
@@ -342,6 +344,9 @@ fn spawn_streamed(
     }
     if let Some(bytes) = &work.stdin {
         command = command.stdin(bytes.clone());
+    }
+    if let Some(spawner) = engine.spawner.get() {
+        command = command.init_spawner(spawner);
     }
     let mut handle = command.spawn()?;
     let events = handle.events();

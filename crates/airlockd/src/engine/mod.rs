@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod events;
 mod execute;
+pub mod spawner;
 mod timeline;
 pub mod warm;
 pub mod worker_lib;
@@ -304,6 +305,8 @@ pub struct Engine {
     pub keep_output: bool,
     /// Prepared sandboxes and zygotes (`[warm]`), filled in the background at start-up.
     pub warm: WarmStarts,
+    /// Forks the inits of cold command runs (started with the daemon).
+    pub spawner: Arc<spawner::ColdSpawner>,
     live: Mutex<HashMap<String, Arc<LiveRun>>>,
     pub(crate) runtime: tokio::runtime::Handle,
     draining: AtomicBool,
@@ -331,6 +334,7 @@ impl Engine {
             python,
             keep_output,
             warm: WarmStarts::default(),
+            spawner: Arc::default(),
             live: Mutex::new(HashMap::new()),
             runtime: tokio::runtime::Handle::current(),
             draining: AtomicBool::new(false),

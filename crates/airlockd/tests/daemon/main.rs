@@ -12,6 +12,7 @@ mod recovery;
 mod security;
 mod serve;
 mod sessions;
+mod spawner;
 mod store;
 mod tls;
 mod warm;

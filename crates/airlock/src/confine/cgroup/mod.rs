@@ -293,6 +293,24 @@ impl RunCgroup {
         Ok(all.into_iter().collect())
     }
 
+    /// Waits up to `patience` for the run to have no member, reading one hierarchy (a run's
+    /// processes are in its cgroup of every hierarchy and cannot leave it) at growing
+    /// intervals: each read of `cgroup.procs` makes the kernel build the member list. For
+    /// processes that are already ending (their PID 1 has exited); a missing directory reads
+    /// as empty.
+    pub fn wait_for_exits(&self, patience: Duration) {
+        let deadline = Instant::now() + patience;
+        let Some(procs) = self.join_paths().into_iter().next() else {
+            return;
+        };
+        let has_members = || fs::read(&procs).is_ok_and(|list| !list.is_empty());
+        let mut pause = Duration::from_micros(200);
+        while Instant::now() < deadline && has_members() {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+
     /// Sends `signal` to every member (e.g. SIGTERM for a graceful stop). A no-op on a tree
     /// that is not a kernel cgroup filesystem.
     pub fn signal_all(&self, signal: Signal) -> Result<(), CgroupError> {
