@@ -56,8 +56,7 @@ def write_loop(binary: str, work: Path) -> Path:
     script = work / "loop.sh"
     lines = ["#!/bin/sh", f"for i in $(seq 1 {RUNS}); do"]
     lines += [
-        "  " + " ".join(f"'{a}'" for a in cmd) + " >/dev/null 2>&1"
-        for cmd in workload(binary)
+        "  " + " ".join(f"'{a}'" for a in cmd) + " >/dev/null 2>&1" for cmd in workload(binary)
     ]
     lines += ["done", "exit 0"]
     script.write_text("\n".join(lines) + "\n")
@@ -160,9 +159,7 @@ def traced(binary: str, work: Path) -> set[str]:
         return set()
     functions: set[str] = set()
     for path in work.glob("cg.*"):
-        functions |= callgrind_functions(
-            path.read_text(errors="replace"), Path(binary).name
-        )
+        functions |= callgrind_functions(path.read_text(errors="replace"), Path(binary).name)
     return functions
 
 
