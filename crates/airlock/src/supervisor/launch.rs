@@ -231,10 +231,7 @@ pub(super) fn start_executed(
         gate,
         go: Some(go),
     };
-    let mut init = match forked_by(spawner, &stdio, &pipes)? {
-        Some(pid) => InitProcess::Executed(pid),
-        None => spawn(&launch, stdio, pipes)?,
-    };
+    let mut init = spawn_or_fork_by(&launch, stdio, pipes, spawner)?;
     let mut control = std::fs::File::from(control_write);
     if let Err(e) = write_spec(&mut control, spec) {
         init.kill();
@@ -356,25 +353,27 @@ fn start_init(
             }
         }
     }
-    match forked_by(spawner, &stdio, &pipes)? {
-        Some(pid) => Ok(InitProcess::Executed(pid)),
-        None => spawn(launch, stdio, pipes),
-    }
+    spawn_or_fork_by(launch, stdio, pipes, spawner)
 }
 
 /// Has `spawner` fork the init (it then reads its spec on the control pipe, as an executed
-/// one); `None` when there is no spawner, it is gone, or the init would inherit some of its
-/// stdio from this process (the spawner's own are not this process's). An error when the
-/// spawner took the request and did not answer.
-fn forked_by(
+/// one), else executes it: when there is no spawner, it is gone, or the init would inherit
+/// some of its stdio from this process (the spawner's own are not this process's). An error
+/// when the spawner took the request and did not answer.
+fn spawn_or_fork_by(
+    launch: &InitLaunch,
+    stdio: InitStdio,
+    pipes: InitPipes,
     spawner: Option<&InitSpawner>,
-    stdio: &InitStdio,
-    pipes: &InitPipes,
-) -> Result<Option<Pid>, Error> {
+) -> Result<InitProcess, Error> {
     let own_stdio = stdio.stdin.is_some() && stdio.stdout.is_some() && stdio.stderr.is_some();
-    match spawner {
-        Some(spawner) if own_stdio => spawner.spawn(&placements(stdio, pipes)),
-        _ => Ok(None),
+    let forked = match spawner {
+        Some(spawner) if own_stdio => spawner.spawn(&placements(&stdio, &pipes))?,
+        _ => None,
+    };
+    match forked {
+        Some(pid) => Ok(InitProcess::Executed(pid)),
+        None => spawn(launch, stdio, pipes),
     }
 }
 
