@@ -8,10 +8,11 @@
 //! init needs (stdio, control and event pipes, the command pipe, a gate's channel) and, as
 //! the payload, the number each goes to. The spawner forks with `CLONE_PARENT`, so that the
 //! init is the pool's own child (the pool reaps and signals it as it would one it executed),
-//! closes its copies and answers with the init's pid (its own pid first, as a greeting). The child puts the descriptors at
-//! their numbers, closes every other one (the spawner's socket included), and becomes an
-//! init exactly as an executed one: it reads its spec on the control pipe. The spawner
-//! exits when the pool closes the socket (the pool dropped, or its process died).
+//! closes its copies and answers with the init's pid (its own pid first, as a greeting).
+//! The child puts the descriptors at their numbers, closes every other one (the spawner's
+//! socket included), and becomes an init exactly as an executed one: it reads its spec on
+//! the control pipe. The spawner exits when the pool closes the socket (the pool dropped, or
+//! its process died).
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};

@@ -154,7 +154,6 @@ pub(super) fn exec(
     })
 }
 
-/// What protect_git found, opened again and checked to be the same objects.
 /// The variables the plan sets for the tool alone ([`WrapStep::ToolEnv`]).
 fn tool_env(wrap: &WrapSpec) -> Vec<(String, String)> {
     wrap.steps
@@ -166,6 +165,7 @@ fn tool_env(wrap: &WrapSpec) -> Vec<(String, String)> {
         .collect()
 }
 
+/// What protect_git found, opened again and checked to be the same objects.
 fn reopen_found(found: &[crate::confine::found::Found]) -> Setup<Vec<OwnedFd>> {
     found
         .iter()

@@ -255,7 +255,7 @@ pub(super) fn remove_run_dir(path: &Path) -> Result<(), CgroupError> {
     }
 }
 
-/// Best effort: a non-empty parent (other runs) or a vanished one is fine.
+/// Removes a plain-file tree's run directory with its files (a vanished one is fine).
 fn remove_plain_dir(path: &Path) -> Result<(), CgroupError> {
     match fs::remove_dir_all(path) {
         Err(err) if err.kind() != io::ErrorKind::NotFound => Err(CgroupError::Remove {
@@ -266,6 +266,7 @@ fn remove_plain_dir(path: &Path) -> Result<(), CgroupError> {
     }
 }
 
+/// Best effort: a non-empty parent (other runs) or a vanished one is fine.
 pub(super) fn remove_parent_if_empty(parent: &Path) {
     let _ = fs::remove_dir(parent);
 }
