@@ -220,27 +220,14 @@ pub(super) fn create_dir_hint(err: &io::Error) -> String {
 /// One attempt to remove a run directory the caller expects empty: whether it is gone (a
 /// plain-file tree's removed with its files). A kernel cgroup with members is left as it is.
 pub(super) fn remove_empty_run_dir(path: &Path) -> bool {
-    match fs::remove_dir(path) {
-        Ok(()) => true,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => true,
-        Err(err) if err.raw_os_error() == Some(libc::ENOTEMPTY) && !is_cgroupfs(path) => {
-            remove_plain_dir(path).is_ok()
-        }
-        Err(_) => false,
-    }
+    try_remove_run_dir(path).is_ok()
 }
 
 pub(super) fn remove_run_dir(path: &Path) -> Result<(), CgroupError> {
     let deadline = Instant::now() + REMOVE_DEADLINE;
     loop {
-        match fs::remove_dir(path) {
+        match try_remove_run_dir(path) {
             Ok(()) => return Ok(()),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
-            // A kernel cgroup's control files do not keep its rmdir from succeeding (one with
-            // members or children is EBUSY): only a plain-file tree's directory is not empty.
-            Err(err) if err.raw_os_error() == Some(libc::ENOTEMPTY) && !is_cgroupfs(path) => {
-                return remove_plain_dir(path)
-            }
             // Just-killed tasks may still be leaving the cgroup.
             Err(err) if err.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
                 sleep(Duration::from_millis(10));
@@ -255,14 +242,20 @@ pub(super) fn remove_run_dir(path: &Path) -> Result<(), CgroupError> {
     }
 }
 
-/// Removes a plain-file tree's run directory with its files (a vanished one is fine).
-fn remove_plain_dir(path: &Path) -> Result<(), CgroupError> {
-    match fs::remove_dir_all(path) {
-        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(CgroupError::Remove {
-            path: path.to_path_buf(),
-            source: err,
-        }),
-        _ => Ok(()),
+/// One attempt to remove a run directory; a vanished one counts as removed. A kernel cgroup
+/// with members or children answers EBUSY.
+fn try_remove_run_dir(path: &Path) -> io::Result<()> {
+    match fs::remove_dir(path) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        // A kernel cgroup's control files do not keep its rmdir from succeeding: only a
+        // plain-file tree's directory is not empty.
+        Err(err) if err.raw_os_error() == Some(libc::ENOTEMPTY) && !is_cgroupfs(path) => {
+            match fs::remove_dir_all(path) {
+                Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        }
+        other => other,
     }
 }
 
