@@ -3,7 +3,9 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, TryLockError};
 
+use super::control::is_cgroupfs;
 use super::parse::{self, cgroup_mounts, controllers_from_dir_name, parse_mountinfo, CgroupMount};
 use super::{CgroupVersion, RUN_CONTROLLERS};
 
@@ -13,7 +15,15 @@ pub(super) struct Layout {
     pub(super) root: PathBuf,
     pub(super) v2: Option<V2Mount>,
     pub(super) v1: Vec<V1Hierarchy>,
+    /// Read from mountinfo (the host's mounts), not inferred from a fixture's directories.
+    from_mountinfo: bool,
 }
+
+/// Layouts read from mountinfo, by root, kept for the process's life: a long-lived caller (a
+/// pool, the zygote's keeper, the daemon) creates a cgroup per run, and reading and parsing
+/// mountinfo every time costs ~0.1 ms of each. A fixture tree's layout is never kept: tests
+/// reshape their trees.
+static REMEMBERED: Mutex<Vec<Layout>> = Mutex::new(Vec::new());
 
 #[derive(Debug, Clone)]
 pub(super) struct V2Mount {
@@ -41,8 +51,48 @@ impl Layout {
         if mounts.is_empty() {
             Layout::scan(root)
         } else {
-            Layout::from_mounts(root, mounts)
+            Layout {
+                from_mountinfo: true,
+                ..Layout::from_mounts(root, mounts)
+            }
         }
+    }
+
+    /// The layout of `root` as this process last read it from mountinfo, if it has and every
+    /// hierarchy in it is still a cgroup filesystem: one `statfs` each, where a run directory
+    /// made in an unmounted hierarchy's place would be a plain directory enforcing nothing.
+    pub(super) fn remembered(root: &Path) -> Option<Layout> {
+        let layout =
+            with_remembered(|kept| kept.iter().find(|layout| layout.root == root).cloned())??;
+        layout.hierarchies_mounted().then_some(layout)
+    }
+
+    fn hierarchies_mounted(&self) -> bool {
+        let v2 = self.v2.iter().map(|v2| &v2.path);
+        let v1 = self.v1.iter().map(|hierarchy| &hierarchy.path);
+        v2.chain(v1).all(|path| is_cgroupfs(path))
+    }
+
+    /// Remembers `layout` as `root`'s (for the tests: a host's changed mounts).
+    #[cfg(test)]
+    pub(super) fn remember_as_read_from_mountinfo(mut self) {
+        self.from_mountinfo = true;
+        with_remembered(|kept| {
+            kept.retain(|old| old.root != self.root);
+            kept.push(self);
+        });
+    }
+
+    /// Reads the layout afresh ([`Layout::detect`]) and remembers it when it is the host's.
+    pub(super) fn detect_and_remember(root: &Path) -> Layout {
+        let layout = Layout::detect(root);
+        if layout.from_mountinfo {
+            with_remembered(|kept| {
+                kept.retain(|old| old.root != root);
+                kept.push(layout.clone());
+            });
+        }
+        layout
     }
 
     pub(super) fn from_mounts(root: &Path, mounts: Vec<CgroupMount>) -> Layout {
@@ -153,6 +203,17 @@ impl V2Mount {
             .map(|text| parse::parse_controller_list(&text))
             .unwrap_or_default();
         V2Mount { path, available }
+    }
+}
+
+/// Runs `use_kept` on the remembered layouts unless another thread holds them. Never waits:
+/// a process forked while a thread held the lock (a threaded caller's fork) would wait forever,
+/// so it reads mountinfo instead.
+fn with_remembered<T>(use_kept: impl FnOnce(&mut Vec<Layout>) -> T) -> Option<T> {
+    match REMEMBERED.try_lock() {
+        Ok(mut kept) => Some(use_kept(&mut kept)),
+        Err(TryLockError::Poisoned(poisoned)) => Some(use_kept(&mut poisoned.into_inner())),
+        Err(TryLockError::WouldBlock) => None,
     }
 }
 

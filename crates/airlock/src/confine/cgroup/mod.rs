@@ -221,10 +221,27 @@ impl RunCgroup {
         validate_run_id(run_id)?;
         validate_parent(&cfg.parent)?;
         validate_limits(limits)?;
-        let layout = Layout::detect(&cfg.root);
+        match Layout::remembered(&cfg.root) {
+            // A failure may mean the host's cgroup mounts changed since: read them again, once
+            // (a failed create leaves nothing behind).
+            Some(layout) => RunCgroup::create_in(&layout, cfg, run_id, limits).or_else(|_| {
+                RunCgroup::create_in(&Layout::detect_and_remember(&cfg.root), cfg, run_id, limits)
+            }),
+            None => {
+                RunCgroup::create_in(&Layout::detect_and_remember(&cfg.root), cfg, run_id, limits)
+            }
+        }
+    }
+
+    fn create_in(
+        layout: &Layout,
+        cfg: &CgroupConfig,
+        run_id: &str,
+        limits: &CgroupLimits,
+    ) -> Result<RunCgroup, CgroupError> {
         match layout.preferred_version() {
-            Some(CgroupVersion::V2) => v2::create(&layout, cfg, run_id, limits),
-            Some(CgroupVersion::V1) => v1::create(&layout, cfg, run_id, limits),
+            Some(CgroupVersion::V2) => v2::create(layout, cfg, run_id, limits),
+            Some(CgroupVersion::V1) => v1::create(layout, cfg, run_id, limits),
             None => Err(CgroupError::Unavailable {
                 root: cfg.root.clone(),
                 reason: layout.nothing_usable_reason(),

@@ -512,6 +512,34 @@ const ALLOC_200_MIB: &str =
     "exec /usr/bin/python3 -c \"b=bytearray(200<<20); b[::4096]=b'x'*len(b[::4096])\"";
 
 #[test]
+fn a_remembered_layout_whose_hierarchy_is_not_mounted_is_read_again() {
+    let tree = fake_hybrid(&[]);
+    let stale = Layout::scan(tree.path());
+    assert!(!stale.v1.is_empty());
+    stale.remember_as_read_from_mountinfo();
+    // A fixture's directories are no cgroup filesystem: as for a hierarchy unmounted since.
+    assert!(Layout::remembered(tree.path()).is_none());
+    let cgroup = RunCgroup::create(&cfg_at(tree.path()), "rerun", &all_limits()).unwrap();
+    cgroup.remove().unwrap();
+}
+
+#[test]
+fn real_create_remembers_the_hosts_layout() {
+    let Some(cfg) = real_cfg("remember") else {
+        return;
+    };
+    let cgroup = RunCgroup::create(&cfg, "remembered", &CgroupLimits::default()).unwrap();
+    cgroup.remove().unwrap();
+    let remembered = Layout::remembered(&cfg.root).expect("the host's layout is remembered");
+    let detected = Layout::detect(&cfg.root);
+    let paths = |layout: &Layout| -> Vec<PathBuf> {
+        let v2 = layout.v2.iter().map(|v2| v2.path.clone());
+        v2.chain(layout.v1.iter().map(|h| h.path.clone())).collect()
+    };
+    assert_eq!(paths(&remembered), paths(&detected));
+}
+
+#[test]
 fn real_probe_reports_and_leaves_no_trace() {
     let Some(cfg) = real_cfg("probe") else { return };
     let support = probe(&cfg);
