@@ -359,6 +359,88 @@ fn a_pool_forks_its_inits_from_one_spawner() {
     assert_eq!(leftovers(std::process::id()), Vec::<String>::new());
 }
 
+/// A long-lived caller's cold runs have their inits forked by a spawner
+/// (`Command::init_spawner`). When it dies with a request in flight, that run's init is
+/// executed on fresh descriptors: every run of a batch succeeds, and nothing is left (no
+/// spawner, no init, not even a zombie; no cgroup, no run directory).
+#[test]
+fn cold_runs_go_on_when_their_init_spawner_dies_mid_request() {
+    const ROUNDS: u64 = 6;
+    const RUNS: usize = 6;
+    let _serial = serial();
+    if !support::sandbox_available() {
+        eprintln!("skipped: the native backend cannot run here");
+        return;
+    }
+    let sandbox = untrusted();
+    let started = Instant::now();
+    for round in 0..ROUNDS {
+        let spawner = std::sync::Arc::new(airlock::InitSpawner::start(&sandbox).unwrap());
+        let pid = nix::unistd::Pid::from_raw(spawner.pid().unwrap() as i32);
+        // First stopped, so that a request surely waits for its answer when the kill comes;
+        // then killed at different moments of a batch.
+        if round == 0 {
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        }
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = (0..RUNS)
+                .map(|i| {
+                    let command = sandbox
+                        .command("/bin/echo")
+                        .arg(format!("{round}.{i}"))
+                        .init_spawner(std::sync::Arc::clone(&spawner));
+                    scope.spawn(move || command.run())
+                })
+                .collect();
+            let delay = if round == 0 { 300 } else { 4 * round };
+            std::thread::sleep(Duration::from_millis(delay));
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+            for (i, run) in runs.into_iter().enumerate() {
+                let result = run.join().unwrap();
+                let result = result.unwrap_or_else(|e| panic!("round {round}, run {i}: {e}"));
+                assert!(result.success(), "round {round}, run {i}: {result:?}");
+                assert_eq!(
+                    result.stdout.as_deref(),
+                    Some(format!("{round}.{i}\n").as_str())
+                );
+            }
+        });
+        if round == 0 {
+            assert!(!spawner.is_usable(), "the stopped spawner was asked again");
+        }
+        spawner.close();
+    }
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let left = loop {
+        let mut left: Vec<String> = spawned_children().iter().map(|p| p.to_string()).collect();
+        left.extend(zombie_children().iter().map(|p| format!("zombie {p}")));
+        left.extend(leftovers(std::process::id()));
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(left, Vec::<String>::new());
+}
+
+/// This process's children that ended and were not reaped.
+fn zombie_children() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+        if fields.next() == Some("Z") && fields.next() == Some(me.as_str()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// SIGKILL of the process holding a pool: every prepared sandbox (and the one running) sees
 /// its supervisor gone and tears itself down.
 #[test]

@@ -8,11 +8,15 @@
 //! init needs (stdio, control and event pipes, the command pipe, a gate's channel) and, as
 //! the payload, the number each goes to. The spawner forks with `CLONE_PARENT`, so that the
 //! init is the pool's own child (the pool reaps and signals it as it would one it executed),
-//! closes its copies and answers with the init's pid (its own pid first, as a greeting).
-//! The child puts the descriptors at their numbers, closes every other one (the spawner's
-//! socket included), and becomes an init exactly as an executed one: it reads its spec on
-//! the control pipe. The spawner exits when the pool closes the socket (the pool dropped, or
-//! its process died).
+//! and closes its copies (it answers with its own pid once, as a greeting, and with an errno
+//! when it cannot fork). The child answers with its own pid, so that every init forked is
+//! known to the pool even when the spawner is killed right after the fork, puts the
+//! descriptors at their numbers, closes every other one (the spawner's socket included), and
+//! becomes an init exactly as an executed one: it reads its spec on the control pipe. The
+//! spawner exits when the pool closes the socket (the pool dropped, or its process died).
+//!
+//! A spawner that dies (or hangs) with a request unanswered has forked no init for it: the
+//! pool executes that init instead, on fresh descriptors (see `supervisor::launch`).
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
@@ -31,15 +35,20 @@ pub(super) fn serve() -> ! {
     // finds at this same number.
     let socket = sys::borrow_fd(CONTROL_FD);
     // The greeting (its own pid): the pool knows this binary is a spawner.
-    let mut reply = std::process::id() as i32;
-    while answer(socket, reply) {
+    let mut serving = answer(socket, std::process::id() as i32);
+    while serving {
         let Some((fds, targets)) = receive(socket) else {
             break;
         };
-        reply = match crate::linux::fork_as_sibling() {
-            Ok(Forked::Child) => become_init(fds, &targets),
-            Ok(Forked::Parent(pid)) => pid.as_raw(),
-            Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+        serving = match crate::linux::fork_as_sibling() {
+            // The init answers itself: a spawner killed right after the fork cannot leave an
+            // init the pool does not know of.
+            Ok(Forked::Child) if answer(socket, std::process::id() as i32) => {
+                become_init(fds, &targets)
+            }
+            Ok(Forked::Child) => sys::exit_now(0),
+            Ok(Forked::Parent(_)) => true,
+            Err(e) => answer(socket, -e.raw_os_error().unwrap_or(libc::EIO)),
         };
     }
     sys::exit_now(0)

@@ -23,7 +23,7 @@ use super::finish::Ending;
 use super::hints::HintFacts;
 use super::prepare::Prepared;
 use super::serve;
-use super::spawner::InitSpawner;
+use super::spawner::{InitSpawner, Spawned};
 use super::terminal;
 use crate::error::Error;
 use crate::init::INIT_ARG;
@@ -52,31 +52,17 @@ pub(super) fn start(
         egress,
         git_watch,
     } = prepared;
-    let (control_read, control_write) = pipe()?;
-    let (events_read, events_write) = pipe()?;
-    let (stdio, stdin, out_pipes) = stdio_for(command)?;
     let launch = init_launch(&command.sandbox.options);
+    let gated = egress.is_some();
     let spawner = command.spawner.as_deref();
-    let channel = egress.as_ref().map(|_| net::Channel::new()).transpose()?;
-    let (gate_end, sandbox_end) = match channel {
-        Some(channel) => (Some(channel.gate_end), Some(channel.sandbox_end)),
-        None => (None, None),
-    };
-    let pipes = InitPipes {
-        control: control_read,
-        events: events_write,
-        gate: sandbox_end,
-        go: None,
-    };
-    let mut init = start_init(&launch, stdio, pipes, &spec, spawner)?;
-    let mut control = std::fs::File::from(control_write);
-    if init.reads_spec() {
-        if let Err(e) = write_spec(&mut control, &spec) {
-            init.kill();
-            let _ = init.wait();
-            return Err(Error::io("cannot send the run spec to the init", e));
-        }
-    }
+    let (mut init, ours) = start_init_on_new_descriptors(command, &launch, &spec, gated, spawner)?;
+    let OurEnds {
+        control,
+        events_read,
+        stdin,
+        out_pipes,
+        gate_end,
+    } = ours;
     let gate = match (egress, gate_end) {
         (Some(egress), Some(gate_end)) => match net::start(egress, &gate_end, on_network) {
             Ok(gate) => gate,
@@ -115,6 +101,89 @@ pub(super) fn start(
         git_watch,
     };
     Ok((started, ending))
+}
+
+/// The supervisor's ends of a run's descriptors: the init's control pipe (the spec already
+/// sent), its event pipe, the program's input and output, and the gate's end of its channel.
+struct OurEnds {
+    control: std::fs::File,
+    events_read: OwnedFd,
+    stdin: Option<serve::StdinSource>,
+    out_pipes: OutputPipes,
+    gate_end: Option<std::os::unix::net::UnixStream>,
+}
+
+/// Whether an init started, with the supervisor's ends of its descriptors.
+enum Launched<T> {
+    Started(InitProcess, T),
+    /// The spawner took the request and no init answered (see [`Spawned::Unanswered`]).
+    SpawnerLost(std::io::Error),
+}
+
+/// Opens a run's pipes (and a gated run's channel), starts its init on them and sends it the
+/// spec when it reads it. When the spawner took the request and no init answered, those
+/// descriptors are closed (an init it may have forked reads EOF on its control pipe and ends
+/// before it creates anything) and the init is executed on new ones.
+fn start_init_on_new_descriptors(
+    command: &Command,
+    launch: &InitLaunch,
+    spec: &InitSpec,
+    gated: bool,
+    spawner: Option<&InitSpawner>,
+) -> Result<(InitProcess, OurEnds), Error> {
+    match start_on_new_descriptors(command, launch, spec, gated, spawner)? {
+        Launched::Started(init, ours) => Ok((init, ours)),
+        Launched::SpawnerLost(e) if spawner.is_some() => {
+            tracing::warn!("the init spawner did not answer ({e}): the init is executed");
+            start_init_on_new_descriptors(command, launch, spec, gated, None)
+        }
+        Launched::SpawnerLost(e) => Err(Error::io("the init spawner did not answer", e)),
+    }
+}
+
+/// Opens a run's descriptors and starts its init on them (see
+/// [`start_init_on_new_descriptors`]).
+fn start_on_new_descriptors(
+    command: &Command,
+    launch: &InitLaunch,
+    spec: &InitSpec,
+    gated: bool,
+    spawner: Option<&InitSpawner>,
+) -> Result<Launched<OurEnds>, Error> {
+    let (control_read, control_write) = pipe()?;
+    let (events_read, events_write) = pipe()?;
+    let (stdio, stdin, out_pipes) = stdio_for(command)?;
+    let channel = gated.then(net::Channel::new).transpose()?;
+    let (gate_end, sandbox_end) = match channel {
+        Some(channel) => (Some(channel.gate_end), Some(channel.sandbox_end)),
+        None => (None, None),
+    };
+    let pipes = InitPipes {
+        control: control_read,
+        events: events_write,
+        gate: sandbox_end,
+        go: None,
+    };
+    let mut init = match start_init(launch, stdio, pipes, spec, spawner)? {
+        Launched::Started(init, ()) => init,
+        Launched::SpawnerLost(e) => return Ok(Launched::SpawnerLost(e)),
+    };
+    let mut control = std::fs::File::from(control_write);
+    if init.reads_spec() {
+        if let Err(e) = write_spec(&mut control, spec) {
+            init.kill();
+            let _ = init.wait();
+            return Err(Error::io("cannot send the run spec to the init", e));
+        }
+    }
+    let ours = OurEnds {
+        control,
+        events_read,
+        stdin,
+        out_pipes,
+        gate_end,
+    };
+    Ok(Launched::Started(init, ours))
 }
 
 pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
@@ -231,7 +300,11 @@ pub(super) fn start_executed(
         gate,
         go: Some(go),
     };
-    let mut init = spawn_or_fork_by(&launch, stdio, pipes, spawner)?;
+    // The pool prepares another sandbox when this one fails.
+    let mut init = match spawn_or_fork_by(&launch, stdio, pipes, spawner)? {
+        Launched::Started(init, ()) => init,
+        Launched::SpawnerLost(e) => return Err(Error::io("the init spawner did not answer", e)),
+    };
     let mut control = std::fs::File::from(control_write);
     if let Err(e) = write_spec(&mut control, spec) {
         init.kill();
@@ -339,11 +412,13 @@ fn start_init(
     pipes: InitPipes,
     spec: &InitSpec,
     spawner: Option<&InitSpawner>,
-) -> Result<InitProcess, Error> {
+) -> Result<Launched<()>, Error> {
     if launch.may_fork {
         match sys::fork_if_single_threaded() {
             Ok(Some(Forked::Child)) => become_init(&stdio, &pipes, spec),
-            Ok(Some(Forked::Parent(pid))) => return Ok(InitProcess::Forked(pid)),
+            Ok(Some(Forked::Parent(pid))) => {
+                return Ok(Launched::Started(InitProcess::Forked(pid), ()))
+            }
             Ok(None) => {}
             Err(cause) => {
                 return Err(Error::Spawn {
@@ -358,22 +433,24 @@ fn start_init(
 
 /// Has `spawner` fork the init (it then reads its spec on the control pipe, as an executed
 /// one), else executes it: when there is no spawner, it is gone, or the init would inherit
-/// some of its stdio from this process (the spawner's own are not this process's). An error
-/// when the spawner took the request and did not answer.
+/// some of its stdio from this process (the spawner's own are not this process's). Neither
+/// when the spawner took the request and no init answered: these descriptors are then not
+/// used again.
 fn spawn_or_fork_by(
     launch: &InitLaunch,
     stdio: InitStdio,
     pipes: InitPipes,
     spawner: Option<&InitSpawner>,
-) -> Result<InitProcess, Error> {
+) -> Result<Launched<()>, Error> {
     let own_stdio = stdio.stdin.is_some() && stdio.stdout.is_some() && stdio.stderr.is_some();
-    let forked = match spawner {
-        Some(spawner) if own_stdio => spawner.spawn(&placements(&stdio, &pipes))?,
-        _ => None,
+    let spawned = match spawner {
+        Some(spawner) if own_stdio => spawner.spawn(&placements(&stdio, &pipes)),
+        _ => Spawned::NotAsked,
     };
-    match forked {
-        Some(pid) => Ok(InitProcess::Executed(pid)),
-        None => spawn(launch, stdio, pipes),
+    match spawned {
+        Spawned::Forked(pid) => Ok(Launched::Started(InitProcess::Executed(pid), ())),
+        Spawned::NotAsked => spawn(launch, stdio, pipes).map(|init| Launched::Started(init, ())),
+        Spawned::Unanswered(e) => Ok(Launched::SpawnerLost(e)),
     }
 }
 

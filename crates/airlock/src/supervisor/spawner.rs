@@ -69,28 +69,43 @@ impl InitSpawner {
         Ok(spawner)
     }
 
-    /// Forks an init with each `(source, target)` descriptor at `target`. `Ok(None)` when
-    /// the spawner cannot be asked (it failed before, or is gone), and the caller executes
-    /// the init instead; an error when the request went out and no answer came back: an init
-    /// may have been forked with these descriptors, so they must not serve another.
-    pub(super) fn spawn(&self, placed: &[(RawFd, RawFd)]) -> Result<Option<Pid>, Error> {
+    /// Forks an init with each `(source, target)` descriptor at `target`, or says why not.
+    pub(super) fn spawn(&self, placed: &[(RawFd, RawFd)]) -> Spawned {
         let mut socket = self.socket.lock().unwrap_or_else(|p| p.into_inner());
         let Some(connected) = socket.as_ref() else {
-            return Ok(None);
+            return Spawned::NotAsked;
         };
-        let answer = match send_request(connected, placed) {
-            Ok(()) => read_pid(connected),
-            Err(_) => {
-                *socket = None;
-                return Ok(None);
-            }
-        };
-        answer.map(Some).map_err(|e| {
-            // A spawner that failed once is not asked again.
+        if send_request(connected, placed).is_err() {
             *socket = None;
-            Error::io("the init spawner did not answer", e)
-        })
+            return Spawned::NotAsked;
+        }
+        match read_pid(connected) {
+            Ok(pid) => Spawned::Forked(pid),
+            Err(e) => {
+                // A spawner that failed once is not asked again, and one that hangs is
+                // ended: it must not fork an init for this request later. It is reaped by
+                // `close`.
+                if let Some(pid) = *self.pid.lock().unwrap_or_else(|p| p.into_inner()) {
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+                *socket = None;
+                Spawned::Unanswered(e)
+            }
+        }
     }
+}
+
+/// What became of a request to the spawner.
+#[derive(Debug)]
+pub(super) enum Spawned {
+    /// It forked the init (the init's own answer: see `init::spawner`).
+    Forked(Pid),
+    /// It cannot be asked (it failed before, or was found gone before the request went
+    /// out): the init is executed with the same descriptors.
+    NotAsked,
+    /// The request went out and no init answered (the spawner died, hung or could not
+    /// fork): the init is executed on fresh descriptors, since the spawner held these.
+    Unanswered(std::io::Error),
 }
 
 impl InitSpawner {

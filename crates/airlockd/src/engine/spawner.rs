@@ -5,9 +5,10 @@
 //! so it never forks an init from itself.
 //!
 //! A spawner that is gone (killed, crashed) is found at the run that asks it next, whose init
-//! is then executed as before; that also starts a new spawner in the background, at most once
-//! per [`RESTART_EVERY`], so an init program that cannot be a spawner costs one failed start
-//! per interval, not one per run.
+//! is then executed as before (also when it dies with that run's request unanswered: the
+//! library executes the init on fresh pipes); that also starts a new spawner in the
+//! background, at most once per [`RESTART_EVERY`], so an init program that cannot be a
+//! spawner costs one failed start per interval, not one per run.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

@@ -103,9 +103,9 @@ async fn cold_inits_are_forked_by_the_spawner_which_is_replaced_when_it_dies() {
         rustix::process::Signal::KILL,
     )
     .unwrap();
-    // Dead before the next run asks it: a request sent while the kill is still being
-    // delivered is the case that fails its one run ("did not answer", its descriptors may
-    // be held by a forked init), which this test does not cover.
+    // Dead before the next run asks it: this test covers a spawner found gone; one that dies
+    // with a request unanswered is the library's
+    // `cold_runs_go_on_when_their_init_spawner_dies_mid_request`.
     let killed = Instant::now();
     while is_alive(first) && killed.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(5));
