@@ -23,6 +23,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessageOwned, MsgFlags};
 
+use crate::confine::cgroup;
 use crate::linux::sys::{self, Forked};
 use crate::spec::CONTROL_FD;
 
@@ -36,6 +37,8 @@ pub(super) fn serve() -> ! {
     let socket = sys::borrow_fd(CONTROL_FD);
     // The greeting (its own pid): the pool knows this binary is a spawner.
     let mut serving = answer(socket, std::process::id() as i32);
+    // Every init forked from here creates a run cgroup: each inherits the layout read once.
+    cgroup::remember_layout(&cgroup::CgroupConfig::default().root);
     while serving {
         let Some((fds, targets)) = receive(socket) else {
             break;

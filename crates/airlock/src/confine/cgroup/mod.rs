@@ -27,7 +27,7 @@ mod tests;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -208,6 +208,13 @@ pub fn probe(cfg: &CgroupConfig) -> CgroupSupport {
         Some(CgroupVersion::V1) => v1::probe(&layout, cfg, &mut support),
     }
     support
+}
+
+/// Reads and remembers the host's cgroup layout under `root` for a process whose forked
+/// children each create a run cgroup (the init spawner): they inherit it instead of each
+/// reading and parsing mountinfo.
+pub fn remember_layout(root: &Path) {
+    Layout::detect_and_remember(root);
 }
 
 impl RunCgroup {
