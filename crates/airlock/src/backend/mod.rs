@@ -181,6 +181,13 @@ pub trait Backend: Send + Sync {
     fn builds_in_init_mount_namespace(&self, _policy: &Policy) -> bool {
         true
     }
+    /// Whether the boundary mounts its own capped scratch (the program's `/tmp`, `/dev/shm`
+    /// and fresh workdir), so that an in-memory run directory needs no capped mount of its
+    /// own: the native sandbox's PID 1 mounts fresh ones in the root it builds and never
+    /// binds the run directory's.
+    fn mounts_own_scratch(&self) -> bool {
+        false
+    }
     /// Whether the program can work in a caller's directory that the init shows it as its
     /// own through an idmapped mount (see `confine::idmap`); why not, with the fix, if not.
     fn works_in_mapped_paths(&self, policy: &Policy) -> Result<(), String> {

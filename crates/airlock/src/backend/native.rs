@@ -30,6 +30,10 @@ impl Backend for NativeBackend {
         IsolationLevel::Kernel
     }
 
+    fn mounts_own_scratch(&self) -> bool {
+        true
+    }
+
     fn probe(&self) -> Probe {
         let mut problems = Vec::new();
         let userns = user_namespaces_usable(&mut problems);

@@ -10,10 +10,11 @@ use crate::policy::Policy;
 
 /// The run's scratch space in memory. The init enters a mount namespace of its own, covers the
 /// runtime directory with a small tmpfs and builds the run directory in it, then mounts a capped
-/// tmpfs at each of `mounts` (the fresh workdir, tmp, shm). Nothing of the run reaches the
-/// host's disk, every writable area has a size and an inode cap whatever tool wraps the
-/// program, and the kernel frees it all when the run's last process is gone, even after a
-/// SIGKILL. Only for tools that run in the init's mount namespace (not Docker's daemon).
+/// tmpfs at each of `mounts` (the fresh workdir, tmp, shm; none where the boundary mounts its
+/// own, as the native sandbox's PID 1 does). Nothing of the run reaches the host's disk, every
+/// writable area has a size and an inode cap whatever tool wraps the program, and the kernel
+/// frees it all when the run's last process is gone, even after a SIGKILL. Only for tools that
+/// run in the init's mount namespace (not Docker's daemon).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct MemoryScratch {
     /// The directory the tmpfs covers (the parent of the run directory).

@@ -309,7 +309,8 @@ fn callers_workdir(dir: &Path) -> Result<PathBuf, Error> {
 
 /// The run directory in memory, decided once: when nothing of it must outlive the run, the
 /// caller did not ask for disk, airlock can mount, and the backend's boundary is built in the
-/// init's mount namespace (Docker's daemon builds it in its own, from host paths).
+/// init's mount namespace (Docker's daemon builds it in its own, from host paths). Its capped
+/// mounts only where the boundary does not mount its own.
 fn plan_scratch(
     command: &Command,
     backend: &dyn Backend,
@@ -320,13 +321,19 @@ fn plan_scratch(
     let (policy, options) = (&command.sandbox.policy, &command.sandbox.options);
     let wanted = !command.keep && !options.disk_run_dir && crate::confine::caps::can_mount();
     (wanted && backend.builds_in_init_mount_namespace(policy)).then(|| {
-        rundir::memory_scratch(
+        let mut scratch = rundir::memory_scratch(
             policy,
             runtime,
             run_dir,
             workdir.owned.then_some(workdir.path.as_path()),
             credentials(policy),
-        )
+        );
+        // Capped mounts the program would never see cost the init three mounts and their
+        // teardown: the boundary's own are the program's.
+        if backend.mounts_own_scratch() {
+            scratch.mounts.clear();
+        }
+        scratch
     })
 }
 
