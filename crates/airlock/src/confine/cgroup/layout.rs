@@ -77,22 +77,24 @@ impl Layout {
     #[cfg(test)]
     pub(super) fn remember_as_read_from_mountinfo(mut self) {
         self.from_mountinfo = true;
-        with_remembered(|kept| {
-            kept.retain(|old| old.root != self.root);
-            kept.push(self);
-        });
+        self.remember();
     }
 
     /// Reads the layout afresh ([`Layout::detect`]) and remembers it when it is the host's.
     pub(super) fn detect_and_remember(root: &Path) -> Layout {
         let layout = Layout::detect(root);
         if layout.from_mountinfo {
-            with_remembered(|kept| {
-                kept.retain(|old| old.root != root);
-                kept.push(layout.clone());
-            });
+            layout.clone().remember();
         }
         layout
+    }
+
+    /// Keeps this layout as its root's, in place of an earlier one.
+    fn remember(self) {
+        with_remembered(|kept| {
+            kept.retain(|old| old.root != self.root);
+            kept.push(self);
+        });
     }
 
     pub(super) fn from_mounts(root: &Path, mounts: Vec<CgroupMount>) -> Layout {

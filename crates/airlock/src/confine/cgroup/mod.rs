@@ -228,15 +228,15 @@ impl RunCgroup {
         validate_run_id(run_id)?;
         validate_parent(&cfg.parent)?;
         validate_limits(limits)?;
+        let afresh =
+            || RunCgroup::create_in(&Layout::detect_and_remember(&cfg.root), cfg, run_id, limits);
         match Layout::remembered(&cfg.root) {
             // A failure may mean the host's cgroup mounts changed since: read them again, once
             // (a failed create leaves nothing behind).
-            Some(layout) => RunCgroup::create_in(&layout, cfg, run_id, limits).or_else(|_| {
-                RunCgroup::create_in(&Layout::detect_and_remember(&cfg.root), cfg, run_id, limits)
-            }),
-            None => {
-                RunCgroup::create_in(&Layout::detect_and_remember(&cfg.root), cfg, run_id, limits)
+            Some(layout) => {
+                RunCgroup::create_in(&layout, cfg, run_id, limits).or_else(|_| afresh())
             }
+            None => afresh(),
         }
     }
 
