@@ -305,20 +305,24 @@ fn a_budget_caps_sandboxes_across_pools() {
 /// This process's children started as `airlock __init spawner`: a pool's init spawner and
 /// the inits it forked (`CLONE_PARENT` makes them this process's children too).
 fn spawned_children() -> Vec<i32> {
-    let me = std::process::id() as i32;
+    own_children(|pid, _| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        cmdline.ends_with(b"__init\0spawner\0")
+    })
+}
+
+/// This process's children (by `/proc/<pid>/stat`) that `keep` takes, given their pid and state.
+fn own_children(keep: impl Fn(i32, &str) -> bool) -> Vec<i32> {
+    let me = std::process::id().to_string();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let parent = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(1));
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let spawner = cmdline.ends_with(b"__init\0spawner\0");
-        if spawner && parent == Some(me.to_string().as_str()) {
+        let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+        let (state, parent) = (fields.next().unwrap_or(""), fields.next());
+        if parent == Some(me.as_str()) && keep(pid, state) {
             found.push(pid);
         }
     }
@@ -426,19 +430,7 @@ fn cold_runs_go_on_when_their_init_spawner_dies_mid_request() {
 
 /// This process's children that ended and were not reaped.
 fn zombie_children() -> Vec<i32> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
-        if fields.next() == Some("Z") && fields.next() == Some(me.as_str()) {
-            found.push(pid);
-        }
-    }
-    found
+    own_children(|_, state| state == "Z")
 }
 
 /// SIGKILL of the process holding a pool: every prepared sandbox (and the one running) sees
