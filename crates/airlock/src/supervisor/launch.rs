@@ -170,11 +170,7 @@ fn start_on_new_descriptors(
     };
     let mut control = std::fs::File::from(control_write);
     if init.reads_spec() {
-        if let Err(e) = write_spec(&mut control, spec) {
-            init.kill();
-            let _ = init.wait();
-            return Err(Error::io("cannot send the run spec to the init", e));
-        }
+        send_spec(&mut init, &mut control, spec)?;
     }
     let ours = OurEnds {
         control,
@@ -184,6 +180,19 @@ fn start_on_new_descriptors(
         gate_end,
     };
     Ok(Launched::Started(init, ours))
+}
+
+/// Sends the init its spec; an init that cannot be sent it is killed and reaped.
+fn send_spec(
+    init: &mut InitProcess,
+    control: &mut std::fs::File,
+    spec: &InitSpec,
+) -> Result<(), Error> {
+    write_spec(control, spec).map_err(|e| {
+        init.kill();
+        let _ = init.wait();
+        Error::io("cannot send the run spec to the init", e)
+    })
 }
 
 pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
@@ -306,11 +315,7 @@ pub(super) fn start_executed(
         Launched::SpawnerLost(e) => return Err(Error::io("the init spawner did not answer", e)),
     };
     let mut control = std::fs::File::from(control_write);
-    if let Err(e) = write_spec(&mut control, spec) {
-        init.kill();
-        let _ = init.wait();
-        return Err(Error::io("cannot send the run spec to the init", e));
-    }
+    send_spec(&mut init, &mut control, spec)?;
     Ok((init, control, events_read))
 }
 
