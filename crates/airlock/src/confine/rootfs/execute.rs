@@ -1,14 +1,22 @@
 //! The effectful half of [`super::enter`]: executes [`MountOp`]s in order.
 //!
-//! Layout while building (bubblewrap's two-pivot scheme): a small staging tmpfs is mounted over
-//! `/tmp` (any directory would do: the namespace is private, so the host never sees it) and
-//! becomes the root by a first `pivot_root`, which moves the host root to `/oldroot` and, because
-//! the staging mount itself moves to `/`, uncovers the host's `/tmp` again. The sandbox root is
-//! built at `/newroot` from sources under `/oldroot`, so no mount we make can hide a source.
-//! Sources are resolved to symlink-free paths before the first pivot, since an absolute host
-//! symlink would otherwise resolve against the staging root. Finally `/oldroot` is detached and
-//! `pivot_root(".", ".")` inside `/newroot` stacks the staging root on top of the new one, where
-//! `umount2(".", MNT_DETACH)` removes it without needing a put-old directory in the new root.
+//! A cold run's layout (`run_cold`): the new root is a tmpfs mounted over the host's
+//! `/dev/shm` in the run's private mount namespace, where it hides no source, and built from
+//! sources at their host paths. `pivot_root(".", ".")` inside it stacks the host root on top
+//! of the new one, where `umount2(".", MNT_DETACH)` removes the whole host tree without
+//! needing a put-old directory in the new root: one root switch and one detach (each detach
+//! waits for an RCU grace period).
+//!
+//! The fallback, where that would hide a source (bubblewrap's two-pivot scheme): a small
+//! staging tmpfs is mounted over `/tmp` (any directory would do: the namespace is private, so
+//! the host never sees it) and becomes the root by a first `pivot_root`, which moves the host
+//! root to `/oldroot` and, because the staging mount itself moves to `/`, uncovers the host's
+//! `/tmp` again. The sandbox root is built at `/newroot` from sources under `/oldroot`, so no
+//! mount we make can hide a source; `/oldroot` is detached before the second pivot, which then
+//! stacks the staging root on the new one.
+//!
+//! Either way sources are resolved to symlink-free paths first, since an absolute host symlink
+//! would resolve against the staging root after its pivot.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io;
@@ -41,12 +49,75 @@ pub(super) fn run(
     layout: Layout,
     found: &[Found],
 ) -> Result<RootfsReport, RootfsError> {
+    let (sources, dev_null) = resolve_sources(ops, found)?;
+    execute(ops, sources, dev_null, layout)
+}
+
+/// A cold run's root: built in place (`in_place`, the host root where it is) when the
+/// directory it is built over hides no source, else by bubblewrap's staging scheme
+/// (`staged`), [`with_staging`]'s two more operations.
+pub(super) fn run_cold(
+    ops: &[MountOp],
+    in_place: Layout,
+    staged: Layout,
+    found: &[Found],
+) -> Result<RootfsReport, RootfsError> {
+    let (sources, dev_null) = resolve_sources(ops, found)?;
+    if hides_no_source(Path::new(in_place.new_root), &sources, &dev_null) {
+        return execute(ops, sources, dev_null, in_place);
+    }
+    let (ops, sources) = with_staging(ops, sources);
+    execute(&ops, sources, dev_null, staged)
+}
+
+type Sources = Vec<Option<HostEntry>>;
+
+/// Each operation's source, and `/dev/null` (for masks), resolved before anything is mounted.
+fn resolve_sources(ops: &[MountOp], found: &[Found]) -> Result<(Sources, HostEntry), RootfsError> {
     let mut resolver = Resolver::default();
     let sources = ops
         .iter()
         .map(|op| resolver.resolve_source(op, found))
         .collect::<Result<Vec<_>, _>>()?;
     let dev_null = resolver.resolve_real(Path::new("/dev/null"))?;
+    Ok((sources, dev_null))
+}
+
+/// Whether a tmpfs mounted at `build_dir` (a real directory, not a symlink to elsewhere)
+/// leaves every source reachable: none was resolved below it. Sources bound from a
+/// descriptor are reachable whatever is mounted.
+fn hides_no_source(build_dir: &Path, sources: &[Option<HostEntry>], dev_null: &HostEntry) -> bool {
+    let is_real_dir = fs::symlink_metadata(build_dir).is_ok_and(|meta| meta.is_dir());
+    let below = |entry: &HostEntry| matches!(entry, HostEntry::Real(path, _) if path.starts_with(build_dir));
+    is_real_dir && !below(dev_null) && !sources.iter().flatten().any(below)
+}
+
+/// `ops` with bubblewrap's staging pivot: into the staging root right after the mounts are
+/// made private, and the host detached from under it before the pivot into the new root.
+fn with_staging(ops: &[MountOp], sources: Sources) -> (Vec<MountOp>, Sources) {
+    let mut staged = Vec::with_capacity(ops.len() + 2);
+    let mut staged_sources = Vec::with_capacity(ops.len() + 2);
+    for (op, source) in ops.iter().zip(sources) {
+        if *op == MountOp::PivotIntoNewRoot {
+            staged.push(MountOp::DetachHost);
+            staged_sources.push(None);
+        }
+        staged.push(op.clone());
+        staged_sources.push(source);
+        if *op == MountOp::MakeMountsPrivate {
+            staged.push(MountOp::EnterStaging);
+            staged_sources.push(None);
+        }
+    }
+    (staged, staged_sources)
+}
+
+fn execute(
+    ops: &[MountOp],
+    sources: Sources,
+    dev_null: HostEntry,
+    layout: Layout,
+) -> Result<RootfsReport, RootfsError> {
     let mut executor = Executor {
         dev_null,
         report: RootfsReport::default(),
@@ -412,4 +483,66 @@ fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), RootfsError>
     with_parents(path, "write", || fs::write(path, contents))?;
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
         .map_err(|e| io_error("set the mode of", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn real(path: &Path) -> Option<HostEntry> {
+        Some(HostEntry::Real(path.to_path_buf(), true))
+    }
+
+    #[test]
+    fn the_root_is_built_in_place_only_where_it_hides_no_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let build = dir.path().join("shm");
+        fs::create_dir(&build).unwrap();
+        let null = HostEntry::Real("/dev/null".into(), false);
+        let beside = vec![None, real(&dir.path().join("usr"))];
+        assert!(hides_no_source(&build, &beside, &null));
+        let below = vec![None, real(&build.join("data"))];
+        assert!(!hides_no_source(&build, &below, &null));
+        let null_below = HostEntry::Real(build.join("null"), false);
+        assert!(!hides_no_source(&build, &beside, &null_below));
+        // A symlink would be mounted over wherever it points.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&build, &link).unwrap();
+        assert!(!hides_no_source(&link, &beside, &null));
+        assert!(!hides_no_source(&dir.path().join("absent"), &beside, &null));
+    }
+
+    #[test]
+    fn the_staged_fallback_pivots_into_staging_and_detaches_the_host_first() {
+        let ops = vec![
+            MountOp::MakeMountsPrivate,
+            MountOp::MountNewRoot,
+            MountOp::Bind {
+                path: "/srv".into(),
+                access: PROC_READ_ONLY,
+            },
+            MountOp::PivotIntoNewRoot,
+            MountOp::RemountRootReadOnly,
+        ];
+        let sources = vec![None, None, real(Path::new("/srv")), None, None];
+        let (staged, sources) = with_staging(&ops, sources);
+        let names: Vec<String> = staged.iter().map(|op| op.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "make-private /",
+                "enter-staging",
+                "mount-new-root",
+                "bind /srv ro,nosuid,nodev,noexec",
+                "detach-host",
+                "pivot-new-root",
+                "remount-ro /"
+            ]
+        );
+        let with_source: Vec<bool> = sources.iter().map(Option::is_some).collect();
+        assert_eq!(
+            with_source,
+            [false, false, false, true, false, false, false]
+        );
+    }
 }

@@ -88,18 +88,22 @@ struct Layout {
     pub host: &'static str,
 }
 
-/// A cold run's layout: the staging root holds both (bubblewrap's two-pivot scheme).
+/// The root built in place, with the host root left where it is, over the host's `/dev/shm`,
+/// which no plan can take a host path from (`/dev` is reserved; the device nodes bound from
+/// it lie beside it), so it hides no source: a cold run's (one `pivot_root` makes it `/` and
+/// one detach drops the host) and a root prepared once in a zygote template's own mount
+/// namespace and entered by many runs.
+const IN_PLACE: Layout = Layout {
+    new_root: "/dev/shm",
+    host: "/",
+};
+
+/// A cold run's fallback where [`IN_PLACE`] would hide a source (a host without a `/dev/shm`
+/// directory, or a source that resolves below it): the staging root holds both (bubblewrap's
+/// two-pivot scheme).
 const STAGED: Layout = Layout {
     new_root: execute::NEW_ROOT,
     host: execute::OLD_ROOT,
-};
-
-/// A root prepared once and entered by many runs (an interpreter zygote's): built in the
-/// template's own mount namespace with the host root left in place, over its `/dev/shm`,
-/// which no plan can take a host path from (`/dev` is reserved), so it hides no source.
-const PREPARED: Layout = Layout {
-    new_root: "/dev/shm",
-    host: "/",
 };
 
 /// A file created inside the sandbox with fixed contents.
@@ -406,7 +410,7 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run(&plan_operations(plan), STAGED, &plan.git_found)
+    execute::run_cold(&plan_operations(plan), IN_PLACE, STAGED, &plan.git_found)
 }
 
 /// Builds the part of the plan's root that every run shares, read-only, in this process's
@@ -415,7 +419,7 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
 /// `/`.
 pub fn prepare(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     validate(plan)?;
-    execute::run(&plan_prepared_root(plan), PREPARED, &plan.git_found)
+    execute::run(&plan_prepared_root(plan), IN_PLACE, &plan.git_found)
 }
 
 /// A run's root from the one [`prepare`] built: this run's own `/proc`, `/tmp`, `/dev/shm`
@@ -426,7 +430,7 @@ pub fn enter_prepared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run(&plan_prepared_run(plan), PREPARED, &plan.git_found)
+    execute::run(&plan_prepared_run(plan), IN_PLACE, &plan.git_found)
 }
 
 #[cfg(test)]

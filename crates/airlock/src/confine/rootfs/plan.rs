@@ -12,7 +12,8 @@ use super::{RootfsPlan, Workdir};
 pub enum MountOp {
     /// Make every mount in this namespace private so nothing propagates to the host.
     MakeMountsPrivate,
-    /// Pivot into a small staging tmpfs, leaving the host root reachable under it.
+    /// Pivot into a small staging tmpfs, leaving the host root reachable under it (only
+    /// where building the root in place would hide a source, see `execute::run_cold`).
     EnterStaging,
     /// The empty tmpfs that becomes the sandbox's `/`.
     MountNewRoot,
@@ -59,8 +60,10 @@ pub enum MountOp {
         path: PathBuf,
         how: ProcProtection,
     },
-    /// Drop the host root; after this only the new root's mounts remain reachable.
+    /// Drop the host root from under the staging root; after this only the new root's mounts
+    /// remain reachable.
     DetachHost,
+    /// Make the new root `/` and detach what was `/` before (the host, or the staging root).
     PivotIntoNewRoot,
     RemountRootReadOnly,
     Chdir {
@@ -120,10 +123,9 @@ pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
     let mut ops = Vec::new();
     // 1. Private propagation first, or every later mount would show up on the host.
     ops.push(MountOp::MakeMountsPrivate);
-    // 2. Staging root: host root moves to a subdirectory so host paths stay reachable without
-    //    any of our mounts hiding them (bubblewrap's first pivot).
-    ops.push(MountOp::EnterStaging);
-    // 3. The new root is an empty tmpfs: only what follows exists in the sandbox.
+    // 2-3. The new root is an empty tmpfs: only what follows exists in the sandbox. It is
+    //    built where it hides no source (see `execute::run_cold`, which adds bubblewrap's
+    //    staging pivot only where it would).
     ops.push(MountOp::MountNewRoot);
     // 4. Skeleton.
     ops.extend(["/etc", "/proc", "/dev", "/tmp"].map(|p| MountOp::MakeDir { path: p.into() }));
@@ -137,8 +139,7 @@ pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
     ops.push(tmp(plan));
     // 11. Workdir and user paths, parents before children so nested binds land on top.
     ops.extend(user_mounts(plan));
-    // 12-13. Drop the host, then make the new root `/` (second pivot, staging unmounted).
-    ops.push(MountOp::DetachHost);
+    // 12-13. Make the new root `/` and drop the host (one pivot, one detach).
     ops.push(MountOp::PivotIntoNewRoot);
     // 14. Seal `/` itself only now: mount points and generated files had to be created first.
     ops.push(MountOp::RemountRootReadOnly);

@@ -37,7 +37,6 @@ fn sample_plan(work: &Path) -> RootfsPlan {
 
 const EXPECTED_OPS: &str = "\
 make-private /
-enter-staging
 mount-new-root
 mkdir /etc
 mkdir /proc
@@ -85,7 +84,6 @@ tmpfs /tmp size=1048576,nr_inodes=100,mode=1777,noexec
 bind /w rw,nosuid,nodev,exec
 bind /w/data rw,nosuid,nodev,exec
 bind /w/data/ro ro,nosuid,nodev,exec
-detach-host
 pivot-new-root
 remount-ro /
 chdir /w
