@@ -177,6 +177,7 @@ fn standard_plan(base: &Path) -> RootfsPlan {
         tty: false,
         hostname: "sandbox".into(),
         proc_hidepid: true,
+        unreachable: None,
     }
 }
 

@@ -181,6 +181,7 @@ fn rootfs_plan(ctx: &PlanContext) -> RootfsPlan {
         tty: ctx.tty,
         hostname: SANDBOX_HOSTNAME.into(),
         proc_hidepid: true,
+        unreachable: None,
     }
 }
 

@@ -46,13 +46,15 @@ impl PreparedRun {
             })?),
             None => None,
         };
-        if let Some(scratch) = &spec.scratch {
+        if let Some(scratch) = spec.scratch.as_ref().filter(|s| s.needed) {
             crate::confine::rootfs::enter_private_runtime(&scratch.runtime_dir).map_err(|e| {
                 SetupError::at(Step::RunDir, e.to_string()).of_kind(Kind::MountFailed)
             })?;
         }
         map_owners(spec)?;
-        make_run_dirs(spec)?;
+        if spec.scratch.as_ref().is_none_or(|s| s.needed) {
+            make_run_dirs(spec)?;
+        }
         let (cgroup, cgroup_warning) = match &spec.cgroup {
             None => (None, None),
             Some(request) => match RunCgroup::create(
@@ -91,7 +93,7 @@ impl PreparedRun {
                 warnings.push(format!("cannot remove the run's cgroup: {e}"));
             }
         }
-        // A run directory in memory goes with the init's mount namespace.
+        // A run directory in memory goes with the init's mount namespace (or was not made).
         if spec.scratch.is_none() {
             warnings.extend(rundir::remove(&spec.run_dir, kept_workdir(spec)));
         }
@@ -123,12 +125,13 @@ pub(super) fn new_run_dir(spec: &InitSpec) -> NewRunDir<'_> {
 }
 
 /// Shows the caller's paths to the program as its own (see `confine::idmap`), in the init's
-/// own mount namespace (entered here when the run directory did not need one).
+/// own mount namespace (entered here when the run directory did not need one, or no run
+/// directory was made).
 fn map_owners(spec: &InitSpec) -> Setup<()> {
     if spec.mapped.is_empty() {
         return Ok(());
     }
-    if spec.scratch.is_none() {
+    if !spec.scratch.as_ref().is_some_and(|s| s.needed) {
         crate::confine::rootfs::enter_private_mount_namespace().map_err(|e| {
             SetupError::at(Step::Workspace, e.to_string()).of_kind(Kind::MountFailed)
         })?;

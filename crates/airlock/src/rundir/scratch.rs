@@ -21,6 +21,18 @@ pub struct MemoryScratch {
     pub runtime_dir: PathBuf,
     /// Capped tmpfs mounts inside the run directory.
     pub mounts: Vec<ScratchMount>,
+    /// The boundary uses the run directory: the init covers the runtime directory in a mount
+    /// namespace of its own and makes the run directory there. False where the boundary
+    /// mounts its own scratch (no `mounts`) and binds nothing that reaches the runtime
+    /// directory, which the cover would hide (the native sandbox for most policies): the init
+    /// then makes nothing, and needs no mount namespace of its own, whose creation and
+    /// teardown (an RCU grace period at the init's exit) sat on every run's path.
+    #[serde(default = "needed_by_default")]
+    pub needed: bool,
+}
+
+fn needed_by_default() -> bool {
+    true
 }
 
 impl MemoryScratch {
@@ -59,5 +71,6 @@ pub fn memory_scratch(
     MemoryScratch {
         runtime_dir: runtime.to_path_buf(),
         mounts,
+        needed: true,
     }
 }

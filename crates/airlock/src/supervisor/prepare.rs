@@ -58,7 +58,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     let policy = &command.sandbox.policy;
     let selected = backend::select(policy)?;
     let network = Network::of(policy)?;
-    let placement = Placement::of(command, selected.backend.as_ref(), effects)?;
+    let mut placement = Placement::of(command, selected.backend.as_ref(), effects)?;
     let plan_env = program_env(
         policy,
         &command.env,
@@ -68,10 +68,11 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
     );
     // Checked here, once for every backend (Tier 0 included), not in each backend's plan.
     backend::check_policy_paths(policy)?;
-    let confinement = selected
+    let mut confinement = selected
         .backend
         .plan(&placement.context(command, &plan_env, &network))?;
     staged::check(command, &confinement, placement.workdir.fresh)?;
+    leave_unused_run_dir_unmade(placement.scratch.as_mut(), &mut confinement);
     let mut judged = judge(command, &selected, &confinement, &placement, &network);
     let workdir_kind = placement.workdir.kind(command);
     judged.warnings.extend(host_limit_warnings(policy));
@@ -335,6 +336,21 @@ fn plan_scratch(
         }
         scratch
     })
+}
+
+/// The native sandbox uses nothing of an in-memory run directory (its PID 1 mounts its own
+/// scratch): where nothing it binds reaches the runtime directory, which the init's cover
+/// would hide, the init makes none and needs no mount namespace of its own. Its PID 1 checks
+/// again what each source resolves to (a symlink may change meanwhile).
+fn leave_unused_run_dir_unmade(scratch: Option<&mut MemoryScratch>, confinement: &mut Confinement) {
+    let (Some(scratch), Confinement::Native(native)) = (scratch, confinement) else {
+        return;
+    };
+    if !scratch.mounts.is_empty() || native.rootfs.reaches(&scratch.runtime_dir) {
+        return;
+    }
+    scratch.needed = false;
+    native.rootfs.unreachable = Some(scratch.runtime_dir.clone());
 }
 
 /// The program's complete environment: HOME, the egress gate's proxy variables, the policy's

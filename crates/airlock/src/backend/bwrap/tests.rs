@@ -244,6 +244,7 @@ fn capped_scratch_mounts_are_bound_instead_of_bwraps_tmpfs() {
             mount(format!("{RUN_DIR}/tmp")),
             mount(format!("{RUN_DIR}/shm")),
         ],
+        needed: true,
     };
     let mut context = ctx(&policy, true, false);
     context.scratch = Some(&scratch);

@@ -34,7 +34,7 @@ use crate::confine::found::Found;
 use crate::linux::sys;
 
 use super::plan::{BindAccess, MountOp, ProcProtection};
-use super::{Layout, RootfsError, RootfsReport};
+use super::{Layout, RootfsError, RootfsPlan, RootfsReport};
 
 const STAGING: &str = "/tmp";
 pub(super) const NEW_ROOT: &str = "/newroot";
@@ -60,9 +60,12 @@ pub(super) fn run_cold(
     ops: &[MountOp],
     in_place: Layout,
     staged: Layout,
-    found: &[Found],
+    plan: &RootfsPlan,
 ) -> Result<RootfsReport, RootfsError> {
-    let (sources, dev_null) = resolve_sources(ops, found)?;
+    let (sources, dev_null) = resolve_sources(ops, &plan.git_found)?;
+    if let Some(dir) = &plan.unreachable {
+        refuse_reaching(&sources, dir)?;
+    }
     if hides_no_source(Path::new(in_place.new_root), &sources, &dev_null) {
         return execute(ops, sources, dev_null, in_place);
     }
@@ -81,6 +84,21 @@ fn resolve_sources(ops: &[MountOp], found: &[Found]) -> Result<(Sources, HostEnt
         .collect::<Result<Vec<_>, _>>()?;
     let dev_null = resolver.resolve_real(Path::new("/dev/null"))?;
     Ok((sources, dev_null))
+}
+
+/// Refuses a source that resolved to `dir`, a directory holding it, or something in it.
+fn refuse_reaching(sources: &[Option<HostEntry>], dir: &Path) -> Result<(), RootfsError> {
+    let reaching = sources.iter().flatten().find_map(|entry| match entry {
+        HostEntry::Real(path, _) if super::reaches(path, dir) => Some(path),
+        _ => None,
+    });
+    match reaching {
+        Some(path) => Err(RootfsError::ReachesUncovered {
+            path: path.clone(),
+            dir: dir.to_path_buf(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Whether a tmpfs mounted at `build_dir` (a real directory, not a symlink to elsewhere)
@@ -510,6 +528,21 @@ mod tests {
         std::os::unix::fs::symlink(&build, &link).unwrap();
         assert!(!hides_no_source(&link, &beside, &null));
         assert!(!hides_no_source(&dir.path().join("absent"), &beside, &null));
+    }
+
+    #[test]
+    fn a_source_resolved_into_an_uncovered_runtime_directory_is_refused() {
+        let runtime = Path::new("/run/airlock");
+        let beside = vec![None, real(Path::new("/run/user/1000"))];
+        assert!(refuse_reaching(&beside, runtime).is_ok());
+        for reaching in ["/run", "/", "/run/airlock/run-1-a-0/work"] {
+            let sources = vec![real(Path::new(reaching)), None];
+            let refused = refuse_reaching(&sources, runtime).unwrap_err();
+            assert!(
+                matches!(&refused, RootfsError::ReachesUncovered { path, .. } if path == Path::new(reaching)),
+                "{refused}"
+            );
+        }
     }
 
     #[test]

@@ -77,6 +77,44 @@ pub struct RootfsPlan {
     pub hostname: String,
     /// Mount `/proc` with `hidepid=invisible` when the kernel allows it (best effort).
     pub proc_hidepid: bool,
+    /// A host directory that no source may reach (resolve to it, to a directory holding it, or
+    /// to anything in it): airlock's runtime directory, when the init did not cover it (see
+    /// `rundir::MemoryScratch::needed`). Checked on the resolved sources, before any mount.
+    #[serde(default)]
+    pub unreachable: Option<PathBuf>,
+}
+
+impl RootfsPlan {
+    /// Whether a bind of this plan reaches `dir` (binds it, a directory holding it, or
+    /// something in it), judged on the real paths of the caller's paths (a symlink's target)
+    /// and on the system lists as given (the same on every host). [`enter`] checks
+    /// [`RootfsPlan::unreachable`] again on what every source resolves to.
+    pub fn reaches(&self, dir: &Path) -> bool {
+        let callers = [
+            &self.read_only,
+            &self.read_write,
+            &self.git_read_only,
+            &self.git_pinned,
+        ];
+        let workdir = match &self.workdir {
+            Workdir::Bind { host, .. } => Some(host),
+            Workdir::Tmpfs { .. } => None,
+        };
+        let real = |path: &PathBuf| std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        let system = self.system_ro.iter().chain(&self.etc_files).cloned();
+        let mut sources = callers
+            .into_iter()
+            .flatten()
+            .chain(workdir)
+            .map(real)
+            .chain(system);
+        sources.any(|source| reaches(&source, dir))
+    }
+}
+
+/// Whether a bind of `source` shows `dir` or anything in it, or lies in it.
+pub(crate) fn reaches(source: &Path, dir: &Path) -> bool {
+    dir.starts_with(source) || source.starts_with(dir)
 }
 
 /// Where the operations build the root and find the host.
@@ -218,6 +256,12 @@ pub enum RootfsError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "the bind source {path} reaches {dir}, which holds airlock's runs and is not covered \
+         for this run: it resolved differently when the run was planned (a symlink changed \
+         meanwhile); run again once nothing else changes it"
+    )]
+    ReachesUncovered { path: PathBuf, dir: PathBuf },
     #[error("failed to {action} {path}: {source}")]
     Io {
         action: &'static str,
@@ -410,7 +454,7 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run_cold(&plan_operations(plan), IN_PLACE, STAGED, &plan.git_found)
+    execute::run_cold(&plan_operations(plan), IN_PLACE, STAGED, plan)
 }
 
 /// Builds the part of the plan's root that every run shares, read-only, in this process's

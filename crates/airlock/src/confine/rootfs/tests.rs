@@ -32,6 +32,7 @@ fn sample_plan(work: &Path) -> RootfsPlan {
         tty: true,
         hostname: "sandbox".into(),
         proc_hidepid: false,
+        unreachable: None,
     }
 }
 
@@ -369,4 +370,32 @@ fn a_bind_under_a_per_run_mount_is_made_by_each_run() {
         .iter()
         .position(|op| matches!(op, MountOp::Bind { path, .. } if path == Path::new("/tmp/w")));
     assert!(tmp < work, "{per_run:?}");
+}
+
+/// The runtime directory is reached by a bind of it, of a directory holding it (also through
+/// a symlink to one) or of anything in it; the default plan reaches none of airlock's.
+#[test]
+fn a_plan_reaches_a_directory_through_its_binds_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = std::fs::canonicalize(dir.path()).unwrap();
+    let runtime = real.join("run/airlock");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::os::unix::fs::symlink(real.join("run"), real.join("link")).unwrap();
+    let plan = sample_plan(Path::new("/w"));
+    assert!(!plan.reaches(&runtime));
+    assert!(!plan.reaches(Path::new("/run/airlock")));
+    for path in [real.join("run"), real.join("link"), runtime.join("run-1")] {
+        let mut reaching = sample_plan(Path::new("/w"));
+        reaching.read_only.push(path.clone());
+        assert!(reaching.reaches(&runtime), "{}", path.display());
+    }
+    let mut workdir = sample_plan(Path::new("/w"));
+    workdir.workdir = Workdir::Bind {
+        host: real.join("link/airlock"),
+        writable: true,
+    };
+    assert!(workdir.reaches(&runtime));
+    let mut beside = sample_plan(Path::new("/w"));
+    beside.read_write.push(real.join("run/other"));
+    assert!(!beside.reaches(&runtime));
 }

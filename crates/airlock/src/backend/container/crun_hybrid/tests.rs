@@ -24,6 +24,7 @@ fn in_memory() -> MemoryScratch {
     MemoryScratch {
         runtime_dir: "/run/airlock".into(),
         mounts: Vec::new(),
+        needed: true,
     }
 }
 
