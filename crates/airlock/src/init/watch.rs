@@ -410,11 +410,14 @@ impl<'a> Watch<'a> {
     }
 
     fn cgroup_members(&self) -> Vec<i32> {
-        self.run
-            .cgroup
-            .as_ref()
-            .and_then(|c| c.pids().ok())
-            .unwrap_or_default()
+        let Some(cgroup) = &self.run.cgroup else {
+            return Vec::new();
+        };
+        let members = match self.spec.confinement {
+            Confinement::Native(_) => cgroup.members(),
+            _ => cgroup.pids(),
+        };
+        members.unwrap_or_default()
     }
 
     /// Sleeps until a child changes state (SIGCHLD on the signalfd) or `timeout` passes.

@@ -832,3 +832,31 @@ fn real_v2_core_features_kill_and_account_without_controllers() {
     run.remove();
     assert!(!paths[0].exists() && !paths[0].parent().unwrap().exists());
 }
+
+/// One hierarchy lists every member of a tree that joined them all; a process put in another
+/// hierarchy's cgroup only (which nothing of a native run can do) is not listed there, yet the
+/// kill that `remove` falls back to when that hierarchy's `rmdir` fails reaches it.
+#[test]
+fn real_members_of_one_hierarchy_and_the_kill_reaches_one_kept_elsewhere() {
+    let Some((run, mut child)) = run_with_three_sleepers("members") else {
+        return;
+    };
+    assert_eq!(run.members().unwrap(), run.pids().unwrap());
+    run.kill_all().unwrap();
+    assert!(run.members().unwrap().is_empty());
+    let _ = child.wait_timeout(Duration::from_secs(5));
+    let paths = run.paths();
+    if paths.len() < 2 {
+        return eprintln!("skipping the second half: one hierarchy only");
+    }
+    let mut stray = spawn_gated("/bin/sleep 100");
+    std::fs::write(paths[1].join("cgroup.procs"), stray.pid().to_string()).unwrap();
+    stray.release();
+    assert!(run.members().unwrap().is_empty());
+    assert_eq!(run.pids().unwrap(), [stray.pid().as_raw()]);
+    run.kill_all().unwrap();
+    let status = stray.wait_timeout(Duration::from_secs(5));
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    run.remove();
+    assert!(paths.iter().all(|path| !path.exists()));
+}
