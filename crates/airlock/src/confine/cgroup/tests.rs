@@ -849,7 +849,9 @@ fn real_members_of_one_hierarchy_and_the_kill_reaches_one_kept_elsewhere() {
     if paths.len() < 2 {
         return eprintln!("skipping the second half: one hierarchy only");
     }
-    let mut stray = spawn_gated("/bin/sleep 100");
+    // `exec`: the stray stays one process, so the lists below hold exactly its pid (a shell
+    // that forked `sleep` after its release would add a second, whenever it got to it).
+    let mut stray = spawn_gated("exec /bin/sleep 100");
     std::fs::write(paths[1].join("cgroup.procs"), stray.pid().to_string()).unwrap();
     stray.release();
     assert!(run.members().unwrap().is_empty());
