@@ -332,7 +332,7 @@ impl Command {
                 *network.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some((events.clone(), Arc::clone(&start)));
             }
-            return Ok(handle::serve_from_threads(
+            return Ok(handle::serve_in_background(
                 &self,
                 warm.started,
                 warm.ending,
@@ -350,7 +350,7 @@ impl Command {
             false => (None, None),
         };
         let (started, ending) = launch::start(&self, prepared, on_network)?;
-        Ok(handle::serve_from_threads(
+        Ok(handle::serve_in_background(
             &self,
             started,
             ending,

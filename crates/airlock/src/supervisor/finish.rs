@@ -8,7 +8,7 @@ use super::builder::Command;
 use super::handle::send_stop;
 use super::hints::HintFacts;
 use super::launch::{InitProcess, Started};
-use super::output::{Collector, StreamKind};
+use super::output::{Collector, OutputSink, StreamKind};
 use super::serve;
 use super::signals::BlockedSignals;
 use crate::cancel::CancelRegistration;
@@ -49,37 +49,70 @@ pub(super) fn serve_in_this_thread(
     mut ending: Ending,
     signals: Option<&BlockedSignals>,
 ) -> Result<RunResult, Error> {
-    let policy = &command.sandbox.policy;
     let sinks = (
         command.stdout.blocking_sink(),
         command.stderr.blocking_sink(),
     );
-    // A terminal's output is for the person at it: no cap.
-    let stdout_cap = match command.tty {
-        true => u64::MAX,
-        false => policy.limits.stdout.0,
-    };
-    let outputs = serve::Outputs {
-        stdout: Collector::new(StreamKind::Stdout, &sinks.0, stdout_cap),
-        stderr: Collector::new(StreamKind::Stderr, &sinks.1, policy.limits.stderr.0),
-    };
-    let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
     let control = Arc::new(Mutex::new(started.control));
     let cancel = stop_when_cancelled(command, &control);
-    let react = serve::Reactions {
-        on_overflow: || {
-            if kill_on_overflow {
-                send_stop(&control, StopReason::OutputLimit);
-            }
-        },
-        signals,
-        on_cancel: || send_stop(&control, StopReason::Cancelled),
-    };
-    let served = serve::serve(started.pipes, outputs, react);
+    let limits = OutputLimits::of(command);
+    let served = serve_pipes(started.pipes, &sinks, limits, &control, signals, None);
     let result = ending.conclude(served);
     // Open until the init is gone: its end reading EOF means the supervisor died.
     drop((cancel, control));
     result
+}
+
+/// What bounds a run's output, from its command.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OutputLimits {
+    stdout: u64,
+    stderr: u64,
+    kill_on_overflow: bool,
+}
+
+impl OutputLimits {
+    pub(super) fn of(command: &Command) -> OutputLimits {
+        let limits = &command.sandbox.policy.limits;
+        OutputLimits {
+            // A terminal's output is for the person at it: no cap.
+            stdout: match command.tty {
+                true => u64::MAX,
+                false => limits.stdout.0,
+            },
+            stderr: limits.stderr.0,
+            kill_on_overflow: limits.on_output_limit == OutputLimitAction::Kill,
+        }
+    }
+}
+
+/// Serves a run's pipes until they close (`run`'s in the calling thread, `spawn`'s in a
+/// thread of its own): output to `sinks` under `limits`, the init asked on `control` to stop
+/// the run past a cap (when the policy says so) or on a cancel signal among `signals`, and a
+/// spawned run's stream `announce`d.
+pub(super) fn serve_pipes(
+    pipes: serve::Pipes,
+    sinks: &(OutputSink, OutputSink),
+    limits: OutputLimits,
+    control: &Mutex<std::fs::File>,
+    signals: Option<&BlockedSignals>,
+    announce: Option<serve::Announce>,
+) -> serve::Served {
+    let outputs = serve::Outputs {
+        stdout: Collector::new(StreamKind::Stdout, &sinks.0, limits.stdout),
+        stderr: Collector::new(StreamKind::Stderr, &sinks.1, limits.stderr),
+    };
+    let react = serve::Reactions {
+        on_overflow: || {
+            if limits.kill_on_overflow {
+                send_stop(control, StopReason::OutputLimit);
+            }
+        },
+        signals,
+        on_cancel: || send_stop(control, StopReason::Cancelled),
+        announce,
+    };
+    serve::serve(pipes, outputs, react)
 }
 
 /// Sends the init a stop when the command's cancel token fires (at once if it already did).

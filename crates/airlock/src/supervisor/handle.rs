@@ -1,34 +1,31 @@
-//! A spawned run: a thread per pipe, so the caller of `Command::spawn` stays free to stream
-//! and cancel, and a [`RunHandle`] to wait on.
+//! A spawned run: its pipes served from one thread of its own, so the caller of
+//! `Command::spawn` stays free to stream and cancel, and a [`RunHandle`] to wait on.
 
 use std::io::Write;
-use std::os::fd::OwnedFd;
 use std::sync::mpsc::{Receiver, Sender};
-
-use airlock_egress::EventSink;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use airlock_egress::EventSink;
+
 use super::builder::{Command, RunEvent, Sink};
-use super::finish::Ending;
+use super::finish::{self, Ending, OutputLimits};
+use super::input::StdinSource;
 use super::launch::Started;
-use super::output::{self, Drained, OutputSink, StartGate, StreamKind};
-use super::serve;
+use super::output::{OutputSink, StartGate};
+use super::serve::{self, Served};
 use crate::cancel::CancelRegistration;
 use crate::error::Error;
-use crate::policy::OutputLimitAction;
 use crate::result::RunResult;
-use crate::spec::{InitEvent, StopReason};
+use crate::spec::StopReason;
 
 /// A running program.
 #[derive(Debug)]
 pub struct RunHandle {
     ending: Ending,
     control: Arc<Mutex<std::fs::File>>,
-    events_reader: JoinHandle<Vec<InitEvent>>,
-    stdout_reader: Option<JoinHandle<Drained>>,
-    stderr_reader: Option<JoinHandle<Drained>>,
-    stdin_writer: Option<JoinHandle<()>>,
+    /// The thread serving the run's pipes, until they close.
+    server: JoinHandle<Served>,
     events: Option<Receiver<RunEvent>>,
     /// The command's cancel token stops the run until it ended.
     cancel: Option<CancelRegistration>,
@@ -88,8 +85,9 @@ pub(super) fn network_slot() -> (EventSink, NetworkSender) {
     (sink, sender)
 }
 
-/// Starts a thread for each pipe of a started run; `channel` carries the run's events.
-pub(super) fn serve_from_threads(
+/// Serves a started run's pipes from one thread of its own, with the loop `run` serves them
+/// with in the calling thread; `channel` carries the run's events.
+pub(super) fn serve_in_background(
     command: &Command,
     started: Started,
     ending: Ending,
@@ -97,97 +95,36 @@ pub(super) fn serve_from_threads(
     start: Arc<StartGate>,
     network: Option<NetworkSender>,
 ) -> RunHandle {
-    let policy = &command.sandbox.policy;
+    let (events, receiver) = channel;
     let control = Arc::new(Mutex::new(started.control));
-    let pipes = started.pipes;
-    // A spawned run feeds its input bytes; relaying the caller's terminal is `run`'s.
-    let stdin_writer = pipes.stdin.map(|source| {
-        let (fd, bytes) = source.into_fd_and_bytes();
-        std::thread::spawn(move || {
-            let _ = std::fs::File::from(fd).write_all(&bytes);
-        })
-    });
-    let (event_tx, event_rx) = channel;
-    let kill_on_overflow = policy.limits.on_output_limit == OutputLimitAction::Kill;
-    let reader = |pipe: Option<OwnedFd>, sink: Sink, kind: StreamKind, cap: u64| {
-        pipe.map(|fd| {
-            let sink = match sink {
-                Sink::Stream => OutputSink::Stream(event_tx.clone(), Arc::clone(&start)),
-                other => other.blocking_sink(),
-            };
-            let control = Arc::clone(&control);
-            std::thread::spawn(move || {
-                output::drain(std::fs::File::from(fd), kind, &sink, cap, || {
-                    if kill_on_overflow {
-                        send_stop(&control, StopReason::OutputLimit);
-                    }
-                })
-            })
-        })
+    let limits = OutputLimits::of(command);
+    let sink = |sink: Sink| match sink {
+        Sink::Stream => OutputSink::Stream(events.clone(), Arc::clone(&start)),
+        other => other.blocking_sink(),
     };
-    let stdout_reader = reader(
-        pipes.stdout,
-        command.stdout,
-        StreamKind::Stdout,
-        policy.limits.stdout.0,
-    );
-    let stderr_reader = reader(
-        pipes.stderr,
-        command.stderr,
-        StreamKind::Stderr,
-        policy.limits.stderr.0,
-    );
-    let events_reader = spawn_event_reader(
-        pipes.events,
-        pipes.end_at_finished,
-        event_tx,
-        start,
-        network,
-    );
-    RunHandle {
-        ending,
-        cancel: super::finish::stop_when_cancelled(command, &control),
-        control,
-        events_reader,
-        stdout_reader,
-        stderr_reader,
-        stdin_writer,
-        events: Some(event_rx),
-    }
-}
-
-/// Reads the init's events; the first one (the start, or a setup failure) opens the gate of
-/// the output streams, as does the end of the events.
-fn spawn_event_reader(
-    events: OwnedFd,
-    end_at_finished: bool,
-    tx: Sender<RunEvent>,
-    start: Arc<StartGate>,
-    network: Option<NetworkSender>,
-) -> JoinHandle<Vec<InitEvent>> {
-    std::thread::spawn(move || {
-        let mut log = serve::EventLog::default();
-        let mut pipe = std::fs::File::from(events);
-        let mut buffer = vec![0u8; 4096];
-        while let Some(chunk) = output::read_chunk(&mut pipe, &mut buffer) {
-            for event in log.feed(chunk) {
-                if let InitEvent::Started { layers, .. } = event {
-                    let _ = tx.send(RunEvent::Started {
-                        layers: layers.clone(),
-                    });
-                }
-                start.open();
-            }
-            if end_at_finished && log.has_finished() {
-                break;
-            }
-        }
-        start.open();
+    let sinks = (sink(command.stdout), sink(command.stderr));
+    let mut pipes = started.pipes;
+    // A spawned run feeds its input bytes; relaying the caller's terminal is `run`'s.
+    pipes.stdin = pipes.stdin.map(StdinSource::without_relay);
+    let serving = Arc::clone(&control);
+    let server = std::thread::spawn(move || {
+        let announce = serve::Announce {
+            events: &events,
+            start: &start,
+        };
+        let served = finish::serve_pipes(pipes, &sinks, limits, &serving, None, Some(announce));
         if let Some(network) = network {
             network.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
-        log.finish()
-    })
+        served
+    });
+    RunHandle {
+        ending,
+        cancel: finish::stop_when_cancelled(command, &control),
+        control,
+        server,
+        events: Some(receiver),
+    }
 }
 
 impl RunHandle {
@@ -215,20 +152,8 @@ impl RunHandle {
 
     /// Waits for the run to end and everything it started to be gone.
     pub fn wait(mut self) -> Result<RunResult, Error> {
-        let join =
-            |h: Option<JoinHandle<Drained>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
-        let stdout = join(self.stdout_reader.take());
-        let stderr = join(self.stderr_reader.take());
-        let events = self.events_reader.join().unwrap_or_default();
-        if let Some(writer) = self.stdin_writer.take() {
-            let _ = writer.join();
-        }
-        let result = self.ending.conclude(serve::Served {
-            stdout,
-            stderr,
-            events,
-            cancel_signal: None,
-        });
+        let served = self.server.join().unwrap_or_default();
+        let result = self.ending.conclude(served);
         drop(self.cancel.take());
         result
     }
@@ -242,9 +167,12 @@ mod tests {
 
     use super::*;
     use crate::layer::Layer;
+    use crate::spec::InitEvent;
+    use crate::supervisor::output::{Collector, StreamKind};
 
     /// The program's output arrives before the init's start report (it writes at once, the
-    /// init is slow to report): the stream still begins with `Started`.
+    /// init is slow to report): the stream a spawned run's one loop sends still begins with
+    /// `Started`, and the output follows.
     #[test]
     fn started_leads_the_stream_even_when_output_comes_first() {
         let (out_read, out_write) = super::super::launch::pipe().unwrap();
@@ -252,16 +180,29 @@ mod tests {
         let (tx, rx) = channel();
         let start = Arc::new(StartGate::default());
         let sink = OutputSink::Stream(tx.clone(), Arc::clone(&start));
-        let stdout = std::thread::spawn(move || {
-            output::drain(
-                std::fs::File::from(out_read),
-                StreamKind::Stdout,
-                &sink,
-                1 << 20,
-                || {},
-            )
+        let server = std::thread::spawn(move || {
+            let pipes = serve::Pipes {
+                stdin: None,
+                stdout: Some(out_read),
+                stderr: None,
+                events: events_read,
+                end_at_finished: false,
+            };
+            let outputs = serve::Outputs {
+                stdout: Collector::new(StreamKind::Stdout, &sink, 1 << 20),
+                stderr: Collector::new(StreamKind::Stderr, &sink, 1 << 20),
+            };
+            let react = serve::Reactions {
+                on_overflow: || {},
+                signals: None,
+                on_cancel: || {},
+                announce: Some(serve::Announce {
+                    events: &tx,
+                    start: &start,
+                }),
+            };
+            serve::serve(pipes, outputs, react).stdout.total
         });
-        let events = spawn_event_reader(events_read, false, tx, start, None);
         let mut out = std::fs::File::from(out_write);
         out.write_all(b"early output").unwrap();
         drop(out);
@@ -274,8 +215,7 @@ mod tests {
         let mut line = serde_json::to_vec(&started).unwrap();
         line.push(b'\n');
         std::fs::File::from(events_write).write_all(&line).unwrap();
-        stdout.join().unwrap();
-        events.join().unwrap();
+        assert_eq!(server.join().unwrap(), 12);
         let received: Vec<RunEvent> = rx.try_iter().collect();
         assert_eq!(
             received,
@@ -285,6 +225,50 @@ mod tests {
                 },
                 RunEvent::Stdout(b"early output".to_vec()),
             ]
+        );
+    }
+
+    /// An init that dies before its first event (no start report): the output held for the
+    /// start is read once the events end (no `Started` leads it then), not held for good.
+    #[test]
+    fn held_output_is_read_when_the_events_end_without_a_start() {
+        let (out_read, out_write) = super::super::launch::pipe().unwrap();
+        let (events_read, events_write) = super::super::launch::pipe().unwrap();
+        let (tx, rx) = channel();
+        let start = Arc::new(StartGate::default());
+        let sink = OutputSink::Stream(tx.clone(), Arc::clone(&start));
+        let mut out = std::fs::File::from(out_write);
+        out.write_all(b"orphaned output").unwrap();
+        drop((out, events_write));
+        let (done_tx, done_rx) = channel();
+        std::thread::spawn(move || {
+            let pipes = serve::Pipes {
+                stdin: None,
+                stdout: Some(out_read),
+                stderr: None,
+                events: events_read,
+                end_at_finished: false,
+            };
+            let outputs = serve::Outputs {
+                stdout: Collector::new(StreamKind::Stdout, &sink, 1 << 20),
+                stderr: Collector::new(StreamKind::Stderr, &sink, 1 << 20),
+            };
+            let react = serve::Reactions {
+                on_overflow: || {},
+                signals: None,
+                on_cancel: || {},
+                announce: Some(serve::Announce {
+                    events: &tx,
+                    start: &start,
+                }),
+            };
+            let _ = done_tx.send(serve::serve(pipes, outputs, react).stdout.total);
+        });
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(10)), Ok(15));
+        let received: Vec<RunEvent> = rx.try_iter().collect();
+        assert_eq!(
+            received,
+            vec![RunEvent::Stdout(b"orphaned output".to_vec())]
         );
     }
 }

@@ -22,12 +22,16 @@ pub(super) enum StdinSource {
 }
 
 impl StdinSource {
-    /// The descriptor written to and the bytes to write, for a caller that writes them from a
-    /// thread of its own (a spawned run: no relay there).
-    pub fn into_fd_and_bytes(self) -> (OwnedFd, Vec<u8>) {
+    /// The same input without the caller's terminal relayed (a spawned run's: its caller
+    /// keeps its own terminal).
+    pub fn without_relay(self) -> StdinSource {
         match self {
-            StdinSource::Pipe(fd, bytes) => (fd, bytes),
-            StdinSource::Terminal { master, bytes, .. } => (master, bytes),
+            StdinSource::Terminal { master, bytes, .. } => StdinSource::Terminal {
+                master,
+                bytes,
+                relay: false,
+            },
+            pipe => pipe,
         }
     }
 }

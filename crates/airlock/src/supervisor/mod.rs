@@ -7,8 +7,9 @@
 //!    │        backend chosen, run directory planned, missing layers judged once
 //! launch    start the init (fork, or exec `airlock __init`), hand it the spec
 //!    │
-//! serve     one poll loop over stdin, stdout, stderr and the init's events (`run`)
-//! handle    or a thread per pipe and a RunHandle (`spawn`)
+//! serve     one poll loop over stdin, stdout, stderr and the init's events: in the calling
+//!    │        thread (`run`), or in one thread of its own behind a RunHandle (`spawn`)
+//! handle    the RunHandle: stream, cancel, wait
 //!    │
 //! finish    reap the init, assemble the RunResult
 //! ```

@@ -100,24 +100,6 @@ impl<'a> Collector<'a> {
     }
 }
 
-/// Reads `source` to EOF under `cap`. `on_overflow` runs once, when the cap is first passed.
-pub fn drain(
-    mut source: impl Read,
-    kind: StreamKind,
-    sink: &OutputSink,
-    cap: u64,
-    mut on_overflow: impl FnMut(),
-) -> Drained {
-    let mut collector = Collector::new(kind, sink, cap);
-    let mut buffer = ReadBuffer::default();
-    while let Some(chunk) = buffer.read_from(&mut source) {
-        if collector.take(chunk) {
-            on_overflow();
-        }
-    }
-    collector.finish()
-}
-
 /// One read from a pipe: `None` at EOF (or on an error, which ends the stream too), an empty
 /// chunk when interrupted.
 pub fn read_chunk<'b>(source: &mut impl Read, buffer: &'b mut [u8]) -> Option<&'b [u8]> {
@@ -237,13 +219,12 @@ mod tests {
     fn keeps_up_to_the_cap_and_counts_everything() {
         let mut overflows = 0;
         let data = vec![b'x'; 200_000];
-        let drained = drain(
-            &data[..],
-            StreamKind::Stdout,
-            &OutputSink::Capture,
-            1000,
-            || overflows += 1,
-        );
+        let sink = OutputSink::Capture;
+        let mut collector = Collector::new(StreamKind::Stdout, &sink, 1000);
+        for chunk in data.chunks(CHUNK) {
+            overflows += usize::from(collector.take(chunk));
+        }
+        let drained = collector.finish();
         assert_eq!(drained.kept.len(), 1000);
         assert_eq!(drained.total, 200_000);
         assert!(drained.truncated);
@@ -252,13 +233,10 @@ mod tests {
 
     #[test]
     fn output_at_the_cap_is_not_truncated() {
-        let drained = drain(
-            &b"hello"[..],
-            StreamKind::Stderr,
-            &OutputSink::Capture,
-            5,
-            || panic!("no overflow"),
-        );
+        let sink = OutputSink::Capture;
+        let mut collector = Collector::new(StreamKind::Stderr, &sink, 5);
+        assert!(!collector.take(b"hello"), "no overflow");
+        let drained = collector.finish();
         assert_eq!(
             (drained.kept.as_slice(), drained.truncated),
             (&b"hello"[..], false)
