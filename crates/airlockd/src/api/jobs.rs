@@ -384,7 +384,7 @@ async fn call_response(
     let wait = daemon.config.server.max_wait.0;
     let live = match daemon.engine.submit(job).await? {
         Submitted::New(live) => live,
-        Submitted::Existing(row) => return Ok(prepare::run_response(&row, false)),
+        Submitted::Existing(row) => return Ok(prepare::run_response(*row, false)),
     };
     // A caller that goes away while the daemon holds its request (a cancelled task, a
     // closed connection) has no run id to cancel: its call stops with the request.
@@ -398,7 +398,7 @@ async fn call_response(
         .map_err(ApiError::store)?
         .ok_or_else(|| ApiError::internal("the call's record vanished", &live.id))?;
     if !row.is_terminal() {
-        return Ok(prepare::run_response(&row, false));
+        return Ok(prepare::run_response(row, false));
     }
     if row.status == "rejected" {
         return Err(prepare::busy(daemon, &row));

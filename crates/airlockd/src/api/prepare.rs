@@ -441,7 +441,7 @@ pub async fn submit(
                     "use a new key for a different request",
                 ));
             }
-            Ok(run_response(&row, false))
+            Ok(run_response(*row, false))
         }
         Submitted::New(live) => {
             let waited = !prepared.wait.is_zero();
@@ -451,19 +451,16 @@ pub async fn submit(
             }
             // The record the run's end stored, as it stored it (read back only while the run
             // is still in flight).
-            let read_back;
-            let row = match live.recorded() {
+            let row = match live.take_recorded() {
                 Some(row) => row,
-                None => {
-                    read_back = stored_run(daemon, &live.id).await?;
-                    &read_back
-                }
+                None => stored_run(daemon, &live.id).await?,
             };
             if waited && row.status == "rejected" {
-                return Err(busy(daemon, row));
+                return Err(busy(daemon, &row));
             }
+            let sandbox_time = live.sandbox_time().filter(|_| row.is_terminal());
             let mut response = run_response(row, false);
-            if let Some(time) = live.sandbox_time().filter(|_| row.is_terminal()) {
+            if let Some(time) = sandbox_time {
                 add_server_timing(&mut response, time);
             }
             tracing::debug!(run = %live.id, timeline = %live.timeline().deltas(std::time::Instant::now()), "answered");
@@ -507,17 +504,18 @@ fn add_server_timing(response: &mut axum::response::Response, sandbox: Duration)
 }
 
 /// 200 for a finished run (201 when `created`), 202 with `Location` while it is in flight.
-pub fn run_response(row: &RunRow, created: bool) -> axum::response::Response {
+pub fn run_response(row: RunRow, created: bool) -> axum::response::Response {
     use axum::http::{header, StatusCode};
     use axum::response::IntoResponse;
-    let view = super::types::RunView::from_row(row);
     let status = match (row.is_terminal(), created) {
         (true, true) => StatusCode::CREATED,
         (true, false) => StatusCode::OK,
         (false, _) => StatusCode::ACCEPTED,
     };
+    let location = header::HeaderValue::from_str(&format!("/v1/runs/{}", row.id));
+    let view = super::types::RunView::from(row);
     let mut response = (status, axum::Json(view)).into_response();
-    if let Ok(location) = header::HeaderValue::from_str(&format!("/v1/runs/{}", row.id)) {
+    if let Ok(location) = location {
         response.headers_mut().insert(header::LOCATION, location);
     }
     response

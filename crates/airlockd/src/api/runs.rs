@@ -107,7 +107,7 @@ pub async fn cancel(
 ) -> Result<Response, ApiError> {
     let row = visible_run(&daemon, &caller, &id).await?;
     if row.is_terminal() {
-        return Ok(prepare::run_response(&row, false));
+        return Ok(prepare::run_response(row, false));
     }
     if row.node != daemon.node {
         return forward(&daemon, &row.node, &request, Bytes::new()).await;
@@ -117,7 +117,7 @@ pub async fn cancel(
         live.wait_done(Duration::from_secs(5)).await;
     }
     let row = visible_run(&daemon, &caller, &id).await?;
-    Ok(prepare::run_response(&row, false))
+    Ok(prepare::run_response(row, false))
 }
 
 /// Lists runs, newest first, a page at a time.

@@ -353,35 +353,41 @@ pub fn parse_time(text: &str) -> Option<i64> {
 
 impl RunView {
     pub fn from_row(row: &RunRow) -> RunView {
+        RunView::from(row.clone())
+    }
+}
+
+/// The row's documents (request, policy, result: most of it) move into the view: a waited
+/// run's answer is built from the record its end stored, which nothing needs after.
+impl From<RunRow> for RunView {
+    fn from(row: RunRow) -> RunView {
+        let links = RunLinks {
+            this: format!("/v1/runs/{}", row.id),
+            events: format!("/v1/runs/{}/events", row.id),
+        };
         RunView {
-            id: row.id.clone(),
-            kind: row.kind.clone(),
-            tenant: row.tenant.clone(),
-            session_id: row.session_id.clone(),
-            node: row.node.clone(),
-            status: row.status.clone(),
-            priority: row.priority,
-            profile: row.profile.clone(),
-            backend: row.backend.clone(),
+            start: row.result.as_ref().and_then(StartPath::of_result),
             created_at: time_text(row.created_ms),
             started_at: row.started_ms.map(time_text),
             ended_at: row.ended_ms.map(time_text),
+            error: row.error.and_then(|e| serde_json::from_value(e).ok()),
+            id: row.id,
+            kind: row.kind,
+            tenant: row.tenant,
+            session_id: row.session_id,
+            node: row.node,
+            status: row.status,
+            priority: row.priority,
+            profile: row.profile,
+            backend: row.backend,
             queue_ms: row.queue_ms,
             wall_ms: row.wall_ms,
-            start: row.result.as_ref().and_then(StartPath::of_result),
-            request: row.request.clone(),
-            policy: row.policy.clone(),
-            result: row.result.clone(),
-            error: row
-                .error
-                .clone()
-                .and_then(|e| serde_json::from_value(e).ok()),
-            outputs: row.outputs.clone(),
-            network: row.network.clone(),
-            links: RunLinks {
-                this: format!("/v1/runs/{}", row.id),
-                events: format!("/v1/runs/{}/events", row.id),
-            },
+            request: row.request,
+            policy: row.policy,
+            result: row.result,
+            outputs: row.outputs,
+            network: row.network,
+            links,
         }
     }
 }

@@ -16,7 +16,7 @@ pub mod worker_lib;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use airlock::pool::{CancelToken, Ticket};
@@ -66,9 +66,9 @@ pub struct LiveRun {
     pub cancel: CancelToken,
     state: Mutex<LiveState>,
     done: watch::Sender<bool>,
-    /// The run's record as stored at its end, so a caller that waited for it gets it without
-    /// reading it back (unset when the store did not take it).
-    recorded: OnceLock<RunRow>,
+    /// The run's record as stored at its end, so the caller that waited for it gets it
+    /// without reading it back (unset when the store did not take it; taken once).
+    recorded: Mutex<Option<RunRow>>,
 }
 
 /// Stops a run when dropped: held by a caller waiting for the run, so that a caller that
@@ -125,7 +125,7 @@ impl LiveRun {
                 ..LiveState::default()
             }),
             done: watch::channel(false).0,
-            recorded: OnceLock::new(),
+            recorded: Mutex::new(None),
         }
     }
 
@@ -145,9 +145,13 @@ impl LiveRun {
             .running
     }
 
-    /// The terminal record, once stored.
-    pub fn recorded(&self) -> Option<&RunRow> {
-        self.recorded.get()
+    /// The terminal record, once stored, for the caller that waited for the run: the first
+    /// to ask takes it (its documents move into the answer); a later one reads the store.
+    pub fn take_recorded(&self) -> Option<RunRow> {
+        self.recorded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// How long the library took to run it, once it ran.
@@ -530,7 +534,10 @@ impl Engine {
         match record {
             // Moved, not copied: the request, policy and result documents are the answer's
             // largest parts.
-            Some(record) if stored => drop(live.recorded.set(ending.into_row(record))),
+            Some(record) if stored => {
+                *live.recorded.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(ending.into_row(record));
+            }
             _ if !stored => {
                 tracing::error!(run = %live.id, "the run's end is not recorded; a restart marks it lost");
             }

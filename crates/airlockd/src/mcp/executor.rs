@@ -80,8 +80,8 @@ impl DaemonExecutor {
     /// The run's report as airlock-mcp gives it locally, from the stored record and the
     /// output streamed into the run's events (exact whether or not the store keeps output).
     async fn report(&self, live: &LiveRun, policy: &airlock::Policy) -> Result<Value, Failure> {
-        let row = match live.recorded() {
-            Some(row) => row.clone(),
+        let row = match live.take_recorded() {
+            Some(row) => row,
             None => self
                 .daemon
                 .store
