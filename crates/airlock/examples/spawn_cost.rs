@@ -31,8 +31,13 @@ const WAYS: [(Way, &str); 4] = [
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let init = PathBuf::from(args.next().expect("usage: spawn_cost <init program> [runs]"));
-    let runs: usize = args.next().map_or(200, |n| n.parse().expect("runs: a number"));
+    let init = PathBuf::from(
+        args.next()
+            .expect("usage: spawn_cost <init program> [runs]"),
+    );
+    let runs: usize = args
+        .next()
+        .map_or(200, |n| n.parse().expect("runs: a number"));
     let runtime = tempfile::tempdir().expect("a runtime directory");
     let options = SandboxOptions {
         init_program: Some(init),
