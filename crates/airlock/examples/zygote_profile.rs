@@ -38,10 +38,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cpu = cpu_ms("self") + children_cpu_ms(template) - cpu_before;
     samples.sort();
     println!(
-        "median {:?} of {runs} runs (min {:?}); CPU {:.2} ms per run",
+        "median {:?} of {runs} runs (min {:?}, p90 {:?}); CPU {:.2} ms per run; {} forked on the run's path",
         samples[runs / 2],
         samples[0],
-        cpu / runs as f64
+        samples[runs * 9 / 10],
+        cpu / runs as f64,
+        zygote.stats().forks_on_path
     );
     Ok(())
 }

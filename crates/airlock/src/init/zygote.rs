@@ -152,7 +152,13 @@ pub(crate) fn fail(error: SetupError) -> ! {
 /// PID 1's duty: reap every process of the namespace until the program exits, then report
 /// its exit and end (which ends every process left in the namespace). The report socket
 /// closing means the host is gone: PID 1 ends at once, and with it the run.
-pub(crate) fn reap_and_report(program: Pid, spec: &InitSpec, native: &NativeSpec) -> ! {
+/// `before_exit` runs after the report, before PID 1 ends.
+pub(crate) fn reap_and_report(
+    program: Pid,
+    spec: &InitSpec,
+    native: &NativeSpec,
+    before_exit: impl FnOnce(),
+) -> ! {
     for fd in 0..=2 {
         let _ = nix::unistd::close(fd);
     }
@@ -172,6 +178,7 @@ pub(crate) fn reap_and_report(program: Pid, spec: &InitSpec, native: &NativeSpec
                 )
             };
             send_exit(report);
+            before_exit();
             sys::exit_now(0);
         }
         if host_gone(signals.as_ref()) {

@@ -127,6 +127,8 @@ pub struct ZygoteStats {
     pub template_waits: u64,
     /// A replacement template is being started in the background.
     pub replacing: bool,
+    /// Runs that found no child ready and had one forked on their own path.
+    pub forks_on_path: u64,
 }
 
 impl Drop for Zygote {

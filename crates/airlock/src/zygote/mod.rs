@@ -17,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cpus;
 mod host;
 mod pipes;
 mod ready;

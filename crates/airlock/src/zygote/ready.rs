@@ -117,6 +117,7 @@ enum Job {
 #[derive(Debug)]
 pub(super) struct ReadyPool {
     maker: Maker,
+    stats: Arc<Mutex<ZygoteStats>>,
     ready: Arc<Mutex<VecDeque<ReadyChild>>>,
     jobs: Mutex<Option<Sender<Job>>>,
     keeper: Mutex<Option<JoinHandle<()>>>,
@@ -131,12 +132,13 @@ impl ReadyPool {
             maker: maker.clone(),
             ready: Arc::clone(&ready),
             target,
-            stats,
+            stats: Arc::clone(&stats),
         };
         let handle = std::thread::spawn(move || keeper.serve(inbox));
         let _ = jobs.send(Job::Refill);
         ReadyPool {
             maker,
+            stats,
             ready,
             jobs: Mutex::new(Some(jobs)),
             keeper: Mutex::new(Some(handle)),
@@ -156,7 +158,10 @@ impl ReadyPool {
         }
         match pooled {
             Some(ready) => Ok(ready),
-            None => self.maker.make(),
+            None => {
+                lock(&self.stats).forks_on_path += 1;
+                self.maker.make()
+            }
         }
     }
 
@@ -195,6 +200,8 @@ struct Keeper {
 
 impl Keeper {
     fn serve(self, inbox: Receiver<Job>) {
+        // The keeper's cgroups and teardowns are work ahead of runs too.
+        super::cpus::Cpus::of_this_thread().work_ahead();
         while let Ok(job) = inbox.recv() {
             match job {
                 Job::TearDown(cgroup, report) => {
