@@ -152,13 +152,7 @@ pub(crate) fn fail(error: SetupError) -> ! {
 /// PID 1's duty: reap every process of the namespace until the program exits, then report
 /// its exit and end (which ends every process left in the namespace). The report socket
 /// closing means the host is gone: PID 1 ends at once, and with it the run.
-/// `before_exit` runs after the report, before PID 1 ends.
-pub(crate) fn reap_and_report(
-    program: Pid,
-    spec: &InitSpec,
-    native: &NativeSpec,
-    before_exit: impl FnOnce(),
-) -> ! {
+pub(crate) fn reap_and_report(program: Pid, spec: &InitSpec, native: &NativeSpec) -> ! {
     for fd in 0..=2 {
         let _ = nix::unistd::close(fd);
     }
@@ -178,7 +172,6 @@ pub(crate) fn reap_and_report(
                 )
             };
             send_exit(report);
-            before_exit();
             sys::exit_now(0);
         }
         if host_gone(signals.as_ref()) {

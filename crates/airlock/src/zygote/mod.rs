@@ -17,7 +17,6 @@
 //! # Ok(()) }
 //! ```
 
-mod cpus;
 mod host;
 mod pipes;
 mod ready;

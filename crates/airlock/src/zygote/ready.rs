@@ -200,8 +200,6 @@ struct Keeper {
 
 impl Keeper {
     fn serve(self, inbox: Receiver<Job>) {
-        // The keeper's cgroups and teardowns are work ahead of runs too.
-        super::cpus::Cpus::of_this_thread().work_ahead();
         while let Ok(job) = inbox.recv() {
             match job {
                 Job::TearDown(cgroup, report) => {

@@ -19,7 +19,6 @@ use std::time::Duration;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 
-use super::cpus::Cpus;
 use super::wire::{self, RunRequest, TemplateSpec, TemplateStatus};
 use crate::error::{Error, SetupError, SetupStep as Step};
 use crate::init::zygote as confine;
@@ -49,18 +48,12 @@ pub struct Template {
     spec: TemplateSpec,
     /// The template's uid and gid (in its own user namespace), each PID 1's to map.
     ids: (nix::unistd::Uid, nix::unistd::Gid),
-    /// The CPU the template and each child's setup run on, and all of them (`cpus`).
-    cpus: Cpus,
 }
 
 impl Template {
     /// Takes the control socket, reads the spec, drops root and enters the template's own
     /// namespaces (user, mount, network, IPC, UTS) with no capabilities and `no_new_privs`.
     pub fn start() -> Result<Template, Error> {
-        // Everything the template does is ahead of runs: its start, its clones, and each
-        // child's setup (a clone inherits the CPU), until the child waits for its run.
-        let cpus = Cpus::of_this_thread();
-        cpus.work_ahead();
         let control = sys::claim_inherited_fd(ZYGOTE_CONTROL_FD)
             .map_err(|e| Error::io("cannot take the zygote's control socket", e))?;
         sys::close_from(ZYGOTE_CONTROL_FD + 1)
@@ -75,12 +68,7 @@ impl Template {
         confine::enter_template(&spec.init, native)
             .map_err(|e| Error::Command(format!("the zygote's template: {}", e.message)))?;
         let ids = (nix::unistd::getuid(), nix::unistd::getgid());
-        Ok(Template {
-            control,
-            spec,
-            ids,
-            cpus,
-        })
+        Ok(Template { control, spec, ids })
     }
 
     /// The modules to import before serving.
@@ -167,18 +155,13 @@ impl Template {
         match sys::fork_single_threaded() {
             Ok(Forked::Parent(program)) => {
                 drop(request);
-                // PID 1 wakes on the run's path (the program's exit) on any CPU, and goes
-                // back to the one kept for work ahead to end (the namespace's teardown).
-                self.cpus.work_on_runs();
-                let before_exit = || self.cpus.work_ahead();
-                confine::reap_and_report(program, spec, native, before_exit)
+                confine::reap_and_report(program, spec, native)
             }
             Ok(Forked::Child) => {}
             Err(e) => confine::fail(forking("the program", e)),
         }
         interpreter.after_fork_child();
         let _ = nix::unistd::close(SETUP_FD);
-        self.cpus.work_on_runs();
         let Some(request) = receive_request(request) else {
             sys::exit_now(126) // the host closed the pipe without a request (or sent a bad one)
         };
