@@ -203,6 +203,9 @@ impl Keeper {
         while let Ok(job) = inbox.recv() {
             match job {
                 Job::TearDown(cgroup, report) => {
+                    // A run may wait for a ready child, none waits for a removal: the pool is
+                    // refilled before the keeper waits for this run's PID 1 to end.
+                    self.refill();
                     if let Some(report) = report {
                         wait_for_pid1_exit(&report);
                     }
