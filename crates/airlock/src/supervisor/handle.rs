@@ -162,7 +162,8 @@ impl RunHandle {
 #[cfg(test)]
 mod tests {
     use std::io::Write;
-    use std::sync::mpsc::channel;
+    use std::os::fd::OwnedFd;
+    use std::sync::mpsc::{channel, Receiver};
     use std::time::Duration;
 
     use super::*;
@@ -170,22 +171,19 @@ mod tests {
     use crate::spec::InitEvent;
     use crate::supervisor::output::{Collector, StreamKind};
 
-    /// The program's output arrives before the init's start report (it writes at once, the
-    /// init is slow to report): the stream a spawned run's one loop sends still begins with
-    /// `Started`, and the output follows.
-    #[test]
-    fn started_leads_the_stream_even_when_output_comes_first() {
-        let (out_read, out_write) = super::super::launch::pipe().unwrap();
-        let (events_read, events_write) = super::super::launch::pipe().unwrap();
+    /// Serves a spawned run's stdout and events (no stdin, no stderr) in a thread of its own, as
+    /// `spawn`'s one loop does: the stream it sends, and the stdout bytes it took once served.
+    fn serve_streamed(stdout: OwnedFd, events: OwnedFd) -> (Receiver<RunEvent>, Receiver<u64>) {
         let (tx, rx) = channel();
+        let (done_tx, done_rx) = channel();
         let start = Arc::new(StartGate::default());
         let sink = OutputSink::Stream(tx.clone(), Arc::clone(&start));
-        let server = std::thread::spawn(move || {
+        std::thread::spawn(move || {
             let pipes = serve::Pipes {
                 stdin: None,
-                stdout: Some(out_read),
+                stdout: Some(stdout),
                 stderr: None,
-                events: events_read,
+                events,
                 end_at_finished: false,
             };
             let outputs = serve::Outputs {
@@ -201,8 +199,19 @@ mod tests {
                     start: &start,
                 }),
             };
-            serve::serve(pipes, outputs, react).stdout.total
+            let _ = done_tx.send(serve::serve(pipes, outputs, react).stdout.total);
         });
+        (rx, done_rx)
+    }
+
+    /// The program's output arrives before the init's start report (it writes at once, the
+    /// init is slow to report): the stream a spawned run's one loop sends still begins with
+    /// `Started`, and the output follows.
+    #[test]
+    fn started_leads_the_stream_even_when_output_comes_first() {
+        let (out_read, out_write) = super::super::launch::pipe().unwrap();
+        let (events_read, events_write) = super::super::launch::pipe().unwrap();
+        let (rx, done) = serve_streamed(out_read, events_read);
         let mut out = std::fs::File::from(out_write);
         out.write_all(b"early output").unwrap();
         drop(out);
@@ -215,7 +224,7 @@ mod tests {
         let mut line = serde_json::to_vec(&started).unwrap();
         line.push(b'\n');
         std::fs::File::from(events_write).write_all(&line).unwrap();
-        assert_eq!(server.join().unwrap(), 12);
+        assert_eq!(done.recv_timeout(Duration::from_secs(10)), Ok(12));
         let received: Vec<RunEvent> = rx.try_iter().collect();
         assert_eq!(
             received,
@@ -234,37 +243,11 @@ mod tests {
     fn held_output_is_read_when_the_events_end_without_a_start() {
         let (out_read, out_write) = super::super::launch::pipe().unwrap();
         let (events_read, events_write) = super::super::launch::pipe().unwrap();
-        let (tx, rx) = channel();
-        let start = Arc::new(StartGate::default());
-        let sink = OutputSink::Stream(tx.clone(), Arc::clone(&start));
         let mut out = std::fs::File::from(out_write);
         out.write_all(b"orphaned output").unwrap();
         drop((out, events_write));
-        let (done_tx, done_rx) = channel();
-        std::thread::spawn(move || {
-            let pipes = serve::Pipes {
-                stdin: None,
-                stdout: Some(out_read),
-                stderr: None,
-                events: events_read,
-                end_at_finished: false,
-            };
-            let outputs = serve::Outputs {
-                stdout: Collector::new(StreamKind::Stdout, &sink, 1 << 20),
-                stderr: Collector::new(StreamKind::Stderr, &sink, 1 << 20),
-            };
-            let react = serve::Reactions {
-                on_overflow: || {},
-                signals: None,
-                on_cancel: || {},
-                announce: Some(serve::Announce {
-                    events: &tx,
-                    start: &start,
-                }),
-            };
-            let _ = done_tx.send(serve::serve(pipes, outputs, react).stdout.total);
-        });
-        assert_eq!(done_rx.recv_timeout(Duration::from_secs(10)), Ok(15));
+        let (rx, done) = serve_streamed(out_read, events_read);
+        assert_eq!(done.recv_timeout(Duration::from_secs(10)), Ok(15));
         let received: Vec<RunEvent> = rx.try_iter().collect();
         assert_eq!(
             received,
