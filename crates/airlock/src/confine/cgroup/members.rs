@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::parse::parse_pids;
@@ -14,16 +15,7 @@ impl RunCgroup {
     pub fn pids(&self) -> Result<Vec<i32>, CgroupError> {
         let mut all = BTreeSet::new();
         for procs in self.join_paths() {
-            match fs::read_to_string(&procs) {
-                Ok(text) => all.extend(parse_pids(&text)),
-                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(CgroupError::Read {
-                        path: procs,
-                        source,
-                    })
-                }
-            }
+            all.extend(read_procs(procs)?);
         }
         Ok(all.into_iter().collect())
     }
@@ -40,19 +32,10 @@ impl RunCgroup {
         let Some(procs) = self.join_paths().into_iter().next() else {
             return Ok(Vec::new());
         };
-        match fs::read_to_string(&procs) {
-            Ok(text) => {
-                let mut members = parse_pids(&text);
-                members.sort_unstable();
-                members.dedup();
-                Ok(members)
-            }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(source) => Err(CgroupError::Read {
-                path: procs,
-                source,
-            }),
-        }
+        let mut members = read_procs(procs)?;
+        members.sort_unstable();
+        members.dedup();
+        Ok(members)
     }
 
     /// Waits up to `patience` for the run to have no member, reading one hierarchy (a run's
@@ -71,5 +54,18 @@ impl RunCgroup {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(10));
         }
+    }
+}
+
+/// The pids one membership file lists; a missing file (a hierarchy's directory already gone)
+/// lists none.
+fn read_procs(procs: PathBuf) -> Result<Vec<i32>, CgroupError> {
+    match fs::read_to_string(&procs) {
+        Ok(text) => Ok(parse_pids(&text)),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(source) => Err(CgroupError::Read {
+            path: procs,
+            source,
+        }),
     }
 }
