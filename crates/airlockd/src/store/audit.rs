@@ -98,7 +98,7 @@ impl Store {
     /// Appends one record to the chain.
     pub async fn append_audit(&self, node: &str, entry: &AuditEntry) -> StoreResult<()> {
         let _turn = self.audit_lock.lock().await;
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         if self.dialect() == Dialect::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
                 .bind(AUDIT_LOCK)
@@ -197,5 +197,41 @@ impl Store {
             .execute(self.pool())
             .await?;
         Ok(done.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every append lands while other writers commit: on SQLite a deferred transaction that
+    /// read the chain's head could not take the write lock once another connection had
+    /// committed (SQLITE_BUSY without waiting), and the record was lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_land_while_other_writers_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("store.db").display());
+        let store = Store::open(&url, 4).await.unwrap();
+        let writer = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for tick in 0..400 {
+                    store.heartbeat("other", None, tick).await.unwrap();
+                }
+            })
+        };
+        let entry = AuditEntry {
+            kind: "ceiling_refused",
+            tenant: Some("t".into()),
+            key_name: Some("k".into()),
+            run_id: None,
+            detail: serde_json::json!({}),
+        };
+        for _ in 0..200 {
+            store.append_audit("me", &entry).await.unwrap();
+        }
+        writer.await.unwrap();
+        let check = store.verify_audit().await.unwrap();
+        assert_eq!((check.records, check.intact), (200, true));
     }
 }

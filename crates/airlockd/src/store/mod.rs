@@ -114,6 +114,16 @@ impl Store {
         &self.pool
     }
 
+    /// A transaction that holds the write lock from its start. On SQLite a deferred one that
+    /// reads before it writes fails at once (SQLITE_BUSY_SNAPSHOT, no busy wait) when another
+    /// connection committed in between; `BEGIN IMMEDIATE` waits its turn instead.
+    pub(crate) async fn begin_write(&self) -> StoreResult<sqlx::Transaction<'static, sqlx::Any>> {
+        Ok(match self.dialect {
+            Dialect::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Dialect::Postgres => self.pool.begin().await?,
+        })
+    }
+
     /// The hot-path writer, for a SQLite store in a file.
     pub(crate) fn writer(&self) -> Option<&writer::SqliteWriter> {
         self.writer.as_deref()

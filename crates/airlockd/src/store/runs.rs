@@ -340,7 +340,7 @@ impl Store {
     /// Deletes finished runs created before `before_ms`, with their events; returns their ids
     /// (so that the files they left, such as worker outputs, can go too).
     pub async fn prune_runs(&self, before_ms: i64) -> StoreResult<Vec<String>> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let rows = sqlx::query(
             "DELETE FROM runs WHERE created_ms < $1 AND status NOT IN ('queued', 'running') RETURNING id",
         )
