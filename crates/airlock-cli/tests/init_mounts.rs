@@ -67,3 +67,80 @@ fn other_runs_directories_stay_hidden_from_a_bind_of_run() {
     let result = run_json(&["--ro", "/run"], &["sh", "-c", probe]);
     assert_eq!(result["stdout"].as_str(), Some("hidden\n"), "{result}");
 }
+
+/// Points `link` at `target` in one step (a new link renamed over the old one), so that a
+/// run resolving it sees one target or the other, never no link.
+fn repoint(link: &Path, target: &Path) {
+    let fresh = link.with_extension("next");
+    let _ = std::fs::remove_file(&fresh);
+    std::os::unix::fs::symlink(target, &fresh).unwrap();
+    std::fs::rename(&fresh, link).unwrap();
+}
+
+/// The attack on the uncovered runtime directory: a bind source that is a symlink to a
+/// harmless directory when the run is planned (so the init makes no cover) and to the runtime
+/// directory when the sandbox's PID 1 binds it. A host thread flips the link all along;
+/// whatever each run catches, the program never sees the runtime directory's own files:
+/// either both saw the same target (harmless, or covered) or PID 1 refuses the run.
+#[test]
+fn a_symlink_swapped_to_the_runtime_directory_after_planning_never_exposes_it() {
+    let runtime_dir = Path::new("/run/airlock");
+    if !is_root() || !native_available() || !runtime_dir.join(".last-sweep").exists() {
+        return skip("needs root, the native backend and /run/airlock/.last-sweep");
+    }
+    let dir = shared_tempdir();
+    let harmless = dir.path().join("harmless");
+    std::fs::create_dir(&harmless).unwrap();
+    std::fs::write(harmless.join("marker"), "").unwrap();
+    let link = dir.path().join("source");
+    repoint(&link, &harmless);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = {
+        let (stop, link, harmless) = (stop.clone(), link.clone(), harmless.clone());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            for flip in 0u64.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) || Instant::now() > deadline {
+                    break;
+                }
+                repoint(
+                    &link,
+                    if flip % 2 == 0 {
+                        runtime_dir
+                    } else {
+                        &harmless
+                    },
+                );
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        })
+    };
+    let mount_point = link.to_str().unwrap().to_string();
+    let probe = format!(
+        "test -e {mount_point}/.last-sweep && echo visible; \
+         test -e {mount_point}/marker && echo harmless; true"
+    );
+    let (mut harmless_runs, mut covered, mut refused) = (0, 0, 0);
+    for _ in 0..40 {
+        let result = run_json(&["--ro", &mount_point], &["sh", "-c", &probe]);
+        let stdout = result["stdout"].as_str().unwrap_or_default();
+        assert!(
+            !stdout.contains("visible"),
+            "the runtime directory leaked: {result}"
+        );
+        if stdout.contains("harmless") {
+            harmless_runs += 1;
+        } else if result["status"] == "exited" {
+            covered += 1;
+        } else {
+            assert!(result.to_string().contains("reaches"), "{result}");
+            refused += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    flipper.join().unwrap();
+    eprintln!(
+        "40 runs: {harmless_runs} saw the harmless directory, {covered} the init's cover, \
+         {refused} were refused"
+    );
+}
