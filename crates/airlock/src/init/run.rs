@@ -46,13 +46,14 @@ impl PreparedRun {
             })?),
             None => None,
         };
-        if let Some(scratch) = spec.scratch.as_ref().filter(|s| s.needed) {
+        let place = RunDirPlace::of(spec);
+        if let RunDirPlace::InMemory(scratch) = place {
             crate::confine::rootfs::enter_private_runtime(&scratch.runtime_dir).map_err(|e| {
                 SetupError::at(Step::RunDir, e.to_string()).of_kind(Kind::MountFailed)
             })?;
         }
-        map_owners(spec)?;
-        if spec.scratch.as_ref().is_none_or(|s| s.needed) {
+        map_owners(spec, place)?;
+        if !matches!(place, RunDirPlace::NotMade) {
             make_run_dirs(spec)?;
         }
         let (cgroup, cgroup_warning) = match &spec.cgroup {
@@ -94,10 +95,33 @@ impl PreparedRun {
             }
         }
         // A run directory in memory goes with the init's mount namespace (or was not made).
-        if spec.scratch.is_none() {
+        if matches!(RunDirPlace::of(spec), RunDirPlace::OnDisk) {
             warnings.extend(rundir::remove(&spec.run_dir, kept_workdir(spec)));
         }
         warnings
+    }
+}
+
+/// Where the run directory is, which decides the init's own mount namespace.
+#[derive(Clone, Copy)]
+enum RunDirPlace<'a> {
+    /// On the host's disk: the init removes it at the end.
+    OnDisk,
+    /// In a tmpfs covering the runtime directory, in the init's own mount namespace, which
+    /// takes it away at the init's exit.
+    InMemory(&'a MemoryScratch),
+    /// Not made: nothing the sandbox binds reaches the runtime directory and its PID 1 mounts
+    /// its own scratch (see `MemoryScratch::needed`).
+    NotMade,
+}
+
+impl<'a> RunDirPlace<'a> {
+    fn of(spec: &'a InitSpec) -> RunDirPlace<'a> {
+        match &spec.scratch {
+            None => RunDirPlace::OnDisk,
+            Some(scratch) if scratch.needed => RunDirPlace::InMemory(scratch),
+            Some(_) => RunDirPlace::NotMade,
+        }
     }
 }
 
@@ -125,13 +149,12 @@ pub(super) fn new_run_dir(spec: &InitSpec) -> NewRunDir<'_> {
 }
 
 /// Shows the caller's paths to the program as its own (see `confine::idmap`), in the init's
-/// own mount namespace (entered here when the run directory did not need one, or no run
-/// directory was made).
-fn map_owners(spec: &InitSpec) -> Setup<()> {
+/// own mount namespace (entered here unless the run directory in memory made one).
+fn map_owners(spec: &InitSpec, place: RunDirPlace) -> Setup<()> {
     if spec.mapped.is_empty() {
         return Ok(());
     }
-    if !spec.scratch.as_ref().is_some_and(|s| s.needed) {
+    if !matches!(place, RunDirPlace::InMemory(_)) {
         crate::confine::rootfs::enter_private_mount_namespace().map_err(|e| {
             SetupError::at(Step::Workspace, e.to_string()).of_kind(Kind::MountFailed)
         })?;
