@@ -1,11 +1,13 @@
 //! `airlock-bench`: wall time from spawn to reaped exit of tiny programs started bare, under
 //! `unshare`, under bubblewrap and under airlock (backend none, native without and with
-//! cgroups). Pairs are interleaved round-robin after a warmup so that machine noise is spread
-//! over every configuration instead of landing on one.
+//! cgroups). Pairs are interleaved after a warmup, in a balanced order (`order.rs`), so that
+//! machine noise and the kernel's work after each run are spread over every configuration
+//! instead of landing on one.
 //!
 //! `cargo build --release && cargo run --release -p airlock-bench -- --runs 200 [--markdown]`
 
 mod egress;
+mod order;
 mod report;
 mod stats;
 mod tools;
@@ -205,8 +207,8 @@ fn make_pairs(args: &Args, airlock: &std::path::Path, notes: &mut Vec<String>) -
         .collect()
 }
 
-/// Warmup, then `runs` rounds; each round runs every pair once, starting one pair later than
-/// the round before so no pair always follows the same neighbour. A failed run (the host is
+/// Warmup, then `runs` rounds; each round runs every pair once, in the order of
+/// [`order::round_order`], so that every pair follows every other equally often. A failed run (the host is
 /// shared: e.g. a per-user process limit hit by someone else's jobs) is recorded, not timed.
 fn measure(pairs: &mut [Pair], warmup: usize, runs: usize) {
     let launches: Vec<Launch> = pairs.iter().map(Pair::launch).collect();
@@ -218,10 +220,8 @@ fn measure(pairs: &mut [Pair], warmup: usize, runs: usize) {
             let _ = time_once(launch);
         }
     }
-    let n = pairs.len();
     for round in 0..runs {
-        for step in 0..n {
-            let index = (round + step) % n;
+        for index in order::round_order(round, pairs.len()) {
             warm::settle(&pools);
             match time_once(&launches[index]) {
                 Ok((elapsed, cpu)) => {
