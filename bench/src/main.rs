@@ -208,8 +208,9 @@ fn make_pairs(args: &Args, airlock: &std::path::Path, notes: &mut Vec<String>) -
 }
 
 /// Warmup, then `runs` rounds; each round runs every pair once, in the order of
-/// [`order::round_order`], so that every pair follows every other equally often. A failed run (the host is
-/// shared: e.g. a per-user process limit hit by someone else's jobs) is recorded, not timed.
+/// [`order::round_order`], so that every pair follows every other equally often. A failed run
+/// (the host is shared: e.g. a per-user process limit hit by someone else's jobs) is recorded,
+/// not timed.
 fn measure(pairs: &mut [Pair], warmup: usize, runs: usize) {
     let launches: Vec<Launch> = pairs.iter().map(Pair::launch).collect();
     let pools: Vec<&airlock::warm::WarmPool> =

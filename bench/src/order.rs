@@ -1,12 +1,12 @@
 //! The order of each round's runs.
 //!
-//! Work a sandbox leaves to the kernel when it exits (a network namespace's cleanup, RCU
-//! callbacks, a cgroup's release) runs during whatever comes next. A plain rotation puts each
-//! pair right after the same neighbour in almost every round, so one pair can pay for another's
-//! teardown every time: with one build in both airlock slots (an A/A run at load 5) the slot
-//! after the other airlock slot measured 3-7 ms slower. A Williams design (a balanced Latin
-//! square) puts every pair right after every other pair equally often, and first equally
-//! often, over `n` rounds (`2n` when `n` is odd).
+//! Work a sandbox leaves to the kernel when it exits (a network namespace's cleanup, RCU callbacks,
+//! a cgroup's release) runs during whatever comes next. A plain rotation puts each pair right after
+//! the same neighbour in almost every round, so one pair can pay for another's teardown every time:
+//! with one build in both airlock slots (an A/A run) the slot after the other airlock slot measured
+//! 3-7 ms slower at load 5, 0.95 ms slower near idle. A Williams design (a balanced Latin square)
+//! puts every pair right after every other pair equally often, and first equally often, over `n`
+//! rounds (`2n` when `n` is odd).
 
 /// The order of `n` pairs in `round`.
 pub fn round_order(round: usize, n: usize) -> Vec<usize> {
