@@ -202,3 +202,69 @@ fn setup_failures_are_results_not_panics() {
     assert_eq!(result.status, RunStatus::SandboxError);
     assert!(result.error.unwrap().contains("definitely-not-installed"));
 }
+
+/// `before_launch` runs once, before anything of the run starts: a check that passes (after
+/// a while, as a daemon's commit would) lets the run go on; one that fails stops it with the
+/// check's error, before any init is launched: no run directory is left or was made.
+#[test]
+fn a_launch_check_runs_once_before_the_run_and_a_failing_one_stops_it() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    for profile in profiles() {
+        let runtime = tempfile::tempdir().unwrap();
+        let options = SandboxOptions {
+            init_program: Some(env!("CARGO_BIN_EXE_airlock").into()),
+            runtime_dir: Some(runtime.path().to_path_buf()),
+            ..SandboxOptions::default()
+        };
+        let sandbox = Sandbox::with_options(load_profile(profile).unwrap(), options).unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let passed = sandbox
+            .command("/bin/true")
+            .before_launch(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(50));
+                Ok(())
+            })
+            .run()
+            .unwrap();
+        assert!(passed.success(), "{profile}: {passed:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{profile}");
+        let before = tree(runtime.path());
+
+        let counted = Arc::clone(&calls);
+        let stopped = sandbox
+            .command("/bin/sh")
+            .args(["-c", "echo ran"])
+            .stream_output()
+            .before_launch(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Err(std::io::Error::other("the record is not stored"))
+            })
+            .spawn();
+        let Err(error) = stopped else {
+            panic!("{profile}: a failed check stops the run");
+        };
+        assert!(
+            error.to_string().contains("the record is not stored"),
+            "{profile}: {error}"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{profile}");
+        assert_eq!(tree(runtime.path()), before, "{profile}: nothing made");
+    }
+}
+
+/// Every path under `dir`, sorted.
+fn tree(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            paths.extend(tree(&path));
+        }
+        paths.push(path);
+    }
+    paths.sort();
+    paths
+}

@@ -100,6 +100,19 @@ pub struct Command {
     pub(super) cancel_on_signals: bool,
     /// Forks the init of a cold run instead of executing it (see [`Command::init_spawner`]).
     pub(super) spawner: Option<Arc<InitSpawner>>,
+    /// The caller's check before anything of the run starts (see [`Command::before_launch`]).
+    pub(super) before_launch: Option<LaunchCheck>,
+}
+
+/// A caller's check that must pass before a run's sandbox is launched
+/// ([`Command::before_launch`]).
+#[derive(Clone)]
+pub(super) struct LaunchCheck(Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>);
+
+impl std::fmt::Debug for LaunchCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LaunchCheck")
+    }
 }
 
 /// Where one output stream goes.
@@ -156,6 +169,7 @@ impl Sandbox {
             standby: None,
             cancel_on_signals: false,
             spawner: None,
+            before_launch: None,
         }
     }
 }
@@ -241,6 +255,31 @@ impl Command {
         self
     }
 
+    /// Calls `check` once before anything of the run starts: after the run is planned (backend
+    /// chosen, layers judged, the init's spec built) and just before its init is launched, or,
+    /// for a command of a warm pool, before a prepared sandbox is taken. An error stops the run
+    /// there, with nothing of it started: `run` and `spawn` return [`Error::Io`] carrying it.
+    /// For a caller that must finish something before the program may start (a daemon
+    /// committing the run's record) and would rather do it while the run is planned than
+    /// before: `check` waits for it.
+    pub fn before_launch(
+        mut self,
+        check: impl Fn() -> std::io::Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        self.before_launch = Some(LaunchCheck(Arc::new(check)));
+        self
+    }
+
+    /// Passes the caller's [`Command::before_launch`] check, if any.
+    fn pass_launch_check(&self) -> Result<(), Error> {
+        match &self.before_launch {
+            Some(LaunchCheck(check)) => {
+                check().map_err(|e| Error::io("the caller stopped the run before its launch", e))
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Keeps the run's working directory after the run.
     pub fn keep_workdir(mut self, keep: bool) -> Self {
         self.keep = keep;
@@ -289,6 +328,10 @@ impl Command {
     pub fn run(self) -> Result<RunResult, Error> {
         // Blocked before the init starts, so that it inherits the mask (see `signals`).
         let signals = self.blocked_signals()?;
+        let warm_source = self.standby.is_some();
+        if warm_source {
+            self.pass_launch_check()?;
+        }
         if let Some(warm) = standby::start_warm(&self)? {
             return finish::serve_in_this_thread(
                 &self,
@@ -298,6 +341,9 @@ impl Command {
             );
         }
         let prepared = prepare::prepare_to_run(&self)?;
+        if !warm_source {
+            self.pass_launch_check()?;
+        }
         // The caller's terminal, relayed to the program's own, passes every key through.
         let _raw = match (self.tty, &self.stdin) {
             (true, Input::Inherit) => RawTerminal::enter(),
@@ -327,6 +373,10 @@ impl Command {
     pub fn spawn(self) -> Result<handle::RunHandle, Error> {
         let (events, receiver) = std::sync::mpsc::channel();
         let start = Arc::new(StartGate::default());
+        let warm_source = self.standby.is_some();
+        if warm_source {
+            self.pass_launch_check()?;
+        }
         if let Some(warm) = standby::start_warm(&self)? {
             if let Some(network) = &warm.network {
                 *network.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -342,6 +392,9 @@ impl Command {
             ));
         }
         let prepared = prepare::prepare_to_run(&self)?;
+        if !warm_source {
+            self.pass_launch_check()?;
+        }
         let (on_network, network) = match prepared.egress.is_some() {
             true => {
                 let (sink, sender) = handle::network_events(events.clone(), Arc::clone(&start));

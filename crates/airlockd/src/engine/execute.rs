@@ -136,14 +136,20 @@ impl JobEnd {
     /// Notes the library's time, frees the slots and records the end.
     fn ran(self, engine: &Engine, live: &LiveRun, ending: Ending, ran: Ran) {
         let wall = ran.started.elapsed();
-        live.set_sandbox_time(wall);
+        // The launch held for the run's record is the daemon's time, not the library's.
+        let held = live.pending_insert().map_or(Duration::ZERO, |p| p.held());
+        live.set_sandbox_time(wall.saturating_sub(held));
         live.mark(Step::SandboxDone);
         drop(ran.slots);
         self.record(engine, live, ending, Some(wall));
     }
 
-    /// The audit log, then the store, then waiters.
+    /// The audit log, then the store, then waiters; nothing of a run whose admission record
+    /// the store did not take (its caller answers with the store's error).
     fn record(self, engine: &Engine, live: &LiveRun, ending: Ending, wall: Option<Duration>) {
+        if live.wait_for_record().is_err() {
+            return engine.abandon(live);
+        }
         audit_ending(engine, live, &self.key_name, &self.tenant, &ending);
         let recording = Instant::now();
         engine.block_on(engine.finish(live, ending, &self.tenant, wall, Some(self.record)));
@@ -276,6 +282,10 @@ fn run_command(
         policy.filesystem.protect_git = airlock::policy::GitProtection::Off;
     }
     let warm = engine.warm.for_run(&work);
+    // A zygote run is not the library's launch: its record must be in before it starts.
+    if warm.is_some() && live.wait_for_record().is_err() {
+        return Executed::Ended(unrecorded());
+    }
     if let Some(streamed) = warm.and_then(|w| w.run_on_zygote(live, &policy, resolved, &work)) {
         let ending = recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
         return Executed::Ended(ending);
@@ -293,6 +303,8 @@ fn run_command(
             workspace: work.workspace,
             pool,
         },
+        // Stopped at the launch because the run's record is not in: nothing to count.
+        Err(_) if live.wait_for_record().is_err() => return Executed::Ended(unrecorded()),
         Err(e) => {
             return Executed::Ended(recorded(ending_of(engine, Err(e), None), StartPath::Cold))
         }
@@ -300,6 +312,15 @@ fn run_command(
     match in_flight.relay_until(live, hand_over_at) {
         Relayed::Closed => Executed::Ended(in_flight.finish(engine, live)),
         Relayed::Open => Executed::Running(Box::new(in_flight)),
+    }
+}
+
+/// The ending of a run whose admission record the store did not take: never recorded (see
+/// [`JobEnd::record`]).
+fn unrecorded() -> Ending {
+    Ending {
+        status: "sandbox_error".into(),
+        ..Ending::default()
     }
 }
 
@@ -347,6 +368,11 @@ fn spawn_streamed(
     }
     if let Some(spawner) = engine.spawner.get() {
         command = command.init_spawner(spawner);
+    }
+    if let Some(pending) = live.pending_insert() {
+        let pending = Arc::clone(pending);
+        command =
+            command.before_launch(move || pending.wait_at_launch().map_err(std::io::Error::other));
     }
     let mut handle = command.spawn()?;
     let events = handle.events();

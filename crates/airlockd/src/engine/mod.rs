@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod events;
 mod execute;
+mod record;
 pub mod spawner;
 mod timeline;
 pub mod warm;
@@ -33,6 +34,7 @@ use admission::Admission;
 use events::EventLog;
 
 pub use execute::{CallWork, CommandWork, WorkerWork};
+pub use record::PendingInsert;
 pub use timeline::{Step, Timeline};
 pub use warm::{CodeWork, StartPath, WarmStarts};
 
@@ -69,6 +71,9 @@ pub struct LiveRun {
     /// The run's record as stored at its end, so the caller that waited for it gets it
     /// without reading it back (unset when the store did not take it; taken once).
     recorded: Mutex<Option<RunRow>>,
+    /// Its admission record while that commits beside the sandbox's planning (see
+    /// [`record`]); none when it was committed before the run was admitted.
+    pending_insert: Option<Arc<PendingInsert>>,
 }
 
 /// Stops a run when dropped: held by a caller waiting for the run, so that a caller that
@@ -108,8 +113,10 @@ struct LiveState {
 }
 
 impl LiveRun {
-    /// The live state of `job`, submitted at `submitted` and recorded just now.
-    fn new(job: &Job, submitted: Instant) -> LiveRun {
+    /// The live state of `job`, submitted at `submitted`: recorded just now, or being recorded
+    /// (`pending_insert`).
+    fn new(job: &Job, submitted: Instant, pending_insert: Option<Arc<PendingInsert>>) -> LiveRun {
+        let inserted = pending_insert.is_none().then(Instant::now);
         LiveRun {
             id: job.record.id.clone(),
             tenant: job.tenant.name.clone(),
@@ -119,14 +126,26 @@ impl LiveRun {
             state: Mutex::new(LiveState {
                 timeline: Timeline {
                     submitted: Some(submitted),
-                    inserted: Some(Instant::now()),
+                    inserted,
                     ..Timeline::default()
                 },
                 ..LiveState::default()
             }),
             done: watch::channel(false).0,
             recorded: Mutex::new(None),
+            pending_insert,
         }
+    }
+
+    /// The admission record's INSERT while it may still be committing.
+    pub fn pending_insert(&self) -> Option<&Arc<PendingInsert>> {
+        self.pending_insert.as_ref()
+    }
+
+    /// Waits for the admission record: `Err` with the store's error when it was not stored
+    /// (then nothing of the run started and nothing more of it may be recorded).
+    pub fn wait_for_record(&self) -> Result<(), String> {
+        self.pending_insert.as_ref().map_or(Ok(()), |p| p.wait())
     }
 
     /// Waits until the run's terminal record is in the store, at most `timeout`.
@@ -364,22 +383,31 @@ impl Engine {
         wait: Duration,
     ) -> Result<Submitted, ApiError> {
         let until = Instant::now() + wait;
-        let admitted = match self.admit(job).await? {
+        let on_caller = runs_on_caller(&job, wait) && can_block_in_place();
+        // Without an idempotency key the INSERT cannot find an earlier run, so the answer
+        // does not depend on it before the run ends: it may commit beside the planning.
+        let insert_beside = on_caller && job.record.idempotency_key.is_none();
+        let admitted = match self.admit(job, insert_beside).await? {
             Admit::Existing(row) => return Ok(Submitted::Existing(row)),
             Admit::New(admitted) => admitted,
         };
         let live = Arc::clone(&admitted.live);
-        if admitted.granted && runs_on_caller(&admitted.job, wait) && can_block_in_place() {
+        if admitted.granted && on_caller {
             tokio::task::block_in_place(|| admitted.run(self, Some(until)));
         } else {
             self.start_thread(admitted).await;
+        }
+        if let Some(error) = live.pending_insert().and_then(|p| p.failure()) {
+            return Err(ApiError::store(error));
         }
         Ok(Submitted::New(live))
     }
 
     /// Takes the run's place in the pool and records it (`running` when it holds its slot
     /// already), before anything of it runs.
-    async fn admit(self: &Arc<Self>, job: Job) -> Result<Admit, ApiError> {
+    /// With `insert_beside`, a run that holds its slot at once is recorded on a runtime worker
+    /// while its sandbox is planned (see [`record`]); its live state carries the INSERT.
+    async fn admit(self: &Arc<Self>, job: Job, insert_beside: bool) -> Result<Admit, ApiError> {
         if self.is_draining() {
             return Err(ApiError::shutting_down());
         }
@@ -392,6 +420,15 @@ impl Engine {
         // A run that holds its slot already is recorded `running` at once (one statement
         // instead of an insert and a later update); a queued one is marked when it starts.
         let started_ms = now_ms();
+        if granted && insert_beside {
+            let live = self.insert_beside(&job, submitted, started_ms);
+            return Ok(Admit::New(Box::new(Admitted {
+                live,
+                job,
+                ticket,
+                granted,
+            })));
+        }
         let inserted = if granted {
             self.store.insert_running(&job.record, started_ms).await
         } else {
@@ -401,11 +438,7 @@ impl Engine {
             Inserted::Existing(row) => return Ok(Admit::Existing(row)),
             Inserted::New => {}
         }
-        let live = Arc::new(LiveRun::new(&job, submitted));
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(live.id.clone(), Arc::clone(&live));
+        let live = self.register(LiveRun::new(&job, submitted, None));
         if granted {
             // As recorded: started when admitted, after no wait.
             live.mark_started(started_ms, 0);
@@ -416,6 +449,52 @@ impl Engine {
             ticket,
             granted,
         })))
+    }
+
+    /// Registers a run admitted with its slot, whose `running` record is inserted by a task
+    /// on the runtime while the caller goes on (see [`record`]).
+    fn insert_beside(
+        self: &Arc<Self>,
+        job: &Job,
+        submitted: Instant,
+        started_ms: i64,
+    ) -> Arc<LiveRun> {
+        let pending = Arc::new(PendingInsert::default());
+        let live = self.register(LiveRun::new(job, submitted, Some(Arc::clone(&pending))));
+        live.mark_started(started_ms, 0);
+        let (store, record, inserted) = (self.store.clone(), job.record.clone(), Arc::clone(&live));
+        let settler = pending.settle_on_drop();
+        self.runtime.spawn(async move {
+            let outcome = match store.insert_running(&record, started_ms).await {
+                Ok(Inserted::New) => Ok(()),
+                Ok(Inserted::Existing(row)) => Err(format!("run {} is recorded already", row.id)),
+                Err(e) => Err(e.to_string()),
+            };
+            inserted.mark(Step::Inserted);
+            settler.settle(outcome);
+        });
+        live
+    }
+
+    /// Adds `live` to the runs this node serves.
+    fn register(&self, live: LiveRun) -> Arc<LiveRun> {
+        let live = Arc::new(live);
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(live.id.clone(), Arc::clone(&live));
+        live
+    }
+
+    /// Lets go of a run whose admission record the store did not take: nothing of it started
+    /// and nothing of it is recorded; its caller answers with the store's error.
+    fn abandon(&self, live: &LiveRun) {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&live.id);
+        live.log.close();
+        live.done.send_replace(true);
     }
 
     /// Runs an admitted run on a thread of its own. One with its slot already goes to the

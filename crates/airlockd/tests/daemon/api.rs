@@ -691,3 +691,49 @@ async fn health_metrics_capabilities_queue_and_audit_answer() {
     assert_eq!(dashboard.status, 200);
     assert!(dashboard.text().contains("Recent runs"));
 }
+
+/// A waited run's admission record commits while the library plans its sandbox, and the
+/// library launches nothing before it has: when the store refuses the record (a trigger
+/// added behind the daemon's back), the caller gets 503 `store_unavailable`, the program never
+/// ran (its marker is not in the session's workspace), no record of it exists and nothing is
+/// left behind; once the store takes records again, runs go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_record_the_store_refuses_never_starts() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client(&daemon.keys.beta);
+    let session = client.post("/v1/sessions", json!({})).await.json();
+    let id = session["id"].as_str().unwrap().to_string();
+    let store = rusqlite::Connection::open(daemon.state().join("airlockd.db")).unwrap();
+    store
+        .execute_batch(
+            "CREATE TRIGGER refuse_runs BEFORE INSERT ON runs \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+        )
+        .unwrap();
+    let runs = format!("/v1/sessions/{id}/runs");
+    let marker = format!("/v1/sessions/{id}/files/marker");
+    let write_marker = json!({"command": ["/bin/sh", "-c", "echo ran > marker"], "wait": 30});
+    let refused = client.post(&runs, write_marker.clone()).await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.kind(), "store_unavailable", "{}", refused.text());
+    let plain = client
+        .run(json!({"command": ["/bin/true"], "wait": 30}))
+        .await;
+    assert_eq!(plain.status, 503, "{}", plain.text());
+    assert_eq!(
+        client.get(&marker).await.status,
+        404,
+        "the program never ran"
+    );
+    let recorded: i64 = store
+        .query_row("SELECT COUNT(*) FROM runs", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(recorded, 0);
+    assert!(daemon.leftover_run_dirs().is_empty());
+
+    store.execute_batch("DROP TRIGGER refuse_runs").unwrap();
+    let ran = client.post(&runs, write_marker).await;
+    assert_eq!(ran.status, 200, "{}", ran.text());
+    assert_eq!(ran.json()["status"], "exited", "{}", ran.text());
+    assert_eq!(client.get(&marker).await.text(), "ran\n");
+}
