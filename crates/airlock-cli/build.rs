@@ -5,8 +5,8 @@
 //! init a threaded caller such as the daemon executes), and a dynamically linked one spends
 //! ~1 ms of each start in the dynamic loader: mapping libc, libgcc_s and ld.so, looking up
 //! ~200 symbols and faulting in the pages the relocations write. Linked static, the binary
-//! relocates itself (the relative relocations only) and starts without a loader: 40 fewer
-//! page faults and ~0.7 ms less CPU per exec, measured (docs/perf-history.md). It stays
+//! relocates itself (the relative relocations only) and starts without a loader: 35 fewer
+//! page faults and ~0.6 ms less CPU per exec, measured (docs/perf-history.md). It stays
 //! position-independent, so ASLR, full RELRO and the non-executable stack are kept
 //! (`tests/linkage.rs` checks). Rust can only link static through the target feature
 //! `crt-static`, which cannot be set for one binary of a workspace (set for the whole build
