@@ -14,6 +14,7 @@ mod limits;
 mod packages;
 #[path = "../support/mod.rs"]
 mod support;
+mod system_resolver;
 mod unix_sockets;
 mod worker;
 
