@@ -22,6 +22,7 @@ use nix::sys::socket::{
     SockFlag, SockType,
 };
 
+use super::run::PreparedRun;
 use super::{Setup, Step};
 use crate::confine::cgroup::RunCgroup;
 use crate::error::SetupError;
@@ -63,10 +64,26 @@ pub(super) fn channel(spec: &InitSpec) -> Setup<Option<(OwnedFd, OwnedFd)>> {
     })
 }
 
+/// In the init, the child forked with the other end of `handoff`: makes the run's cgroup
+/// (while the child makes its namespaces) and hands it over.
+pub(super) fn make_and_hand_over(
+    spec: &InitSpec,
+    run: &mut PreparedRun,
+    handoff: Option<(OwnedFd, OwnedFd)>,
+) {
+    let Some((init_end, child_end)) = handoff else {
+        return;
+    };
+    drop(child_end);
+    run.make_cgroup(spec);
+    let files = membership_files(&mut run.cgroup, &mut run.cgroup_warning);
+    send(init_end, &files);
+}
+
 /// In the init: sends the child the run's membership files (none: no cgroup) and closes its
 /// end. A child that has already ended cannot be told (no SIGPIPE: the watch loop hears of
 /// its end); one that is waiting and gets nothing sees EOF and fails.
-pub(super) fn send(socket: OwnedFd, files: &[OwnedFd]) {
+fn send(socket: OwnedFd, files: &[OwnedFd]) {
     let fds: Vec<RawFd> = files.iter().map(AsRawFd::as_raw_fd).collect();
     let (byte, control) = match fds.is_empty() {
         true => ([WITHOUT_CGROUP], vec![]),
@@ -129,10 +146,7 @@ pub(super) fn join_through(files: &[OwnedFd]) -> Setup<()> {
 /// In the init, the cgroup made (or not): the files the child joins through. Files that
 /// cannot be opened mean no cgroup, like a cgroup that could not be made: it is removed,
 /// with a warning, and the run falls back to rlimits.
-pub(super) fn membership_files(
-    cgroup: &mut Option<RunCgroup>,
-    warning: &mut Option<String>,
-) -> Vec<OwnedFd> {
+fn membership_files(cgroup: &mut Option<RunCgroup>, warning: &mut Option<String>) -> Vec<OwnedFd> {
     let Some(made) = cgroup.as_ref() else {
         return Vec::new();
     };

@@ -91,14 +91,7 @@ pub(super) fn supervise(
         handoff.as_ref().map(|(_, child_end)| child_end.as_raw_fd()),
     )?;
     drop((setup_write, report_write, go, run.gate.take()));
-    if let Some((init_end, child_end)) = handoff {
-        drop(child_end);
-        // While the child makes its namespaces; it waits for these files before PID 1.
-        run.make_cgroup(spec);
-        let files =
-            super::cgroup_handoff::membership_files(&mut run.cgroup, &mut run.cgroup_warning);
-        super::cgroup_handoff::send(init_end, &files);
-    }
+    super::cgroup_handoff::make_and_hand_over(spec, run, handoff);
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
     let mut watch = Watch::new(spec, run, control, child, start, setup_read);
@@ -131,7 +124,6 @@ fn silence_stdio() {
         .write(true)
         .open("/dev/null")
     {
-        use std::os::fd::AsRawFd;
         for fd in 0..=2 {
             let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
         }
