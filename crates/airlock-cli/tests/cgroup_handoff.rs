@@ -207,6 +207,33 @@ fn a_cgroup_that_cannot_be_made_stops_the_run_and_leaves_nothing() {
     let _ = Command::new("rmdir").arg(&pinned).arg(&parent).status();
 }
 
+/// The child's move into the run's cgroup refused by the kernel (a real-time process into a
+/// v1 cpu cgroup without real-time runtime): the run ends with a typed error before PID 1
+/// exists, and nothing is left.
+#[test]
+fn a_move_the_kernel_refuses_ends_the_run_and_leaves_nothing() {
+    if !can_test("a refused cgroup move") {
+        return;
+    }
+    if !Path::new("/sys/fs/cgroup/cpu/cpu.rt_runtime_us").exists() {
+        return skip("needs the cgroup v1 cpu hierarchy with real-time group scheduling");
+    }
+    let private = PrivateRuns::new();
+    let marker = unique("airlock-refused-move-");
+    let output = Command::new("chrt")
+        .args(["--fifo", "1"])
+        .arg(airlock_bin())
+        .args(["run", "--json"])
+        .args(private.flags())
+        .args(["--", "/bin/sh", "-c", "echo ran", &marker])
+        .output()
+        .unwrap();
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result["error_kind"], "cgroup_failed", "{result}");
+    assert!(!result["stdout"].to_string().contains("ran"), "{result}");
+    assert_nothing_left(&private, &marker);
+}
+
 fn assert_nothing_left(private: &PrivateRuns, marker: &str) {
     let runtime = private.runtime.path().display().to_string();
     assert!(

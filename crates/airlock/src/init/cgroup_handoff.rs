@@ -137,7 +137,14 @@ pub(super) fn join_when_made() -> Setup<bool> {
 pub(super) fn join_through(files: &[OwnedFd]) -> Setup<()> {
     for file in files {
         nix::unistd::write(file, b"0").map_err(|e| {
-            SetupError::at(Step::Cgroup, format!("cannot join the run's cgroup: {e}"))
+            let why = match e {
+                nix::errno::Errno::EINVAL => " (the kernel refused the move: a real-time process cannot join a v1 cpu cgroup without real-time runtime)",
+                _ => "",
+            };
+            SetupError::at(
+                Step::Cgroup,
+                format!("cannot join the run's cgroup: {e}{why}"),
+            )
         })?;
     }
     Ok(())
