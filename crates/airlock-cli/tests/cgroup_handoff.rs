@@ -107,26 +107,28 @@ fn every_process_of_a_run_is_in_its_cgroup_and_sees_it_as_the_root() {
         .find(|&pid| parent_of(pid) == Some(airlock.id()))
         .expect("the init");
     let sandbox = descendants(init);
-    assert!(
-        sandbox.len() >= 3,
-        "mirror, PID 1 and the program: {sandbox:?}"
-    );
     let run_prefix = format!("/{}/run-", private.cgroup_parent);
-    for pid in &sandbox {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-            continue; // ended meanwhile
-        };
-        let lines = run_hierarchy_lines(&text);
-        assert!(!lines.is_empty(), "{text}");
-        for line in lines {
-            let path = line.splitn(3, ':').nth(2).unwrap_or("");
-            assert!(
-                path.starts_with(&run_prefix),
-                "process {pid} of the run is outside its cgroup: {line}\n{text}"
-            );
-        }
-    }
+    let outside: Vec<String> = sandbox
+        .iter()
+        .filter_map(|pid| {
+            // A process that ended meanwhile has no file left.
+            let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+            let lines = run_hierarchy_lines(&text);
+            let out = lines.is_empty()
+                || lines.iter().any(|line| {
+                    let path = line.splitn(3, ':').nth(2).unwrap_or("");
+                    !path.starts_with(&run_prefix)
+                });
+            out.then(|| format!("process {pid}:\n{text}"))
+        })
+        .collect();
+    // The run ends before any assertion, so that a failure leaves nothing running.
     let output = airlock.wait_with_output().unwrap();
+    assert!(sandbox.len() >= 3, "mirror, PID 1, program: {sandbox:?}");
+    assert!(
+        outside.is_empty(),
+        "processes of the run outside its cgroup {run_prefix}...: {outside:?}"
+    );
     let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(status(&result), "exited", "{result}");
     let inside = result["stdout"].as_str().unwrap_or_default();
@@ -161,10 +163,9 @@ fn a_cgroup_that_cannot_be_made_stops_the_run_and_leaves_nothing() {
     let private = PrivateRuns::new();
     let parent = cpu.join(&private.cgroup_parent);
     std::fs::create_dir(&parent).unwrap();
-    std::fs::write(parent.join("cpu.cfs_quota_us"), "1000").unwrap();
     // A failed run removes the parent it made, when empty: this one must stay, quota and all.
-    let pinned = parent.join("pinned");
-    std::fs::create_dir(&pinned).unwrap();
+    let _pinned = PinnedCgroup::new(parent.join("pinned"));
+    std::fs::write(parent.join("cpu.cfs_quota_us"), "1000").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("one-cpu.toml");
     let text =
@@ -204,7 +205,23 @@ fn a_cgroup_that_cannot_be_made_stops_the_run_and_leaves_nothing() {
         "{degraded}"
     );
     assert_nothing_left(&private, &marker);
-    let _ = Command::new("rmdir").arg(&pinned).arg(&parent).status();
+}
+
+/// A child cgroup that keeps its parent from being removed as empty, removed at the end
+/// (the parent goes with `PrivateRuns`), whether the test passed or not.
+struct PinnedCgroup(std::path::PathBuf);
+
+impl PinnedCgroup {
+    fn new(path: std::path::PathBuf) -> PinnedCgroup {
+        std::fs::create_dir(&path).unwrap();
+        PinnedCgroup(path)
+    }
+}
+
+impl Drop for PinnedCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 /// The child's move into the run's cgroup refused by the kernel (a real-time process into a
