@@ -67,16 +67,23 @@ impl RunCgroup {
     /// `tasks`) `cgroup.procs`.
     pub fn open_membership_files(&self) -> Result<Vec<std::os::fd::OwnedFd>, CgroupError> {
         let open = |path: &Path| fs::OpenOptions::new().write(true).open(path);
+        // A fixture tree (plain files) gets the file, as `write_control` would write it.
+        let open_procs = |procs: &Path| match open(procs) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && is_plain_tree(procs) => {
+                fs::OpenOptions::new().write(true).create(true).open(procs)
+            }
+            other => other,
+        };
         self.join_paths()
             .into_iter()
             .map(|procs| {
                 let tasks = procs.with_file_name("tasks");
                 let opened = match self.version {
                     CgroupVersion::V1 => match open(&tasks) {
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => open(&procs),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => open_procs(&procs),
                         other => other,
                     },
-                    CgroupVersion::V2 => open(&procs),
+                    CgroupVersion::V2 => open_procs(&procs),
                 };
                 opened
                     .map(std::os::fd::OwnedFd::from)
@@ -89,6 +96,11 @@ impl RunCgroup {
             })
             .collect()
     }
+}
+
+fn is_plain_tree(file: &Path) -> bool {
+    file.parent()
+        .is_some_and(|dir| !super::control::is_cgroupfs(dir))
 }
 
 /// The pids one membership file lists; a missing file (a hierarchy's directory already gone)
