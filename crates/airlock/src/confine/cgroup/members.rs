@@ -70,7 +70,11 @@ impl RunCgroup {
         // A fixture tree (plain files) gets the file, as `write_control` would write it.
         let open_procs = |procs: &Path| match open(procs) {
             Err(e) if e.kind() == io::ErrorKind::NotFound && is_plain_tree(procs) => {
-                fs::OpenOptions::new().write(true).create(true).open(procs)
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(procs)
             }
             other => other,
         };
