@@ -45,6 +45,9 @@ pub(super) struct ChildContext<'a> {
     pub tool_status: Option<RawFd>,
     /// The egress gate's channel, at [`GATE_FD`], for a run with `InitSpec::egress`.
     pub gate: Option<&'a OwnedFd>,
+    /// The init makes the run's cgroup meanwhile, and hands it over (a native run: see
+    /// `init::cgroup_handoff`).
+    pub cgroup_handoff: bool,
 }
 
 /// Entry point of the forked child; never returns.
@@ -83,7 +86,8 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
     let rlimits_by_tool =
         matches!(&spec.confinement, Confinement::Wrapped(w) if w.has(&WrapStep::RlimitsByTool));
     let has_cgroup = ctx.cgroup.is_some();
-    apply_rlimits(spec, has_cgroup, rlimits_by_tool)?;
+    // A cgroup still to come spares RLIMIT_AS; without one, the native sandbox sets it then.
+    apply_rlimits(spec, has_cgroup || ctx.cgroup_handoff, rlimits_by_tool)?;
     layers.push(Layer::Rlimits);
     if let (Some(credentials), false) = (spec.credentials, wrap_keeps_root(spec)) {
         drop_root(credentials)?;
@@ -107,7 +111,7 @@ fn prepare_and_exec(spec: &InitSpec, ctx: &ChildContext) -> Setup<Infallible> {
             finish_and_exec(spec, layers)
         }
         Confinement::Native(native) => {
-            super::native::enter(spec, native, layers, ctx.gate, !has_cgroup)
+            super::native::enter(spec, native, layers, ctx.gate, ctx.cgroup_handoff)
         }
         Confinement::Wrapped(wrap) => super::wrapped::exec(spec, wrap, layers, ctx),
     }
@@ -228,6 +232,15 @@ fn wrap_keeps_root(spec: &InitSpec) -> bool {
 pub(super) fn cap_processes_in_this_user_namespace(spec: &InitSpec) -> Setup<()> {
     let processes = spec.limits.processes;
     lower_rlimit(Resource::RLIMIT_NPROC, processes, processes)
+}
+
+/// The limits of a native run without a cgroup, set in its own user namespace: the process
+/// cap ([`cap_processes_in_this_user_namespace`]) and the address space (`apply_rlimits`
+/// leaves it out while a cgroup may still come; lowering it again is harmless).
+pub(super) fn fall_back_to_rlimits(spec: &InitSpec) -> Setup<()> {
+    cap_processes_in_this_user_namespace(spec)?;
+    let memory = spec.limits.memory_bytes;
+    lower_rlimit(Resource::RLIMIT_AS, memory, memory)
 }
 
 /// Sets a limit, never above the current hard limit (raising needs CAP_SYS_RESOURCE).

@@ -10,6 +10,7 @@
 //! forked the init with it in memory, then stop requests; EOF means the supervisor died), 4 is
 //! the event pipe to the supervisor (one JSON line each).
 
+mod cgroup_handoff;
 mod child;
 mod egress;
 mod native;
@@ -265,8 +266,8 @@ pub(crate) fn any_file_at_least(dirs: &[PathBuf], size: u64) -> bool {
 }
 
 /// Forks the child that becomes the program, with its pipes at the numbers of `spec::fds`
-/// (setup, exit report, and the gate's channel, a tool's status or a warm run's command pipe
-/// when the run has them); every other inherited descriptor is closed.
+/// (setup, exit report, and the gate's channel, a tool's status, a warm run's command pipe or
+/// the cgroup hand-off when the run has them); every other inherited descriptor is closed.
 pub(crate) fn fork_child(
     spec: &InitSpec,
     run: &PreparedRun,
@@ -274,6 +275,7 @@ pub(crate) fn fork_child(
     report: &OwnedFd,
     tool_status: Option<RawFd>,
     go: Option<(RawFd, RawFd)>,
+    cgroup_handoff: Option<RawFd>,
 ) -> Setup<nix::unistd::Pid> {
     let init_pid = nix::unistd::getpid();
     let forked = sys::fork_single_threaded()
@@ -288,6 +290,7 @@ pub(crate) fn fork_child(
             keep.extend(run.gate.as_ref().map(|fd| (fd.as_raw_fd(), child::GATE_FD)));
             keep.extend(tool_status.map(|fd| (fd, child::TOOL_STATUS_FD)));
             keep.extend(go);
+            keep.extend(cgroup_handoff.map(|fd| (fd, crate::spec::fds::CGROUP_HANDOFF_FD)));
             // Closes every other descriptor, the gaps between these included.
             if sys::place_fds(&keep).is_err() {
                 sys::exit_now(125);
@@ -297,6 +300,7 @@ pub(crate) fn fork_child(
                 cgroup: run.cgroup.as_ref(),
                 tool_status: tool_status.map(|_| child::TOOL_STATUS_FD),
                 gate: run.gate.as_ref(),
+                cgroup_handoff: cgroup_handoff.is_some(),
             };
             child::run_child(spec, &ctx)
         }

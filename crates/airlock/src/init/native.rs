@@ -1,8 +1,10 @@
 //! The native Linux sandbox, entered by the init's child after Tier 0:
 //!
-//! 1. unshare user, mount, PID, IPC, UTS, cgroup (and network) namespaces in one call, so the
-//!    new user namespace owns all the others;
+//! 1. unshare user, mount, PID, IPC, UTS (and network) namespaces in one call, so the new
+//!    user namespace owns all the others, while the init makes the run's cgroup;
 //! 2. map only our own (already unprivileged) uid and gid, which needs no privilege at all;
+//!    join the run's cgroup when the init hands it over (`cgroup_handoff`), then make the
+//!    cgroup namespace, rooted there;
 //! 3. start PID 1 of the new PID namespace, sharing this process's memory (`CLONE_VM`); this
 //!    process stays behind only to mirror its exit, touching none of that memory again;
 //! 4. PID 1 builds the root filesystem, sets the hostname, applies Landlock, no_new_privs,
@@ -30,20 +32,24 @@ use crate::layer::Layer;
 use crate::linux::sys;
 use crate::spec::{InitSpec, NativeSpec};
 
-/// Enters the namespaces, then (without a cgroup) limits the processes: RLIMIT_NPROC set in
-/// the new user namespace counts that namespace's processes, not every process of the sandbox
-/// user on the host, which other runs share.
+/// Enters the namespaces but the cgroup namespace while the init makes the run's cgroup
+/// (`handed_cgroup`), joins it once the init hands it over, then makes the cgroup namespace
+/// there; without a cgroup it limits the processes instead: RLIMIT_NPROC set in the new user
+/// namespace counts that namespace's processes, not every process of the sandbox user on the
+/// host, which other runs share.
 pub(super) fn enter(
     spec: &InitSpec,
     native: &NativeSpec,
     mut layers: Vec<Layer>,
     gate: Option<&OwnedFd>,
-    limit_processes: bool,
+    handed_cgroup: bool,
 ) -> Setup<Infallible> {
-    enter_namespaces(native.new_net)?;
-    if limit_processes {
-        super::child::cap_processes_in_this_user_namespace(spec)?;
+    enter_namespaces_but_cgroup(native.new_net)?;
+    match handed_cgroup && super::cgroup_handoff::join_when_made()? {
+        true => layers.push(Layer::Cgroup),
+        false => super::child::fall_back_to_rlimits(spec)?,
     }
+    enter_cgroup_namespace()?;
     layers.extend(Layer::NAMESPACES_BUT_NET);
     if native.new_net {
         layers.push(Layer::NetNs);
@@ -67,16 +73,28 @@ pub(super) fn enter(
     ))
 }
 
-pub(super) fn enter_namespaces(new_net: bool) -> Setup<()> {
+/// The user, mount, PID, IPC and UTS (and network) namespaces: the cgroup namespace waits
+/// for the run's cgroup ([`enter_cgroup_namespace`]).
+fn enter_namespaces_but_cgroup(new_net: bool) -> Setup<()> {
     let mut others = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS
-        | CloneFlags::CLONE_NEWCGROUP;
+        | CloneFlags::CLONE_NEWUTS;
     if new_net {
         others |= CloneFlags::CLONE_NEWNET;
     }
     enter_user_namespace(others)
+}
+
+/// A cgroup namespace rooted in the cgroup this process is in (made in the user namespace
+/// it owns): once in the run's cgroup, the run sees that cgroup as `/` in every hierarchy.
+pub(super) fn enter_cgroup_namespace() -> Setup<()> {
+    unshare(CloneFlags::CLONE_NEWCGROUP).map_err(|e| {
+        SetupError::at(
+            Step::Namespaces,
+            format!("cannot create the cgroup namespace: {e}"),
+        )
+    })
 }
 
 /// Unshares a new user namespace together with `others`, so the new user namespace owns

@@ -56,32 +56,34 @@ impl PreparedRun {
         if !matches!(place, RunDirPlace::NotMade) {
             make_run_dirs(spec)?;
         }
-        let (cgroup, cgroup_warning) = match &spec.cgroup {
-            None => (None, None),
-            Some(request) => match RunCgroup::create(
-                &request.config,
-                &request.run_id,
-                &cgroup_limits(spec, request),
-            ) {
-                Ok(cgroup) => (Some(cgroup), None),
-                Err(e) => (
-                    None,
-                    Some(format!(
-                        "no cgroup for this run ({e}); limits fall back to rlimits"
-                    )),
-                ),
-            },
+        let mut run = PreparedRun {
+            cgroup: None,
+            cgroup_warning: None,
+            signals,
+            gate,
         };
+        // A native run's is made after its child is forked (see `cgroup_handoff`).
+        if !super::cgroup_handoff::deferred(spec) {
+            run.make_cgroup(spec);
+        }
         // After the cgroup: the init's own cgroup layout is read from the uncovered files.
         if let Confinement::Wrapped(wrap) = &spec.confinement {
             super::wrapped::prepare_for_tool(spec, wrap)?;
         }
-        Ok(PreparedRun {
-            cgroup,
-            cgroup_warning,
-            signals,
-            gate,
-        })
+        Ok(run)
+    }
+
+    /// The run's cgroup with its limits, if it has one; one that cannot be made leaves a
+    /// warning, and the run falls back to rlimits.
+    pub(super) fn make_cgroup(&mut self, spec: &InitSpec) {
+        let Some(request) = &spec.cgroup else {
+            return;
+        };
+        let limits = cgroup_limits(spec, request);
+        match RunCgroup::create(&request.config, &request.run_id, &limits) {
+            Ok(cgroup) => self.cgroup = Some(cgroup),
+            Err(e) => self.cgroup_warning = Some(no_cgroup_warning(&e)),
+        }
     }
 
     pub(super) fn cleanup(&mut self, spec: &InitSpec) -> Vec<String> {
@@ -123,6 +125,10 @@ impl<'a> RunDirPlace<'a> {
             Some(_) => RunDirPlace::NotMade,
         }
     }
+}
+
+pub(super) fn no_cgroup_warning(error: &dyn std::fmt::Display) -> String {
+    format!("no cgroup for this run ({error}); limits fall back to rlimits")
 }
 
 /// The run's own workdir, when the caller keeps it.

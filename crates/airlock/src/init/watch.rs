@@ -79,6 +79,7 @@ pub(super) fn supervise(
         nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(pipe_failed)?;
     let tool_status = super::wrapped::status_pipe(spec)?;
     let go = super::standby::inherited_go(spec)?;
+    let handoff = super::cgroup_handoff::channel(spec)?;
     let start = Instant::now();
     let child = fork_child(
         spec,
@@ -87,8 +88,10 @@ pub(super) fn supervise(
         &report_write,
         tool_status.as_ref().map(|(_, write)| write.as_raw_fd()),
         super::standby::go_placement(go.as_ref()),
+        handoff.as_ref().map(|(_, child_end)| child_end.as_raw_fd()),
     )?;
     drop((setup_write, report_write, go, run.gate.take()));
+    super::cgroup_handoff::make_and_hand_over(spec, run, handoff);
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();
     let mut watch = Watch::new(spec, run, control, child, start, setup_read);
@@ -121,7 +124,6 @@ fn silence_stdio() {
         .write(true)
         .open("/dev/null")
     {
-        use std::os::fd::AsRawFd;
         for fd in 0..=2 {
             let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
         }

@@ -61,16 +61,11 @@ pub(crate) fn enter(
 ) -> Setup<Vec<Layer>> {
     let mut layers = vec![Layer::EnvScrub, Layer::FdClose, Layer::TreeKill];
     super::native::map_own_ids(ids.0, ids.1)?;
-    join_cgroup(tasks)?;
+    super::cgroup_handoff::join_through(tasks)?;
     if !tasks.is_empty() {
         layers.push(Layer::Cgroup);
     }
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).map_err(|e| {
-        SetupError::at(
-            Step::Namespaces,
-            format!("cannot create the cgroup namespace: {e}"),
-        )
-    })?;
+    super::native::enter_cgroup_namespace()?;
     super::child::new_session(false)?;
     layers.push(Layer::NewSession);
     super::child::apply_rlimits(spec, !tasks.is_empty(), false)?;
@@ -119,18 +114,6 @@ pub(crate) fn enter_template(spec: &InitSpec, native: &NativeSpec) -> Setup<()> 
     crate::confine::caps::drop_all_capabilities().map_err(privileges)?;
     crate::confine::seccomp::install_template_filter()
         .map_err(|e| SetupError::at(Step::Seccomp, e.to_string()))
-}
-
-/// Moves this (single-threaded) process into the run's cgroup: "0" written to `tasks` moves
-/// the calling thread without the global lock a write of a pid takes (see
-/// `child::join_cgroup`). The host opened the files, so the sandbox user needs no access.
-fn join_cgroup(tasks: &[OwnedFd]) -> Setup<()> {
-    for file in tasks {
-        nix::unistd::write(file, b"0").map_err(|e| {
-            SetupError::at(Step::Cgroup, format!("cannot join the run's cgroup: {e}"))
-        })?;
-    }
-    Ok(())
 }
 
 /// In PID 1: every confinement step of a cold PID 1, then the required layers checked and

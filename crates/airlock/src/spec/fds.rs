@@ -40,6 +40,11 @@ pub const REPORT_FD: RawFd = 4;
 pub const TOOL_STATUS_FD: RawFd = 7;
 /// A warm sandbox's command pipe in PID 1, which claims it.
 pub const CHILD_GO_FD: RawFd = 8;
+/// The native sandbox's cgroup hand-off (a `SOCK_SEQPACKET` socket), which the child
+/// claims: the child makes its namespaces while the init makes the run's cgroup, then waits
+/// here for one message, with the cgroup's membership files (opened by the init) or without
+/// (no cgroup), before it makes its cgroup namespace and starts PID 1.
+pub const CGROUP_HANDOFF_FD: RawFd = 9;
 
 // In an interpreter zygote's template (`airlock-zygote`).
 
@@ -67,10 +72,17 @@ pub const PRESIZED_FD: RawFd = 1023;
 const IN_INIT: [RawFd; 4] = [CONTROL_FD, EVENTS_FD, GATE_FD, GO_FD];
 /// The numbers the init's child holds.
 #[cfg(test)]
-const IN_CHILD: [RawFd; 5] = [SETUP_FD, REPORT_FD, GATE_FD, CHILD_GO_FD, TOOL_STATUS_FD];
+const IN_CHILD: [RawFd; 6] = [
+    SETUP_FD,
+    REPORT_FD,
+    GATE_FD,
+    CHILD_GO_FD,
+    TOOL_STATUS_FD,
+    CGROUP_HANDOFF_FD,
+];
 /// The numbers the init's child claims for itself.
 #[cfg(test)]
-const CLAIMED_IN_CHILD: [RawFd; 1] = [CHILD_GO_FD];
+const CLAIMED_IN_CHILD: [RawFd; 2] = [CHILD_GO_FD, CGROUP_HANDOFF_FD];
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::host::ZygoteStats;
 use super::recycle::Forker;
-use crate::confine::cgroup::{CgroupVersion, RunCgroup};
+use crate::confine::cgroup::RunCgroup;
 use crate::error::Error;
 use crate::spec::CgroupRequest;
 
@@ -277,20 +277,8 @@ fn create(request: &CgroupRequest) -> Result<(RunCgroup, Vec<OwnedFd>), Error> {
 /// The files the child writes "0" to, opened here (by the host's user) for the child.
 fn join_files(cgroup: &RunCgroup) -> Result<Vec<OwnedFd>, Error> {
     cgroup
-        .join_paths()
-        .into_iter()
-        .map(|procs| match cgroup.version() {
-            CgroupVersion::V1 => procs.with_file_name("tasks"),
-            CgroupVersion::V2 => procs,
-        })
-        .map(|path| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map(OwnedFd::from)
-                .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))
-        })
-        .collect()
+        .open_membership_files()
+        .map_err(|e| Error::Command(format!("no cgroup for this run ({e})")))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

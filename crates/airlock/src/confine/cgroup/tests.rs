@@ -862,3 +862,22 @@ fn real_members_of_one_hierarchy_and_the_kill_reaches_one_kept_elsewhere() {
     run.remove();
     assert!(paths.iter().all(|path| !path.exists()));
 }
+
+/// The files a sandbox joins through (opened by the init): one per hierarchy of the run, and
+/// "0" written into each lands in its membership file, on v1 and v2 fixture trees alike.
+#[test]
+fn membership_files_open_one_file_per_directory_of_the_run() {
+    for tree in [fake_hybrid(&[]), fake_v2("memory pids cpu")] {
+        let cfg = cfg_at(tree.path());
+        let run = RunCgroup::create(&cfg, "join-1", &CgroupLimits::default()).unwrap();
+        let files = run.open_membership_files().unwrap();
+        assert_eq!(files.len(), run.join_paths().len());
+        for file in &files {
+            nix::unistd::write(file, b"0").unwrap();
+        }
+        for procs in run.join_paths() {
+            assert_eq!(fs::read_to_string(procs).unwrap(), "0");
+        }
+        run.remove().unwrap();
+    }
+}
