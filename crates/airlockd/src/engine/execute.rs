@@ -148,7 +148,7 @@ impl JobEnd {
     /// the store did not take (its caller answers with the store's error).
     fn record(self, engine: &Engine, live: &LiveRun, ending: Ending, wall: Option<Duration>) {
         if live.wait_for_record().is_err() {
-            return engine.abandon(live);
+            return engine.let_go(live);
         }
         audit_ending(engine, live, &self.key_name, &self.tenant, &ending);
         let recording = Instant::now();

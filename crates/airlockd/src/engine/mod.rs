@@ -486,9 +486,10 @@ impl Engine {
         live
     }
 
-    /// Lets go of a run whose admission record the store did not take: nothing of it started
-    /// and nothing of it is recorded; its caller answers with the store's error.
-    fn abandon(&self, live: &LiveRun) {
+    /// Lets go of a live run: it leaves the table of live runs, its event log closes and its
+    /// waiters wake. After its end (recorded or not), or for a run whose admission record the
+    /// store did not take (nothing of it started; its caller answers with the store's error).
+    fn let_go(&self, live: &LiveRun) {
         self.live
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -622,12 +623,7 @@ impl Engine {
             }
             _ => {}
         }
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&live.id);
-        live.log.close();
-        live.done.send_replace(true);
+        self.let_go(live);
     }
 
     fn count(&self, ending: &Ending, tenant: &str, wall: Option<Duration>) {
