@@ -24,7 +24,7 @@ use nix::sys::socket::{
 
 use super::run::PreparedRun;
 use super::{Setup, Step};
-use crate::confine::cgroup::RunCgroup;
+use crate::confine::cgroup::{self, RunCgroup};
 use crate::error::SetupError;
 use crate::linux::sys;
 use crate::spec::fds::CGROUP_HANDOFF_FD;
@@ -163,7 +163,7 @@ fn membership_files(cgroup: &mut Option<RunCgroup>, warning: &mut Option<String>
             if let Some(made) = cgroup.take() {
                 let _ = made.remove();
             }
-            *warning = Some(super::run::no_cgroup_warning(&e));
+            *warning = Some(cgroup::no_cgroup_warning(&e));
             Vec::new()
         }
     }

@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::{Kind, Setup, Step};
-use crate::confine::cgroup::RunCgroup;
+use crate::confine::cgroup::{self, RunCgroup};
 use crate::error::SetupError;
 use crate::linux::sys;
 use crate::rundir::{self, MemoryScratch, NewRunDir, RunDirError};
@@ -82,7 +82,7 @@ impl PreparedRun {
         let limits = cgroup_limits(spec, request);
         match RunCgroup::create(&request.config, &request.run_id, &limits) {
             Ok(cgroup) => self.cgroup = Some(cgroup),
-            Err(e) => self.cgroup_warning = Some(no_cgroup_warning(&e)),
+            Err(e) => self.cgroup_warning = Some(cgroup::no_cgroup_warning(&e)),
         }
     }
 
@@ -125,10 +125,6 @@ impl<'a> RunDirPlace<'a> {
             Some(_) => RunDirPlace::NotMade,
         }
     }
-}
-
-pub(super) fn no_cgroup_warning(error: &dyn std::fmt::Display) -> String {
-    format!("no cgroup for this run ({error}); limits fall back to rlimits")
 }
 
 /// The run's own workdir, when the caller keeps it.

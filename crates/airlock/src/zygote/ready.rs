@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::host::ZygoteStats;
 use super::recycle::Forker;
-use crate::confine::cgroup::RunCgroup;
+use crate::confine::cgroup::{self, CgroupError, RunCgroup};
 use crate::error::Error;
 use crate::spec::CgroupRequest;
 
@@ -48,11 +48,7 @@ impl Maker {
             None => (None, Vec::new(), None),
             Some(request) => match create(request) {
                 Ok((cgroup, tasks)) => (Some(cgroup), tasks, None),
-                Err(e) => (
-                    None,
-                    Vec::new(),
-                    Some(format!("{e}; limits fall back to rlimits")),
-                ),
+                Err(e) => (None, Vec::new(), Some(cgroup::no_cgroup_warning(&e))),
             },
         };
         match spawn(&self.forker, tasks) {
@@ -261,11 +257,10 @@ fn wait_for_pid1_exit(report: &UnixStream) {
 }
 
 /// A fresh run cgroup and its `tasks` files.
-fn create(request: &CgroupRequest) -> Result<(RunCgroup, Vec<OwnedFd>), Error> {
+fn create(request: &CgroupRequest) -> Result<(RunCgroup, Vec<OwnedFd>), CgroupError> {
     let run_id = crate::rundir::new_run_id();
-    let cgroup = RunCgroup::create(&request.config, &run_id, &request.limits)
-        .map_err(|e| Error::Command(format!("no cgroup for this run ({e})")))?;
-    match join_files(&cgroup) {
+    let cgroup = RunCgroup::create(&request.config, &run_id, &request.limits)?;
+    match cgroup.open_membership_files() {
         Ok(tasks) => Ok((cgroup, tasks)),
         Err(e) => {
             let _ = cgroup.remove();
@@ -274,13 +269,37 @@ fn create(request: &CgroupRequest) -> Result<(RunCgroup, Vec<OwnedFd>), Error> {
     }
 }
 
-/// The files the child writes "0" to, opened here (by the host's user) for the child.
-fn join_files(cgroup: &RunCgroup) -> Result<Vec<OwnedFd>, Error> {
-    cgroup
-        .open_membership_files()
-        .map_err(|e| Error::Command(format!("no cgroup for this run ({e})")))
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::confine::cgroup::{CgroupConfig, CgroupLimits};
+
+    /// A ready child's cgroup that cannot be made is a cgroup failure, said as a cold run
+    /// says it (it once read "invalid command: …", the kind of a caller's bad command).
+    #[test]
+    fn a_cgroup_that_cannot_be_made_is_said_as_a_cgroup_failure() {
+        let request = CgroupRequest {
+            config: CgroupConfig {
+                parent: "../outside".into(),
+                ..CgroupConfig::default()
+            },
+            run_id: String::new(),
+            limits: CgroupLimits::default(),
+        };
+        let error = create(&request).unwrap_err();
+        assert!(
+            matches!(error, CgroupError::InvalidParent { .. }),
+            "{error}"
+        );
+        let warning = cgroup::no_cgroup_warning(&error);
+        assert!(warning.starts_with("no cgroup for this run ("), "{warning}");
+        assert!(
+            warning.ends_with("limits fall back to rlimits"),
+            "{warning}"
+        );
+    }
 }

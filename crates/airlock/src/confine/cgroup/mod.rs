@@ -208,6 +208,12 @@ pub fn probe(cfg: &CgroupConfig) -> CgroupSupport {
     support
 }
 
+/// The warning of a run that has no cgroup: what failed, and that its limits fall back to
+/// rlimits (a required `cgroup` layer refuses the run instead).
+pub fn no_cgroup_warning(error: &dyn std::fmt::Display) -> String {
+    format!("no cgroup for this run ({error}); limits fall back to rlimits")
+}
+
 /// Reads and remembers the host's cgroup layout under `root` for a process whose forked
 /// children each create a run cgroup (the init spawner): they inherit it instead of each
 /// reading and parsing mountinfo.
