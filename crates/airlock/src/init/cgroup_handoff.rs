@@ -14,19 +14,18 @@
 //! the child falls back to rlimits, as for any run without one). EOF, the init gone or unable
 //! to send, ends the child's set-up with an error.
 
-use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::io::IoSlice;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use nix::sys::socket::{
-    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType,
+    sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
 };
 
 use super::run::PreparedRun;
 use super::{Setup, Step};
 use crate::confine::cgroup::{self, RunCgroup};
 use crate::error::SetupError;
-use crate::linux::sys;
+use crate::linux::{self, sys};
 use crate::spec::fds::CGROUP_HANDOFF_FD;
 use crate::spec::{Confinement, InitSpec};
 
@@ -105,22 +104,9 @@ pub(super) fn join_when_made() -> Setup<bool> {
     let socket = sys::claim_inherited_fd(CGROUP_HANDOFF_FD)
         .map_err(|e| failed(format!("cannot take the cgroup hand-off: {e}")))?;
     let mut byte = [0u8; 1];
-    let mut space = nix::cmsg_space!([RawFd; MAX_FILES]);
-    let mut iov = [IoSliceMut::new(&mut byte)];
-    let message = recvmsg::<()>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(|e| failed(format!("cannot read the cgroup hand-off: {e}")))?;
-    let mut files = Vec::new();
-    for cmsg in message.cmsgs().into_iter().flatten() {
-        if let ControlMessageOwned::ScmRights(received) = cmsg {
-            files.extend(received.into_iter().map(sys::own_received_fd));
-        }
-    }
-    let truncated = message.flags.contains(MsgFlags::MSG_CTRUNC);
+    let message = linux::receive_with_fds::<MAX_FILES>(socket.as_fd(), &mut byte)
+        .map_err(|e| failed(format!("cannot read the cgroup hand-off: {e}")))?;
+    let (files, truncated) = (message.fds, message.truncated);
     match (message.bytes, byte[0], files.is_empty()) {
         (1, WITH_CGROUP, false) if !truncated => join_through(&files).map(|()| true),
         (1, WITHOUT_CGROUP, true) => Ok(false),

@@ -18,12 +18,13 @@
 //! A spawner that dies (or hangs) with a request unanswered has forked no init for it: the
 //! pool executes that init instead, on fresh descriptors (see `supervisor::launch`).
 
-use std::io::{IoSlice, IoSliceMut};
+use std::io::IoSlice;
 use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessageOwned, MsgFlags};
+use nix::sys::socket::{sendmsg, MsgFlags};
 
 use crate::confine::cgroup;
+use crate::linux;
 use crate::linux::sys::{self, Forked};
 use crate::spec::CONTROL_FD;
 
@@ -69,23 +70,10 @@ fn answer(socket: BorrowedFd, reply: i32) -> bool {
 /// socket (or sent something malformed, which ends the spawner too).
 fn receive(socket: BorrowedFd) -> Option<(Vec<OwnedFd>, Vec<u8>)> {
     let mut targets = [0u8; MAX_FDS];
-    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
-    let mut iov = [IoSliceMut::new(&mut targets)];
-    let message = recvmsg::<()>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .ok()?;
-    let mut fds = Vec::new();
-    for cmsg in message.cmsgs().into_iter().flatten() {
-        if let ControlMessageOwned::ScmRights(received) = cmsg {
-            fds.extend(received.into_iter().map(sys::own_received_fd));
-        }
-    }
+    let message = linux::receive_with_fds::<MAX_FDS>(socket, &mut targets).ok()?;
     let count = message.bytes;
-    (count > 0 && count == fds.len()).then(|| (fds, targets[..count].to_vec()))
+    (count > 0 && count == message.fds.len() && !message.truncated)
+        .then(|| (message.fds, targets[..count].to_vec()))
 }
 
 /// In the forked child: the descriptors at their numbers and no other, signal handlers as

@@ -6,9 +6,11 @@ pub mod beneath;
 pub mod sys;
 pub mod tree;
 
-use std::os::fd::RawFd;
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::fcntl::OFlag;
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
 /// Converts strings to the C strings `execve` needs; an interior NUL is an error naming it.
 pub fn c_strings(items: &[String]) -> std::io::Result<Vec<std::ffi::CString>> {
@@ -28,7 +30,7 @@ pub fn c_strings(items: &[String]) -> std::io::Result<Vec<std::ffi::CString>> {
 /// A connected pair of close-on-exec Unix sequenced-packet sockets: the channel to a helper
 /// process of ours (a zygote template, an init spawner), one message per request, which
 /// reads as closed the moment the helper ends.
-pub fn seqpacket_pair() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+pub fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     let flags = SockFlag::SOCK_CLOEXEC;
     Ok(socketpair(
@@ -113,5 +115,43 @@ fn move_fds(pairs: &[(RawFd, RawFd)], flags: OFlag) -> std::io::Result<()> {
 pub fn fork_as_sibling() -> std::io::Result<sys::Forked> {
     sys::fork_with_flags(nix::sched::CloneFlags::CLONE_PARENT)?.ok_or_else(|| {
         std::io::Error::other("the init spawner must be single-threaded to fork an init")
+    })
+}
+
+/// One message received on a socket, with the descriptors sent alongside it.
+pub struct ReceivedMessage {
+    /// The message's length; 0 at end of file.
+    pub bytes: usize,
+    /// The descriptors, each owned here and close-on-exec.
+    pub fds: Vec<OwnedFd>,
+    /// The kernel dropped descriptors that did not fit (`MSG_CTRUNC`).
+    pub truncated: bool,
+}
+
+/// Receives one message into `body` and up to `MAX_FDS` descriptors sent with it
+/// (`SCM_RIGHTS`), each close-on-exec from the moment it exists (`MSG_CMSG_CLOEXEC`: no
+/// fork or exec of another thread can inherit it).
+pub fn receive_with_fds<const MAX_FDS: usize>(
+    socket: BorrowedFd,
+    body: &mut [u8],
+) -> nix::Result<ReceivedMessage> {
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let mut iov = [IoSliceMut::new(body)];
+    let message = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for cmsg in message.cmsgs().into_iter().flatten() {
+        if let ControlMessageOwned::ScmRights(received) = cmsg {
+            fds.extend(received.into_iter().map(sys::own_received_fd));
+        }
+    }
+    Ok(ReceivedMessage {
+        bytes: message.bytes,
+        fds,
+        truncated: message.flags.contains(MsgFlags::MSG_CTRUNC),
     })
 }

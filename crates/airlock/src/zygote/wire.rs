@@ -3,9 +3,9 @@
 //! socket.
 
 use std::io::IoSlice;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -90,22 +90,9 @@ pub(crate) fn receive_into<T: DeserializeOwned>(
     buffer: &mut MessageBuffer,
 ) -> Result<Option<(T, Vec<OwnedFd>)>, Error> {
     let body = &mut buffer.0;
-    let mut space = nix::cmsg_space!([RawFd; 64]);
-    let mut iov = [std::io::IoSliceMut::new(body)];
-    let message = recvmsg::<()>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(|e| Error::io("cannot read from the zygote's control socket", e.into()))?;
-    let mut fds = Vec::new();
-    for cmsg in message.cmsgs().into_iter().flatten() {
-        if let ControlMessageOwned::ScmRights(received) = cmsg {
-            fds.extend(received.into_iter().map(owned));
-        }
-    }
-    let size = message.bytes;
+    let message = crate::linux::receive_with_fds::<64>(socket.as_fd(), body)
+        .map_err(|e| Error::io("cannot read from the zygote's control socket", e.into()))?;
+    let (size, mut fds) = (message.bytes, message.fds);
     if size == 0 {
         return Ok(None);
     }
@@ -113,8 +100,4 @@ pub(crate) fn receive_into<T: DeserializeOwned>(
     let value = serde_json::from_slice(&body[..size])
         .map_err(|e| Error::io("malformed zygote message", std::io::Error::other(e)))?;
     Ok(Some((value, fds)))
-}
-
-fn owned(fd: RawFd) -> OwnedFd {
-    crate::linux::sys::own_received_fd(fd)
 }
