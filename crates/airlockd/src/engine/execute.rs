@@ -282,13 +282,16 @@ fn run_command(
         policy.filesystem.protect_git = airlock::policy::GitProtection::Off;
     }
     let warm = engine.warm.for_run(&work);
-    // A zygote run is not the library's launch: its record must be in before it starts.
-    if warm.is_some() && live.wait_for_record().is_err() {
-        return Executed::Ended(unrecorded());
-    }
-    if let Some(streamed) = warm.and_then(|w| w.run_on_zygote(live, &policy, resolved, &work)) {
-        let ending = recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
-        return Executed::Ended(ending);
+    if let Some(zygote) = warm.and_then(|w| w.zygote_for(&policy, resolved, &work)) {
+        // A zygote run is not the library's launch: its record must be in before it starts.
+        // Only then: a cold run's launch waits for it while the library plans the sandbox.
+        if live.wait_for_record().is_err() {
+            return Executed::Ended(unrecorded());
+        }
+        if let Some(streamed) = zygote.run(live, &work) {
+            let ending = recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
+            return Executed::Ended(ending);
+        }
     }
     let pool = match (&work.shared_workdir, &live.session_id) {
         (Some(_), Some(session)) => engine.warm.session_pool(session, &policy, resolved),

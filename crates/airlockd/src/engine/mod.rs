@@ -198,10 +198,17 @@ impl LiveRun {
     }
 
     pub fn timeline(&self) -> Timeline {
-        self.state
+        let mut timeline = self
+            .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .timeline
+            .timeline;
+        if let Some(pending) = &self.pending_insert {
+            timeline.inserted = pending.settled_at();
+            timeline.launch = pending.launch_at();
+            timeline.held = Some(pending.held());
+        }
+        timeline
     }
 
     /// Marks the run started now, after waiting `queue_ms` for its slot.
@@ -459,19 +466,24 @@ impl Engine {
         submitted: Instant,
         started_ms: i64,
     ) -> Arc<LiveRun> {
-        let pending = Arc::new(PendingInsert::default());
-        let live = self.register(LiveRun::new(job, submitted, Some(Arc::clone(&pending))));
-        live.mark_started(started_ms, 0);
-        let (store, record, inserted) = (self.store.clone(), job.record.clone(), Arc::clone(&live));
-        let settler = pending.settle_on_drop();
-        self.runtime.spawn(async move {
-            let outcome = match store.insert_running(&record, started_ms).await {
+        let (store, record) = (self.store.clone(), job.record.clone());
+        let work: record::InsertWork = Box::pin(async move {
+            match store.insert_running(&record, started_ms).await {
                 Ok(Inserted::New) => Ok(()),
                 Ok(Inserted::Existing(row)) => Err(format!("run {} is recorded already", row.id)),
                 Err(e) => Err(e.to_string()),
-            };
-            inserted.mark(Step::Inserted);
-            settler.settle(outcome);
+            }
+        });
+        let pending = Arc::new(PendingInsert::new(work, self.runtime.clone()));
+        let live = self.register(LiveRun::new(job, submitted, Some(Arc::clone(&pending))));
+        live.mark_started(started_ms, 0);
+        // Offered to a runtime worker; the run's thread takes it at the launch if no worker
+        // has started it by then (see `record`).
+        self.runtime.spawn(async move {
+            if let Some(work) = pending.claim() {
+                let settler = pending.settle_on_drop();
+                settler.settle(work.await);
+            }
         });
         live
     }

@@ -12,6 +12,10 @@ pub struct Timeline {
     pub slot: Option<Instant>,
     pub sandbox_done: Option<Instant>,
     pub recorded: Option<Instant>,
+    /// When the library's launch began to wait for an INSERT running beside the planning,
+    /// and how long it waited (`plan` and `held` in [`Timeline::deltas`]).
+    pub launch: Option<Instant>,
+    pub held: Option<std::time::Duration>,
 }
 
 /// A step of [`Timeline`].
@@ -58,6 +62,13 @@ impl Timeline {
                 ));
                 last = Some(to);
             }
+        }
+        if let (Some(slot), Some(launch)) = (self.slot, self.launch) {
+            let plan = launch.saturating_duration_since(slot).as_micros();
+            parts.push(format!("plan={plan}"));
+        }
+        if let Some(held) = self.held {
+            parts.push(format!("held={}", held.as_micros()));
         }
         parts.join(" ")
     }

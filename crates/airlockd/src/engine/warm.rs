@@ -366,18 +366,17 @@ impl WarmStarts {
         lock(&self.sessions).remove(session).map(|held| held.pool)
     }
 
-    /// Runs `work`'s code on the zygote of its interpreter made for `policy`, if there is one
-    /// and it takes the run (see [`run_on_zygote`]).
-    pub(super) fn run_on_zygote(
+    /// The zygote of `work`'s interpreter made for `policy`, if `work` is code and there is
+    /// one: it may take the run (see [`ZygoteFor::run`]).
+    pub(super) fn zygote_for(
         &self,
-        live: &LiveRun,
         policy: &Policy,
         resolved: &Resolved,
         work: &CommandWork,
-    ) -> Option<Streamed> {
+    ) -> Option<ZygoteFor> {
         let code = work.code.as_ref()?;
-        let zygote = self.zygote_for(&code.language, policy, &resolved.options)?;
-        run_on_zygote(live, &zygote, code, &work.env, work.stdin.as_deref())
+        let zygote = self.zygote_of(&code.language, policy, &resolved.options)?;
+        Some(ZygoteFor(zygote))
     }
 
     /// The pool whose sandboxes are exactly what `policy` with `options` would set up.
@@ -393,7 +392,7 @@ impl WarmStarts {
     }
 
     /// The zygote of `language` made for exactly `policy` with `options`.
-    fn zygote_for(
+    fn zygote_of(
         &self,
         language: &str,
         policy: &Policy,
@@ -506,6 +505,17 @@ fn zygotes_of(
         zygotes.insert(canonical.to_string(), zygote.clone());
     }
     zygotes
+}
+
+/// A zygote that may run a code run's code ([`WarmStarts::zygote_for`]).
+pub(super) struct ZygoteFor(Arc<Zygote>);
+
+impl ZygoteFor {
+    /// Runs `work`'s code on the zygote, if it takes the run (see [`run_on_zygote`]).
+    pub(super) fn run(&self, live: &LiveRun, work: &CommandWork) -> Option<Streamed> {
+        let code = work.code.as_ref()?;
+        run_on_zygote(live, &self.0, code, &work.env, work.stdin.as_deref())
+    }
 }
 
 /// Runs `code` on `zygote` as the run's sandbox, relaying its events into the run's log as
