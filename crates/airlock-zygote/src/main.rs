@@ -92,4 +92,8 @@ impl Interpreter for Embedded<'_> {
             .and_then(|status| status.extract())
             .unwrap_or(1)
     }
+
+    fn library(&self) -> Option<&str> {
+        Some("/libpython")
+    }
 }
