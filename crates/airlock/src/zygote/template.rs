@@ -45,6 +45,11 @@ pub trait Interpreter {
     fn library(&self) -> Option<&str> {
         None
     }
+    /// In the program, forked ahead and waiting for its request: the runner run once on empty
+    /// code, so that the pages a run writes whatever its code (the runner's frames, the
+    /// interpreter's allocator pools, the module it makes) are copied now rather than while
+    /// the request's code runs. Nothing of any request exists yet.
+    fn rehearse(&mut self) {}
 }
 
 /// A started template: in its own namespaces as the sandbox user, holding the control socket.
@@ -171,6 +176,7 @@ impl Template {
         }
         interpreter.after_fork_child();
         let _ = nix::unistd::close(SETUP_FD);
+        interpreter.rehearse();
         let Some(request) = receive_request(request) else {
             sys::exit_now(126) // the host closed the pipe without a request (or sent a bad one)
         };
