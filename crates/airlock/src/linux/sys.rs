@@ -165,7 +165,9 @@ pub fn fork_with_flags(flags: nix::sched::CloneFlags) -> io::Result<Option<Forke
 /// file mapping's page-table entries at `fork` only when the mapping has private pages;
 /// without one, every child faults the file's pages (an interpreter's code) back in. The
 /// mapping is writable only between the two `mprotect`s (its `prot` kept, so code in it runs
-/// on), and the byte written is the one read.
+/// on), and the byte written is the one read. For a single-threaded caller (no other thread
+/// maps or unmaps meanwhile) and a range read from `/proc/self/maps` (whose first page lies
+/// in the file: a mapping past a truncated file's end would fault here, loudly).
 pub fn give_file_mapping_a_private_page(
     start: usize,
     len: usize,

@@ -191,12 +191,15 @@ impl Template {
 /// Makes every fork copy the page-table entries of the interpreter library's read-only
 /// mappings (its code and constants), which the kernel otherwise skips for a file mapping
 /// without private pages: each run's program then finds the code the template ran mapped,
-/// instead of faulting it in again while it runs the request's code (~100 faults a run moved
+/// instead of faulting it in again while it runs the request's code (~65 faults a run moved
 /// off the run's path into the fork made ahead). Only the interpreter's library: the other
 /// libraries' entries cost PID 1 (which runs none of them) more to copy and tear down than
-/// the program's faults on them. The template is single-threaded here (the interpreter
-/// started no thread); a mapping that cannot be changed is left as it is.
+/// the program's faults on them. Only while the template is single-threaded (as it must be
+/// to fork its children); a mapping that cannot be changed is left as it is.
 fn share_code_page_tables_with_forks(library: &str) {
+    if !matches!(crate::linux::single_threaded(), Ok(true)) {
+        return;
+    }
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return;
     };
