@@ -43,6 +43,8 @@ fn main() -> ExitCode {
 /// The embedded CPython: the runner, looked up once.
 struct Embedded<'py> {
     run: Bound<'py, PyAny>,
+    warm_up: Bound<'py, PyAny>,
+    env: Vec<(String, String)>,
 }
 
 impl<'py> Embedded<'py> {
@@ -69,6 +71,8 @@ impl<'py> Embedded<'py> {
         gc.call_method0("freeze")?;
         Ok(Embedded {
             run: module.getattr("run")?,
+            warm_up: module.getattr("warm_up")?,
+            env: env.to_vec(),
         })
     }
 }
@@ -91,5 +95,13 @@ impl Interpreter for Embedded<'_> {
             .call1((code, args.to_vec(), env.to_vec()))
             .and_then(|status| status.extract())
             .unwrap_or(1)
+    }
+
+    fn library(&self) -> Option<&str> {
+        Some("/libpython")
+    }
+
+    fn rehearse(&mut self) {
+        let _ = self.warm_up.call1((self.env.clone(), 1));
     }
 }

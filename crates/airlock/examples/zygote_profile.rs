@@ -38,9 +38,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cpu = cpu_ms("self") + children_cpu_ms(template) - cpu_before;
     samples.sort();
     println!(
-        "median {:?} of {runs} runs (min {:?}, p90 {:?}); CPU {:.2} ms per run; {} forked on the run's path",
+        "median {:?} of {runs} runs (min {:?}, p10 {:?}, p25 {:?}, p90 {:?}); CPU {:.2} ms per run; {} forked on the run's path",
         samples[runs / 2],
         samples[0],
+        samples[runs / 10],
+        samples[runs / 4],
         samples[runs * 9 / 10],
         cpu / runs as f64,
         zygote.stats().forks_on_path

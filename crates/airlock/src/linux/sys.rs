@@ -160,6 +160,31 @@ pub fn fork_with_flags(flags: nix::sched::CloneFlags) -> io::Result<Option<Forke
     }
 }
 
+/// Gives the private file mapping `start..start + len` (readable, not writable, mapped with
+/// `prot`) a private page: its first page copied, holding the same bytes. The kernel copies a
+/// file mapping's page-table entries at `fork` only when the mapping has private pages;
+/// without one, every child faults the file's pages (an interpreter's code) back in. The
+/// mapping is writable only between the two `mprotect`s (its `prot` kept, so code in it runs
+/// on), and the byte written is the one read. For a single-threaded caller (no other thread
+/// maps or unmaps meanwhile) and a range read from `/proc/self/maps` (whose first page lies
+/// in the file: a mapping past a truncated file's end would fault here, loudly).
+pub fn give_file_mapping_a_private_page(
+    start: usize,
+    len: usize,
+    prot: libc::c_int,
+) -> io::Result<()> {
+    let addr = start as *mut libc::c_void;
+    // SAFETY: only the protection of an existing mapping of this process changes (an address
+    // range that is not one fails with ENOMEM), and `prot` keeps read and execute as they were.
+    check(unsafe { libc::mprotect(addr, len, prot | libc::PROT_WRITE) })?;
+    let first = start as *mut u8;
+    // SAFETY: the first byte of a mapping that is readable and, since the call above,
+    // writable; it gets the value it holds.
+    unsafe { first.write_volatile(first.read_volatile()) };
+    // SAFETY: as above: the mapping's own protection back.
+    check(unsafe { libc::mprotect(addr, len, prot) }).map(|_| ())
+}
+
 /// Sets every signal the process catches back to its default action, as exec would; ignored
 /// signals stay ignored. For a forked child that will not exec.
 pub fn reset_caught_signals() {
