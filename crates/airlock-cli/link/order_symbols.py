@@ -179,8 +179,11 @@ def callgrind_functions(text: str, name: str) -> set[str]:
         if kind == "ob":
             current = objects.get(ident, "")
         elif kind == "fn" and current.endswith("/" + name):
-            # callgrind marks recursion levels: name'2
-            functions.add(re.sub(r"'\d+$", "", names[ident]))
+            # callgrind marks recursion levels (name'2) and names what has no symbol by its
+            # address (0x...) or in parentheses ("(below main)"): no link can order those.
+            function = re.sub(r"'\d+$", "", names[ident])
+            if not function.startswith(("0x", "(")):
+                functions.add(function)
     return functions
 
 
