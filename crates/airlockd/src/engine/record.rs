@@ -99,7 +99,7 @@ impl PendingInsert {
 
     fn run_or_wait(&self) -> Result<(), String> {
         if let Some((work, runtime)) = self.claim().zip(self.runtime.as_ref()) {
-            let settler = self.settle_on_drop_ref();
+            let settler = self.settle_on_drop();
             settler.settle(runtime.block_on(work));
         }
         let mut outcome = self.lock();
@@ -138,12 +138,8 @@ impl PendingInsert {
     /// Settles `self` with an error unless it is settled first: for the task running the
     /// INSERT, so that a task that panics or is dropped with its runtime never leaves a
     /// run waiting for its record forever.
-    pub(super) fn settle_on_drop(self: &std::sync::Arc<Self>) -> SettleOnDrop {
-        SettleOnDrop(std::sync::Arc::clone(self))
-    }
-
-    fn settle_on_drop_ref(&self) -> SettleOnDropRef<'_> {
-        SettleOnDropRef(self)
+    pub(super) fn settle_on_drop(&self) -> SettleOnDrop<'_> {
+        SettleOnDrop(self)
     }
 
     /// The store's error, once the INSERT is known to have failed.
@@ -159,30 +155,15 @@ impl PendingInsert {
 }
 
 /// Settles its [`PendingInsert`] with an error when dropped unsettled.
-pub(super) struct SettleOnDrop(std::sync::Arc<PendingInsert>);
+pub(super) struct SettleOnDrop<'a>(&'a PendingInsert);
 
-/// [`SettleOnDrop`] for a thread that runs the INSERT in place.
-struct SettleOnDropRef<'a>(&'a PendingInsert);
-
-impl SettleOnDropRef<'_> {
-    fn settle(self, outcome: Result<(), String>) {
-        self.0.settle(outcome);
-    }
-}
-
-impl Drop for SettleOnDropRef<'_> {
-    fn drop(&mut self) {
-        self.0.settle_unless_settled();
-    }
-}
-
-impl SettleOnDrop {
+impl SettleOnDrop<'_> {
     pub(super) fn settle(self, outcome: Result<(), String>) {
         self.0.settle(outcome);
     }
 }
 
-impl Drop for SettleOnDrop {
+impl Drop for SettleOnDrop<'_> {
     fn drop(&mut self) {
         self.0.settle_unless_settled();
     }

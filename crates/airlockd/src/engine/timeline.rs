@@ -22,7 +22,6 @@ pub struct Timeline {
 #[derive(Debug, Clone, Copy)]
 pub enum Step {
     Submitted,
-    Inserted,
     Thread,
     Slot,
     SandboxDone,
@@ -33,7 +32,6 @@ impl Timeline {
     pub(super) fn mark(&mut self, step: Step) {
         let slot = match step {
             Step::Submitted => &mut self.submitted,
-            Step::Inserted => &mut self.inserted,
             Step::Thread => &mut self.thread,
             Step::Slot => &mut self.slot,
             Step::SandboxDone => &mut self.sandbox_done,
