@@ -181,6 +181,41 @@ fn fresh_workdir_is_private_and_gone_after_the_run() {
     std::fs::remove_dir_all(kept.parent().unwrap()).unwrap();
 }
 
+/// The init counts a bwrap run's members in one hierarchy (`MembersStayInRunCgroup`): a
+/// process the program leaves running in the background still ends with the run.
+#[test]
+fn a_background_process_ends_with_the_run() {
+    if !bwrap_usable() {
+        return;
+    }
+    let marker = format!("{}.{}", 600, std::process::id());
+    let started = std::time::Instant::now();
+    let (result, output) = run_json(&[
+        "--backend",
+        "bwrap",
+        "--allow-degraded",
+        "--",
+        "/bin/sh",
+        "-c",
+        &format!("setsid sleep {marker} > /dev/null 2>&1 & echo started"),
+    ]);
+    assert_eq!(
+        stdout_of(&result).trim(),
+        "started",
+        "{result} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        .filter(|cmdline| cmdline.contains(&marker))
+        .collect();
+    assert!(survivors.is_empty(), "outlived the run: {survivors:?}");
+}
+
 #[test]
 fn tmp_is_size_capped() {
     if !bwrap_usable() {

@@ -206,6 +206,8 @@ impl Backend for BwrapBackend {
             fds: SECCOMP_FDS.to_vec(),
         });
         steps.push(WrapStep::StatusFd(STATUS_FD));
+        // bwrap makes no cgroup and its processes cannot reach ours (see the step).
+        steps.push(WrapStep::MembersStayInRunCgroup);
         if !ctx.git_found.is_empty() {
             steps.push(WrapStep::FoundFds {
                 found: ctx.git_found.to_vec(),

@@ -415,9 +415,9 @@ impl<'a> Watch<'a> {
         let Some(cgroup) = &self.run.cgroup else {
             return Vec::new();
         };
-        let members = match self.spec.confinement {
-            Confinement::Native(_) => cgroup.members(),
-            _ => cgroup.pids(),
+        let members = match self.spec.confinement.members_stay_in_run_cgroup() {
+            true => cgroup.members(),
+            false => cgroup.pids(),
         };
         members.unwrap_or_default()
     }

@@ -167,6 +167,20 @@ pub enum Confinement {
     Wrapped(WrapSpec),
 }
 
+impl Confinement {
+    /// Whether every process of the run stays in the run cgroup of each hierarchy, so that
+    /// one hierarchy's list holds them all: the native sandbox's (which sees no cgroup file)
+    /// and a tool's with [`WrapStep::MembersStayInRunCgroup`].
+    pub fn members_stay_in_run_cgroup(&self) -> bool {
+        match self {
+            #[cfg(target_os = "linux")]
+            Confinement::Native(_) => true,
+            Confinement::Wrapped(wrap) => wrap.has(&WrapStep::MembersStayInRunCgroup),
+            Confinement::Tier0 => false,
+        }
+    }
+}
+
 /// The native backend's plan: namespaces, root filesystem, Landlock and seccomp.
 #[cfg(target_os = "linux")]
 #[derive(Serialize, Deserialize, Debug, Clone)]

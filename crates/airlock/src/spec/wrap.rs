@@ -130,6 +130,16 @@ pub enum WrapStep {
     /// under it (see `init::wrapped`).
     GuardToolTree,
 
+    // After the program's end:
+    /// Counts the run's members in one hierarchy's list, as for a native run, instead of in
+    /// every hierarchy's (five on v1): the tool makes no cgroup of its own and its processes
+    /// cannot move themselves (bwrap: it runs as the sandbox user, the cgroup files are
+    /// root's, and the sandbox has no /sys), so each stays in the run cgroup of every
+    /// hierarchy. Saves four kernfs opens and member-list builds per check on the way out;
+    /// a member kept in another hierarchy would still be found by the removal
+    /// (`RunCgroup::members`).
+    MembersStayInRunCgroup,
+
     // After the run:
     /// For tools without a status stream (the OCI runtimes): what shows that the tool
     /// started the program. Without it, a tool that exited before starting the program would

@@ -173,6 +173,7 @@ fn plan_claims_no_landlock_and_hands_over_the_seccomp_filters() {
         })
     );
     assert!(!wrap.has(&WrapStep::KeepRoot));
+    assert!(wrap.has(&WrapStep::MembersStayInRunCgroup));
     assert!(wrap.layers.contains(&Layer::NetNs) && wrap.layers.contains(&Layer::Seccomp));
     for absent in [Layer::LandlockFs, Layer::LandlockNet, Layer::LandlockScope] {
         for probe in [backend.probe(), backend.quick_probe()] {
