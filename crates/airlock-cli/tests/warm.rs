@@ -623,6 +623,34 @@ fn nothing_passes_between_runs_of_started_interpreters() {
     assert_ne!(a[4], b[4], "the hash seed repeated");
 }
 
+/// What the interpreter does ahead of its run (a rehearsal on empty code, its objects frozen
+/// for the collector) shows nothing to the code: `sys.modules` is a cold `python3 -c`'s, and
+/// the code's own garbage is still collected at its exit.
+#[test]
+fn a_started_interpreters_preparation_is_invisible_to_the_code() {
+    let _serial = serial();
+    let Some(pool) = python_pool(&[], 1) else {
+        return;
+    };
+    let modules = "import sys; print(sorted(sys.modules))";
+    let warm = pool.code(modules).unwrap().run().unwrap();
+    let cold = untrusted()
+        .command(support::PYTHON)
+        .args(["-c", modules])
+        .run()
+        .unwrap();
+    assert!(warm.success() && cold.success(), "{warm:?} {cold:?}");
+    assert_eq!(warm.stdout, cold.stdout);
+    pool.wait_ready(1, READY);
+    let cycle = "class Cycle:\n    def __del__(self):\n        print('collected')\nc = Cycle()\nc.me = c\ndel c";
+    let collected = pool.code(cycle).unwrap().run().unwrap();
+    assert_eq!(
+        collected.stdout.as_deref(),
+        Some("collected\n"),
+        "{collected:?}"
+    );
+}
+
 #[test]
 fn an_interpreter_that_cannot_start_is_reported() {
     let _serial = serial();

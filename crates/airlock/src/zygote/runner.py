@@ -34,28 +34,9 @@ def reseed():
 
 
 def warm_up(env, rounds=10):
-    # Runs the runner on empty code in the template, before any fork: what the interpreter
-    # makes lazily on a first run (the runner's bytecode specialised, type attribute caches,
-    # interned names, the environment's encoded keys) is then made once and shared, instead
-    # of being written (a page of the template's heap copied) in every child. No user code
-    # runs; what it leaves is the same for every child, as the preloads' import-time state is.
-    # The process-ending steps of `finish` (atexit handlers, joining the threads) must run in
-    # each child, not here: they are stubbed out meanwhile.
-    import atexit
-
-    main_module = sys.modules.get("__main__")
-    threading = sys.modules.get("threading")
-    run_exitfuncs = atexit._run_exitfuncs
-    shutdown = threading._shutdown if threading is not None else None
-    atexit._run_exitfuncs = lambda: None
-    if threading is not None:
-        threading._shutdown = lambda: None
-    try:
-        for _ in range(rounds):
-            run("pass", [], env)
-    finally:
-        atexit._run_exitfuncs = run_exitfuncs
-        if threading is not None:
-            threading._shutdown = shutdown
-        if main_module is not None:
-            sys.modules["__main__"] = main_module
+    # Runs the runner on empty code in the template, before any fork (run_code.py's
+    # rehearse): what a first run makes lazily (also the environment's encoded keys) is then
+    # made once and shared, instead of being written (a page of the template's heap copied)
+    # in every child. What it leaves is the same for every child, as the preloads'
+    # import-time state is.
+    rehearse(lambda: run("pass", [], env), rounds)
