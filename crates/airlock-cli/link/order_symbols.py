@@ -13,9 +13,6 @@ Usage, as root (the native backend and perf need it), from the workspace root:
     crates/airlock-cli/link/order_symbols.py /tmp/airlock-order/airlock
 
 `order_symbols.py --check <binary>` says how many of the listed functions a build has.
-`order_symbols.py --add-missing <binary>` appends, in the same order, the functions the
-workload runs that the file lacks, leaving the listed order as it is (what the bwrap
-backend's runs added; a full regeneration places them in their process's group).
 
 The binary must be the workspace's release build (the one README and airlock-bench use):
 symbol names carry hashes of the build's crates, and a name the link no longer finds is
@@ -209,9 +206,6 @@ def main() -> None:
     if args[:1] == ["--check"] and len(args) == 2:
         check(args[1])
         return
-    add_missing = args[:1] == ["--add-missing"]
-    if add_missing:
-        args = args[1:]
     if len(args) != 1:
         sys.exit(__doc__)
     binary = str(Path(args[0]).resolve())
@@ -220,13 +214,10 @@ def main() -> None:
         found = sampled(binary, work)
         for symbol in traced(binary, work) - found.keys():
             found[symbol] = (0, 0)
-    listed = OUTPUT.read_text().split() if add_missing else []
-    for symbol in listed:
-        found.pop(symbol, None)
     # Deepest role first, then hottest, then by name (a stable file between runs).
     order = sorted(found, key=lambda s: (-found[s][0], -found[s][1], s))
-    OUTPUT.write_text("".join(f"{symbol}\n" for symbol in listed + order))
-    print(f"{len(order)} functions written to {OUTPUT} after {len(listed)} kept")
+    OUTPUT.write_text("".join(f"{symbol}\n" for symbol in order))
+    print(f"{len(order)} functions written to {OUTPUT}")
 
 
 if __name__ == "__main__":
