@@ -348,7 +348,7 @@ impl<'a> Watch<'a> {
     }
 
     fn cpu_used(&self) -> Option<Duration> {
-        let ns = self.run.cgroup.as_ref()?.usage().cpu_usage_ns?;
+        let ns = self.run.cgroup.as_ref()?.cpu_usage_ns()?;
         Some(Duration::from_nanos(ns).saturating_sub(self.cpu_base))
     }
 
