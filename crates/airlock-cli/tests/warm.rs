@@ -651,6 +651,37 @@ fn a_started_interpreters_preparation_is_invisible_to_the_code() {
     );
 }
 
+/// A started interpreter's CPU is the run's: its start and its preloads' imports (tens of
+/// milliseconds, spent while the sandbox was prepared) are not in `pass`'s figure, and code
+/// that burns 200 ms of CPU reports about that.
+#[test]
+fn a_started_interpreters_cpu_is_the_runs() {
+    let _serial = serial();
+    let preload = ["json", "re", "decimal", "email.message", "http.client"];
+    let Some(pool) = python_pool(&preload, 1) else {
+        return;
+    };
+    let cpu = |r: &airlock::RunResult| r.cpu_user_ms + r.cpu_sys_ms;
+    let cold_start = untrusted()
+        .command(support::PYTHON)
+        .args(["-c", &format!("import {}", preload.join(", "))])
+        .run()
+        .unwrap();
+    let idle = pool.code("pass").unwrap().run().unwrap();
+    assert!(idle.success(), "{idle:?}");
+    assert!(
+        cpu(&idle) * 4 < cpu(&cold_start) && cpu(&idle) <= 15,
+        "a started interpreter's `pass` reported {} ms of CPU, the interpreter's start {} ms",
+        cpu(&idle),
+        cpu(&cold_start)
+    );
+    pool.wait_ready(1, READY);
+    let burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass";
+    let busy = pool.code(burn).unwrap().run().unwrap();
+    assert!(busy.success(), "{busy:?}");
+    assert!((195..=230).contains(&cpu(&busy)), "{busy:?}");
+}
+
 #[test]
 fn an_interpreter_that_cannot_start_is_reported() {
     let _serial = serial();
