@@ -682,6 +682,22 @@ fn a_started_interpreters_cpu_is_the_runs() {
     assert!((195..=230).contains(&cpu(&busy)), "{busy:?}");
 }
 
+/// The process that holds a started interpreter's address space (so that its exit is
+/// reported before the teardown) changes nothing the code relies on: `wait` finds no child,
+/// `ctypes` imports, and output written before an `os._exit` (which skips the shim's own
+/// closing of the descriptors the holder shares) still arrives, with the exit status.
+#[test]
+fn the_address_space_holder_is_invisible_to_the_code() {
+    let _serial = serial();
+    let Some(pool) = python_pool(&["json"], 1) else {
+        return;
+    };
+    let code = "import os, sys, ctypes\ntry:\n    os.wait()\nexcept ChildProcessError:\n    print('no child', ctypes.sizeof(ctypes.c_int))\nsys.stdout.flush()\nos._exit(3)";
+    let run = pool.code(code).unwrap().run().unwrap();
+    assert_eq!(run.exit_code, Some(3), "{run:?}");
+    assert_eq!(run.stdout.as_deref(), Some("no child 4\n"), "{run:?}");
+}
+
 #[test]
 fn an_interpreter_that_cannot_start_is_reported() {
     let _serial = serial();
