@@ -651,6 +651,53 @@ fn a_started_interpreters_preparation_is_invisible_to_the_code() {
     );
 }
 
+/// A started interpreter's CPU is the run's: its start and its preloads' imports (tens of
+/// milliseconds, spent while the sandbox was prepared) are not in `pass`'s figure, and code
+/// that burns 200 ms of CPU reports about that.
+#[test]
+fn a_started_interpreters_cpu_is_the_runs() {
+    let _serial = serial();
+    let preload = ["json", "re", "decimal", "email.message", "http.client"];
+    let Some(pool) = python_pool(&preload, 1) else {
+        return;
+    };
+    let cpu = |r: &airlock::RunResult| r.cpu_user_ms + r.cpu_sys_ms;
+    let cold_start = untrusted()
+        .command(support::PYTHON)
+        .args(["-c", &format!("import {}", preload.join(", "))])
+        .run()
+        .unwrap();
+    let idle = pool.code("pass").unwrap().run().unwrap();
+    assert!(idle.success(), "{idle:?}");
+    assert!(
+        cpu(&idle) * 4 < cpu(&cold_start) && cpu(&idle) <= 15,
+        "a started interpreter's `pass` reported {} ms of CPU, the interpreter's start {} ms",
+        cpu(&idle),
+        cpu(&cold_start)
+    );
+    pool.wait_ready(1, READY);
+    let burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass";
+    let busy = pool.code(burn).unwrap().run().unwrap();
+    assert!(busy.success(), "{busy:?}");
+    assert!((195..=230).contains(&cpu(&busy)), "{busy:?}");
+}
+
+/// The process that holds a started interpreter's address space (so that its exit is
+/// reported before the teardown) changes nothing the code relies on: `wait` finds no child,
+/// `ctypes` imports, and output written before an `os._exit` (which skips the shim's own
+/// closing of the descriptors the holder shares) still arrives, with the exit status.
+#[test]
+fn the_address_space_holder_is_invisible_to_the_code() {
+    let _serial = serial();
+    let Some(pool) = python_pool(&["json"], 1) else {
+        return;
+    };
+    let code = "import os, sys, ctypes\ntry:\n    os.wait()\nexcept ChildProcessError:\n    print('no child', ctypes.sizeof(ctypes.c_int))\nsys.stdout.flush()\nos._exit(3)";
+    let run = pool.code(code).unwrap().run().unwrap();
+    assert_eq!(run.exit_code, Some(3), "{run:?}");
+    assert_eq!(run.stdout.as_deref(), Some("no child 4\n"), "{run:?}");
+}
+
 #[test]
 fn an_interpreter_that_cannot_start_is_reported() {
     let _serial = serial();

@@ -14,6 +14,7 @@ mod cgroup_handoff;
 mod child;
 mod egress;
 mod native;
+mod prepared_cpu;
 mod run;
 mod spawner;
 mod standby;
@@ -25,6 +26,7 @@ pub(crate) mod zygote;
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::WaitStatus;
@@ -180,14 +182,20 @@ pub(crate) struct ChildrenUsage {
 
 impl ChildrenUsage {
     pub fn now() -> Option<ChildrenUsage> {
+        ChildrenUsage::now_less(prepared_cpu::CpuSpent::default())
+    }
+
+    /// What the reaped processes used beyond `before` (a started interpreter's preparation).
+    fn now_less(before: prepared_cpu::CpuSpent) -> Option<ChildrenUsage> {
         use nix::sys::resource::{getrusage, UsageWho};
         let usage = getrusage(UsageWho::RUSAGE_CHILDREN).ok()?;
-        let millis = |tv: nix::sys::time::TimeVal| {
-            (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000
+        let duration = |tv: nix::sys::time::TimeVal| {
+            Duration::from_secs(tv.tv_sec() as u64) + Duration::from_micros(tv.tv_usec() as u64)
         };
+        let millis = |spent: Duration| spent.as_millis() as u64;
         Some(ChildrenUsage {
-            user_ms: millis(usage.user_time()),
-            sys_ms: millis(usage.system_time()),
+            user_ms: millis(duration(usage.user_time()).saturating_sub(before.user)),
+            sys_ms: millis(duration(usage.system_time()).saturating_sub(before.sys)),
             max_rss_bytes: usage.max_rss() as u64 * 1024,
         })
     }

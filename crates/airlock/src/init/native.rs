@@ -252,26 +252,44 @@ fn program(spec: &InitSpec, layers: Vec<Layer>) -> Setup<Infallible> {
     finish_and_exec(spec, layers)
 }
 
-/// PID 1's duty: reap every process of the namespace until the program itself exits.
+/// PID 1's duty: reap every process of the namespace until the program itself exits. A
+/// started interpreter's CPU until it was prepared is not the run's ([`super::prepared_cpu`]).
 fn reap_until(program: Pid, spec: &InitSpec, native: &NativeSpec) -> Setup<Infallible> {
     let _ = nix::unistd::close(SETUP_FD);
     for fd in 0..=2 {
         let _ = nix::unistd::close(fd);
     }
+    let prepared = match spec.warm_prestart {
+        true => super::prepared_cpu::await_prepared(program),
+        false => Ok(Default::default()),
+    };
+    let prepared = match prepared {
+        Ok(spent) => spent,
+        Err(status) => report_exit(status, Default::default(), spec, native),
+    };
     loop {
         match waitpid(None::<Pid>, None) {
             Ok(status) if status.pid() == Some(program) => {
-                let report = ExitReport {
-                    children_usage: super::ChildrenUsage::now(),
-                    ..ExitReport::from_status(status, file_size_hit(spec, native, &status))
-                };
-                report.send(REPORT_FD);
-                sys::exit_now(0)
+                report_exit(status, prepared, spec, native)
             }
             Err(nix::errno::Errno::ECHILD) => sys::exit_now(0),
             _ => continue,
         }
     }
+}
+
+fn report_exit(
+    status: WaitStatus,
+    prepared: super::prepared_cpu::CpuSpent,
+    spec: &InitSpec,
+    native: &NativeSpec,
+) -> ! {
+    let report = ExitReport {
+        children_usage: super::ChildrenUsage::now_less(prepared),
+        ..ExitReport::from_status(status, file_size_hit(spec, native, &status))
+    };
+    report.send(REPORT_FD);
+    sys::exit_now(0)
 }
 
 /// Whether a file in the writable areas reached the size limit: RLIMIT_FSIZE stops writes at
