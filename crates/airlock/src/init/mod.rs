@@ -283,6 +283,11 @@ pub(crate) fn any_file_at_least(dirs: &[PathBuf], size: u64) -> bool {
 /// copied for the child, no page copied on its writes, none torn down at its exec (~0.5 ms of
 /// CPU a run). A native run's child stays (it becomes the sandbox's PID 1) while the init
 /// makes the cgroup, and a guarded tool's child stays as the guard: both are forked.
+///
+/// The cost of sharing: the init's clocks wait with it. The child's setup is local (cgroup
+/// join, rlimits, ids, memfds, `chdir`), but a workdir on a filesystem that stops answering
+/// would hold the init, and so the wall-clock kill, until the `chdir` returns; a forked child
+/// would be killed on time. The caller's workdir is the caller's, so that is accepted.
 pub(crate) fn fork_child(
     spec: &InitSpec,
     run: &PreparedRun,
