@@ -9,7 +9,8 @@
 //! recovers from the WAL) and reaches the disk at the next checkpoint's fsync.
 //!
 //! A PASSIVE checkpoint waits for no one: it copies the frames no reader still needs, and the
-//! next writer starts the WAL over once all are copied. A reader that holds an old snapshot
+//! next writer starts the WAL over once all are copied; frames committed during a pass are
+//! copied by another right after it (up to [`PASSES`]). A reader that holds an old snapshot
 //! keeps the WAL growing; past [`HARD_CAP_FRAMES`] the thread tries a TRUNCATE checkpoint,
 //! which waits at most the connection's short busy timeout (writers wait that long too) for
 //! readers to move on, then empties the file. A PASSIVE checkpoint with nothing new to copy
@@ -30,6 +31,9 @@ pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
 
 /// WAL frames (pages) past which a TRUNCATE checkpoint is tried: 64 MiB of 4 KiB pages.
 const HARD_CAP_FRAMES: i64 = 16_384;
+
+/// PASSIVE checkpoints at most in a row, each copying what came in during the one before.
+const PASSES: usize = 8;
 
 /// How long the TRUNCATE fallback waits for a writer or a reader (and so may hold up a writer).
 const CHECKPOINTER_PRAGMAS: &str = "PRAGMA busy_timeout = 100; PRAGMA wal_autocheckpoint = 0;";
@@ -135,12 +139,21 @@ fn checkpoint_until_stopped(
     }
 }
 
-/// One PASSIVE checkpoint, and a TRUNCATE one when readers left the WAL past its cap.
+/// PASSIVE checkpoints until one copies every frame (or [`PASSES`]), a TRUNCATE one when
+/// the WAL is past its cap. A pass leaves the frames committed while it ran, and the next
+/// writer starts the WAL over only once a pass has copied them all: under steady load one
+/// pass a second never gets there and the WAL grew by every second's writes.
 fn checkpoint(connection: &Connection) -> rusqlite::Result<()> {
-    let (frames, copied) = run_checkpoint(connection, "PASSIVE")?;
-    if frames > HARD_CAP_FRAMES && copied < frames {
-        let (frames, copied) = run_checkpoint(connection, "TRUNCATE")?;
-        tracing::debug!("WAL past its cap: TRUNCATE checkpoint, {copied} of {frames} frames");
+    for _ in 0..PASSES {
+        let (frames, copied) = run_checkpoint(connection, "PASSIVE")?;
+        if copied >= frames {
+            return Ok(());
+        }
+        if frames > HARD_CAP_FRAMES {
+            let (frames, copied) = run_checkpoint(connection, "TRUNCATE")?;
+            tracing::debug!("WAL past its cap: TRUNCATE checkpoint, {copied} of {frames} frames");
+            return Ok(());
+        }
     }
     Ok(())
 }
