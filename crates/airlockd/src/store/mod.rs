@@ -8,6 +8,7 @@
 //! before any client can learn the run ended.
 
 mod audit;
+mod checkpoint;
 mod ending;
 mod migrate;
 mod runs;
@@ -52,6 +53,8 @@ pub struct Store {
     audit_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// SQLite in a file: the hot-path writes, on the calling thread (see [`writer`]).
     writer: Option<std::sync::Arc<writer::SqliteWriter>>,
+    /// SQLite in a file: the WAL's checkpoints, off the writers' commits (see [`checkpoint`]).
+    checkpointer: Option<std::sync::Arc<checkpoint::Checkpointer>>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -97,11 +100,14 @@ impl Store {
             dialect,
             audit_lock: Default::default(),
             writer: None,
+            checkpointer: None,
         };
         migrate::run(&store).await?;
         // An in-memory database is one per connection: it keeps every write on sqlx.
         if let Some(file) = file {
             store.writer = Some(std::sync::Arc::new(writer::SqliteWriter::open(&file)?));
+            let checkpointer = checkpoint::Checkpointer::start(&file, checkpoint::INTERVAL)?;
+            store.checkpointer = Some(std::sync::Arc::new(checkpointer));
         }
         Ok(store)
     }
@@ -191,15 +197,22 @@ impl Store {
         Ok(())
     }
 
+    /// Closes the pool, after a last WAL checkpoint on SQLite (a short wait on its thread).
     pub async fn close(&self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.stop();
+        }
         self.pool.close().await;
     }
 }
 
 /// WAL lets readers run while one writer commits; `NORMAL` skips the fsync per commit (a
-/// committed transaction still survives a killed process); foreign keys are not used.
-const SQLITE_PRAGMAS: &str =
-    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000;";
+/// committed transaction still survives a killed process); foreign keys are not used. No
+/// connection that writes checkpoints in its commits: a thread does ([`checkpoint`]), and a
+/// WAL that readers let grow past 64 MiB is cut back to that when it starts over.
+const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+    PRAGMA busy_timeout = 10000; PRAGMA wal_autocheckpoint = 0; \
+    PRAGMA journal_size_limit = 67108864;";
 
 /// Creates the database file (and its directory) when missing; the URL for sqlx and the
 /// file's path (none for `:memory:`).

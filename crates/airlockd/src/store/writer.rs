@@ -82,6 +82,12 @@ impl SqliteWriter {
         Ok(())
     }
 
+    /// One integer a query or pragma answers, for tests that inspect the connection.
+    #[cfg(test)]
+    pub(crate) fn query_i64(&self, sql: &str) -> i64 {
+        self.lock().query_row(sql, [], |row| row.get(0)).unwrap()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.connection
             .lock()
