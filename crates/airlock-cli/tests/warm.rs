@@ -698,6 +698,41 @@ fn the_address_space_holder_is_invisible_to_the_code() {
     assert_eq!(run.stdout.as_deref(), Some("no child 4\n"), "{run:?}");
 }
 
+/// The holder never holds a run back or outlives its sandbox: code that leaves without the
+/// shim's closing of the shared descriptors (an `exec`, a signal, the wall-clock limit) still
+/// ends with its own status and its output, within the limit, and once the pool is gone no
+/// process of the shim (holder included) is left.
+#[test]
+fn the_address_space_holder_never_outlives_its_run() {
+    let _serial = serial();
+    if !support::sandbox_available() {
+        eprintln!("skipped: the native backend cannot run here");
+        return;
+    }
+    let mut policy = load_profile("untrusted").unwrap();
+    policy.limits.wall_time = "3s".parse().unwrap();
+    let mut options = WarmOptions::new(1);
+    options.interpreter = Some(WarmInterpreter::python(support::PYTHON, &["json"]));
+    let pool = sandbox_with(policy, self::options()).warm(options).unwrap();
+    let run = |code: &str| {
+        assert!(pool.wait_ready(1, READY), "{:?}", pool.stats());
+        pool.code(code).unwrap().run().unwrap()
+    };
+    let exec = run("import os\nos.execv('/bin/echo', ['echo', 'from echo'])");
+    assert!(exec.success(), "{exec:?}");
+    assert_eq!(exec.stdout.as_deref(), Some("from echo\n"), "{exec:?}");
+    assert!(exec.wall_ms < 3000, "{exec:?}");
+    let killed = run("import os\nprint('before', flush=True)\nos.kill(os.getpid(), 9)");
+    assert_eq!(killed.signal, Some(9), "{killed:?}");
+    assert_eq!(killed.stdout.as_deref(), Some("before\n"), "{killed:?}");
+    assert!(killed.wall_ms < 3000, "{killed:?}");
+    let looping = run("while True:\n    pass");
+    assert_eq!(looping.status, RunStatus::Timeout, "{looping:?}");
+    drop(pool);
+    let left = support::all_processes_with("def hold_address_space");
+    assert!(left.is_empty(), "shim processes left: {left:?}");
+}
+
 #[test]
 fn an_interpreter_that_cannot_start_is_reported() {
     let _serial = serial();
