@@ -545,13 +545,19 @@ fn leftovers(pid: u32) -> Vec<String> {
 }
 
 fn python_pool(preload: &[&str], target: usize) -> Option<WarmPool> {
+    python_pool_of(&untrusted(), preload, target)
+}
+
+/// A ready pool of `sandbox`'s sandboxes with Python started and `preload` imported, or
+/// `None` (said) where the native backend cannot run.
+fn python_pool_of(sandbox: &Sandbox, preload: &[&str], target: usize) -> Option<WarmPool> {
     if !support::sandbox_available() {
         eprintln!("skipped: the native backend cannot run here");
         return None;
     }
     let mut options = WarmOptions::new(target);
     options.interpreter = Some(WarmInterpreter::python(support::PYTHON, preload));
-    let pool = untrusted().warm(options).unwrap();
+    let pool = sandbox.warm(options).unwrap();
     assert!(pool.wait_ready(target, READY), "{:?}", pool.stats());
     Some(pool)
 }
@@ -705,15 +711,11 @@ fn the_address_space_holder_is_invisible_to_the_code() {
 #[test]
 fn the_address_space_holder_never_outlives_its_run() {
     let _serial = serial();
-    if !support::sandbox_available() {
-        eprintln!("skipped: the native backend cannot run here");
-        return;
-    }
     let mut policy = load_profile("untrusted").unwrap();
     policy.limits.wall_time = "3s".parse().unwrap();
-    let mut options = WarmOptions::new(1);
-    options.interpreter = Some(WarmInterpreter::python(support::PYTHON, &["json"]));
-    let pool = sandbox_with(policy, self::options()).warm(options).unwrap();
+    let Some(pool) = python_pool_of(&sandbox_with(policy, options()), &["json"], 1) else {
+        return;
+    };
     let run = |code: &str| {
         assert!(pool.wait_ready(1, READY), "{:?}", pool.stats());
         pool.code(code).unwrap().run().unwrap()
