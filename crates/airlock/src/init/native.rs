@@ -260,12 +260,12 @@ fn reap_until(program: Pid, spec: &InitSpec, native: &NativeSpec) -> Setup<Infal
         let _ = nix::unistd::close(fd);
     }
     let prepared = match spec.warm_prestart {
-        true => super::prepared_cpu::await_prepared(program),
-        false => Ok(Default::default()),
-    };
-    let prepared = match prepared {
-        Ok(spent) => spent,
-        Err(status) => report_exit(status, Default::default(), spec, native),
+        true => match super::prepared_cpu::await_prepared(program) {
+            Ok(spent) => spent,
+            // The interpreter ended while preparing (a preload failed): nothing to subtract.
+            Err(status) => report_exit(status, Default::default(), spec, native),
+        },
+        false => Default::default(),
     };
     loop {
         match waitpid(None::<Pid>, None) {
