@@ -140,16 +140,22 @@ fn checkpoint_until_stopped(
 }
 
 /// PASSIVE checkpoints until one copies every frame (or [`PASSES`]), a TRUNCATE one when
-/// the WAL is past its cap. A pass leaves the frames committed while it ran, and the next
-/// writer starts the WAL over only once a pass has copied them all: under steady load one
-/// pass a second never gets there and the WAL grew by every second's writes.
+/// the WAL is past its cap ([`HARD_CAP_FRAMES`]). A pass leaves the frames committed while
+/// it ran, and the next writer starts the WAL over only once a pass has copied them all:
+/// under steady load one pass a second never gets there and the WAL grew by every second's
+/// writes.
 fn checkpoint(connection: &Connection) -> rusqlite::Result<()> {
+    checkpoint_capped(connection, HARD_CAP_FRAMES)
+}
+
+/// [`checkpoint`] with the cap as a parameter (tests use a small one).
+fn checkpoint_capped(connection: &Connection, cap_frames: i64) -> rusqlite::Result<()> {
     for _ in 0..PASSES {
         let (frames, copied) = run_checkpoint(connection, "PASSIVE")?;
         if copied >= frames {
             return Ok(());
         }
-        if frames > HARD_CAP_FRAMES {
+        if frames > cap_frames {
             let (frames, copied) = run_checkpoint(connection, "TRUNCATE")?;
             tracing::debug!("WAL past its cap: TRUNCATE checkpoint, {copied} of {frames} frames");
             return Ok(());
@@ -167,9 +173,12 @@ fn run_checkpoint(connection: &Connection, mode: &str) -> rusqlite::Result<(i64,
 
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
     use std::time::{Duration, Instant};
 
-    use super::Checkpointer;
+    use rusqlite::Connection;
+
+    use super::{checkpoint_capped, Checkpointer, CHECKPOINTER_PRAGMAS};
     use crate::store::writer::SqliteWriter;
 
     const BATCHES: usize = 6;
@@ -222,5 +231,81 @@ mod tests {
         checkpointer.stop();
         let rows = writer.query_i64("SELECT COUNT(*) FROM filler");
         assert_eq!(rows, (BATCHES * COMMITS_PER_BATCH) as i64);
+    }
+
+    /// A store file with a `filler` table, its writer (which never checkpoints), and `commits`
+    /// commits of one 3,000-byte row each (a WAL frame or more each).
+    fn filled_store(dir: &Path, commits: usize) -> (PathBuf, SqliteWriter) {
+        let path = dir.join("store.db");
+        let writer = SqliteWriter::open(&path).unwrap();
+        let create = "CREATE TABLE filler (n INTEGER PRIMARY KEY, body TEXT)";
+        writer.execute(create, &[]).unwrap();
+        fill(&writer, commits);
+        (path, writer)
+    }
+
+    fn fill(writer: &SqliteWriter, commits: usize) {
+        let body = "x".repeat(3000);
+        for _ in 0..commits {
+            let insert = "INSERT INTO filler (body) VALUES ($1)";
+            writer.transaction([(insert, vec![&body as _])]).unwrap();
+        }
+    }
+
+    /// The rows of `filler` in the database file alone, without its WAL (none when the
+    /// table itself is only in the WAL).
+    fn rows_in_the_file_alone(path: &Path) -> i64 {
+        let alone = path.with_file_name("alone.db");
+        std::fs::copy(path, &alone).unwrap();
+        let copy = Connection::open(&alone).unwrap();
+        let rows = copy.query_row("SELECT COUNT(*) FROM filler", [], |row| row.get(0));
+        drop(copy);
+        let _ = std::fs::remove_file(&alone);
+        rows.unwrap_or(0)
+    }
+
+    #[test]
+    fn past_its_cap_a_wal_an_old_reader_held_is_emptied_once_the_reader_moves_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writer) = filled_store(dir.path(), 0);
+        // A reader whose snapshot predates every row: no PASSIVE pass may copy past it.
+        let reader = Connection::open(&path).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let seen: i64 = reader
+            .query_row("SELECT COUNT(*) FROM filler", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(seen, 0);
+        fill(&writer, 100);
+        let connection = Connection::open(&path).unwrap();
+        connection.execute_batch(CHECKPOINTER_PRAGMAS).unwrap();
+        // The reader moves on within the TRUNCATE checkpoint's busy timeout (100 ms).
+        let moves_on = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            reader.execute_batch("COMMIT").unwrap();
+        });
+        checkpoint_capped(&connection, 50).unwrap();
+        moves_on.join().unwrap();
+        let wal = std::fs::metadata(path.with_extension("db-wal"))
+            .unwrap()
+            .len();
+        assert_eq!(wal, 0, "the WAL past its cap was not truncated");
+        assert_eq!(rows_in_the_file_alone(&path), 100, "every row copied first");
+    }
+
+    #[test]
+    fn stopping_checkpoints_what_the_wal_still_holds_into_the_database_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writer) = filled_store(dir.path(), 40);
+        // No checkpoint comes within the interval: only the last one, at stop.
+        let checkpointer = Checkpointer::start(&path, Duration::from_secs(3600)).unwrap();
+        assert_eq!(rows_in_the_file_alone(&path), 0, "all in the WAL so far");
+        checkpointer.stop();
+        assert_eq!(checkpointer.checkpoints(), 1);
+        assert_eq!(
+            rows_in_the_file_alone(&path),
+            40,
+            "the rows are in the database file itself, the writer still open"
+        );
+        drop(writer);
     }
 }

@@ -1,6 +1,12 @@
 //! A run's end as the store writes it: the terminal status with the run's events and the egress
 //! gate's decisions, in one transaction on the run's thread (a SQLite file) or one round trip
 //! to the database (PostgreSQL).
+//!
+//! The events go into the run's own row (`runs.events`, a JSON array) when they fit in
+//! [`INLINE_EVENTS_BYTES`]: the end of a short run is then one UPDATE of one row, two B-trees
+//! (the table and the status index) where the events' rows added two more (`run_events` and
+//! its primary key), each a WAL frame and a cold B-tree walk on the request's path. Longer
+//! streams keep a row per event in `run_events`, as before.
 
 use std::sync::LazyLock;
 
@@ -11,7 +17,7 @@ use super::writer::SqliteWriter;
 use super::{AnyQuery, Dialect, Store, StoreResult};
 
 /// Rows per INSERT statement: at most 7 parameters each; a run's end writes at most one
-/// chunk of events and one of decisions with its 11 own (12,011), well within SQLite's 32,766
+/// chunk of events and one of decisions with its 12 own (12,012), well within SQLite's 32,766
 /// and PostgreSQL's 65,535.
 const ROWS_PER_INSERT: usize = 1000;
 
@@ -33,6 +39,18 @@ fn rows_insert(table: &str, columns: &[&str], rows: usize, skip: usize) -> Strin
         columns.join(", "),
         values.join(", ")
     )
+}
+
+/// Events whose JSON is at most this long are stored in the run's row: a short run's stream
+/// (`started`, a little output) is a few hundred bytes; a long one (much output, many
+/// chunks) keeps a row per event, so that no run's row carries megabytes of output.
+pub(super) const INLINE_EVENTS_BYTES: usize = 16 * 1024;
+
+/// The events as their JSON array, when short enough to go into the run's row.
+fn inline_events(events: &[StoredEvent]) -> Option<String> {
+    serde_json::to_string(events)
+        .ok()
+        .filter(|text| text.len() <= INLINE_EVENTS_BYTES)
 }
 
 const EVENT_COLUMNS: [&str; 5] = ["run_id", "seq", "at_ms", "kind", "data"];
@@ -71,14 +89,15 @@ fn decisions_of(report: Option<&serde_json::Value>) -> Vec<StoredDecision> {
         .collect()
 }
 
-/// The terminal status of a run still `queued` or `running` ($1 to $11, see [`bind_ending`]).
+/// The terminal status of a run still `queued` or `running`, with its events when inline
+/// ($1 to $12, see [`bind_ending`]).
 const END_RUN: &str = "UPDATE runs SET status = $2, backend = $3, result = $4, error = $5, \
     outputs = $6, wall_ms = $7, ended_ms = $8, started_ms = COALESCE(started_ms, $9), \
-    queue_ms = COALESCE(queue_ms, $10), network = $11 \
+    queue_ms = COALESCE(queue_ms, $10), network = $11, events = $12 \
     WHERE id = $1 AND status IN ('queued', 'running')";
 
 /// Parameters of [`END_RUN`]; the rows' parameters follow them.
-const END_RUN_PARAMS: usize = 11;
+const END_RUN_PARAMS: usize = 12;
 
 /// [`END_RUN`] with the inserts of `events` and `decisions` rows before it, as one request.
 fn finish_statement(dialect: Dialect, events: usize, decisions: usize) -> String {
@@ -118,7 +137,12 @@ fn finish_statement(dialect: Dialect, events: usize, decisions: usize) -> String
     }
 }
 
-fn bind_ending<'q>(query: AnyQuery<'q>, id: &str, ending: &Ending) -> AnyQuery<'q> {
+fn bind_ending<'q>(
+    query: AnyQuery<'q>,
+    id: &str,
+    ending: &Ending,
+    inline: Option<String>,
+) -> AnyQuery<'q> {
     query
         .bind(id.to_string())
         .bind(ending.status.clone())
@@ -131,6 +155,7 @@ fn bind_ending<'q>(query: AnyQuery<'q>, id: &str, ending: &Ending) -> AnyQuery<'
         .bind(ending.started_ms)
         .bind(ending.queue_ms)
         .bind(text(&ending.network))
+        .bind(inline)
 }
 
 fn bind_events<'q>(mut query: AnyQuery<'q>, id: &str, events: &[StoredEvent]) -> AnyQuery<'q> {
@@ -212,8 +237,9 @@ impl Ending {
     }
 }
 
-/// [`Store::finish_run`] on a SQLite file: the rows and the terminal status in one
-/// transaction on the calling thread (the run's own), all or none.
+/// [`Store::finish_run`] on a SQLite file, on the calling thread (the run's own): the
+/// terminal status with the events inline is one statement; rows of events too long to be
+/// inline, and the gate's decisions, go before it in the same transaction, all or none.
 fn finish_on(
     writer: &SqliteWriter,
     id: &str,
@@ -225,10 +251,12 @@ fn finish_on(
         LazyLock::new(|| rows_insert("run_events", &EVENT_COLUMNS, 1, 0));
     static INSERT_DECISION: LazyLock<String> =
         LazyLock::new(|| rows_insert("run_network", &DECISION_COLUMNS, 1, 0));
-    let data: Vec<String> = events.iter().map(|e| e.data.to_string()).collect();
+    let inline = inline_events(events);
+    let rows = if inline.is_some() { &[][..] } else { events };
+    let data: Vec<String> = rows.iter().map(|e| e.data.to_string()).collect();
     let records: Vec<String> = decisions.iter().map(|d| d.record.to_string()).collect();
     let mut statements: Vec<(&str, Vec<&dyn ToSql>)> = Vec::new();
-    for (event, data) in events.iter().zip(&data) {
+    for (event, data) in rows.iter().zip(&data) {
         let row: Vec<&dyn ToSql> = vec![&id, &event.seq, &event.at_ms, &event.kind, data];
         statements.push((&INSERT_EVENT, row));
     }
@@ -263,16 +291,22 @@ fn finish_on(
         &ending.started_ms,
         &ending.queue_ms,
         network,
+        &inline,
     ];
+    if statements.is_empty() {
+        // One statement is all or none by itself: no BEGIN and COMMIT to run.
+        return writer.execute(END_RUN, &end).map(drop);
+    }
     statements.push((END_RUN, end));
     writer.transaction(statements)
 }
 
 impl Store {
-    /// Records how a run ended, with its events (and a gated run's network decisions): on a
-    /// SQLite file in one transaction on the calling thread ([`finish_on`]); otherwise in one
-    /// round trip to the database: on SQLite in memory one request of two or three
-    /// statements (events, decisions, then the terminal status, each its own commit: a crash between them leaves a
+    /// Records how a run ended, with its events (in its row when they fit in
+    /// [`INLINE_EVENTS_BYTES`], else a row each) and a gated run's network decisions: on a
+    /// SQLite file on the calling thread ([`finish_on`]); otherwise in one round trip to the
+    /// database: on SQLite in memory one request of up to three statements (event rows,
+    /// decisions, then the terminal status, each its own commit: a crash between them leaves a
     /// `running` record, which recovery marks lost, never a terminal record without its
     /// events); on PostgreSQL one statement whose `WITH` inserts commit with the status. A
     /// run already marked terminal (lost by another node's verdict) is left as it is. A run
@@ -287,23 +321,25 @@ impl Store {
         if let Some(writer) = self.writer() {
             return finish_on(writer, id, ending, events, &decisions);
         }
-        if events.len() > ROWS_PER_INSERT || decisions.len() > ROWS_PER_INSERT {
-            self.insert_events(id, events).await?;
+        let inline = inline_events(events);
+        let rows = if inline.is_some() { &[][..] } else { events };
+        if rows.len() > ROWS_PER_INSERT || decisions.len() > ROWS_PER_INSERT {
+            self.insert_events(id, rows).await?;
             self.insert_decisions(id, ending.ended_ms, &decisions)
                 .await?;
-            return self.end_run(id, ending).await;
+            return self.end_run(id, ending, inline).await;
         }
-        let sql = finish_statement(self.dialect(), events.len(), decisions.len());
-        let query = bind_ending(sqlx::query(&sql), id, ending);
-        let query = bind_events(query, id, events);
+        let sql = finish_statement(self.dialect(), rows.len(), decisions.len());
+        let query = bind_ending(sqlx::query(&sql), id, ending, inline);
+        let query = bind_events(query, id, rows);
         let query = bind_decisions(query, id, ending.ended_ms, &decisions);
         query.execute(self.pool()).await?;
         Ok(())
     }
 
-    /// The terminal status alone.
-    async fn end_run(&self, id: &str, ending: &Ending) -> StoreResult<()> {
-        bind_ending(sqlx::query(END_RUN), id, ending)
+    /// The terminal status, with the events when inline (else in rows already).
+    async fn end_run(&self, id: &str, ending: &Ending, inline: Option<String>) -> StoreResult<()> {
+        bind_ending(sqlx::query(END_RUN), id, ending, inline)
             .execute(self.pool())
             .await?;
         Ok(())

@@ -30,10 +30,17 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: "",
         postgres: "",
     },
+    Migration {
+        version: 3,
+        name: "run events inline",
+        common: include_str!("migrations/0003_run_events_inline.sql"),
+        sqlite: "",
+        postgres: "",
+    },
 ];
 
 /// The newest schema version this daemon knows.
-pub const LATEST: i64 = 2;
+pub const LATEST: i64 = 3;
 
 /// An arbitrary constant naming airlockd's migration lock among PostgreSQL advisory locks.
 const MIGRATION_LOCK: i64 = 0x6169_726c_6f63_6b01;

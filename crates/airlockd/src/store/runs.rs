@@ -61,8 +61,9 @@ impl RunRow {
     }
 }
 
-/// One event of a finished run.
-#[derive(Debug, Clone, PartialEq)]
+/// One event of a finished run (in `runs.events`, a JSON array of these, or a row of
+/// `run_events`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StoredEvent {
     pub seq: i64,
     pub at_ms: i64,
@@ -273,7 +274,20 @@ impl Store {
         Ok(())
     }
 
+    /// A finished run's events: from its row (`runs.events`), or a row each in `run_events`
+    /// (a stream too long to be inline, or a run recorded before the column existed).
     pub async fn events(&self, id: &str) -> StoreResult<Vec<StoredEvent>> {
+        let row = sqlx::query("SELECT events FROM runs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        let inline: Option<String> = match row {
+            Some(row) => row.try_get(0)?,
+            None => None,
+        };
+        if let Some(text) = inline {
+            return Ok(serde_json::from_str(&text)?);
+        }
         let rows = sqlx::query(
             "SELECT seq, at_ms, kind, data FROM run_events WHERE run_id = $1 ORDER BY seq",
         )

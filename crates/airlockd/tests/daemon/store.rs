@@ -77,6 +77,41 @@ async fn both_stores_migrate_to_the_same_schema_and_record_runs() {
             Some(ending.clone().into_row(finished.clone()))
         );
         assert_eq!(store.events("run_3").await.unwrap(), events);
+        // A stream too long for the run's row: a row per event, read back the same.
+        let mut long = finished.clone();
+        long.id = "run_4".into();
+        store.insert_run(&long).await.unwrap();
+        let chunk = "x".repeat(1024);
+        let long_events: Vec<airlockd::store::StoredEvent> = (0..40)
+            .map(|seq| airlockd::store::StoredEvent {
+                seq,
+                at_ms: 101,
+                kind: "stdout".into(),
+                data: json!({"text": chunk}),
+            })
+            .collect();
+        store
+            .finish_run("run_4", &ending, &long_events)
+            .await
+            .unwrap();
+        assert_eq!(store.events("run_4").await.unwrap(), long_events);
+        let stored_rows = |id: &'static str| {
+            let pool = store.raw_pool().clone();
+            async move {
+                sqlx::query("SELECT COUNT(*) FROM run_events WHERE run_id = $1")
+                    .bind(id)
+                    .fetch_one(&pool)
+                    .await
+                    .map(|row| sqlx::Row::get::<i64, _>(&row, 0))
+                    .unwrap()
+            }
+        };
+        assert_eq!(
+            stored_rows("run_3").await,
+            0,
+            "a short stream is in the run's row"
+        );
+        assert_eq!(stored_rows("run_4").await, 40);
         store.mark_running("run_1", 2, 1).await.unwrap();
         assert_eq!(
             store
