@@ -496,8 +496,8 @@ impl<'a> Watch<'a> {
     /// The native sandbox's PID 1 reports the program's own status; in Tier 0 the child is the
     /// program.
     fn program_exit(&mut self) -> ExitReport {
-        if let Some(mut pipe) = self.report.take() {
-            let _ = pipe.read_to_end(&mut self.report_bytes);
+        if let Some(pipe) = self.report.take() {
+            let _ = crate::linux::read_to_end_unsized(pipe, &mut self.report_bytes);
         }
         let bytes = &self.report_bytes;
         // Only the native PID 1 writes a report; parsing nothing would just build an error

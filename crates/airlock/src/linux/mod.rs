@@ -6,11 +6,27 @@ pub mod beneath;
 pub mod sys;
 pub mod tree;
 
-use std::io::IoSliceMut;
+use std::io::{IoSliceMut, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::fcntl::OFlag;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+/// Reads a pipe or a kernel file (procfs, kernfs) to its end, 4 KiB per `read`: for a report
+/// or a control file, one read for the contents and one for the end. `File::read_to_end`
+/// would first `statx` (and `lseek`) it for a size, which these report as 0, then read in
+/// pieces growing from 32 bytes: mountinfo took eight reads, a ~120-byte report five syscalls.
+pub fn read_to_end_unsized(mut from: impl Read, into: &mut Vec<u8>) -> std::io::Result<usize> {
+    let (start, mut chunk) = (into.len(), [0u8; 4096]);
+    loop {
+        match from.read(&mut chunk) {
+            Ok(0) => return Ok(into.len() - start),
+            Ok(read) => into.extend_from_slice(&chunk[..read]),
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+}
 
 /// Converts strings to the C strings `execve` needs; an interior NUL is an error naming it.
 pub fn c_strings(items: &[String]) -> std::io::Result<Vec<std::ffi::CString>> {

@@ -127,7 +127,15 @@ pub(super) fn write_control(path: &Path, value: &str, hint: &str) -> Result<(), 
 }
 
 pub(super) fn read_optional(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok()
+    read_small(path).ok()
+}
+
+/// Reads a kernel file (a control file, mountinfo) without asking it for a size first (see
+/// `linux::read_to_end_unsized`); each run reads a dozen.
+pub(super) fn read_small(path: &Path) -> io::Result<String> {
+    let mut text = Vec::new();
+    crate::linux::read_to_end_unsized(fs::File::open(path)?, &mut text)?;
+    String::from_utf8(text).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
 }
 
 /// `names` restricted to the run controllers, in their canonical order.

@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, TryLockError};
 
-use super::control::is_cgroupfs;
+use super::control::{is_cgroupfs, read_small};
 use super::parse::{self, cgroup_mounts, controllers_from_dir_name, parse_mountinfo, CgroupMount};
 use super::{CgroupVersion, RUN_CONTROLLERS};
 
@@ -42,7 +42,7 @@ impl Layout {
     /// Uses mountinfo when it lists cgroup mounts under `root`; otherwise (a fake tree, or no
     /// /proc) infers the layout from the directories.
     pub(super) fn detect(root: &Path) -> Layout {
-        let mounts: Vec<CgroupMount> = fs::read_to_string("/proc/self/mountinfo")
+        let mounts: Vec<CgroupMount> = read_small(Path::new("/proc/self/mountinfo"))
             .map(|text| cgroup_mounts(&parse_mountinfo(&text)))
             .unwrap_or_default()
             .into_iter()
@@ -201,7 +201,7 @@ impl Layout {
 
 impl V2Mount {
     pub(super) fn read(path: PathBuf) -> V2Mount {
-        let available = fs::read_to_string(path.join("cgroup.controllers"))
+        let available = read_small(&path.join("cgroup.controllers"))
             .map(|text| parse::parse_controller_list(&text))
             .unwrap_or_default();
         V2Mount { path, available }

@@ -110,7 +110,7 @@ fn is_plain_tree(file: &Path) -> bool {
 /// The pids one membership file lists; a missing file (a hierarchy's directory already gone)
 /// lists none.
 fn read_procs(procs: PathBuf) -> Result<Vec<i32>, CgroupError> {
-    match fs::read_to_string(&procs) {
+    match super::control::read_small(&procs) {
         Ok(text) => Ok(parse_pids(&text)),
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(source) => Err(CgroupError::Read {

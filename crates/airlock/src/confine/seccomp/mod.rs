@@ -6,9 +6,9 @@
 //! 1. the *syscall table* (installed first): listed syscalls -> `ALLOW`, refused syscalls ->
 //!    `EPERM`, anything else -> `ENOSYS`, found by binary search over ranges of numbers
 //!    ([`table`]);
-//! 2. the *argument checks* (installed second, compiled by seccompiler): refused argument
-//!    patterns of allowed syscalls (`clone(CLONE_NEWUSER)`, `ioctl(TIOCSTI)`, ...) -> `EPERM`,
-//!    anything else -> `ALLOW`.
+//! 2. the *argument checks* (installed second, [`arguments`]): refused argument patterns of
+//!    allowed syscalls (`clone(CLONE_NEWUSER)`, `ioctl(TIOCSTI)`, ...) -> `EPERM`, anything
+//!    else (a foreign architecture included) -> `ALLOW`.
 //!
 //! The kernel runs every installed filter and keeps the result with the highest precedence
 //! (`KILL` > `TRAP` > `ERRNO` > `USER_NOTIF` > `TRACE` > `LOG` > `ALLOW`); among results with
@@ -23,21 +23,22 @@
 //!
 //! `later_filter_errno_wins_for_equal_actions` checks the precedence rule on the running kernel.
 //! Nothing here ever kills: a syscall under a foreign architecture token gets ENOSYS from the
-//! table, and seccompiler's arch check (which kills) is rewritten to ALLOW in the argument
-//! checks, see [`soften_arch_check`]. The policy and its reasons are documented in
-//! `docs/seccomp.md`.
+//! table and ALLOW from the argument checks; seccompiler's arch check (which kills), in a zygote
+//! template's own filter, is rewritten to its mismatch action, see [`soften_arch_check`]. The
+//! policy and its reasons are documented in `docs/seccomp.md`.
 
+mod arguments;
 mod lists;
+#[cfg(test)]
+mod seccompiler_oracle;
 mod table;
 
+use arguments::{ArgumentChecks, Check, Refusal};
 use lists::*;
 
 pub use lists::{IP_SOCKET_TYPES_REFUSED, SETID_BITS};
 
-use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch,
-};
+use seccompiler::{sock_filter, BpfProgram, SeccompAction, SeccompFilter, SeccompRule, TargetArch};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -64,6 +65,8 @@ pub enum SeccompError {
         #[source]
         source: seccompiler::BackendError,
     },
+    #[error("the seccomp argument checks of one syscall outgrew an 8-bit jump")]
+    ArgumentChecksTooLong,
     #[error("seccompiler emitted an unexpected architecture check in the {filter} filter")]
     UnexpectedArchCheck { filter: &'static str },
     #[error("failed to install the seccomp {filter} filter: {source}")]
@@ -87,12 +90,9 @@ const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
 
 /// The two filters in installation order: the syscall table, then the argument checks.
 pub fn build_filters(cfg: &SeccompConfig) -> Result<Vec<BpfProgram>, SeccompError> {
-    let arguments = compile(
-        "argument checks",
-        argument_rules(cfg)?,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-    )?;
+    let arguments = argument_checks(cfg)
+        .compile()
+        .ok_or(SeccompError::ArgumentChecksTooLong)?;
     Ok(vec![syscall_table().compile(), arguments])
 }
 
@@ -197,8 +197,8 @@ fn compile(
 /// seccompiler starts every program with "load arch; if arch == target skip 1; return
 /// KILL_PROCESS". A foreign-arch syscall (e.g. `int 0x80` i386 calls on x86_64, whose numbers
 /// mean different syscalls) must not be checked against our rules, but killing would break the
-/// never-kill rule, so the kill becomes the filter's mismatch action: ALLOW in the argument
-/// checks, which leaves the syscall table's ENOSYS standing. Returns `None` if the prologue is
+/// never-kill rule, so the kill becomes the filter's mismatch action (ALLOW in a zygote
+/// template's filter). Returns `None` if the prologue is
 /// not the one expected, so a seccompiler upgrade cannot silently change the meaning of the
 /// patch.
 fn soften_arch_check(program: &mut BpfProgram, mismatch: SeccompAction) -> Option<()> {
@@ -216,100 +216,89 @@ fn soften_arch_check(program: &mut BpfProgram, mismatch: SeccompAction) -> Optio
     Some(())
 }
 
-/// The refused argument patterns, per syscall; every syscall here is on the allowlist.
-fn argument_rules(cfg: &SeccompConfig) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
-    let mut rules = BTreeMap::new();
-    rules.insert(libc::SYS_clone, clone_namespace_rules()?);
-    rules.insert(libc::SYS_personality, personality_rules()?);
-    rules.insert(libc::SYS_ioctl, ioctl_rules()?);
+/// The refused argument patterns, per syscall; every syscall here is on the allowlist. The
+/// checks compare the low 32 bits: the kernel reads clone's flags, personality, the ioctl
+/// request, modes and the socket family as 32-bit values, so garbage in the upper half cannot
+/// smuggle a refused value past the filter.
+fn argument_checks(cfg: &SeccompConfig) -> ArgumentChecks {
+    let mut syscalls: BTreeMap<u32, Vec<Refusal>> = BTreeMap::new();
+    let mut refuse = |number: i64, refusals: Vec<Refusal>| {
+        syscalls.entry(number as u32).or_default().extend(refusals);
+    };
+    refuse(libc::SYS_clone, vec![any_bit(0, CLONE_NAMESPACE_FLAGS)]);
+    refuse(libc::SYS_personality, vec![personality_refusal()]);
+    refuse(libc::SYS_ioctl, ioctl_refusals());
     #[cfg(target_arch = "x86_64")]
-    rules.insert(libc::SYS_mknod, device_node_rules(1)?);
-    rules.insert(libc::SYS_mknodat, device_node_rules(2)?);
+    refuse(libc::SYS_mknod, device_node_refusals(1));
+    refuse(libc::SYS_mknodat, device_node_refusals(2));
     for &((_, number), mode_arg) in MODE_ARGUMENTS {
-        rules
-            .entry(number)
-            .or_insert_with(Vec::new)
-            .extend(setid_mode_rules(mode_arg)?);
+        refuse(number, vec![any_bit(mode_arg, &[SETID_BITS])]);
     }
     if !cfg.allow_network {
-        let socket_rules = match cfg.allow_inet {
-            true => non_ip_socket_rules()?,
-            false => non_unix_socket_rules()?,
+        let socket_refusals = match cfg.allow_inet {
+            true => non_ip_socket_refusals(),
+            false => vec![non_unix_socket_refusal()],
         };
-        rules.insert(libc::SYS_socket, socket_rules);
-        rules.insert(libc::SYS_socketpair, non_unix_socket_rules()?);
+        refuse(libc::SYS_socket, socket_refusals);
+        refuse(libc::SYS_socketpair, vec![non_unix_socket_refusal()]);
     }
-    Ok(rules)
-}
-
-// The argument checks below compare 32-bit words (`Dword`): the kernel reads clone's flags,
-// personality, the ioctl request and the socket family as 32-bit values, so garbage in the
-// upper half cannot smuggle a refused value past the filter.
-
-fn arg_condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
-    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(argument_rule_error)
-}
-
-fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompError> {
-    SeccompRule::new(conditions).map_err(argument_rule_error)
-}
-
-fn argument_rule_error(source: seccompiler::BackendError) -> SeccompError {
-    SeccompError::Build {
-        filter: "argument checks",
-        source,
+    let action = |action: SeccompAction| u32::from(action);
+    ArgumentChecks {
+        arch: AUDIT_ARCH,
+        syscalls,
+        refused: action(SeccompAction::Errno(libc::EPERM as u32)),
+        allowed: action(SeccompAction::Allow),
     }
 }
 
-/// One rule per flag: rules of a syscall are alternatives, so any one flag set matches.
-fn clone_namespace_rules() -> Result<Vec<SeccompRule>, SeccompError> {
-    CLONE_NAMESPACE_FLAGS
-        .iter()
-        .map(|&flag| rule(vec![arg_condition(0, SeccompCmpOp::MaskedEq(flag), flag)?]))
-        .collect()
+/// A 32-bit argument value of the lists (all of them fit; the tests compare every answer with
+/// seccompiler's program for the same rules).
+fn word(value: u64) -> u32 {
+    value as u32
 }
 
-/// Conditions of one rule must all hold: "neither the query nor PER_LINUX".
-fn personality_rules() -> Result<Vec<SeccompRule>, SeccompError> {
-    Ok(vec![rule(vec![
-        arg_condition(0, SeccompCmpOp::Ne, PERSONALITY_QUERY)?,
-        arg_condition(0, SeccompCmpOp::Ne, PER_LINUX)?,
-    ])?])
+/// Any one of `flags` set: one namespace flag of `clone`, the setuid or setgid bit of a mode.
+fn any_bit(arg: u8, flags: &[u64]) -> Refusal {
+    let bits = flags.iter().fold(0, |bits, &flag| bits | word(flag));
+    Refusal(vec![Check::AnyBit { arg, bits }])
 }
 
-fn ioctl_rules() -> Result<Vec<SeccompRule>, SeccompError> {
+/// "Neither the query nor PER_LINUX".
+fn personality_refusal() -> Refusal {
+    Refusal(vec![
+        Check::Ne {
+            arg: 0,
+            value: word(PERSONALITY_QUERY),
+        },
+        Check::Ne {
+            arg: 0,
+            value: word(PER_LINUX),
+        },
+    ])
+}
+
+fn ioctl_refusals() -> Vec<Refusal> {
     REFUSED_IOCTLS
         .iter()
-        .map(|&request| rule(vec![arg_condition(1, SeccompCmpOp::Eq, request)?]))
+        .map(|&request| {
+            let value = word(request);
+            Refusal(vec![Check::Eq { arg: 1, value }])
+        })
         .collect()
 }
 
 /// Device nodes, whatever the mount flags and capabilities say: a user-space kernel (gVisor)
 /// lets an unprivileged program make them in its own tmpfs. FIFOs and sockets stay allowed.
 /// `mode_arg` is the index of the mode argument (1 for mknod, 2 for mknodat).
-fn device_node_rules(mode_arg: u8) -> Result<Vec<SeccompRule>, SeccompError> {
-    let file_type = u64::from(libc::S_IFMT);
+fn device_node_refusals(mode_arg: u8) -> Vec<Refusal> {
     [libc::S_IFCHR, libc::S_IFBLK]
         .iter()
         .map(|&kind| {
-            let condition =
-                arg_condition(mode_arg, SeccompCmpOp::MaskedEq(file_type), u64::from(kind))?;
-            rule(vec![condition])
-        })
-        .collect()
-}
-
-/// A mode with the setuid or the setgid bit (one rule per bit: rules are alternatives).
-fn setid_mode_rules(mode_arg: u8) -> Result<Vec<SeccompRule>, SeccompError> {
-    [libc::S_ISUID, libc::S_ISGID]
-        .iter()
-        .map(|&bit| {
-            let bit = u64::from(bit);
-            rule(vec![arg_condition(
-                mode_arg,
-                SeccompCmpOp::MaskedEq(bit),
-                bit,
-            )?])
+            Refusal(vec![Check::MaskedEq {
+                arg: mode_arg,
+                mask: libc::S_IFMT,
+                value: kind,
+            }])
         })
         .collect()
 }
@@ -322,28 +311,41 @@ pub fn setid_mode_arguments() -> impl Iterator<Item = (&'static str, u8)> {
         .map(|&((name, _), index)| (name.strip_prefix("SYS_").unwrap_or(name), index))
 }
 
-/// Families other than unix, IPv4 and IPv6 (all conditions of a rule must hold), and IP
+/// Families other than unix, IPv4 and IPv6 (all checks of a pattern must hold), and IP
 /// sockets of a type other than stream or datagram (raw, packet, SCTP's seqpacket, ...).
-fn non_ip_socket_rules() -> Result<Vec<SeccompRule>, SeccompError> {
-    let mut rules = vec![rule(vec![
-        arg_condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?,
-        arg_condition(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
-        arg_condition(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
-    ])?];
+fn non_ip_socket_refusals() -> Vec<Refusal> {
+    let not = |family: libc::c_int| Check::Ne {
+        arg: 0,
+        value: family as u32,
+    };
+    let mut refusals = vec![Refusal(vec![
+        not(libc::AF_UNIX),
+        not(libc::AF_INET),
+        not(libc::AF_INET6),
+    ])];
     for ip in [libc::AF_INET, libc::AF_INET6] {
-        for kind in IP_SOCKET_TYPES_REFUSED {
-            rules.push(rule(vec![
-                arg_condition(0, SeccompCmpOp::Eq, ip as u64)?,
-                arg_condition(1, SeccompCmpOp::MaskedEq(SOCKET_TYPE_MASK), *kind as u64)?,
-            ])?);
+        for &kind in IP_SOCKET_TYPES_REFUSED {
+            refusals.push(Refusal(vec![
+                Check::Eq {
+                    arg: 0,
+                    value: ip as u32,
+                },
+                Check::MaskedEq {
+                    arg: 1,
+                    mask: word(SOCKET_TYPE_MASK),
+                    value: kind as u32,
+                },
+            ]));
         }
     }
-    Ok(rules)
+    refusals
 }
 
-fn non_unix_socket_rules() -> Result<Vec<SeccompRule>, SeccompError> {
-    let unix = libc::AF_UNIX as u64;
-    Ok(vec![rule(vec![arg_condition(0, SeccompCmpOp::Ne, unix)?])?])
+fn non_unix_socket_refusal() -> Refusal {
+    Refusal(vec![Check::Ne {
+        arg: 0,
+        value: libc::AF_UNIX as u32,
+    }])
 }
 
 #[cfg(test)]
