@@ -203,6 +203,7 @@ fn read_airlock_result(stdout: &str, outcome: &mut Outcome) -> bool {
     outcome.layers = strings("isolation");
     outcome.cgroup = outcome.layers.iter().any(|l| l == "cgroup");
     outcome.warnings = strings("warnings");
+    outcome.details = strings("details");
     let field = |name: &str| result[name].as_str().unwrap_or_default().to_string();
     outcome.text = format!("{}\n{}", field("stdout"), field("stderr"));
     if let Some(error) = result["error"].as_str() {

@@ -111,6 +111,8 @@ pub struct Outcome {
     /// The layers the result says were in force.
     pub layers: Vec<String>,
     pub warnings: Vec<String>,
+    /// The result's details (which path the run took: warm, zygote).
+    pub details: Vec<String>,
     /// The program's stdout and stderr.
     pub text: String,
     /// The launcher's own stderr (airlock's warnings), or the sandbox's for foreign ones.

@@ -25,6 +25,10 @@ pub struct Stage {
     /// Attacks must be shown to work here: one that cannot be (a host that refuses even root
     /// what the attack needs) is skipped with the reason instead of passing vacuously.
     pub proving_escapes: bool,
+    /// Text in the command line of the processes the program's code runs in when that is
+    /// not the program's own (code handed to an interpreter started ahead carries no marker
+    /// in its command line): host-side process counts include those too.
+    pub code_processes: Option<&'static str>,
 }
 
 impl Stage {
@@ -46,6 +50,7 @@ impl Stage {
             python: python.to_string(),
             sandbox_uid,
             proving_escapes: false,
+            code_processes: None,
         })
     }
 

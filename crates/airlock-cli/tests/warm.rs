@@ -602,17 +602,33 @@ fn a_started_interpreter_runs_code_with_its_modules_imported() {
         .contains("ZeroDivisionError"));
 }
 
-/// Each interpreter serves one run: a module attribute, an environment change, a file, the
-/// random sequence and the hash seed of one run are not the next one's.
+/// Each interpreter serves one run: a module attribute, an environment change, a file in
+/// /tmp and /dev/shm, a background process, the `random` sequence, `os.urandom` and the hash
+/// seed of one run are not the next one's (the two sandboxes were prepared side by side), and
+/// the first run's background process is gone from the host too.
 #[test]
 fn nothing_passes_between_runs_of_started_interpreters() {
     let _serial = serial();
     let Some(pool) = python_pool(&["json", "random"], 2) else {
         return;
     };
-    let probe = "import json, os, random\nprint(hasattr(json, 'marker'), 'MARK' in os.environ, os.path.exists('/tmp/mark'), random.random(), hash('airlock'))\njson.marker = 1\nos.environ['MARK'] = '1'\nopen('/tmp/mark', 'w').write('x')";
-    let first = pool.code(probe).unwrap().run().unwrap();
-    let second = pool.code(probe).unwrap().run().unwrap();
+    let marker = format!("31.{}", std::process::id());
+    let probe = format!(
+        r#"import json, os, random, subprocess
+procs = [p for p in os.listdir('/proc') if p.isdigit()]
+sleeping = any(b'{marker}' in open(f'/proc/{{p}}/cmdline', 'rb').read() for p in procs)
+print(hasattr(json, 'marker'), 'MARK' in os.environ, os.path.exists('/tmp/mark'), os.path.exists('/dev/shm/mark'), sleeping, random.random(), os.urandom(16).hex(), hash('airlock'))
+json.marker = 1
+os.environ['MARK'] = '1'
+open('/tmp/mark', 'w').write('x')
+try:
+    open('/dev/shm/mark', 'w').write('x')
+except OSError:
+    pass
+subprocess.Popen(['/bin/sleep', '{marker}'], start_new_session=True)"#
+    );
+    let first = pool.code(&probe).unwrap().run().unwrap();
+    let second = pool.code(&probe).unwrap().run().unwrap();
     assert!(first.success() && second.success(), "{first:?} {second:?}");
     let fields = |r: &airlock::RunResult| -> Vec<String> {
         r.stdout
@@ -623,10 +639,22 @@ fn nothing_passes_between_runs_of_started_interpreters() {
             .collect()
     };
     let (a, b) = (fields(&first), fields(&second));
-    assert_eq!(&a[..3], ["False", "False", "False"], "{first:?}");
-    assert_eq!(&b[..3], ["False", "False", "False"], "{second:?}");
-    assert_ne!(a[3], b[3], "the random sequence repeated");
-    assert_ne!(a[4], b[4], "the hash seed repeated");
+    let clean = ["False", "False", "False", "False", "False"];
+    assert_eq!(&a[..5], clean, "{first:?}");
+    assert_eq!(&b[..5], clean, "{second:?}");
+    assert_ne!(a[5], b[5], "the random sequence repeated");
+    assert_ne!(a[6], b[6], "os.urandom repeated");
+    assert_ne!(a[7], b[7], "the hash seed repeated");
+    drop(pool);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !support::all_processes_with(&marker).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = support::all_processes_with(&marker);
+    assert!(
+        left.is_empty(),
+        "a run's background process outlived it: {left:?}"
+    );
 }
 
 /// What the interpreter does ahead of its run (a rehearsal on empty code, its objects frozen
@@ -831,4 +859,324 @@ fn exec_uses_the_zygote_configured_for_python() {
     let bash = support::airlock(&["exec", "--zygote", "bash", "echo hi"]);
     assert_ne!(bash.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&bash.stderr).contains("Python code only"));
+}
+
+/// The shim's processes (a started interpreter and its address-space holder) alive now.
+fn shim_processes() -> Vec<u32> {
+    support::all_processes_with("def hold_address_space")
+}
+
+/// Waits up to 3 s for `pids`' processes to be gone; those still alive.
+fn still_alive_after_teardown(pids: &[u32]) -> Vec<u32> {
+    let alive = || -> Vec<u32> {
+        let now = shim_processes();
+        pids.iter().copied().filter(|p| now.contains(p)).collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !alive().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    alive()
+}
+
+/// The host's wall clock in nanoseconds (what the code's `time.time_ns()` reads too: no
+/// time namespace).
+fn host_clock_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The latest time stamp the run's stragglers wrote in `dir` (one file each), by file.
+fn latest_stamps(dir: &Path) -> Vec<(String, u128)> {
+    let mut stamps = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        if let Some(stamp) = text.split_whitespace().filter_map(|s| s.parse().ok()).max() {
+            stamps.push((name, stamp));
+        }
+    }
+    stamps
+}
+
+/// Code that leaves helpers behind cannot use them to act after its result is out: neither a
+/// forked daemon, nor a clone of its own sharing its memory and descriptors (as the shim's
+/// holder does, exit signal 0, invisible to `wait`) writes into the workdir (a host directory)
+/// after the caller has the result, and none of them, nor the holder the code found and
+/// stopped, outlives the sandbox. A cold run gives the same guarantee by ending every process before its
+/// result; a warm run sends the outcome before its teardown, so this is the warm path's own.
+#[test]
+fn a_started_interpreters_helpers_cannot_act_after_its_result() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let workdir = dir.path().join("work");
+    std::fs::create_dir(&workdir).unwrap();
+    std::fs::set_permissions(
+        &workdir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mut policy = load_profile("untrusted").unwrap();
+    policy.filesystem.workdir = Some(workdir.clone());
+    let sandbox = sandbox_with(policy, options());
+    let Some(pool) = python_pool_of(&sandbox, &["json"], 1) else {
+        return;
+    };
+    let shims_before = shim_processes();
+    let code = r#"
+import ctypes, os, signal, time
+def stamps(name):
+    # A daemon's stdio: a helper holding the run's output pipes would hold its result back
+    # until the teardown, hiding any window after it.
+    null = os.open('/dev/null', os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(null, std)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    while True:
+        os.pwrite(fd, str(time.time_ns()).encode().ljust(24), 0)
+# More writers than the sandbox's one CPU: its cgroup is throttled, PID 1 with it.
+writers = []
+for i in range(3):
+    writers.append(os.fork())
+    if writers[-1] == 0:
+        os.setsid()
+        stamps(f'late-fork-{i}')
+libc = ctypes.CDLL(None)
+stack = ctypes.create_string_buffer(1 << 16)
+top = ctypes.c_void_p(ctypes.addressof(stack) + (1 << 16) - 64)
+loop = ctypes.c_char_p(b"exec </dev/null >/dev/null 2>&1; while :; do date +%s%N > late-clone.new; mv late-clone.new late-clone; done")
+cloned = libc.clone(ctypes.cast(libc.system, ctypes.c_void_p), top, 0x100 | 0x400, loop)
+print('clone', cloned)
+ours = (os.getpid(), cloned, *writers)
+holders = [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in ours
+           and open(f'/proc/{p}/cmdline', 'rb').read() == open('/proc/self/cmdline', 'rb').read()]
+print('holders', holders)
+for pid in holders:
+    os.kill(pid, signal.SIGSTOP)
+time.sleep(0.3)
+print('leaving')
+"#;
+    let shims_during = |before: &[u32]| -> Vec<u32> {
+        shim_processes()
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect()
+    };
+    let run = pool.code(code).unwrap().run().unwrap();
+    let result_at = host_clock_ns();
+    let ours = shims_during(&shims_before);
+    assert!(run.success(), "{run:?}");
+    let stdout = run.stdout.clone().unwrap_or_default();
+    assert!(
+        stdout.contains("holders [") && !stdout.contains("holders []"),
+        "the code must have found the holder: {run:?}"
+    );
+    assert!(
+        !stdout.contains("clone -1"),
+        "the clone must have started: {run:?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let stamps = latest_stamps(&workdir);
+    for (name, stamp) in &stamps {
+        let before = result_at as i128 - *stamp as i128;
+        println!("{name}: last write {} µs before the result", before / 1000);
+    }
+    assert!(
+        stamps.iter().any(|(name, _)| name.starts_with("late-fork")),
+        "the forked helper never wrote, so this proves nothing: {stamps:?} {run:?}"
+    );
+    let late: Vec<String> = stamps
+        .iter()
+        .filter(|(_, stamp)| *stamp > result_at)
+        .map(|(name, stamp)| {
+            format!(
+                "{name} wrote {} µs after the result",
+                (stamp - result_at) / 1000
+            )
+        })
+        .collect();
+    assert!(late.is_empty(), "a helper acted after the result: {late:?}");
+    drop(pool);
+    let left = still_alive_after_teardown(&ours);
+    assert!(left.is_empty(), "shim processes outlived the run: {left:?}");
+}
+
+/// The holder (pid 3 in the code's /proc: the interpreter's clone, sharing its memory and
+/// descriptor table) gives code that goes after it nothing of the host: through `airlock exec
+/// --warm`, with a secret in the CLI's environment and open on its descriptor 7, code that
+/// reads every process's environment, command line and descriptors, tries to ptrace the
+/// holder, writes its memory through /proc and signals it, finds neither secret; the run
+/// still ends with its own status and leaves no shim process behind.
+#[test]
+fn the_holder_gives_code_that_takes_it_over_nothing_of_the_host() {
+    let _serial = serial();
+    if !support::sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("secret");
+    let (env_secret, fd_secret) = (
+        format!("env-{}", std::process::id()),
+        format!("fd-{}", host_clock_ns()),
+    );
+    std::fs::write(&secret_file, &fd_secret).unwrap();
+    let code = r#"
+import ctypes, os, signal
+me = os.getpid()
+seen = []
+for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+    for name in ('environ', 'cmdline'):
+        try:
+            seen.append(open(f'/proc/{pid}/{name}', 'rb').read().decode('latin-1'))
+        except OSError as e:
+            seen.append(f'{pid}/{name}: {e}')
+    for fd in os.listdir(f'/proc/{pid}/fd'):
+        try:
+            seen.append(os.readlink(f'/proc/{pid}/fd/{fd}'))
+            with open(f'/proc/{pid}/fd/{fd}', 'rb') as f:
+                seen.append(os.read(f.fileno(), 4096).decode('latin-1'))
+        except OSError as e:
+            seen.append(f'{pid}/fd/{fd}: {e}')
+holders = [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != me
+           and open(f'/proc/{p}/cmdline', 'rb').read() == open('/proc/self/cmdline', 'rb').read()]
+libc = ctypes.CDLL(None, use_errno=True)
+for pid in holders:
+    print('ptrace', libc.ptrace(16, pid, 0, 0), ctypes.get_errno())
+    try:
+        with open(f'/proc/{pid}/mem', 'r+b', buffering=0) as mem:
+            buffer = ctypes.create_string_buffer(b'written through the holder')
+            mem.seek(ctypes.addressof(buffer))
+            mem.write(b'W')
+            print('mem', buffer.value[:1])
+    except OSError as e:
+        print('mem', e)
+    os.kill(pid, signal.SIGSTOP)
+    os.kill(pid, signal.SIGCONT)
+print('holders', holders)
+print('\n'.join(seen))
+"#;
+    let shims_before = shim_processes();
+    let script = "exec 7<\"$0\"; exec \"$@\"";
+    let out = Command::new("/bin/bash")
+        .args(["-c", script, secret_file.to_str().unwrap()])
+        .arg(support::airlock_bin())
+        .args(["exec", "--json", "--warm", "python", code])
+        .env("AIRLOCK_HOLDER_SECRET", &env_secret)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    let stdout = result["stdout"].as_str().unwrap_or_default();
+    assert_eq!(result["status"], "exited", "{result}");
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert!(
+        stdout.contains("holders [") && !stdout.contains("holders []"),
+        "the code must have found the holder: {result}"
+    );
+    println!("{}", stdout.lines().take(3).collect::<Vec<_>>().join("\n"));
+    for secret in [&env_secret, &fd_secret] {
+        assert!(
+            !stdout.contains(secret.as_str()),
+            "{secret} reached the code: {stdout}"
+        );
+    }
+    let ours: Vec<u32> = shim_processes()
+        .into_iter()
+        .filter(|p| !shims_before.contains(p))
+        .collect();
+    let left = still_alive_after_teardown(&ours);
+    assert!(left.is_empty(), "shim processes outlived the CLI: {left:?}");
+}
+
+/// Stop games do not skew a started interpreter's CPU figure: PID 1 reads the interpreter's
+/// CPU at the one stop of its preparation, so code that stops itself (continued by a child)
+/// and has a child stop and continue it while it burns 300 ms of CPU reports at least that,
+/// and the same games under a 1 s CPU limit end in `cpu_limit` (enforced on the host).
+#[test]
+fn stop_games_do_not_skew_a_started_interpreters_cpu() {
+    let _serial = serial();
+    let mut policy = load_profile("untrusted").unwrap();
+    policy.limits.cpu_time = "1s".parse().unwrap();
+    policy.limits.wall_time = "20s".parse().unwrap();
+    let Some(pool) = python_pool_of(&sandbox_with(policy, options()), &["json"], 1) else {
+        return;
+    };
+    let games = |burn: &str| {
+        format!(
+            r#"
+import os, signal, time
+me = os.getpid()
+child = os.fork()
+if child == 0:
+    time.sleep(0.05)
+    os.kill(me, signal.SIGCONT)
+    while True:
+        os.kill(me, signal.SIGSTOP)
+        time.sleep(0.001)
+        os.kill(me, signal.SIGCONT)
+        time.sleep(0.002)
+os.kill(me, signal.SIGSTOP)
+t = time.process_time()
+{burn}
+os.kill(child, signal.SIGKILL)
+os.waitpid(child, 0)
+"#
+        )
+    };
+    let cpu = |r: &airlock::RunResult| r.cpu_user_ms + r.cpu_sys_ms;
+    let busy = pool
+        .code(games("while time.process_time() - t < 0.3: pass"))
+        .unwrap()
+        .run()
+        .unwrap();
+    assert!(busy.success(), "{busy:?}");
+    assert!(cpu(&busy) >= 300, "the stop games hid CPU: {busy:?}");
+    assert!(pool.wait_ready(1, READY), "{:?}", pool.stats());
+    let endless = pool.code(games("while True: pass")).unwrap().run().unwrap();
+    assert_eq!(endless.status, RunStatus::CpuLimit, "{endless:?}");
+}
+
+/// However the code leaves a started interpreter, the run ends with what happened, within its
+/// limit, and no shim process (the holder included) outlives it: it stops itself with nobody
+/// to continue it, crashes, kills the holder first, or execs a program that never ends.
+#[test]
+fn every_way_out_of_a_started_interpreter_ends_its_run() {
+    let _serial = serial();
+    let mut policy = load_profile("untrusted").unwrap();
+    policy.limits.wall_time = "3s".parse().unwrap();
+    let Some(pool) = python_pool_of(&sandbox_with(policy, options()), &[], 1) else {
+        return;
+    };
+    let shims_before = shim_processes();
+    let run = |code: &str| {
+        assert!(pool.wait_ready(1, READY), "{:?}", pool.stats());
+        pool.code(code).unwrap().run().unwrap()
+    };
+    let stopped = run(
+        "import os, signal\nprint('stopping', flush=True)\nos.kill(os.getpid(), signal.SIGSTOP)",
+    );
+    assert_eq!(stopped.status, RunStatus::Timeout, "{stopped:?}");
+    assert_eq!(stopped.stdout.as_deref(), Some("stopping\n"), "{stopped:?}");
+    let crashed = run("import ctypes\nctypes.string_at(0)");
+    assert_eq!(crashed.signal, Some(11), "{crashed:?}");
+    let holder_killed = run("import os, signal\nfor p in os.listdir('/proc'):\n    if p.isdigit() and int(p) != os.getpid():\n        os.kill(int(p), signal.SIGKILL)\nprint('alone')");
+    assert!(holder_killed.success(), "{holder_killed:?}");
+    assert_eq!(holder_killed.stdout.as_deref(), Some("alone\n"));
+    let sleeper = run("import os\nos.execv('/bin/sleep', ['sleep', '60'])");
+    assert_eq!(sleeper.status, RunStatus::Timeout, "{sleeper:?}");
+    assert!(sleeper.wall_ms < 4000, "{sleeper:?}");
+    drop(pool);
+    let ours: Vec<u32> = shim_processes()
+        .into_iter()
+        .filter(|p| !shims_before.contains(p))
+        .collect();
+    let left = still_alive_after_teardown(&ours);
+    assert!(
+        left.is_empty(),
+        "shim processes outlived the pool: {left:?}"
+    );
 }

@@ -75,12 +75,14 @@ fn killed_when_ready(s: &mut Scene, whole_group: bool) -> Result<Plan, String> {
     Ok(plan)
 }
 
-/// How many of the program's processes (its interpreter, forked) the host sees at once.
-fn count_on_host(marker: &str, python: &str) -> usize {
-    processes_with(marker)
+/// How many of the program's processes (its interpreter, forked) the host sees at once;
+/// with `code_processes`, those too (the attack runs alone: they are its own).
+fn count_on_host(marker: &str, python: &str, code_processes: Option<&str>) -> usize {
+    let marked = processes_with(marker)
         .iter()
         .filter(|(_, cmdline)| cmdline.starts_with(python))
-        .count()
+        .count();
+    marked + code_processes.map_or(0, |needle| processes_with(needle).len())
 }
 
 fn fork_bomb(s: &mut Scene) -> Result<Plan, String> {
@@ -103,10 +105,14 @@ fn fork_bomb(s: &mut Scene) -> Result<Plan, String> {
     let plan = Plan::new(s.python("fork_bomb.py", [s.marker.clone()]), evidence);
     // The bomb's processes on the host, counted while it runs: a process limit (cgroup, or
     // RLIMIT_NPROC without one) keeps them at the limit; a few more for the runs' own.
-    let (marker, python) = (s.marker.clone(), s.stage.python.clone());
+    let (marker, python, code) = (
+        s.marker.clone(),
+        s.stage.python.clone(),
+        s.stage.code_processes,
+    );
     Ok(plan
         .watch(move || {
-            let alive = count_on_host(&marker, &python);
+            let alive = count_on_host(&marker, &python, code);
             (alive > LIMIT + 4)
                 .then(|| format!("{alive} bomb processes on the host at once (--pids {LIMIT})"))
         })
@@ -122,9 +128,13 @@ fn many_processes(s: &mut Scene) -> Result<Plan, String> {
         s.python("many_processes.py", [s.marker.clone(), COUNT.to_string()]),
         evidence,
     );
-    let (marker, python) = (s.marker.clone(), s.stage.python.clone());
+    let (marker, python, code) = (
+        s.marker.clone(),
+        s.stage.python.clone(),
+        s.stage.code_processes,
+    );
     Ok(plan.watch(move || {
-        let alive = count_on_host(&marker, &python);
+        let alive = count_on_host(&marker, &python, code);
         (alive >= COUNT).then(|| format!("{alive} of the program's processes on the host at once"))
     }))
 }

@@ -28,7 +28,7 @@ use airlock_attack::host::{is_root, random_hex};
 use airlock_attack::program::program;
 use serde_json::Value;
 
-use suite::{run_suite, run_suite_on, run_suite_on_with, Mode, User, SERIAL};
+use suite::{run_suite, run_suite_on, run_suite_on_with, Mode, User, SERIAL, STARTED_INTERPRETER};
 use support::{PYTHON, UNPRIVILEGED_UID};
 
 #[test]
@@ -86,6 +86,25 @@ fn attacks_contained_on_zygote_path_as_root() {
 fn attacks_contained_on_zygote_path_as_unprivileged_user() {
     support::fresh_zygote_bin();
     run_suite_on_with(Mode::Contained, User::Unprivileged, None, &["--zygote"]);
+}
+
+/// Started interpreters (issue 19): each Python attack program runs as code handed to a Python
+/// started ahead in a prepared sandbox (`airlock exec --warm python CODE ARGS...`: the shim, the
+/// SIGSTOP handshake with PID 1, the address-space holder); every run must say it went warm,
+/// and no interpreter or holder may outlive its run. Other programs are skipped, saying so.
+#[test]
+fn attacks_contained_on_started_interpreter_path_as_root() {
+    run_suite_on_with(Mode::Contained, User::Root, None, STARTED_INTERPRETER);
+}
+
+#[test]
+fn attacks_contained_on_started_interpreter_path_as_unprivileged_user() {
+    run_suite_on_with(
+        Mode::Contained,
+        User::Unprivileged,
+        None,
+        STARTED_INTERPRETER,
+    );
 }
 
 #[test]

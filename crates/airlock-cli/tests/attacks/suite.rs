@@ -18,6 +18,17 @@ const NOBODY: u32 = 65534;
 /// Attacks run this many at a time; resource attacks run alone afterwards.
 const PARALLEL: usize = 3;
 
+/// The flags that send each contained run to a Python interpreter started in a prepared
+/// sandbox: `airlock exec --warm [flags] python CODE ARGS...` (the path an agent's code takes)
+/// instead of `airlock run [flags] -- ARGV`. The first is the subcommand, not a flag.
+pub const STARTED_INTERPRETER: &[&str] = &["exec", "--warm"];
+
+/// Text of the started interpreter's command line (its shim, `crates/airlock/src/warm/shim.py`).
+const SHIM_TEXT: &str = "def hold_address_space";
+
+/// What a run on a prepared sandbox says in its result's details (a cold fallback does not).
+const WARM_DETAIL: &str = "started on a prepared sandbox (warm pool)";
+
 /// Suites share host-wide state (cgroups, /run/airlock, uid 65534's process count): one at a time.
 pub static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -101,6 +112,7 @@ pub fn run_suite_on_with(
         return;
     };
     let mounts_before = host_mountinfo();
+    let shims_before = shim_processes();
     let started = Instant::now();
     let mut table = catalogue();
     assert!(table.len() >= 35, "the suite must keep at least 35 attacks");
@@ -115,7 +127,10 @@ pub fn run_suite_on_with(
     let reports = run_all(&table, PARALLEL, |index, attack| {
         suite.run_attack(index, attack)
     });
-    let problems = leftovers(&suite.stage.id, &mounts_before, &suite.cli_pids());
+    let mut problems = leftovers(&suite.stage.id, &mounts_before, &suite.cli_pids());
+    if suite.on_started_interpreter() {
+        problems.extend(shims_left(&shims_before));
+    }
     print_reports(&suite, &reports, started.elapsed());
     suite.stage.remove();
     let failed: Vec<String> = reports
@@ -164,7 +179,56 @@ fn print_reports(suite: &Suite, reports: &[Report], took: Duration) {
     );
 }
 
+/// The started interpreters' processes on the host (interpreter and address-space holder):
+/// their command line is the shim's, which carries no suite marker.
+fn shim_processes() -> Vec<(i32, String)> {
+    airlock_attack::host::processes_with(SHIM_TEXT)
+}
+
+/// Shim processes that appeared during the suite and are still alive: a started interpreter
+/// or its holder outlived its run. (Another user's warm pool started meanwhile would show
+/// here too: the suites run alone.)
+fn shims_left(before: &[(i32, String)]) -> Vec<String> {
+    let is_new = |pid: &i32| !before.iter().any(|(old, _)| old == pid);
+    // The last run's sandbox is torn down after its result: give it a moment.
+    std::thread::sleep(Duration::from_millis(300));
+    shim_processes()
+        .into_iter()
+        .filter(|(pid, _)| is_new(pid))
+        .map(|(pid, _)| {
+            airlock_attack::host::kill(pid);
+            format!("started interpreter (or its holder) {pid} outlived its run")
+        })
+        .collect()
+}
+
+/// `PYTHON [-B] -c CODE ARGS...`: the code and its arguments.
+fn python_code(argv: &[String]) -> Option<(&String, &[String])> {
+    let rest = match argv.split_first()? {
+        (program, rest) if program == PYTHON => rest,
+        _ => return None,
+    };
+    let rest = match rest.first().map(String::as_str) {
+        Some("-B") => &rest[1..],
+        _ => rest,
+    };
+    match rest {
+        [flag, code, args @ ..] if flag == "-c" => Some((code, args)),
+        _ => None,
+    }
+}
+
 impl Suite {
+    /// The contained runs go to a started interpreter ([`STARTED_INTERPRETER`], then any flags).
+    fn on_started_interpreter(&self) -> bool {
+        self.backend_flags.first() == STARTED_INTERPRETER.first()
+    }
+
+    /// The contained runs take Python code, not a program (a zygote, a started interpreter).
+    fn runs_python_code_only(&self) -> bool {
+        self.backend_flags.contains(&"--zygote") || self.on_started_interpreter()
+    }
+
     /// The suite, or `None` (having said why) when it cannot run here.
     fn set_up(
         mode: Mode,
@@ -191,6 +255,9 @@ impl Suite {
         let mut suite = Suite::new(mode, user, cli_as_nobody);
         suite.backend = backend;
         suite.backend_flags = backend_flags;
+        if suite.on_started_interpreter() {
+            suite.stage.code_processes = Some(SHIM_TEXT);
+        }
         if mode != Mode::Escape {
             let gaps = known_gaps(backend, backend_flags, user);
             suite.accept_degradation = !gaps.is_empty();
@@ -201,6 +268,7 @@ impl Suite {
                 return None;
             }
             suite.check_refused_by_default(gaps);
+            suite.check_started_interpreter();
         }
         Some(suite)
     }
@@ -276,10 +344,9 @@ impl Suite {
             (Mode::Escape, Baseline::BareAsNobody) => Runner::BareAsNobody,
         };
         let result = (attack.prepare)(&mut scene).and_then(|mut plan| {
-            let zygote = self.backend_flags.contains(&"--zygote");
-            if zygote && plan.argv.first().map(String::as_str) != Some(PYTHON) {
+            if self.runs_python_code_only() && python_code(&plan.argv).is_none() {
                 return Err(format!(
-                    "not a Python program ({}): a zygote runs Python code only",
+                    "not a Python program ({}): this path runs Python code only",
                     plan.argv.first().map(String::as_str).unwrap_or("nothing")
                 ));
             }
@@ -298,7 +365,10 @@ impl Suite {
                     Some(weakening) => weakening.escapes,
                     None => self.mode == Mode::Escape && attack.baseline != Baseline::ContainedToo,
                 };
-                let (verdict, mut detail) = judge(must_escape, &plan, &outcome);
+                let (mut verdict, mut detail) = judge(must_escape, &plan, &outcome);
+                if let Some(cold) = self.ran_cold(runner, &outcome) {
+                    (verdict, detail) = (Verdict::Fail, format!("{cold}; {detail}"));
+                }
                 if let Some(weakening) = weakening {
                     detail = format!(
                         "{} -> {detail} ({})",
@@ -361,6 +431,42 @@ impl Suite {
         verdict
     }
 
+    /// On the started-interpreter path, a run that printed a result without the warm detail
+    /// ran cold (no sandbox was ready): it proves nothing about that path.
+    fn ran_cold(&self, runner: Runner, outcome: &Outcome) -> Option<String> {
+        let judged = self.on_started_interpreter() && runner == Runner::Untrusted;
+        (judged && outcome.status.is_some() && !outcome.details.iter().any(|d| d == WARM_DETAIL))
+            .then(|| {
+                format!(
+                    "ran cold, not on a started interpreter: {:?}",
+                    outcome.details
+                )
+            })
+    }
+
+    /// The code of a started-interpreter run runs in the interpreter started ahead: its
+    /// collector's frozen generation (the shim's preparation) is what a cold `python3 -c`
+    /// never has.
+    fn check_started_interpreter(&self) {
+        if !self.on_started_interpreter() {
+            return;
+        }
+        let mut scene = Scene::new(&self.stage, "started", 997).expect("set up the probe");
+        let code = "import gc\nprint('frozen' if gc.get_freeze_count() else 'cold')";
+        let argv = vec![PYTHON.into(), "-c".into(), code.into()];
+        let mut plan = Plan::new(argv, |_: &Outcome| None);
+        let outcome = self.execute(&scene, Runner::Untrusted, &mut plan);
+        scene.cleanup();
+        let outcome = outcome.expect("run the started-interpreter probe");
+        assert!(
+            outcome.text.starts_with("frozen")
+                && self.ran_cold(Runner::Untrusted, &outcome).is_none(),
+            "the probe did not run on a started interpreter: {} {:?}",
+            outcome.text,
+            outcome.details
+        );
+    }
+
     /// A backend's gaps refuse a run that does not accept them, naming each gap and the opt-in.
     fn check_refused_by_default(&mut self, gaps: &[&str]) {
         if gaps.is_empty() {
@@ -394,8 +500,8 @@ impl Suite {
     /// `/bin/true` under the untrusted profile, as the suite's contained runs start it.
     fn run_true(&self, name: &str, index: usize) -> Result<Outcome, String> {
         let mut scene = Scene::new(&self.stage, name, index)?;
-        // A zygote runs Python code only.
-        let argv = match self.backend_flags.contains(&"--zygote") {
+        // A zygote and a started interpreter run Python code only.
+        let argv = match self.runs_python_code_only() {
             true => vec![PYTHON.into(), "-c".into(), "pass".into()],
             false => vec!["/bin/true".into()],
         };
@@ -439,13 +545,33 @@ impl Suite {
                 line.extend(self.airlock_run(runner, plan));
             }
         }
-        line.extend(plan.argv.iter().cloned());
+        match self.code_for_exec(runner, plan) {
+            // `exec`'s builtin `python` is PYTHON, run as `PYTHON -c CODE ARGS...`.
+            Some((code, args)) => {
+                line.extend(["python".to_string(), code.clone()]);
+                line.extend(args.iter().cloned());
+            }
+            None => line.extend(plan.argv.iter().cloned()),
+        }
         line
+    }
+
+    /// The code and arguments of a run through `airlock exec` (the started interpreter).
+    fn code_for_exec<'p>(
+        &self,
+        runner: Runner,
+        plan: &'p Plan,
+    ) -> Option<(&'p String, &'p [String])> {
+        (runner == Runner::Untrusted && self.on_started_interpreter())
+            .then(|| python_code(&plan.argv))
+            .flatten()
     }
 
     /// `airlock run [flags] --` for one of the airlock runners.
     fn airlock_run(&self, runner: Runner, plan: &Plan) -> Vec<String> {
-        let mut line = vec![self.airlock.display().to_string(), "run".into()];
+        let exec = self.code_for_exec(runner, plan).is_some();
+        let subcommand = if exec { "exec" } else { "run" };
+        let mut line = vec![self.airlock.display().to_string(), subcommand.into()];
         // A run the harness kills must stream its output, so READY arrives in time.
         if !matches!(plan.lifecycle, Lifecycle::KillWhenReady { .. }) {
             line.push("--json".into());
@@ -469,7 +595,8 @@ impl Suite {
                 if self.accept_degradation {
                     line.push("--allow-degraded".into());
                 }
-                line.extend(self.backend_flags.iter().map(|f| f.to_string()));
+                let flags = self.backend_flags.iter().filter(|f| **f != "exec");
+                line.extend(flags.map(|f| f.to_string()));
             }
             Runner::Bare | Runner::BareAsNobody => unreachable!("not an airlock runner"),
         }
@@ -478,7 +605,10 @@ impl Suite {
             line.extend(["--wall", "20s"].map(String::from));
         }
         line.extend(flags.cloned());
-        line.push("--".into());
+        // `exec` takes the interpreter's name and the code as its own arguments.
+        if !exec {
+            line.push("--".into());
+        }
         line
     }
 }
