@@ -13,15 +13,7 @@ use std::collections::BTreeMap;
 
 use seccompiler::sock_filter;
 
-// Classic BPF opcodes (linux/filter.h) and the `seccomp_data` offsets (linux/seccomp.h).
-const LD_W_ABS: u16 = 0x20;
-const ALU_AND_K: u16 = 0x54;
-const JMP_JEQ_K: u16 = 0x15;
-const JMP_JSET_K: u16 = 0x45;
-const RET_K: u16 = 0x06;
-const SYSCALL_NR_OFFSET: u32 = 0;
-const ARCH_OFFSET: u32 = 4;
-const ARGS_OFFSET: u32 = 16;
+use super::bpf::*;
 
 /// One test of a syscall argument's low 32 bits (the kernel reads the checked arguments as
 /// 32-bit values, so the upper half cannot smuggle a refused value past it).
@@ -139,80 +131,10 @@ fn short(offset: usize) -> Option<u8> {
     u8::try_from(offset).ok()
 }
 
-fn statement(code: u16, k: u32) -> sock_filter {
-    sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
-    sock_filter { code, jt, jf, k }
-}
-
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
+    use super::super::bpf::tests::{evaluate, Data};
     use super::*;
-
-    /// The input of one evaluation: `seccomp_data`'s number, arch and arguments.
-    pub struct Data {
-        pub nr: u32,
-        pub arch: u32,
-        pub args: [u64; 6],
-    }
-
-    impl Data {
-        fn word(&self, offset: u32) -> u32 {
-            match offset {
-                SYSCALL_NR_OFFSET => self.nr,
-                ARCH_OFFSET => self.arch,
-                _ => {
-                    let (index, high) = ((offset - ARGS_OFFSET) / 8, (offset - ARGS_OFFSET) % 8);
-                    let value = self.args[index as usize];
-                    match high == 4 {
-                        true => (value >> 32) as u32,
-                        false => value as u32,
-                    }
-                }
-            }
-        }
-    }
-
-    /// Runs a program of the instructions seccompiler and [`ArgumentChecks::compile`] emit
-    /// over one input, as the kernel would (little-endian argument words). Panics on any
-    /// other instruction, or on a program that runs off its end or loops.
-    pub fn evaluate(program: &[sock_filter], data: &Data) -> u32 {
-        const JMP_JA: u16 = 0x05;
-        const JMP_JGE_K: u16 = 0x35;
-        let (mut pc, mut acc) = (0usize, 0u32);
-        for _ in 0..program.len() {
-            let insn = &program[pc];
-            pc += 1;
-            let taken = match insn.code {
-                LD_W_ABS => {
-                    acc = data.word(insn.k);
-                    continue;
-                }
-                ALU_AND_K => {
-                    acc &= insn.k;
-                    continue;
-                }
-                RET_K => return insn.k,
-                JMP_JA => {
-                    pc += insn.k as usize;
-                    continue;
-                }
-                JMP_JEQ_K => acc == insn.k,
-                JMP_JGE_K => acc >= insn.k,
-                JMP_JSET_K => acc & insn.k != 0,
-                other => panic!("unexpected instruction {other:#x}"),
-            };
-            pc += usize::from(if taken { insn.jt } else { insn.jf });
-        }
-        panic!("the program ran off its end or looped")
-    }
 
     const ARCH: u32 = 0xc000_003e;
     const ALLOW: u32 = 0x7fff_0000;

@@ -28,6 +28,7 @@
 //! policy and its reasons are documented in `docs/seccomp.md`.
 
 mod arguments;
+mod bpf;
 mod lists;
 #[cfg(test)]
 mod seccompiler_oracle;

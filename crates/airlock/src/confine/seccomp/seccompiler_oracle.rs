@@ -184,7 +184,7 @@ fn next(state: &mut u64) -> u64 {
 /// included), and for a foreign architecture.
 #[test]
 fn the_compact_argument_checks_answer_as_seccompiler_did() {
-    use super::arguments::tests::{evaluate, Data};
+    use super::bpf::tests::{evaluate, Data};
     let configs = [(false, false), (true, false), (false, true)];
     for (allow_network, allow_inet) in configs {
         let cfg = SeccompConfig {

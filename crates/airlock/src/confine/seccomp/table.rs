@@ -6,21 +6,15 @@
 //! and which every syscall walked until its number matched. Most of the table is runs of
 //! neighbouring numbers with the same action, so this program merges those runs into ranges
 //! and finds a syscall's range by binary search: a few dozen ranges, about 150 instructions
-//! and about ten of them per syscall. seccompiler has no such mode; rules that inspect
-//! arguments stay with it (see `super::build_filters`).
+//! and about ten of them per syscall. seccompiler has no such mode; the rules that
+//! inspect arguments are a second program ([`super::arguments`]).
 
 use std::collections::BTreeMap;
 
 use seccompiler::{sock_filter, BpfProgram};
 
-// Classic BPF opcodes (linux/filter.h) and the `seccomp_data` offsets (linux/seccomp.h).
-const LD_W_ABS: u16 = 0x20;
-const JMP_JA: u16 = 0x05;
-const JMP_JEQ_K: u16 = 0x15;
-const JMP_JGE_K: u16 = 0x35;
-const RET_K: u16 = 0x06;
-const SYSCALL_NR_OFFSET: u32 = 0;
-const ARCH_OFFSET: u32 = 4;
+use super::bpf::*;
+
 /// A conditional jump's offsets are 8 bits wide.
 const MAX_SHORT_JUMP: usize = u8::MAX as usize;
 
@@ -107,48 +101,16 @@ fn search(ranges: &[Range]) -> Vec<sock_filter> {
     code
 }
 
-fn statement(code: u16, k: u32) -> sock_filter {
-    sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
-    sock_filter { code, jt, jf, k }
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
 
-    /// Runs a program of the instructions [`SyscallTable::compile`] emits over one
-    /// `seccomp_data` (number and arch), as the kernel would. Panics on anything else, or on a
-    /// program that runs off its end or loops.
+    /// Runs a program over one `seccomp_data` of a number and an arch.
     pub fn evaluate(program: &[sock_filter], nr: u32, arch: u32) -> u32 {
-        let (mut pc, mut acc) = (0usize, 0u32);
-        for _ in 0..program.len() {
-            let insn = &program[pc];
-            pc += 1;
-            match insn.code {
-                LD_W_ABS if insn.k == SYSCALL_NR_OFFSET => acc = nr,
-                LD_W_ABS if insn.k == ARCH_OFFSET => acc = arch,
-                RET_K => return insn.k,
-                JMP_JA => pc += insn.k as usize,
-                JMP_JEQ_K | JMP_JGE_K => {
-                    let taken = if insn.code == JMP_JEQ_K {
-                        acc == insn.k
-                    } else {
-                        acc >= insn.k
-                    };
-                    pc += usize::from(if taken { insn.jt } else { insn.jf });
-                }
-                other => panic!("unexpected instruction {other:#x}"),
-            }
-        }
-        panic!("the program ran off its end or looped")
+        super::super::bpf::tests::evaluate(
+            program,
+            &super::super::bpf::tests::Data::number(nr, arch),
+        )
     }
 
     const ARCH: u32 = 0xc000_003e;
