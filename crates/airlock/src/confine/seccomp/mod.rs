@@ -199,9 +199,8 @@ fn compile(
 /// KILL_PROCESS". A foreign-arch syscall (e.g. `int 0x80` i386 calls on x86_64, whose numbers
 /// mean different syscalls) must not be checked against our rules, but killing would break the
 /// never-kill rule, so the kill becomes the filter's mismatch action (ALLOW in a zygote
-/// template's filter). Returns `None` if the prologue is
-/// not the one expected, so a seccompiler upgrade cannot silently change the meaning of the
-/// patch.
+/// template's filter). Returns `None` if the prologue is not the one expected, so a
+/// seccompiler upgrade cannot silently change the meaning of the patch.
 fn soften_arch_check(program: &mut BpfProgram, mismatch: SeccompAction) -> Option<()> {
     const BPF_RET_K: u16 = 0x06;
     let kill = sock_filter {
