@@ -759,7 +759,7 @@ fn the_address_space_holder_never_outlives_its_run() {
     let looping = run("while True:\n    pass");
     assert_eq!(looping.status, RunStatus::Timeout, "{looping:?}");
     drop(pool);
-    let left = support::all_processes_with("def hold_address_space");
+    let left = shim_processes();
     assert!(left.is_empty(), "shim processes left: {left:?}");
 }
 
@@ -863,7 +863,7 @@ fn exec_uses_the_zygote_configured_for_python() {
 
 /// The shim's processes (a started interpreter and its address-space holder) alive now.
 fn shim_processes() -> Vec<u32> {
-    support::all_processes_with("def hold_address_space")
+    support::all_processes_with(support::SHIM_TEXT)
 }
 
 /// Waits up to 3 s for `pids`' processes to be gone; those still alive.

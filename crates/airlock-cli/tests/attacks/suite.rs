@@ -10,7 +10,7 @@ use airlock_attack::judge::{blocked_reason, excerpt, judge, Verdict};
 use airlock_attack::{catalogue, Attack, Baseline, Lifecycle, Outcome, Plan, Scene, Stage};
 
 use crate::leftovers::{leftovers, remove_run_leftovers};
-use crate::support::{PYTHON, UNPRIVILEGED_UID};
+use crate::support::{PYTHON, SHIM_TEXT, UNPRIVILEGED_UID};
 use crate::variants::{known_gaps, WEAKENINGS};
 
 /// The uid root runs drop to (the untrusted profile's default).
@@ -22,9 +22,6 @@ const PARALLEL: usize = 3;
 /// sandbox: `airlock exec --warm [flags] python CODE ARGS...` (the path an agent's code takes)
 /// instead of `airlock run [flags] -- ARGV`. The first is the subcommand, not a flag.
 pub const STARTED_INTERPRETER: &[&str] = &["exec", "--warm"];
-
-/// Text of the started interpreter's command line (its shim, `crates/airlock/src/warm/shim.py`).
-const SHIM_TEXT: &str = "def hold_address_space";
 
 /// What a run on a prepared sandbox says in its result's details (a cold fallback does not).
 const WARM_DETAIL: &str = "started on a prepared sandbox (warm pool)";

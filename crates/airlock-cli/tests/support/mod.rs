@@ -175,6 +175,10 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}x{nanos}", std::process::id())
 }
 
+/// Text of a started interpreter's command line (its shim, `crates/airlock/src/warm/shim.py`),
+/// the interpreter's and its address-space holder's alike.
+pub const SHIM_TEXT: &str = "def hold_address_space";
+
 /// Pids of live processes whose command line contains `marker`, not counting airlock's own
 /// processes (the CLI's command line holds the program's, marker included).
 pub fn processes_with(marker: &str) -> Vec<u32> {
