@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tokio::io::AsyncWriteExt;
 
+use super::answer;
 use super::extract::{ApiJson, Caller};
 use super::prepare::{self, new_id, sandbox_owner};
 use super::types::{CallPolicy, CallRequest, CallResponse, RunView, WorkerForm, WorkerRequest};
@@ -129,7 +130,7 @@ async fn submit_worker(
     });
     let job = prepare::job(daemon, caller, record, priority, resolved, work);
     let wait = prepare::wait_time(daemon, request.wait);
-    prepare::submit(daemon, prepare::Prepared { job, wait }).await
+    answer::submit(daemon, prepare::Prepared { job, wait }).await
 }
 
 /// The request's program files, decoded: plain file names, each within the file limit.
@@ -384,7 +385,7 @@ async fn call_response(
     let wait = daemon.config.server.max_wait.0;
     let live = match daemon.engine.submit(job).await? {
         Submitted::New(live) => live,
-        Submitted::Existing(row) => return Ok(prepare::run_response(*row, false)),
+        Submitted::Existing(row) => return Ok(answer::run_response(*row, false)),
     };
     // A caller that goes away while the daemon holds its request (a cancelled task, a
     // closed connection) has no run id to cancel: its call stops with the request.
@@ -398,10 +399,10 @@ async fn call_response(
         .map_err(ApiError::store)?
         .ok_or_else(|| ApiError::internal("the call's record vanished", &live.id))?;
     if !row.is_terminal() {
-        return Ok(prepare::run_response(row, false));
+        return Ok(answer::run_response(row, false));
     }
     if row.status == "rejected" {
-        return Err(prepare::busy(daemon, &row));
+        return Err(answer::busy(daemon, &row));
     }
     let result = row.result.clone().unwrap_or_default();
     let error = row.error.clone().or_else(|| result.get("error").cloned());
