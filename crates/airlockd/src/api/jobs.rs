@@ -20,7 +20,7 @@ use crate::daemon::Daemon;
 use crate::engine::{CallWork, Submitted, Work, WorkerWork};
 use crate::error::{ApiError, ErrorBody};
 use crate::resolve::{self, Resolved};
-use crate::store::{now_ms, NewRun};
+use crate::store::{now_ms, Document, NewRun};
 use crate::workspace::WorkspaceSpec;
 
 /// Runs a worker job: inputs as multipart parts, `request` as JSON; progress events in the
@@ -113,9 +113,9 @@ async fn submit_worker(
         priority: priority.into(),
         request_hash: idempotency.as_ref().map(|_| prepare::request_hash(&stored)),
         idempotency_key: idempotency,
-        request: stored,
+        request: Document::from(stored),
         profile: Some(resolved.profile.clone()),
-        policy: serde_json::to_value(&resolved.policy).ok(),
+        policy: Document::of(&resolved.policy).ok(),
         created_ms: now_ms(),
     };
     let work = Work::Worker(WorkerWork {
@@ -325,9 +325,9 @@ pub async fn call(
         priority: priority.into(),
         idempotency_key: None,
         request_hash: None,
-        request: serde_json::to_value(&request).unwrap_or_default(),
+        request: Document::of(&request).unwrap_or_else(|_| serde_json::Value::Null.into()),
         profile: Some(resolved.profile.clone()),
-        policy: serde_json::to_value(&resolved.policy).ok(),
+        policy: Document::of(&resolved.policy).ok(),
         created_ms: now_ms(),
     };
     let work = Work::Call(Box::new(CallWork {
@@ -404,7 +404,7 @@ async fn call_response(
     if row.status == "rejected" {
         return Err(answer::busy(daemon, &row));
     }
-    let result = row.result.clone().unwrap_or_default();
+    let result = row.result.as_ref().map(Document::value).unwrap_or_default();
     let error = row.error.clone().or_else(|| result.get("error").cloned());
     let response = CallResponse {
         run_id: row.id.clone(),

@@ -17,7 +17,7 @@ use crate::engine::{CodeWork, CommandWork, Job, OwnedWorkspace, Work};
 use crate::error::ApiError;
 use crate::resolve::{self, PolicyRequest, Resolved, Violation};
 use crate::sessions::LiveSession;
-use crate::store::{now_ms, NewRun};
+use crate::store::{now_ms, Document, NewRun};
 use crate::workspace::{FileError, SafePath, Workspace, WorkspaceSpec};
 
 /// A new id: a millisecond time prefix (so ids sort by creation) and 64 random bits.
@@ -355,9 +355,9 @@ pub async fn run(
         priority: priority.into(),
         request_hash: idempotency.as_ref().map(|_| request_hash(&req)),
         idempotency_key: idempotency,
-        request: stored_request(daemon, &req),
+        request: Document::from(stored_request(daemon, &req)),
         profile: Some(resolved.profile.clone()),
-        policy: serde_json::to_value(&resolved.policy).ok(),
+        policy: Document::of(&resolved.policy).ok(),
         created_ms: now_ms(),
     };
     let work = Work::Command(CommandWork {
