@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::types::{FileInput, RunRequest};
 use crate::auth::Principal;
+use crate::config::StoreConfig;
 use crate::daemon::Daemon;
 use crate::engine::{CodeWork, CommandWork, Job, OwnedWorkspace, Work};
 use crate::error::ApiError;
@@ -273,8 +274,17 @@ pub fn file_error(error: &FileError) -> ApiError {
 }
 
 /// The request as stored: env values, stdin and file contents only when configured.
-fn stored_request(daemon: &Daemon, req: &RunRequest) -> serde_json::Value {
-    let keep = &daemon.config.store;
+fn stored_request(keep: &StoreConfig, req: &RunRequest) -> Document {
+    let nothing_to_leave_out = req.env.is_empty()
+        && req.stdin.is_none()
+        && req.stdin_base64.is_none()
+        && req.files.is_empty();
+    if nothing_to_leave_out {
+        // The same document as below, written from the request without a tree between.
+        if let Ok(document) = Document::of(req) {
+            return document;
+        }
+    }
     let mut value = serde_json::to_value(req).unwrap_or_default();
     if !keep.keep_env_values {
         let names: serde_json::Map<_, _> = req
@@ -295,7 +305,7 @@ fn stored_request(daemon: &Daemon, req: &RunRequest) -> serde_json::Value {
         let files: Vec<_> = req.files.iter().map(|f| json!({"path": f.path})).collect();
         value["files"] = json!(files);
     }
-    value
+    Document::from(value)
 }
 
 /// A hash of the whole request, to tell a retry from a different request reusing a key.
@@ -355,7 +365,7 @@ pub async fn run(
         priority: priority.into(),
         request_hash: idempotency.as_ref().map(|_| request_hash(&req)),
         idempotency_key: idempotency,
-        request: Document::from(stored_request(daemon, &req)),
+        request: stored_request(&daemon.config.store, &req),
         profile: Some(resolved.profile.clone()),
         policy: Document::of(&resolved.policy).ok(),
         created_ms: now_ms(),
@@ -413,4 +423,48 @@ fn run_workspace(
         .map_err(|e| ApiError::internal("cannot create the run's workspace", e))?;
     write_files(&workspace.0, files)?;
     Ok(workspace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{stored_request, StoreConfig};
+    use crate::api::types::{FileInput, RunRequest};
+
+    #[test]
+    fn a_request_with_nothing_to_leave_out_is_stored_as_sent() {
+        let plain = RunRequest {
+            command: Some(vec!["/bin/true".into()]),
+            wait: Some(60.0),
+            ..RunRequest::default()
+        };
+        let stored = stored_request(&StoreConfig::default(), &plain);
+        assert_eq!(stored.value(), serde_json::to_value(&plain).unwrap());
+    }
+
+    #[test]
+    fn env_values_stdin_and_file_contents_are_left_out_unless_kept() {
+        let secret = RunRequest {
+            command: Some(vec!["/bin/true".into()]),
+            env: [("TOKEN".to_string(), "s3cret".to_string())].into(),
+            stdin: Some("hidden".into()),
+            files: vec![FileInput {
+                path: "a.txt".into(),
+                content: Some("private".into()),
+                content_base64: None,
+            }],
+            ..RunRequest::default()
+        };
+        let stored = stored_request(&StoreConfig::default(), &secret);
+        for kept in ["s3cret", "hidden", "private"] {
+            assert!(
+                !stored.text().contains(kept),
+                "{kept} stored: {}",
+                stored.text()
+            );
+        }
+        let value = stored.value();
+        assert_eq!(value["env"]["TOKEN"], "<redacted>");
+        assert_eq!(value["stdin"], "<6 bytes, not stored>");
+        assert_eq!(value["files"], serde_json::json!([{"path": "a.txt"}]));
+    }
 }
