@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tokio::io::AsyncWriteExt;
 
+use super::answer;
 use super::extract::{ApiJson, Caller};
 use super::prepare::{self, new_id, sandbox_owner};
 use super::types::{CallPolicy, CallRequest, CallResponse, RunView, WorkerForm, WorkerRequest};
@@ -19,7 +20,7 @@ use crate::daemon::Daemon;
 use crate::engine::{CallWork, Submitted, Work, WorkerWork};
 use crate::error::{ApiError, ErrorBody};
 use crate::resolve::{self, Resolved};
-use crate::store::{now_ms, NewRun};
+use crate::store::{now_ms, Document, NewRun};
 use crate::workspace::WorkspaceSpec;
 
 /// Runs a worker job: inputs as multipart parts, `request` as JSON; progress events in the
@@ -112,9 +113,9 @@ async fn submit_worker(
         priority: priority.into(),
         request_hash: idempotency.as_ref().map(|_| prepare::request_hash(&stored)),
         idempotency_key: idempotency,
-        request: stored,
+        request: Document::from(stored),
         profile: Some(resolved.profile.clone()),
-        policy: serde_json::to_value(&resolved.policy).ok(),
+        policy: Document::of(&resolved.policy).ok(),
         created_ms: now_ms(),
     };
     let work = Work::Worker(WorkerWork {
@@ -129,7 +130,7 @@ async fn submit_worker(
     });
     let job = prepare::job(daemon, caller, record, priority, resolved, work);
     let wait = prepare::wait_time(daemon, request.wait);
-    prepare::submit(daemon, prepare::Prepared { job, wait }).await
+    answer::submit(daemon, prepare::Prepared { job, wait }).await
 }
 
 /// The request's program files, decoded: plain file names, each within the file limit.
@@ -324,9 +325,9 @@ pub async fn call(
         priority: priority.into(),
         idempotency_key: None,
         request_hash: None,
-        request: serde_json::to_value(&request).unwrap_or_default(),
+        request: Document::of(&request).unwrap_or_else(|_| serde_json::Value::Null.into()),
         profile: Some(resolved.profile.clone()),
-        policy: serde_json::to_value(&resolved.policy).ok(),
+        policy: Document::of(&resolved.policy).ok(),
         created_ms: now_ms(),
     };
     let work = Work::Call(Box::new(CallWork {
@@ -384,7 +385,7 @@ async fn call_response(
     let wait = daemon.config.server.max_wait.0;
     let live = match daemon.engine.submit(job).await? {
         Submitted::New(live) => live,
-        Submitted::Existing(row) => return Ok(prepare::run_response(*row, false)),
+        Submitted::Existing(row) => return Ok(answer::run_response(*row, false)),
     };
     // A caller that goes away while the daemon holds its request (a cancelled task, a
     // closed connection) has no run id to cancel: its call stops with the request.
@@ -398,12 +399,12 @@ async fn call_response(
         .map_err(ApiError::store)?
         .ok_or_else(|| ApiError::internal("the call's record vanished", &live.id))?;
     if !row.is_terminal() {
-        return Ok(prepare::run_response(row, false));
+        return Ok(answer::run_response(row, false));
     }
     if row.status == "rejected" {
-        return Err(prepare::busy(daemon, &row));
+        return Err(answer::busy(daemon, &row));
     }
-    let result = row.result.clone().unwrap_or_default();
+    let result = row.result.as_ref().map(Document::value).unwrap_or_default();
     let error = row.error.clone().or_else(|| result.get("error").cloned());
     let response = CallResponse {
         run_id: row.id.clone(),

@@ -1,6 +1,7 @@
 //! API v1: the router, the OpenAPI document generated from the handlers, and the middleware
 //! every request passes (body limit, uniform errors, HTTP metrics).
 
+mod answer;
 mod dashboard;
 pub mod extract;
 mod files;

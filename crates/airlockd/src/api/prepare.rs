@@ -1,6 +1,6 @@
 //! From a request to a [`Job`]: priority and policy within the ceiling, the command (or code
 //! through the interpreter registry), stdin, env, files, and the record to store (without
-//! secrets unless configured).
+//! secrets unless configured). Submitting the job and answering: `answer`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,12 +12,13 @@ use sha2::{Digest, Sha256};
 
 use super::types::{FileInput, RunRequest};
 use crate::auth::Principal;
+use crate::config::StoreConfig;
 use crate::daemon::Daemon;
-use crate::engine::{CodeWork, CommandWork, Job, OwnedWorkspace, Submitted, Work};
+use crate::engine::{CodeWork, CommandWork, Job, OwnedWorkspace, Work};
 use crate::error::ApiError;
 use crate::resolve::{self, PolicyRequest, Resolved, Violation};
 use crate::sessions::LiveSession;
-use crate::store::{now_ms, NewRun, RunRow};
+use crate::store::{now_ms, Document, NewRun};
 use crate::workspace::{FileError, SafePath, Workspace, WorkspaceSpec};
 
 /// A new id: a millisecond time prefix (so ids sort by creation) and 64 random bits.
@@ -273,8 +274,17 @@ pub fn file_error(error: &FileError) -> ApiError {
 }
 
 /// The request as stored: env values, stdin and file contents only when configured.
-fn stored_request(daemon: &Daemon, req: &RunRequest) -> serde_json::Value {
-    let keep = &daemon.config.store;
+fn stored_request(keep: &StoreConfig, req: &RunRequest) -> Document {
+    let nothing_to_leave_out = req.env.is_empty()
+        && req.stdin.is_none()
+        && req.stdin_base64.is_none()
+        && req.files.is_empty();
+    if nothing_to_leave_out {
+        // The same document as below, written from the request without a tree between.
+        if let Ok(document) = Document::of(req) {
+            return document;
+        }
+    }
     let mut value = serde_json::to_value(req).unwrap_or_default();
     if !keep.keep_env_values {
         let names: serde_json::Map<_, _> = req
@@ -295,7 +305,7 @@ fn stored_request(daemon: &Daemon, req: &RunRequest) -> serde_json::Value {
         let files: Vec<_> = req.files.iter().map(|f| json!({"path": f.path})).collect();
         value["files"] = json!(files);
     }
-    value
+    Document::from(value)
 }
 
 /// A hash of the whole request, to tell a retry from a different request reusing a key.
@@ -355,9 +365,9 @@ pub async fn run(
         priority: priority.into(),
         request_hash: idempotency.as_ref().map(|_| request_hash(&req)),
         idempotency_key: idempotency,
-        request: stored_request(daemon, &req),
+        request: stored_request(&daemon.config.store, &req),
         profile: Some(resolved.profile.clone()),
-        policy: serde_json::to_value(&resolved.policy).ok(),
+        policy: Document::of(&resolved.policy).ok(),
         created_ms: now_ms(),
     };
     let work = Work::Command(CommandWork {
@@ -415,120 +425,46 @@ fn run_workspace(
     Ok(workspace)
 }
 
-/// Submits a prepared job and answers: 200 with the finished run, 202 with the queued or
-/// running one, 503 when it was refused a slot while the caller waited.
-pub async fn submit(
-    daemon: &Arc<Daemon>,
-    prepared: Prepared,
-) -> Result<axum::response::Response, ApiError> {
-    let hash = prepared.job.record.request_hash.clone();
-    // One deadline for the whole wait: a run on this request's thread until the wait ends
-    // (the engine's deadline, from just after this one) leaves none of it to wait for after.
-    let until = std::time::Instant::now() + prepared.wait;
-    match daemon
-        .engine
-        .submit_waiting(prepared.job, prepared.wait)
-        .await?
-    {
-        Submitted::Existing(row) => {
-            if row.request_hash != hash {
-                return Err(ApiError::conflict(
-                    "idempotency_key_reused",
-                    format!(
-                        "the Idempotency-Key was already used for run {} with a different request",
-                        row.id
-                    ),
-                    "use a new key for a different request",
-                ));
-            }
-            Ok(run_response(*row, false))
-        }
-        Submitted::New(live) => {
-            let waited = !prepared.wait.is_zero();
-            if waited {
-                let left = until.saturating_duration_since(std::time::Instant::now());
-                live.wait_done(left).await;
-            }
-            // The record the run's end stored, as it stored it (read back only while the run
-            // is still in flight).
-            let row = match live.take_recorded() {
-                Some(row) => row,
-                None => stored_run(daemon, &live.id).await?,
-            };
-            if waited && row.status == "rejected" {
-                return Err(busy(daemon, &row));
-            }
-            let sandbox_time = live.sandbox_time().filter(|_| row.is_terminal());
-            let mut response = run_response(row, false);
-            if let Some(time) = sandbox_time {
-                add_server_timing(&mut response, time);
-            }
-            tracing::debug!(run = %live.id, timeline = %live.timeline().deltas(std::time::Instant::now()), "answered");
-            Ok(response)
-        }
+#[cfg(test)]
+mod tests {
+    use super::{stored_request, StoreConfig};
+    use crate::api::types::{FileInput, RunRequest};
+
+    #[test]
+    fn a_request_with_nothing_to_leave_out_is_stored_as_sent() {
+        let plain = RunRequest {
+            command: Some(vec!["/bin/true".into()]),
+            wait: Some(60.0),
+            ..RunRequest::default()
+        };
+        let stored = stored_request(&StoreConfig::default(), &plain);
+        assert_eq!(stored.value(), serde_json::to_value(&plain).unwrap());
     }
-}
 
-async fn stored_run(daemon: &Daemon, id: &str) -> Result<RunRow, ApiError> {
-    daemon
-        .store
-        .run(id)
-        .await
-        .map_err(ApiError::store)?
-        .ok_or_else(|| ApiError::internal("the run's record vanished", id))
-}
-
-pub fn busy(daemon: &Daemon, row: &RunRow) -> ApiError {
-    let message = row
-        .error
-        .as_ref()
-        .and_then(|e| e["message"].as_str())
-        .unwrap_or("no slot was free in time")
-        .to_string();
-    ApiError::new(
-        axum::http::StatusCode::SERVICE_UNAVAILABLE,
-        "busy",
-        format!("run {} got no slot: {message}", row.id),
-        "retry after the time in Retry-After",
-    )
-    .with_retry_after(daemon.engine.admission.retry_after())
-}
-
-/// `Server-Timing: sandbox;dur=<ms>`: how much of the answer's time the library's run took,
-/// so a client can tell the daemon's own cost from the sandbox's.
-fn add_server_timing(response: &mut axum::response::Response, sandbox: Duration) {
-    let value = format!("sandbox;dur={:.3}", sandbox.as_secs_f64() * 1000.0);
-    if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
-        response.headers_mut().insert("server-timing", value);
-    }
-}
-
-/// Bytes reserved for a run's answer: a finished `/bin/true` run's is ~2.2 KB.
-const RUN_ANSWER_CAPACITY: usize = 4096;
-
-/// 200 for a finished run (201 when `created`), 202 with `Location` while it is in flight.
-pub fn run_response(row: RunRow, created: bool) -> axum::response::Response {
-    use axum::http::{header, StatusCode};
-    use axum::response::IntoResponse;
-    let status = match (row.is_terminal(), created) {
-        (true, true) => StatusCode::CREATED,
-        (true, false) => StatusCode::OK,
-        (false, _) => StatusCode::ACCEPTED,
-    };
-    let location = header::HeaderValue::from_str(&format!("/v1/runs/{}", row.id));
-    let view = super::types::RunView::from(row);
-    // Written into one buffer of a record's usual size: axum's `Json` starts at 128 bytes and
-    // doubles, and each copy past 1 KiB has glibc's malloc consolidate its free lists.
-    let mut body = Vec::with_capacity(RUN_ANSWER_CAPACITY);
-    let mut response = match serde_json::to_writer(&mut body, &view) {
-        Ok(()) => {
-            let json = header::HeaderValue::from_static("application/json");
-            (status, [(header::CONTENT_TYPE, json)], body).into_response()
+    #[test]
+    fn env_values_stdin_and_file_contents_are_left_out_unless_kept() {
+        let secret = RunRequest {
+            command: Some(vec!["/bin/true".into()]),
+            env: [("TOKEN".to_string(), "s3cret".to_string())].into(),
+            stdin: Some("hidden".into()),
+            files: vec![FileInput {
+                path: "a.txt".into(),
+                content: Some("private".into()),
+                content_base64: None,
+            }],
+            ..RunRequest::default()
+        };
+        let stored = stored_request(&StoreConfig::default(), &secret);
+        for kept in ["s3cret", "hidden", "private"] {
+            assert!(
+                !stored.text().contains(kept),
+                "{kept} stored: {}",
+                stored.text()
+            );
         }
-        Err(_) => (status, axum::Json(view)).into_response(),
-    };
-    if let Ok(location) = location {
-        response.headers_mut().insert(header::LOCATION, location);
+        let value = stored.value();
+        assert_eq!(value["env"]["TOKEN"], "<redacted>");
+        assert_eq!(value["stdin"], "<6 bytes, not stored>");
+        assert_eq!(value["files"], serde_json::json!([{"path": "a.txt"}]));
     }
-    response
 }

@@ -11,10 +11,10 @@ use axum::Json;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery, Caller};
 use super::files::{FileRead, Place};
-use super::prepare;
 use super::proxy::{forward, Forwardable};
 use super::stream::{self, Format, Source};
 use super::types::{EventQuery, Listing, RunPage, RunQuery, RunRequest, RunView};
+use super::{answer, prepare};
 use crate::auth::Principal;
 use crate::daemon::Daemon;
 use crate::error::{ApiError, ErrorBody};
@@ -52,7 +52,7 @@ pub async fn create(
         prepare_us = entered.elapsed().as_micros() as u64,
         "prepared"
     );
-    prepare::submit(&daemon, prepared).await
+    answer::submit(&daemon, prepared).await
 }
 
 /// The run with `id`, if the caller may see it (another tenant's run is "not found").
@@ -107,7 +107,7 @@ pub async fn cancel(
 ) -> Result<Response, ApiError> {
     let row = visible_run(&daemon, &caller, &id).await?;
     if row.is_terminal() {
-        return Ok(prepare::run_response(row, false));
+        return Ok(answer::run_response(row, false));
     }
     if row.node != daemon.node {
         return forward(&daemon, &row.node, &request, Bytes::new()).await;
@@ -117,7 +117,7 @@ pub async fn cancel(
         live.wait_done(Duration::from_secs(5)).await;
     }
     let row = visible_run(&daemon, &caller, &id).await?;
-    Ok(prepare::run_response(row, false))
+    Ok(answer::run_response(row, false))
 }
 
 /// Lists runs, newest first, a page at a time.

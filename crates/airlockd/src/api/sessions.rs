@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use super::answer;
 use super::extract::{ApiJson, ApiPath, Caller};
 use super::files::FileRead;
 pub(crate) use super::files::Place;
@@ -413,7 +414,7 @@ pub async fn run(
     session.touch();
     let idempotency = prepare::idempotency_key(&headers)?;
     let prepared = prepare::run(&daemon, &caller, run_request, Some(&session), idempotency).await?;
-    let response = prepare::submit(&daemon, prepared).await;
+    let response = answer::submit(&daemon, prepared).await;
     session.touch();
     response
 }

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 pub use crate::engine::StartPath;
 use crate::error::ErrorDetail;
 use crate::resolve::{LimitsRequest, NetworkRequest, PolicyRequest};
-use crate::store::{RunRow, SessionRow};
+use crate::store::{Document, RunRow, SessionRow};
 
 /// A file sent with a run, written into its working directory before it starts.
 #[derive(Serialize, Deserialize, ToSchema, Debug, Clone, PartialEq)]
@@ -95,14 +95,14 @@ pub struct RunView {
     pub start: Option<StartPath>,
     /// The request as stored (without secrets).
     #[schema(value_type = Object)]
-    pub request: serde_json::Value,
+    pub request: Document,
     /// The policy as resolved.
     #[schema(value_type = Option<Object>)]
-    pub policy: Option<serde_json::Value>,
+    pub policy: Option<Document>,
     /// The library's result: status, exit code, limits hit, isolation layers in force,
     /// warnings, output (calls: `{"ok", "value"|"error"}`).
     #[schema(value_type = Option<Object>)]
-    pub result: Option<serde_json::Value>,
+    pub result: Option<Document>,
     /// Why the run ended without a result (`rejected`, `lost`, set-up refusals).
     pub error: Option<ErrorDetail>,
     /// A worker's outputs (ingestion report).

@@ -18,7 +18,7 @@ use super::events::EventBody;
 use super::warm::{CodeWork, StartPath};
 use super::{Engine, Job, LiveRun, OwnedWorkspace, Step, Work};
 use crate::resolve::Resolved;
-use crate::store::{now_ms, AuditEntry, Ending};
+use crate::store::{now_ms, AuditEntry, Document, Ending};
 use crate::workspace::{Workspace, WorkspaceSpec};
 
 /// A program (or code through the interpreter registry) to run.
@@ -289,7 +289,7 @@ fn run_command(
             return Executed::Ended(unrecorded());
         }
         if let Some(streamed) = zygote.run(live, &work) {
-            let ending = recorded(ending_of(engine, Ok(streamed), None), StartPath::Zygote);
+            let ending = ending_of(engine, Ok(streamed), None, Some(StartPath::Zygote));
             return Executed::Ended(ending);
         }
     }
@@ -308,9 +308,7 @@ fn run_command(
         },
         // Stopped at the launch because the run's record is not in: nothing to count.
         Err(_) if live.wait_for_record().is_err() => return Executed::Ended(unrecorded()),
-        Err(e) => {
-            return Executed::Ended(recorded(ending_of(engine, Err(e), None), StartPath::Cold))
-        }
+        Err(e) => return Executed::Ended(ending_of(engine, Err(e), None, Some(StartPath::Cold))),
     };
     match in_flight.relay_until(live, hand_over_at) {
         Relayed::Closed => Executed::Ended(in_flight.finish(engine, live)),
@@ -325,11 +323,6 @@ fn unrecorded() -> Ending {
         status: "sandbox_error".into(),
         ..Ending::default()
     }
-}
-
-fn recorded(mut ending: Ending, start: StartPath) -> Ending {
-    start.record(&mut ending);
-    ending
 }
 
 /// What streaming a run gave back.
@@ -430,7 +423,7 @@ impl InFlight {
         let start = outcome
             .as_ref()
             .map_or(StartPath::Cold, |s| StartPath::of_run(&s.result));
-        recorded(ending_of(engine, outcome, None), start)
+        ending_of(engine, outcome, None, Some(start))
     }
 }
 
@@ -473,11 +466,13 @@ pub(super) fn relay(
     (output.stdout, output.stderr)
 }
 
-/// The terminal record of a streamed run, or of a sandbox that could not be set up.
+/// The terminal record of a streamed run, or of a sandbox that could not be set up; a
+/// command's result records how its sandbox started (`start`).
 fn ending_of(
     engine: &Engine,
     outcome: Result<Streamed, airlock::Error>,
     outputs: Option<serde_json::Value>,
+    start: Option<StartPath>,
 ) -> Ending {
     match outcome {
         Ok(streamed) => {
@@ -497,13 +492,21 @@ fn ending_of(
                 backend: Some(result.backend.clone()),
                 network: network.and_then(|report| serde_json::to_value(report).ok()),
                 wall_ms: Some(result.wall_ms as i64),
-                result: serde_json::to_value(&result).ok(),
+                result: result_document(&result, start),
                 error,
                 outputs,
                 ..Ending::default()
             }
         }
-        Err(e) => setup_error(engine, &e),
+        Err(e) => setup_error(engine, &e, start),
+    }
+}
+
+/// The library's result as the record keeps it, with the start path when it has one.
+fn result_document(result: &RunResult, start: Option<StartPath>) -> Option<Document> {
+    match start {
+        Some(start) => start.record(result),
+        None => Document::of(result).ok(),
     }
 }
 
@@ -517,13 +520,13 @@ fn status_name(result: &RunResult) -> String {
 /// A sandbox the library refused or failed to set up: the record's `result` is the library's
 /// own for a run that never started (`RunResult::not_started`, its typed `error_kind`), as the
 /// CLI's `--json` prints it.
-fn setup_error(engine: &Engine, error: &airlock::Error) -> Ending {
+fn setup_error(engine: &Engine, error: &airlock::Error, start: Option<StartPath>) -> Ending {
     let kind = error.kind().name();
     count_setup_failure(engine, kind);
     let result = RunResult::not_started(error.kind(), error.to_string());
     Ending {
         status: "sandbox_error".into(),
-        result: serde_json::to_value(&result).ok(),
+        result: result_document(&result, start),
         error: Some(json!({
             "kind": kind,
             "message": error.to_string(),
@@ -638,9 +641,9 @@ fn worker_ending(engine: &Engine, live: &LiveRun, resolved: &Resolved, job: &Wor
                 stdout: Vec::new(),
                 stderr,
             };
-            ending_of(engine, Ok(streamed), Some(outputs))
+            ending_of(engine, Ok(streamed), Some(outputs), None)
         }
-        Err(WorkerRunError::Sandbox(e)) => setup_error(engine, &e),
+        Err(WorkerRunError::Sandbox(e)) => setup_error(engine, &e, None),
         Err(e @ WorkerRunError::Ingest(_)) => worker_failure("worker_ingest", e.to_string()),
         Err(e) => worker_failure("worker_stage", e.to_string()),
     }
@@ -691,7 +694,7 @@ fn run_call(engine: &Engine, live: &LiveRun, mut work: CallWork) -> Ending {
             (None, ToolPolicy::Subprocess) => "none".into(),
             (None, ToolPolicy::Sandboxed) => "auto".into(),
         }),
-        result: Some(result),
+        result: Some(Document::from(result)),
         network: network.and_then(|report| serde_json::to_value(report).ok()),
         wall_ms: Some(wall_ms),
         ..Ending::default()
@@ -706,6 +709,16 @@ fn call_status(error: &airlock::call::ToolError) -> String {
         | "cancelled" | "sandbox_error" => kind,
         _ => "exited".into(),
     }
+}
+
+/// What the audit reads of a run's result (a pass over its text): its warnings and its
+/// isolation layers.
+#[derive(serde::Deserialize)]
+struct Audited {
+    #[serde(default)]
+    warnings: Vec<serde_json::Value>,
+    #[serde(default)]
+    isolation: serde_json::Value,
 }
 
 /// Records what the audit log must hold about a run's end: refusals by the library,
@@ -733,22 +746,22 @@ fn audit_ending(engine: &Engine, live: &LiveRun, key_name: &str, tenant: &str, e
             entries.push(entry("denied", error.clone()));
         }
     }
-    if let Some(result) = &ending.result {
-        let warnings = result["warnings"].as_array().cloned().unwrap_or_default();
-        let degraded: Vec<_> = warnings
+    if let Some(result) = ending.result.as_ref().and_then(Document::read::<Audited>) {
+        let degraded: Vec<_> = result
+            .warnings
             .iter()
             .filter(|w| w.as_str().is_some_and(|w| w.starts_with("degraded")))
             .collect();
         if !degraded.is_empty() {
             entries.push(entry(
                 "degraded_accepted",
-                json!({"warnings": degraded, "isolation": result["isolation"]}),
+                json!({"warnings": degraded, "isolation": result.isolation}),
             ));
         }
         if ending.backend.as_deref() == Some("none") {
             entries.push(entry(
                 "unisolated_run",
-                json!({"backend": "none", "isolation": result["isolation"]}),
+                json!({"backend": "none", "isolation": result.isolation}),
             ));
         }
     }

@@ -37,7 +37,7 @@ use super::LiveRun;
 use crate::auth::Principal;
 use crate::config::{WarmProfile, WarmSection};
 use crate::resolve::{self, PolicyRequest, Resolved};
-use crate::store::Ending;
+use crate::store::{Document, Ending};
 use crate::tenant::Tenant;
 
 /// How a run's sandbox started (see `docs/warm.md`).
@@ -50,9 +50,6 @@ pub enum StartPath {
 }
 
 impl StartPath {
-    /// The key the engine records the path under in the run's `result`.
-    pub const RESULT_KEY: &'static str = "start";
-
     pub fn name(self) -> &'static str {
         match self {
             StartPath::Cold => "cold",
@@ -61,8 +58,14 @@ impl StartPath {
         }
     }
 
-    pub fn of_result(result: &serde_json::Value) -> Option<StartPath> {
-        serde_json::from_value(result.get(Self::RESULT_KEY)?.clone()).ok()
+    /// The path a run's stored result records, if any.
+    pub fn of_result(result: &Document) -> Option<StartPath> {
+        /// The one field read of the result, `start` (a pass over its text, no tree).
+        #[derive(Deserialize)]
+        struct Recorded {
+            start: Option<StartPath>,
+        }
+        result.read::<Recorded>()?.start
     }
 
     /// A command's path from its result: `warm` when a prepared sandbox ran it.
@@ -73,11 +76,20 @@ impl StartPath {
         }
     }
 
-    /// Records the path in a run's stored result.
-    pub fn record(self, ending: &mut Ending) {
-        if let Some(serde_json::Value::Object(result)) = &mut ending.result {
-            result.insert(Self::RESULT_KEY.into(), self.name().into());
+    /// A command's result as its record keeps it: the library's, with this path as `start`,
+    /// written once.
+    pub fn record(self, result: &airlock::RunResult) -> Option<Document> {
+        #[derive(Serialize)]
+        struct Recorded<'r> {
+            #[serde(flatten)]
+            result: &'r airlock::RunResult,
+            start: StartPath,
         }
+        Document::of(&Recorded {
+            result,
+            start: self,
+        })
+        .ok()
     }
 }
 

@@ -22,6 +22,7 @@ use crate::engine::{LiveRun, StopOnDrop, Submitted};
 use crate::error::ApiError;
 use crate::resolve::PolicyRequest;
 use crate::sessions::LiveSession;
+use crate::store::Document;
 use crate::workspace::{FileError, SafePath};
 
 /// Runs the MCP tools' requests of one MCP session, as the key that opened it (and so its
@@ -102,8 +103,8 @@ impl DaemonExecutor {
         let (stdout, stderr) = output(live);
         let mut report = match row
             .result
-            .clone()
-            .and_then(|r| serde_json::from_value::<airlock::RunResult>(r).ok())
+            .as_ref()
+            .and_then(Document::read::<airlock::RunResult>)
         {
             Some(mut result) => {
                 result.stdout = Some(stdout);

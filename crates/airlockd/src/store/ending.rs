@@ -14,7 +14,7 @@ use rusqlite::types::ToSql;
 
 use super::runs::{text, NewRun, RunRow, StoredEvent};
 use super::writer::SqliteWriter;
-use super::{AnyQuery, Dialect, Store, StoreResult};
+use super::{AnyQuery, Dialect, Document, Store, StoreResult};
 
 /// Rows per INSERT statement: at most 7 parameters each; a run's end writes at most one
 /// chunk of events and one of decisions with its 12 own (12,012), well within SQLite's 32,766
@@ -147,7 +147,7 @@ fn bind_ending<'q>(
         .bind(id.to_string())
         .bind(ending.status.clone())
         .bind(ending.backend.clone())
-        .bind(text(&ending.result))
+        .bind(ending.result.as_ref().map(|r| r.text().to_string()))
         .bind(text(&ending.error))
         .bind(text(&ending.outputs))
         .bind(ending.wall_ms)
@@ -194,7 +194,8 @@ fn bind_decisions<'q>(
 pub struct Ending {
     pub status: String,
     pub backend: Option<String>,
-    pub result: Option<serde_json::Value>,
+    /// The library's result (or a call's outcome), as written once for the row and the answer.
+    pub result: Option<Document>,
     pub error: Option<serde_json::Value>,
     pub outputs: Option<serde_json::Value>,
     /// The egress gate's report (`NetworkReport`), for a gated run.
@@ -272,18 +273,18 @@ fn finish_on(
         ];
         statements.push((&INSERT_DECISION, row));
     }
+    let result = ending.result.as_ref().map(Document::text);
     let documents = [
-        text(&ending.result),
         text(&ending.error),
         text(&ending.outputs),
         text(&ending.network),
     ];
-    let [result, error, outputs, network] = &documents;
+    let [error, outputs, network] = &documents;
     let end: Vec<&dyn ToSql> = vec![
         &id,
         &ending.status,
         &ending.backend,
-        result,
+        &result,
         error,
         outputs,
         &ending.wall_ms,

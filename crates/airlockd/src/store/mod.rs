@@ -9,6 +9,7 @@
 
 mod audit;
 mod checkpoint;
+mod document;
 mod ending;
 mod migrate;
 mod runs;
@@ -21,6 +22,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 pub use audit::{AuditEntry, AuditFilter, AuditRecord, ChainCheck};
+pub use document::Document;
 pub use ending::Ending;
 pub use runs::{Inserted, NewRun, RunFilter, RunRow, StoredEvent};
 pub use sessions::SessionRow;

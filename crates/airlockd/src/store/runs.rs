@@ -4,7 +4,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::writer::Written;
-use super::{now_ms, Bind, Conditions, Store, StoreError, StoreResult};
+use super::{now_ms, Bind, Conditions, Document, Store, StoreError, StoreResult};
 
 /// A run as admitted (status `queued`).
 #[derive(Debug, Clone)]
@@ -18,9 +18,9 @@ pub struct NewRun {
     pub priority: i64,
     pub idempotency_key: Option<String>,
     pub request_hash: Option<String>,
-    pub request: serde_json::Value,
+    pub request: Document,
     pub profile: Option<String>,
-    pub policy: Option<serde_json::Value>,
+    pub policy: Option<Document>,
     pub created_ms: i64,
 }
 
@@ -37,11 +37,11 @@ pub struct RunRow {
     pub priority: i64,
     pub idempotency_key: Option<String>,
     pub request_hash: Option<String>,
-    pub request: serde_json::Value,
+    pub request: Document,
     pub profile: Option<String>,
-    pub policy: Option<serde_json::Value>,
+    pub policy: Option<Document>,
     pub backend: Option<String>,
-    pub result: Option<serde_json::Value>,
+    pub result: Option<Document>,
     pub error: Option<serde_json::Value>,
     pub outputs: Option<serde_json::Value>,
     pub network: Option<serde_json::Value>,
@@ -94,6 +94,12 @@ fn json(text: Option<String>) -> StoreResult<Option<serde_json::Value>> {
         .map_err(StoreError::from)
 }
 
+fn document(text: Option<String>) -> StoreResult<Option<Document>> {
+    text.map(Document::parse)
+        .transpose()
+        .map_err(StoreError::from)
+}
+
 fn run_row(r: &AnyRow) -> StoreResult<RunRow> {
     Ok(RunRow {
         id: r.try_get(0)?,
@@ -106,11 +112,11 @@ fn run_row(r: &AnyRow) -> StoreResult<RunRow> {
         priority: r.try_get(7)?,
         idempotency_key: r.try_get(8)?,
         request_hash: r.try_get(9)?,
-        request: serde_json::from_str(&r.try_get::<String, _>(10)?)?,
+        request: Document::parse(r.try_get::<String, _>(10)?)?,
         profile: r.try_get(11)?,
-        policy: json(r.try_get(12)?)?,
+        policy: document(r.try_get(12)?)?,
         backend: r.try_get(13)?,
-        result: json(r.try_get(14)?)?,
+        result: document(r.try_get(14)?)?,
         error: json(r.try_get(15)?)?,
         outputs: json(r.try_get(16)?)?,
         network: json(r.try_get(17)?)?,
@@ -159,8 +165,8 @@ impl Store {
         } else {
             "queued"
         };
-        let request = run.request.to_string();
-        let policy = text(&run.policy);
+        let request = run.request.text();
+        let policy = run.policy.as_ref().map(Document::text);
         let queue_ms = started_ms.map(|_| 0i64);
         let written = match self.writer() {
             Some(writer) => writer.execute(
@@ -212,8 +218,8 @@ impl Store {
         run: &NewRun,
         status: &str,
         started_ms: Option<i64>,
-        request: String,
-        policy: Option<String>,
+        request: &str,
+        policy: Option<&str>,
     ) -> StoreResult<Written> {
         let outcome = sqlx::query(INSERT_RUN)
             .bind(&run.id)
@@ -225,9 +231,9 @@ impl Store {
             .bind(run.priority)
             .bind(run.idempotency_key.clone())
             .bind(run.request_hash.clone())
-            .bind(request)
+            .bind(request.to_string())
             .bind(run.profile.clone())
-            .bind(policy)
+            .bind(policy.map(str::to_string))
             .bind(run.created_ms)
             .bind(status)
             .bind(started_ms)

@@ -31,7 +31,7 @@ async fn both_stores_migrate_to_the_same_schema_and_record_runs() {
             priority: 0,
             idempotency_key: Some("i".into()),
             request_hash: Some("h".into()),
-            request: json!({"command": ["x"]}),
+            request: json!({"command": ["x"]}).into(),
             profile: None,
             policy: None,
             created_ms: 1,
@@ -62,7 +62,7 @@ async fn both_stores_migrate_to_the_same_schema_and_record_runs() {
         let ending = airlockd::store::Ending {
             status: "exited".into(),
             backend: Some("native".into()),
-            result: Some(json!({"exit_code": 0})),
+            result: Some(json!({"exit_code": 0}).into()),
             wall_ms: Some(3),
             started_ms: Some(102),
             queue_ms: Some(1),
