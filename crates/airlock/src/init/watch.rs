@@ -32,6 +32,14 @@ pub(crate) enum StopCause {
 pub(super) const CPU_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 /// How long members that are already exiting may take before they are killed like the rest.
 const EXIT_PATIENCE: Duration = Duration::from_millis(50);
+/// How long members that are not exiting yet get before the first kill round, once the
+/// program's process has ended: a wrapper tool's PID 1 reports the program's status to the
+/// tool and exits right after, and the tool can end first. Found in the cgroup at that
+/// moment, it was killed like a survivor: a freeze that cannot complete while it tears down
+/// its namespaces, then 2 ms sleeps until the cgroup emptied, ~3 ms in about one bwrap run in
+/// ten at load 5 (`raw_syscalls` traces, issue 19). A real survivor is killed at most this
+/// much (plus one 2 ms wait for a child event) later, still before the result.
+const SETTLE_PATIENCE: Duration = Duration::from_millis(1);
 /// How long the init keeps killing after the program's end before it gives up on members
 /// that will not die (stuck in an uninterruptible wait). It returns as soon as the tree is
 /// empty; the bound only matters on a host so loaded that a fork bomb's kill rounds crawl
@@ -387,7 +395,8 @@ impl<'a> Watch<'a> {
     /// empty cgroup has no member, so the kill round (a walk of every process in /proc, about
     /// 2-3 ms) would signal nobody. Members that are already exiting (a wrapper tool's PID 1
     /// tearing down its namespaces after the tool returned) get a short wait for their
-    /// SIGCHLD first: a freeze would stall on them and a signal would change nothing.
+    /// SIGCHLD first: a freeze would stall on them and a signal would change nothing; so do, for
+    /// [`SETTLE_PATIENCE`], members that have not started exiting yet.
     fn kill_everything(&mut self) {
         let start = Instant::now();
         let deadline = start + KILL_PATIENCE;
@@ -398,14 +407,17 @@ impl<'a> Watch<'a> {
             if (no_children && members.is_empty()) || Instant::now() >= deadline {
                 return;
             }
+            let settling = start.elapsed() < SETTLE_PATIENCE;
             patient = patient
                 && start.elapsed() < EXIT_PATIENCE
                 && !members.is_empty()
-                && members.iter().all(|&pid| tree::is_exiting(pid));
+                && (settling || members.iter().all(|&pid| tree::is_exiting(pid)));
             if !patient {
                 self.signal_tree(Signal::SIGKILL);
             }
-            if !self.reap_all() {
+            // Settling members may not be the init's children yet (no SIGCHLD to wake it):
+            // the wait's timeout bounds it then.
+            if !self.reap_all() || settling {
                 self.wait_for_child_event(Duration::from_millis(2));
             }
         }

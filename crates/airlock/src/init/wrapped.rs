@@ -375,9 +375,11 @@ pub(super) fn check_tool_ran_program(
     }
     let (tool, started) = match (status, wrap.start_evidence()) {
         (Some(status), _) => {
-            let mut text = String::new();
-            // Every writer is dead by now, so this reads to the end without blocking.
-            let _ = std::io::Read::read_to_string(&mut std::fs::File::from(status), &mut text);
+            let mut bytes = Vec::new();
+            // Every writer is dead by now, so this reads to the end without blocking; a pipe
+            // has no size to ask for first (see `read_to_end_unsized`).
+            let _ = crate::linux::read_to_end_unsized(std::fs::File::from(status), &mut bytes);
+            let text = String::from_utf8_lossy(&bytes);
             let tool = wrap.wrapper_argv.first().cloned().unwrap_or_default();
             (tool, tool_reported_exit(&text))
         }

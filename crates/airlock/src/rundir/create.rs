@@ -97,24 +97,29 @@ pub struct RunFile {
 /// its parent directories; the caller checks where it goes.
 pub fn write_file(file: &RunFile) -> Result<(), RunDirError> {
     let path = &file.path;
-    let is_dir = path.as_os_str().as_encoded_bytes().ends_with(b"/");
-    let dir = if is_dir {
-        Some(path.as_path())
-    } else {
-        path.parent()
-    };
-    if let Some(dir) = dir {
+    let make_dirs = |dir: &Path| {
         std::fs::create_dir_all(dir).map_err(|source| RunDirError::Create {
             path: dir.to_path_buf(),
             source,
-        })?;
+        })
+    };
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        make_dirs(path)?;
+        return chmod(path, file.mode);
     }
-    if !is_dir {
-        std::fs::write(path, &file.contents).map_err(|source| RunDirError::Write {
-            path: path.clone(),
-            source,
-        })?;
-    }
+    // The parent is made only when the write finds it missing: a wrapper's files share one
+    // directory, and making it before each one cost a `mkdir` and a `statx` per file.
+    let written = match std::fs::write(path, &file.contents) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            path.parent().map(make_dirs).transpose()?;
+            std::fs::write(path, &file.contents)
+        }
+        other => other,
+    };
+    written.map_err(|source| RunDirError::Write {
+        path: path.clone(),
+        source,
+    })?;
     chmod(path, file.mode)
 }
 
