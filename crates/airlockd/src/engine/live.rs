@@ -27,7 +27,7 @@ pub struct LiveRun {
     /// without reading it back (unset when the store did not take it; taken once).
     pub(super) recorded: Mutex<Option<RunRow>>,
     /// Its admission record while that commits beside the sandbox's planning (see
-    /// [`record`]); none when it was committed before the run was admitted.
+    /// [`super::record`]); none when it was committed before the run was admitted.
     pending_insert: Option<Arc<PendingInsert>>,
 }
 
