@@ -21,91 +21,27 @@
 //! they are ready), are shut down after the engine drains, and die with the daemon: each
 //! prepared sandbox's init and each zygote child watches a pipe or socket the daemon holds.
 
+mod start_path;
+mod zygote_run;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use airlock::interp::{InterpreterRegistry, ZygoteConfig};
-use airlock::warm::{WarmBudget, WarmOptions, WarmPool, WARM_DETAIL};
-use airlock::zygote::{Zygote, ZygoteOptions, ZygoteRun};
+use airlock::warm::{WarmBudget, WarmOptions, WarmPool};
+use airlock::zygote::{Zygote, ZygoteOptions};
 use airlock::{Policy, Sandbox, SandboxOptions};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
-use super::execute::{CommandWork, Streamed};
-use super::LiveRun;
+use super::execute::CommandWork;
 use crate::auth::Principal;
 use crate::config::{WarmProfile, WarmSection};
 use crate::resolve::{self, PolicyRequest, Resolved};
-use crate::store::{Document, Ending};
 use crate::tenant::Tenant;
 
-/// How a run's sandbox started (see `docs/warm.md`).
-#[derive(Serialize, Deserialize, ToSchema, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum StartPath {
-    Cold,
-    Warm,
-    Zygote,
-}
-
-impl StartPath {
-    pub fn name(self) -> &'static str {
-        match self {
-            StartPath::Cold => "cold",
-            StartPath::Warm => "warm",
-            StartPath::Zygote => "zygote",
-        }
-    }
-
-    /// The path a run's stored result records, if any.
-    pub fn of_result(result: &Document) -> Option<StartPath> {
-        /// The one field read of the result, `start` (a pass over its text, no tree).
-        #[derive(Deserialize)]
-        struct Recorded {
-            start: Option<StartPath>,
-        }
-        result.read::<Recorded>()?.start
-    }
-
-    /// A command's path from its result: `warm` when a prepared sandbox ran it.
-    pub fn of_run(result: &airlock::RunResult) -> StartPath {
-        match result.details.iter().any(|d| d == WARM_DETAIL) {
-            true => StartPath::Warm,
-            false => StartPath::Cold,
-        }
-    }
-
-    /// A command's result as its record keeps it: the library's, with this path as `start`,
-    /// written once.
-    pub fn record(self, result: &airlock::RunResult) -> Option<Document> {
-        #[derive(Serialize)]
-        struct Recorded<'r> {
-            #[serde(flatten)]
-            result: &'r airlock::RunResult,
-            start: StartPath,
-        }
-        Document::of(&Recorded {
-            result,
-            start: self,
-        })
-        .ok()
-    }
-}
-
-/// The start path a run's ending records, if it started.
-pub fn start_of(ending: &Ending) -> Option<StartPath> {
-    ending.result.as_ref().and_then(StartPath::of_result)
-}
-
-/// Code through the interpreter registry, as a zygote takes it.
-#[derive(Debug, Clone)]
-pub struct CodeWork {
-    /// The registry name the request gave (or an alias).
-    pub language: String,
-    pub code: String,
-    pub args: Vec<String>,
-}
+pub use start_path::{start_of, StartPath};
+pub use zygote_run::CodeWork;
+pub(super) use zygote_run::ZygoteFor;
 
 /// What a run is matched on: its resolved policy (the library's equality: the same rules and
 /// limits) and its sandbox options, exactly.
@@ -517,56 +453,4 @@ fn zygotes_of(
         zygotes.insert(canonical.to_string(), zygote.clone());
     }
     zygotes
-}
-
-/// A zygote that may run a code run's code ([`WarmStarts::zygote_for`]).
-pub(super) struct ZygoteFor(Arc<Zygote>);
-
-impl ZygoteFor {
-    /// Runs `work`'s code on the zygote, if it takes the run (see [`run_on_zygote`]).
-    pub(super) fn run(&self, live: &LiveRun, work: &CommandWork) -> Option<Streamed> {
-        let code = work.code.as_ref()?;
-        run_on_zygote(live, &self.0, code, &work.env, work.stdin.as_deref())
-    }
-}
-
-/// Runs `code` on `zygote` as the run's sandbox, relaying its events into the run's log as
-/// they come (`started`, then each chunk of output within the caps, as for a cold run).
-/// `None` when the zygote could not take it (no child, a template gone): nothing of the code
-/// ran, and the run goes cold.
-fn run_on_zygote(
-    live: &LiveRun,
-    zygote: &Zygote,
-    code: &CodeWork,
-    env: &[(String, String)],
-    stdin: Option<&[u8]>,
-) -> Option<Streamed> {
-    let (events, received) = std::sync::mpsc::channel();
-    let run = ZygoteRun {
-        code: code.code.clone(),
-        args: code.args.clone(),
-        env: env.to_vec(),
-        stdin: stdin.map(<[u8]>::to_vec).unwrap_or_default(),
-        cancel: Some(live.cancel.clone()),
-        events: Some(events),
-    };
-    let outcome = std::thread::scope(|scope| {
-        scope.spawn(|| super::execute::relay(live, received));
-        let outcome = zygote.run(&run);
-        // The last sender goes with the run: the relay has everything and stops.
-        drop(run);
-        outcome
-    });
-    let result = match outcome {
-        Ok(result) => result,
-        Err(e) => {
-            tracing::warn!(run = %live.id, "warm: the zygote could not take the run, it runs cold: {e}");
-            return None;
-        }
-    };
-    Some(Streamed {
-        stdout: result.stdout_raw().unwrap_or_default(),
-        stderr: result.stderr_raw().unwrap_or_default(),
-        result,
-    })
 }
