@@ -12,8 +12,9 @@
 //!
 //! A stopped task is continued only by a running one (`SIGCONT`, or the kernel for an exiting
 //! one's orphaned process group): the namespace counts as quiet only when two looks in a row
-//! find every task stopped or dead with the same CPU accounting (`schedstat`), so that no
-//! task ran between them, and so none was continued after the first look (whatever continued
+//! find every task stopped or dead with the same CPU accounting (`schedstat`) and no pid given
+//! out in between (the second look reads the first one's tasks again), so that no task ran or
+//! was made between them, and so none was continued after the first look (whatever continued
 //! it would have run, or been continued, in between). `/proc` is mounted
 //! `hidepid=invisible`, which hides a process that made itself non-dumpable from PID 1 (no
 //! capabilities left): each look also probes every pid the namespace gave out (up to
@@ -62,16 +63,22 @@ struct Look {
 struct Task {
     process: i32,
     task: i32,
+    /// Where its files were read: the process's own directory, or the thread's.
+    dir: String,
     state: u8,
+    /// Asleep (`S`) in a system call that only waits for a signal (`pause`), read from its
+    /// `syscall` file: woken by the stop, it goes from there to the stop, no effect between.
+    pausing: bool,
     /// `schedstat` (time on a CPU, time waiting for one, times run), or the context switch
     /// counts where the kernel keeps no `schedstat`: changes whenever the task ran.
     ran: String,
 }
 
 impl Task {
-    /// In group stop (or a ptrace stop), a zombie or dead: no system call in progress.
+    /// In group stop (or a ptrace stop), a zombie or dead: no system call in progress; or
+    /// asleep in one that has nothing to finish.
     fn quiet(&self) -> bool {
-        matches!(self.state, b'T' | b't' | b'Z' | b'X' | b'x')
+        matches!(self.state, b'T' | b't' | b'Z' | b'X' | b'x') || self.pausing
     }
 }
 
@@ -97,7 +104,6 @@ pub(super) fn stop_the_rest_of_the_namespace() {
 fn wait_until_quiet(children: &SigSet) {
     let started = Instant::now();
     let mut signals = None;
-    let mut last_quiet: Option<Look> = None;
     loop {
         // No /proc to look at, or a process it does not show: what is left is ended rather
         // than trusted.
@@ -111,13 +117,11 @@ fn wait_until_quiet(children: &SigSet) {
             .map(|t| t.process)
             .collect();
         if busy.is_empty() {
-            if last_quiet.as_ref() == Some(&look) {
+            if unchanged_since(&look) {
                 return;
             }
-            last_quiet = Some(look);
             continue;
         }
-        last_quiet = None;
         if started.elapsed() >= STOP_BOUND {
             for process in busy {
                 let _ = kill(Pid::from_raw(process), Signal::SIGKILL);
@@ -125,6 +129,16 @@ fn wait_until_quiet(children: &SigSet) {
         }
         wait_for_a_child(&mut signals, children);
     }
+}
+
+/// The second look: every task of `look` read again, as it was, and no pid given out since
+/// (every new process or thread takes one), so no task was made, ran or was continued in
+/// between.
+fn unchanged_since(look: &Look) -> bool {
+    look.tasks
+        .iter()
+        .all(|t| read_task(t.process, t.task, t.dir.clone()).as_ref() == Some(t))
+        && read_last_pid() == Some(look.last_pid)
 }
 
 /// Whether a pid the namespace gave out belongs to a process `look` does not show (one that
@@ -187,12 +201,15 @@ fn look() -> Option<Look> {
         }
     }
     tasks.sort_by_key(|t| t.task);
-    let last_pid = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
-        .ok()?
+    let last_pid = read_last_pid()?;
+    Some(Look { tasks, last_pid })
+}
+
+fn read_last_pid() -> Option<i32> {
+    read_small("/proc/sys/kernel/ns_last_pid")?
         .trim()
         .parse()
-        .ok()?;
-    Some(Look { tasks, last_pid })
+        .ok()
 }
 
 /// A process's tasks: the process's own files when it has one thread (the common case: two
@@ -203,11 +220,13 @@ fn look_at_process(process: i32, tasks: &mut Vec<Task>) {
         return;
     };
     if threads <= 1 {
-        let ran = read_ran(&dir);
+        let (pausing, ran) = (state == b'S' && pausing(&dir), read_ran(&dir));
         tasks.push(Task {
             process,
             task: process,
+            dir,
             state,
+            pausing,
             ran,
         });
         return;
@@ -219,23 +238,46 @@ fn look_at_process(process: i32, tasks: &mut Vec<Task>) {
         let Some(task) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
             continue;
         };
-        let dir = format!("{dir}/task/{task}");
-        if let Some((state, _)) = read_stat(&dir) {
-            let ran = read_ran(&dir);
-            tasks.push(Task {
-                process,
-                task,
-                state,
-                ran,
-            });
-        }
+        tasks.extend(read_task(process, task, format!("{dir}/task/{task}")));
     }
+}
+
+fn read_task(process: i32, task: i32, dir: String) -> Option<Task> {
+    let (state, _) = read_stat(&dir)?;
+    let (pausing, ran) = (state == b'S' && pausing(&dir), read_ran(&dir));
+    Some(Task {
+        process,
+        task,
+        dir,
+        state,
+        pausing,
+        ran,
+    })
+}
+
+/// Whether the task is blocked in `pause` (or `rt_sigsuspend`), by its `syscall` file (the
+/// kernel reads it only while the task is off a CPU, and checks it stayed so): a stop or kill
+/// pending, it leaves that call only for the signal's delivery, where it stops. A started
+/// interpreter's holder sleeps there for good, so PID 1 need not wait for it to be scheduled
+/// and stop. Unreadable (another user's, non-dumpable): not known to be pausing.
+fn pausing(dir: &str) -> bool {
+    let Some(call) = read_small(&format!("{dir}/syscall")) else {
+        return false;
+    };
+    let number = call
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<i64>().ok());
+    #[cfg(target_arch = "x86_64")]
+    if number == Some(libc::SYS_pause) {
+        return true;
+    }
+    number == Some(libc::SYS_rt_sigsuspend)
 }
 
 /// The state (field 3) and thread count (field 20) of `dir/stat`.
 fn read_stat(dir: &str) -> Option<(u8, usize)> {
-    let stat = std::fs::read_to_string(format!("{dir}/stat")).ok()?;
-    stat_fields(&stat)
+    stat_fields(&read_small(&format!("{dir}/stat"))?)
 }
 
 fn stat_fields(stat: &str) -> Option<(u8, usize)> {
@@ -247,13 +289,22 @@ fn stat_fields(stat: &str) -> Option<(u8, usize)> {
 }
 
 fn read_ran(dir: &str) -> String {
-    std::fs::read_to_string(format!("{dir}/schedstat")).unwrap_or_else(|_| {
+    read_small(&format!("{dir}/schedstat")).unwrap_or_else(|| {
         let status = std::fs::read_to_string(format!("{dir}/status")).unwrap_or_default();
         status
             .lines()
             .filter(|l| l.contains("ctxt_switches"))
             .collect()
     })
+}
+
+/// A small kernel file (a task's `stat`, `schedstat`) in one `read`: no size probe, which
+/// `read_to_string` makes first (a `statx` these files answer with 0).
+fn read_small(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut buffer = [0u8; 4096];
+    let read = std::fs::File::open(path).ok()?.read(&mut buffer).ok()?;
+    String::from_utf8(buffer[..read].to_vec()).ok()
 }
 
 #[cfg(test)]
@@ -272,7 +323,9 @@ mod tests {
         let task = |state| Task {
             process: 2,
             task: 2,
+            dir: "/proc/2".into(),
             state,
+            pausing: false,
             ran: String::new(),
         };
         for state in [b'T', b't', b'Z', b'X'] {
