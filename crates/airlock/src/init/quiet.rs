@@ -76,9 +76,14 @@ struct Task {
 
 impl Task {
     /// In group stop (or a ptrace stop), a zombie or dead: no system call in progress; or
-    /// asleep in one that has nothing to finish.
-    fn quiet(&self) -> bool {
-        matches!(self.state, b'T' | b't' | b'Z' | b'X' | b'x') || self.pausing
+    /// asleep in one that has nothing to finish, now or, not having run since, in `before`
+    /// (the look before the stop).
+    fn quiet(&self, before: &[Task]) -> bool {
+        let paused_since = || match before.binary_search_by_key(&self.task, |t| t.task) {
+            Ok(i) => before[i].pausing && before[i].ran == self.ran && before[i].dir == self.dir,
+            Err(_) => false,
+        };
+        matches!(self.state, b'T' | b't' | b'Z' | b'X' | b'x') || self.pausing || paused_since()
     }
 }
 
@@ -89,19 +94,25 @@ pub(super) fn stop_the_rest_of_the_namespace() {
     if nix::unistd::getpid() != Pid::from_raw(1) {
         return;
     }
+    // ESRCH: no other process in the namespace, nothing to stop or wait for.
+    if kill(Pid::from_raw(-1), None::<Signal>).is_err() {
+        return;
+    }
     // Blocked before the stop, so each child's stop notification stays pending for the
     // signalfd (an unblocked SIGCHLD at its default action is discarded).
     let mut children = SigSet::empty();
     children.add(Signal::SIGCHLD);
     let _ = children.thread_block();
-    // ESRCH: no other process in the namespace, nothing to wait for.
+    // Who sleeps in `pause` before the stop: the stop wakes them (runnable, no longer
+    // readable as pausing), but one that has not run since is still in that call.
+    let before = look().map(|look| look.tasks).unwrap_or_default();
     if kill(Pid::from_raw(-1), Signal::SIGSTOP).is_err() {
         return;
     }
-    wait_until_quiet(&children);
+    wait_until_quiet(&children, &before);
 }
 
-fn wait_until_quiet(children: &SigSet) {
+fn wait_until_quiet(children: &SigSet, before: &[Task]) {
     let started = Instant::now();
     let mut signals = None;
     loop {
@@ -113,7 +124,7 @@ fn wait_until_quiet(children: &SigSet) {
         let busy: Vec<i32> = look
             .tasks
             .iter()
-            .filter(|t| !t.quiet())
+            .filter(|t| !t.quiet(before))
             .map(|t| t.process)
             .collect();
         if busy.is_empty() {
@@ -329,10 +340,24 @@ mod tests {
             ran: String::new(),
         };
         for state in [b'T', b't', b'Z', b'X'] {
-            assert!(task(state).quiet(), "{}", state as char);
+            assert!(task(state).quiet(&[]), "{}", state as char);
         }
         for state in [b'R', b'S', b'D', b'I', b'W', b'P'] {
-            assert!(!task(state).quiet(), "{}", state as char);
+            assert!(!task(state).quiet(&[]), "{}", state as char);
         }
+        // Woken by the stop but not run since it was seen in `pause`: still in that call.
+        let pausing = Task {
+            pausing: true,
+            ..task(b'S')
+        };
+        assert!(task(b'R').quiet(&[pausing]));
+        let ran = Task {
+            ran: "1".into(),
+            ..task(b'R')
+        };
+        assert!(!ran.quiet(&[Task {
+            pausing: true,
+            ..task(b'S')
+        }]));
     }
 }
