@@ -1003,6 +1003,218 @@ print('leaving')
     assert!(left.is_empty(), "shim processes outlived the run: {left:?}");
 }
 
+/// Bytes of the one `write` in [`LARGE_WRITE_CODE`]: long enough (~0.3-1 s into the page
+/// cache here) to be still running when the program ends.
+const LARGE_WRITE: u64 = 768 << 20;
+
+/// Code that leaves a helper (its own session, stdio on `/dev/null`) in one large `write`
+/// from memory into `big` in the workdir (a host directory), and ends once the file has
+/// started to grow: the write is in progress when the program ends. The buffer is untouched
+/// zero pages, so it costs the run no memory of its own. With `HIDE = True` the helper makes
+/// itself non-dumpable first, which hides it from PID 1's `/proc` (`hidepid=invisible`).
+const LARGE_WRITE_CODE: &str = r#"
+import ctypes, os, time
+HIDE = False
+data = bytes(768 << 20)
+if os.fork() == 0:
+    os.setsid()
+    null = os.open('/dev/null', os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(null, std)
+    if HIDE:
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    fd = os.open('big', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    os.write(fd, data)
+    os._exit(0)
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    try:
+        if os.stat('big').st_size > 0:
+            break
+    except FileNotFoundError:
+        pass
+    time.sleep(0.0002)
+print('under way', os.stat('big').st_size)
+"#;
+
+/// A workdir on the host that the program's user owns (so that no run maps its owner, which
+/// a zygote refuses), and the untrusted profile with room for [`LARGE_WRITE_CODE`]'s file
+/// (its size and page cache) in it.
+fn large_write_policy(dir: &Path) -> (Policy, std::path::PathBuf) {
+    let workdir = dir.join("work");
+    std::fs::create_dir(&workdir).unwrap();
+    std::fs::set_permissions(
+        &workdir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    if nix::unistd::geteuid().is_root() {
+        let (uid, gid) = (
+            nix::unistd::Uid::from_raw(65534),
+            nix::unistd::Gid::from_raw(65534),
+        );
+        nix::unistd::chown(&workdir, Some(uid), Some(gid)).unwrap();
+    }
+    let mut policy = load_profile("untrusted").unwrap();
+    policy.filesystem.workdir = Some(workdir.clone());
+    policy.limits.file_size = "1GiB".parse().unwrap();
+    policy.limits.memory = "2GiB".parse().unwrap();
+    (policy, workdir)
+}
+
+/// Watches `file` for `span` from a run's result on: its size and modification time must not
+/// change (nothing of the run writes after its result). Its size at the result.
+fn unchanged_after_result(file: &Path, span: Duration) -> u64 {
+    let look = || {
+        let meta = std::fs::metadata(file).unwrap();
+        (meta.len(), meta.modified().unwrap())
+    };
+    let (at_result, started) = (look(), Instant::now());
+    let (mut last, mut changes) = (at_result, Vec::new());
+    while started.elapsed() < span {
+        let now = look();
+        if now != last {
+            changes.push((now.0, started.elapsed().as_micros()));
+            last = now;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        changes.is_empty(),
+        "{} had {} bytes at the result, then changed {} times, (bytes, µs after) first {:?}, last {:?}",
+        file.display(),
+        at_result.0,
+        changes.len(),
+        changes.first(),
+        changes.last()
+    );
+    at_result.0
+}
+
+/// The size [`LARGE_WRITE_CODE`]'s file had at the result: the write had begun, and was cut
+/// short (it was running when the program ended, so this proves something).
+fn assert_large_write_cut_short(size: u64, stdout: &str) {
+    println!("{} of {LARGE_WRITE} bytes written at the result", size);
+    assert!(stdout.contains("under way"), "{stdout}");
+    assert!(
+        size > 0 && size < LARGE_WRITE,
+        "the write must straddle the program's end: {size} of {LARGE_WRITE} bytes at the result"
+    );
+}
+
+/// A helper's one large `write`, begun before the program ends and still running then, does
+/// not go on after the result: PID 1's stop does not interrupt a system call already
+/// running, so PID 1 waits until every process of its namespace is stopped or dead, and
+/// kills one still busy after a few milliseconds (ending its write at the next page) before
+/// it reports; a helper hidden from PID 1's `/proc` (non-dumpable) is found by its pid and
+/// ends the whole namespace. With PID 1 held 300 ms after its report, the file grew for
+/// those 300 ms before this wait existed (and, for the hidden helper, without the probe).
+#[test]
+fn a_started_interpreters_large_write_ends_before_its_result() {
+    let _serial = serial();
+    for hide in ["False", "True"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (policy, workdir) = large_write_policy(dir.path());
+        let sandbox = sandbox_with(policy, options());
+        let Some(pool) = python_pool_of(&sandbox, &["json"], 1) else {
+            return;
+        };
+        let code = LARGE_WRITE_CODE.replace("HIDE = False", &format!("HIDE = {hide}"));
+        let run = pool.code(code).unwrap().run().unwrap();
+        let size = unchanged_after_result(&workdir.join("big"), Duration::from_millis(500));
+        assert!(run.success(), "hidden {hide}: {run:?}");
+        assert_large_write_cut_short(size, run.stdout.as_deref().unwrap_or_default());
+        drop(pool);
+    }
+}
+
+/// A zygote run's helpers act no more after its result than a started interpreter's: forked
+/// daemons and a clone sharing the program's memory, which write time stamps without pause,
+/// and one large `write` still running when the program ends, change nothing in the
+/// workdir (a host directory) once the caller has the result; and no process of the run
+/// outlives the zygote.
+#[test]
+fn a_zygote_runs_helpers_cannot_act_after_its_result() {
+    let _serial = serial();
+    if !support::sandbox_available() {
+        eprintln!("skipped: the native backend cannot run here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (policy, workdir) = large_write_policy(dir.path());
+    let sandbox = sandbox_with(policy, options());
+    let zygotes_before = support::all_processes_with(support::ZYGOTE_TEXT);
+    let mut zygote_options = airlock::zygote::ZygoteOptions::python(&[]);
+    zygote_options.binary = Some(support::fresh_zygote_bin());
+    zygote_options.ready_children = 1;
+    let zygote = sandbox.zygote(zygote_options).unwrap();
+    let helpers = r#"
+import ctypes, os, time
+def stamps(name):
+    null = os.open('/dev/null', os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(null, std)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    while True:
+        os.pwrite(fd, str(time.time_ns()).encode().ljust(24), 0)
+for i in range(3):
+    if os.fork() == 0:
+        os.setsid()
+        stamps(f'late-fork-{i}')
+libc = ctypes.CDLL(None)
+stack = ctypes.create_string_buffer(1 << 16)
+top = ctypes.c_void_p(ctypes.addressof(stack) + (1 << 16) - 64)
+loop = ctypes.c_char_p(b"exec </dev/null >/dev/null 2>&1; while :; do date +%s%N > late-clone.new; mv late-clone.new late-clone; done")
+print('clone', libc.clone(ctypes.cast(libc.system, ctypes.c_void_p), top, 0x100 | 0x400, loop))
+time.sleep(0.3)
+"#;
+    let code = format!("{helpers}{LARGE_WRITE_CODE}");
+    let run = zygote.run(&airlock::zygote::ZygoteRun::code(code)).unwrap();
+    let result_at = host_clock_ns();
+    let size = unchanged_after_result(&workdir.join("big"), Duration::from_millis(500));
+    assert_eq!(run.status, RunStatus::Exited, "{run:?}");
+    assert_eq!(run.exit_code, Some(0), "{run:?}");
+    let stdout = run.stdout.clone().unwrap_or_default();
+    assert!(
+        !stdout.contains("clone -1"),
+        "the clone must have started: {run:?}"
+    );
+    assert_large_write_cut_short(size, &stdout);
+    std::fs::remove_file(workdir.join("big")).unwrap();
+    let stamps = latest_stamps(&workdir);
+    assert!(
+        stamps.iter().any(|(name, _)| name.starts_with("late-fork")),
+        "the forked helper never wrote, so this proves nothing: {stamps:?} {run:?}"
+    );
+    let late: Vec<String> = stamps
+        .iter()
+        .filter(|(_, stamp)| *stamp > result_at)
+        .map(|(name, stamp)| {
+            format!(
+                "{name} wrote {} µs after the result",
+                (stamp - result_at) / 1000
+            )
+        })
+        .collect();
+    assert!(late.is_empty(), "a helper acted after the result: {late:?}");
+    drop(zygote);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let left = || -> Vec<u32> {
+        support::all_processes_with(support::ZYGOTE_TEXT)
+            .into_iter()
+            .filter(|p| !zygotes_before.contains(p))
+            .collect()
+    };
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        left().is_empty(),
+        "zygote processes outlived the zygote: {:?}",
+        left()
+    );
+}
+
 /// The holder (pid 3 in the code's /proc: the interpreter's clone, sharing its memory and
 /// descriptor table) gives code that goes after it nothing of the host: through `airlock exec
 /// --warm`, with a secret in the CLI's environment and open on its descriptor 7, code that

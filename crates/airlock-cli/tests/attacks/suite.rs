@@ -10,7 +10,7 @@ use airlock_attack::judge::{blocked_reason, excerpt, judge, Verdict};
 use airlock_attack::{catalogue, Attack, Baseline, Lifecycle, Outcome, Plan, Scene, Stage};
 
 use crate::leftovers::{leftovers, remove_run_leftovers};
-use crate::support::{PYTHON, SHIM_TEXT, UNPRIVILEGED_UID};
+use crate::support::{PYTHON, SHIM_TEXT, UNPRIVILEGED_UID, ZYGOTE_TEXT};
 use crate::variants::{known_gaps, WEAKENINGS};
 
 /// The uid root runs drop to (the untrusted profile's default).
@@ -109,7 +109,7 @@ pub fn run_suite_on_with(
         return;
     };
     let mounts_before = host_mountinfo();
-    let shims_before = shim_processes();
+    let code_before = suite.stage.code_processes.map(processes_with);
     let started = Instant::now();
     let mut table = catalogue();
     assert!(table.len() >= 35, "the suite must keep at least 35 attacks");
@@ -125,8 +125,8 @@ pub fn run_suite_on_with(
         suite.run_attack(index, attack)
     });
     let mut problems = leftovers(&suite.stage.id, &mounts_before, &suite.cli_pids());
-    if suite.on_started_interpreter() {
-        problems.extend(shims_left(&shims_before));
+    if let (Some(needle), Some(before)) = (suite.stage.code_processes, &code_before) {
+        problems.extend(code_processes_left(needle, before));
     }
     print_reports(&suite, &reports, started.elapsed());
     suite.stage.remove();
@@ -176,25 +176,27 @@ fn print_reports(suite: &Suite, reports: &[Report], took: Duration) {
     );
 }
 
-/// The started interpreters' processes on the host (interpreter and address-space holder):
-/// their command line is the shim's, which carries no suite marker.
-fn shim_processes() -> Vec<(i32, String)> {
-    airlock_attack::host::processes_with(SHIM_TEXT)
+/// The processes on the host whose command line holds `needle`: a started interpreter's
+/// (interpreter and address-space holder: the shim's text, [`SHIM_TEXT`]) or a zygote's
+/// (template and its runs' processes: [`ZYGOTE_TEXT`]), which carry no suite marker.
+fn processes_with(needle: &'static str) -> Vec<(i32, String)> {
+    airlock_attack::host::processes_with(needle)
 }
 
-/// Shim processes that appeared during the suite and are still alive: a started interpreter
-/// or its holder outlived its run. (Another user's warm pool started meanwhile would show
-/// here too: the suites run alone.)
-fn shims_left(before: &[(i32, String)]) -> Vec<String> {
+/// Such processes that appeared during the suite and are still alive: a started interpreter,
+/// its holder, or a zygote's process outlived its run (each CLI call stops its zygote).
+/// (Another user's warm pool or zygote started meanwhile would show here too: the suites run
+/// alone.)
+fn code_processes_left(needle: &'static str, before: &[(i32, String)]) -> Vec<String> {
     let is_new = |pid: &i32| !before.iter().any(|(old, _)| old == pid);
     // The last run's sandbox is torn down after its result: give it a moment.
     std::thread::sleep(Duration::from_millis(300));
-    shim_processes()
+    processes_with(needle)
         .into_iter()
         .filter(|(pid, _)| is_new(pid))
-        .map(|(pid, _)| {
+        .map(|(pid, cmdline)| {
             airlock_attack::host::kill(pid);
-            format!("started interpreter (or its holder) {pid} outlived its run")
+            format!("{pid} ({cmdline:.60}) outlived its run")
         })
         .collect()
 }
@@ -252,8 +254,12 @@ impl Suite {
         let mut suite = Suite::new(mode, user, cli_as_nobody);
         suite.backend = backend;
         suite.backend_flags = backend_flags;
+        // Host-side process counts (fork_bomb, many_processes) and the leftover check see
+        // the code's processes by their command line, which is the shim's or the zygote's.
         if suite.on_started_interpreter() {
             suite.stage.code_processes = Some(SHIM_TEXT);
+        } else if backend_flags.contains(&"--zygote") {
+            suite.stage.code_processes = Some(ZYGOTE_TEXT);
         }
         if mode != Mode::Escape {
             let gaps = known_gaps(backend, backend_flags, user);

@@ -179,6 +179,11 @@ pub fn unique(prefix: &str) -> String {
 /// the interpreter's and its address-space holder's alike.
 pub const SHIM_TEXT: &str = "def hold_address_space";
 
+/// Text of an interpreter zygote's command line (its template's program, `airlock-zygote`):
+/// the template's and every process of its runs alike, whose code carries no marker of its
+/// own in its command line.
+pub const ZYGOTE_TEXT: &str = "airlock-zygote";
+
 /// Pids of live processes whose command line contains `marker`, not counting airlock's own
 /// processes (the CLI's command line holds the program's, marker included).
 pub fn processes_with(marker: &str) -> Vec<u32> {

@@ -15,6 +15,7 @@ mod child;
 mod egress;
 mod native;
 mod prepared_cpu;
+mod quiet;
 mod run;
 mod spawner;
 mod standby;

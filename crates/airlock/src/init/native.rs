@@ -11,7 +11,8 @@
 //!    drops every capability and installs seccomp last (it needs no privilege);
 //! 5. PID 1 starts the program (sharing its memory until the exec, `CLONE_VM | CLONE_VFORK`)
 //!    and reaps every process until the program exits, then stops whatever is left in the
-//!    namespace, reports and exits, which makes the kernel kill it.
+//!    namespace and waits until none of it is in a system call (`quiet`), reports and exits,
+//!    which makes the kernel kill it.
 
 use std::convert::Infallible;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -284,28 +285,13 @@ fn report_exit(
     spec: &InitSpec,
     native: &NativeSpec,
 ) -> ! {
-    stop_the_rest_of_the_namespace();
+    super::quiet::stop_the_rest_of_the_namespace();
     let report = ExitReport {
         children_usage: super::ChildrenUsage::now_less(prepared),
         ..ExitReport::from_status(status, file_size_hit(spec, native, &status))
     };
     report.send(REPORT_FD);
     sys::exit_now(0)
-}
-
-/// Stops every other process of PID 1's namespace (what the program left running, a started
-/// interpreter's holder) before PID 1 reports the program's end. A warm run's outcome goes
-/// out on that report, before the teardown: without this, those processes ran until PID 1's
-/// own exit killed them, and under load one wrote into a host workdir 3 ms after the caller
-/// had the result. A process with SIGSTOP pending never returns to user space, and nothing
-/// left in the namespace can continue it; PID 1's exit kills them as before. Stopped, not
-/// killed: a killed holder would tear the address space down on the report's path (its
-/// p50 +1.3 ms in the bench at load 6). `kill(-1)` from any other process would reach every
-/// process of the user.
-pub(super) fn stop_the_rest_of_the_namespace() {
-    if nix::unistd::getpid() == Pid::from_raw(1) {
-        let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGSTOP);
-    }
 }
 
 /// Whether a file in the writable areas reached the size limit: RLIMIT_FSIZE stops writes at

@@ -147,7 +147,7 @@ pub(crate) fn reap_and_report(program: Pid, spec: &InitSpec, native: &NativeSpec
         .and_then(|()| SignalFd::with_flags(&children, SfdFlags::SFD_NONBLOCK).ok());
     loop {
         if let Some(status) = reap_ended(program) {
-            super::native::stop_the_rest_of_the_namespace();
+            super::quiet::stop_the_rest_of_the_namespace();
             let report = ExitReport {
                 children_usage: super::ChildrenUsage::now(),
                 ..ExitReport::from_status(
