@@ -59,7 +59,7 @@ struct Look {
 }
 
 /// One task of the namespace as `/proc` shows it.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Task {
     process: i32,
     task: i32,
@@ -69,6 +69,12 @@ struct Task {
     /// Asleep (`S`) in a system call that only waits for a signal (`pause`), read from its
     /// `syscall` file: woken by the stop, it goes from there to the stop, no effect between.
     pausing: bool,
+    /// A signal other than the stop (or a kill) waits for its delivery (`SigPnd`, the task's
+    /// own, or `ShdPnd`, its process's, in `status`): the kernel delivers a thread's own signals
+    /// and lower-numbered ones before the stop, so a task in `pause` with a handled one waiting
+    /// would run its handler, and the handler's first system call, before it stops. Read only
+    /// for a task that may be pausing (asleep, or woken and not yet run).
+    other_signals: bool,
     /// `schedstat` (time on a CPU, time waiting for one, times run), or the context switch
     /// counts where the kernel keeps no `schedstat`: changes whenever the task ran.
     ran: String,
@@ -83,7 +89,8 @@ impl Task {
             Ok(i) => before[i].pausing && before[i].ran == self.ran && before[i].dir == self.dir,
             Err(_) => false,
         };
-        matches!(self.state, b'T' | b't' | b'Z' | b'X' | b'x') || self.pausing || paused_since()
+        let stopped_or_dead = matches!(self.state, b'T' | b't' | b'Z' | b'X' | b'x');
+        stopped_or_dead || (!self.other_signals && (self.pausing || paused_since()))
     }
 }
 
@@ -231,15 +238,7 @@ fn look_at_process(process: i32, tasks: &mut Vec<Task>) {
         return;
     };
     if threads <= 1 {
-        let (pausing, ran) = (state == b'S' && pausing(&dir), read_ran(&dir));
-        tasks.push(Task {
-            process,
-            task: process,
-            dir,
-            state,
-            pausing,
-            ran,
-        });
+        tasks.push(task_of(process, process, dir, state));
         return;
     }
     let Ok(entries) = std::fs::read_dir(format!("{dir}/task")) else {
@@ -255,15 +254,42 @@ fn look_at_process(process: i32, tasks: &mut Vec<Task>) {
 
 fn read_task(process: i32, task: i32, dir: String) -> Option<Task> {
     let (state, _) = read_stat(&dir)?;
-    let (pausing, ran) = (state == b'S' && pausing(&dir), read_ran(&dir));
-    Some(Task {
+    Some(task_of(process, task, dir, state))
+}
+
+/// The rest of a task's files, read after its `stat` gave its state.
+fn task_of(process: i32, task: i32, dir: String, state: u8) -> Task {
+    let pausing = state == b'S' && pausing(&dir);
+    let other_signals = (pausing || state == b'R') && other_signals_pending(&dir);
+    Task {
         process,
         task,
-        dir,
         state,
         pausing,
-        ran,
-    })
+        other_signals,
+        ran: read_ran(&dir),
+        dir,
+    }
+}
+
+/// Whether `dir/status` shows a signal other than `SIGSTOP` or `SIGKILL` pending; unreadable
+/// counts as pending (not known to be quiet).
+fn other_signals_pending(dir: &str) -> bool {
+    read_small(&format!("{dir}/status")).is_none_or(|status| pending_besides_stop(&status))
+}
+
+fn pending_besides_stop(status: &str) -> bool {
+    let bit = |signal: Signal| 1u64 << (signal as i32 - 1);
+    let expected = bit(Signal::SIGSTOP) | bit(Signal::SIGKILL);
+    let pending = ["SigPnd:", "ShdPnd:"].map(|field| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+    });
+    pending
+        .iter()
+        .any(|mask| mask.is_none_or(|mask| mask & !expected != 0))
 }
 
 /// Whether the task is blocked in `pause` (or `rt_sigsuspend`), by its `syscall` file (the
@@ -337,6 +363,7 @@ mod tests {
             dir: "/proc/2".into(),
             state,
             pausing: false,
+            other_signals: false,
             ran: String::new(),
         };
         for state in [b'T', b't', b'Z', b'X'] {
@@ -350,7 +377,13 @@ mod tests {
             pausing: true,
             ..task(b'S')
         };
-        assert!(task(b'R').quiet(&[pausing]));
+        assert!(task(b'R').quiet(std::slice::from_ref(&pausing)));
+        // ... unless a signal besides the stop waits: its handler would run first.
+        let signalled = Task {
+            other_signals: true,
+            ..task(b'R')
+        };
+        assert!(!signalled.quiet(&[pausing]));
         let ran = Task {
             ran: "1".into(),
             ..task(b'R')
@@ -359,5 +392,22 @@ mod tests {
             pausing: true,
             ..task(b'S')
         }]));
+    }
+
+    #[test]
+    fn only_a_stop_or_a_kill_may_be_pending() {
+        let status = |own: &str, shared: &str| {
+            format!("Name:\tpython3\nSigQ:\t1/63\nSigPnd:\t{own}\nShdPnd:\t{shared}\nSigBlk:\t0\n")
+        };
+        let stop = "0000000000040000";
+        let stop_and_kill = "0000000000040100";
+        let none = "0000000000000000";
+        assert!(!pending_besides_stop(&status(none, stop)));
+        assert!(!pending_besides_stop(&status(none, stop_and_kill)));
+        // SIGINT (2) waiting beside the stop, on the process or the thread.
+        assert!(pending_besides_stop(&status(none, "0000000000040002")));
+        assert!(pending_besides_stop(&status("0000000000000002", stop)));
+        // Unreadable fields: not known to be quiet.
+        assert!(pending_besides_stop("Name:\tpython3\n"));
     }
 }
