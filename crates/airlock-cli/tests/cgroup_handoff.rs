@@ -111,8 +111,14 @@ fn every_process_of_a_run_is_in_its_cgroup_and_sees_it_as_the_root() {
     let outside: Vec<String> = sandbox
         .iter()
         .filter_map(|pid| {
-            // A process that ended meanwhile has no file left.
+            // A process that ended meanwhile has no file left, and one not yet reaped (the
+            // shell's `cat` before its `wait`) reads as in the root cgroup of every hierarchy:
+            // the kernel takes an exiting task out of its cgroups. Looked at after the read,
+            // so that what was read is a running process's.
             let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+            if !still_running(*pid) {
+                return None;
+            }
             let lines = run_hierarchy_lines(&text);
             let out = lines.is_empty()
                 || lines.iter().any(|line| {
@@ -140,6 +146,14 @@ fn every_process_of_a_run_is_in_its_cgroup_and_sees_it_as_the_root() {
         );
     }
     assert!(private.entries_named("run-").is_empty());
+}
+
+/// Neither reaped nor a zombie.
+fn still_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| Some(!stat[stat.rfind(')')? + 2..].starts_with('Z')))
+        .unwrap_or(false)
 }
 
 fn parent_of(pid: u32) -> Option<u32> {
