@@ -888,6 +888,26 @@ fn host_clock_ns() -> u128 {
         .as_nanos()
 }
 
+/// The helpers' time stamps: the forked one must have written (or the test proves nothing),
+/// and none may be later than the moment the caller had the result.
+fn assert_no_stamp_after(stamps: &[(String, u128)], result_at: u128, run: &dyn std::fmt::Debug) {
+    assert!(
+        stamps.iter().any(|(name, _)| name.starts_with("late-fork")),
+        "the forked helper never wrote, so this proves nothing: {stamps:?} {run:?}"
+    );
+    let late: Vec<String> = stamps
+        .iter()
+        .filter(|(_, stamp)| *stamp > result_at)
+        .map(|(name, stamp)| {
+            format!(
+                "{name} wrote {} µs after the result",
+                (stamp - result_at) / 1000
+            )
+        })
+        .collect();
+    assert!(late.is_empty(), "a helper acted after the result: {late:?}");
+}
+
 /// The latest time stamp the run's stragglers wrote in `dir` (one file each), by file.
 fn latest_stamps(dir: &Path) -> Vec<(String, u128)> {
     let mut stamps = Vec::new();
@@ -983,21 +1003,7 @@ print('leaving')
         let before = result_at as i128 - *stamp as i128;
         println!("{name}: last write {} µs before the result", before / 1000);
     }
-    assert!(
-        stamps.iter().any(|(name, _)| name.starts_with("late-fork")),
-        "the forked helper never wrote, so this proves nothing: {stamps:?} {run:?}"
-    );
-    let late: Vec<String> = stamps
-        .iter()
-        .filter(|(_, stamp)| *stamp > result_at)
-        .map(|(name, stamp)| {
-            format!(
-                "{name} wrote {} µs after the result",
-                (stamp - result_at) / 1000
-            )
-        })
-        .collect();
-    assert!(late.is_empty(), "a helper acted after the result: {late:?}");
+    assert_no_stamp_after(&stamps, result_at, &run);
     drop(pool);
     let left = still_alive_after_teardown(&ours);
     assert!(left.is_empty(), "shim processes outlived the run: {left:?}");
@@ -1182,21 +1188,7 @@ time.sleep(0.3)
     assert_large_write_cut_short(size, &stdout);
     std::fs::remove_file(workdir.join("big")).unwrap();
     let stamps = latest_stamps(&workdir);
-    assert!(
-        stamps.iter().any(|(name, _)| name.starts_with("late-fork")),
-        "the forked helper never wrote, so this proves nothing: {stamps:?} {run:?}"
-    );
-    let late: Vec<String> = stamps
-        .iter()
-        .filter(|(_, stamp)| *stamp > result_at)
-        .map(|(name, stamp)| {
-            format!(
-                "{name} wrote {} µs after the result",
-                (stamp - result_at) / 1000
-            )
-        })
-        .collect();
-    assert!(late.is_empty(), "a helper acted after the result: {late:?}");
+    assert_no_stamp_after(&stamps, result_at, &run);
     drop(zygote);
     let deadline = Instant::now() + Duration::from_secs(5);
     let left = || -> Vec<u32> {
