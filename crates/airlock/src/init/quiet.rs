@@ -224,7 +224,7 @@ fn look() -> Option<Look> {
 }
 
 fn read_last_pid() -> Option<i32> {
-    read_small("/proc/sys/kernel/ns_last_pid")?
+    read_in_one_call("/proc/sys/kernel/ns_last_pid")?
         .trim()
         .parse()
         .ok()
@@ -275,7 +275,7 @@ fn task_of(process: i32, task: i32, dir: String, state: u8) -> Task {
 /// Whether `dir/status` shows a signal other than `SIGSTOP` or `SIGKILL` pending; unreadable
 /// counts as pending (not known to be quiet).
 fn other_signals_pending(dir: &str) -> bool {
-    read_small(&format!("{dir}/status")).is_none_or(|status| pending_besides_stop(&status))
+    read_in_one_call(&format!("{dir}/status")).is_none_or(|status| pending_besides_stop(&status))
 }
 
 fn pending_besides_stop(status: &str) -> bool {
@@ -298,7 +298,7 @@ fn pending_besides_stop(status: &str) -> bool {
 /// interpreter's holder sleeps there for good, so PID 1 need not wait for it to be scheduled
 /// and stop. Unreadable (another user's, non-dumpable): not known to be pausing.
 fn pausing(dir: &str) -> bool {
-    let Some(call) = read_small(&format!("{dir}/syscall")) else {
+    let Some(call) = read_in_one_call(&format!("{dir}/syscall")) else {
         return false;
     };
     let number = call
@@ -314,19 +314,18 @@ fn pausing(dir: &str) -> bool {
 
 /// The state (field 3) and thread count (field 20) of `dir/stat`.
 fn read_stat(dir: &str) -> Option<(u8, usize)> {
-    stat_fields(&read_small(&format!("{dir}/stat"))?)
+    stat_fields(&read_in_one_call(&format!("{dir}/stat"))?)
 }
 
 fn stat_fields(stat: &str) -> Option<(u8, usize)> {
-    // The command name (field 2) may hold spaces and parentheses: count after its last `)`.
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let mut fields = crate::linux::tree::fields_after_name(stat)?;
     let state = *fields.next()?.as_bytes().first()?;
     let threads = fields.nth(16)?.parse().ok()?;
     Some((state, threads))
 }
 
 fn read_ran(dir: &str) -> String {
-    read_small(&format!("{dir}/schedstat")).unwrap_or_else(|| {
+    read_in_one_call(&format!("{dir}/schedstat")).unwrap_or_else(|| {
         let status = std::fs::read_to_string(format!("{dir}/status")).unwrap_or_default();
         status
             .lines()
@@ -336,8 +335,9 @@ fn read_ran(dir: &str) -> String {
 }
 
 /// A small kernel file (a task's `stat`, `schedstat`) in one `read`: no size probe, which
-/// `read_to_string` makes first (a `statx` these files answer with 0).
-fn read_small(path: &str) -> Option<String> {
+/// `read_to_string` makes first (a `statx` these files answer with 0), and, unlike
+/// `linux::read_to_end_unsized`, no second `read` for the end: each of these fits one page.
+fn read_in_one_call(path: &str) -> Option<String> {
     use std::io::Read;
     let mut buffer = [0u8; 4096];
     let read = std::fs::File::open(path).ok()?.read(&mut buffer).ok()?;

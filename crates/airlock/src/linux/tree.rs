@@ -6,24 +6,24 @@ use std::collections::{HashMap, HashSet};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-/// The parent pid from the text of `/proc/<pid>/stat`. The command name may contain spaces and
-/// parentheses, so the fields after the last `)` are the reliable ones.
+/// The fields of a `/proc/<pid>/stat` text after the command name, from the state (field 3)
+/// on. The command name may contain spaces and parentheses, so the fields after the last `)`
+/// are the reliable ones.
+pub fn fields_after_name(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace())
+}
+
+/// The parent pid from the text of `/proc/<pid>/stat`.
 pub fn parent_from_stat(stat: &str) -> Option<i32> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(1)?.parse().ok()
+    fields_after_name(stat)?.nth(1)?.parse().ok()
 }
 
 /// Whether `/proc/<pid>/stat` shows a process that is already exiting (`PF_EXITING`): it can
 /// no longer run code, so it needs no signal, only time to finish.
 pub fn stat_shows_exiting(stat: &str) -> bool {
     const PF_EXITING: u64 = 0x4;
-    let after_name = match stat.rfind(')') {
-        Some(end) => &stat[end + 1..],
-        None => return false,
-    };
-    after_name
-        .split_whitespace()
-        .nth(6)
+    fields_after_name(stat)
+        .and_then(|mut fields| fields.nth(6))
         .and_then(|flags| flags.parse::<u64>().ok())
         .is_some_and(|flags| flags & PF_EXITING != 0)
 }
