@@ -185,17 +185,7 @@ fn bwrap_under_floor_wrapper(same_argv: &Tool) -> Result<Tool, String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("needs root (cgroups and mounts)".into());
     }
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("floor/limited_exec.c");
-    let binary = scratch_dir().join("limited_exec");
-    let compiled = std::process::Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .status()
-        .map_err(|e| format!("cannot run cc: {e}"))?;
-    if !compiled.success() {
-        return Err(format!("cc could not compile {}", source.display()));
-    }
+    let binary = compile_floor("limited_exec")?;
     let mut tool = Tool::prefixed(BWRAP_FLOOR, Vec::new());
     for (workload, argv) in &same_argv.per_workload {
         let (_, run_dir) = same_argv
@@ -209,6 +199,24 @@ fn bwrap_under_floor_wrapper(same_argv: &Tool) -> Result<Tool, String> {
     }
     tool.descriptors = same_argv.descriptors.clone();
     Ok(tool)
+}
+
+/// `bench/floor/NAME.c` compiled into the scratch directory.
+pub fn compile_floor(name: &str) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(scratch_dir())
+        .map_err(|e| format!("cannot create the scratch directory: {e}"))?;
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("floor/{name}.c"));
+    let binary = scratch_dir().join(name);
+    let compiled = std::process::Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+        .map_err(|e| format!("cannot run cc: {e}"))?;
+    if !compiled.success() {
+        return Err(format!("cc could not compile {}", source.display()));
+    }
+    Ok(binary)
 }
 
 /// The parent cgroup of the OCI peers' containers.

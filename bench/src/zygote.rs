@@ -57,6 +57,7 @@ pub fn measure(runs: usize) -> Result<Vec<String>, String> {
             "airlock-zygote throughput, {CALLERS} callers: {rate:.0} runs/s ({on_path} found no child ready); target >= 1000/s: {}",
             verdict(rate >= 1000.0)
         ),
+        kernel_floor(),
         format!(
             "airlock-zygote memory: template PSS {pss}; plus the children it keeps confined ahead (4 by default, sharing its pages; not counted here)"
         ),
@@ -100,6 +101,42 @@ fn throughput(zygote: &Arc<Zygote>) -> Result<f64, String> {
             .map_err(|_| "a caller panicked".to_string())??;
     }
     Ok(done.load(Ordering::SeqCst) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// What the kernel alone needs for the isolation every zygote run gets (fresh namespaces and
+/// a limited cgroup, no program: `bench/floor/fresh_isolation.c`), with as many callers: the
+/// throughput no zygote of this design can pass on this host.
+fn kernel_floor() -> String {
+    let measured = (|| {
+        if !nix::unistd::geteuid().is_root() {
+            return Err("needs root (cgroups)".to_string());
+        }
+        let binary = crate::tools::compile_floor("fresh_isolation")?;
+        let rate = |extra: &[&str]| -> Result<f64, String> {
+            let output = std::process::Command::new(&binary)
+                .args([CALLERS.to_string(), THROUGHPUT_TIME.as_secs().to_string()])
+                .arg(THROUGHPUT_MAX_RUNS.to_string())
+                .args(extra)
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+            let text = String::from_utf8_lossy(&output.stdout);
+            let mut fields = text.split_whitespace().map(|f| f.parse::<f64>());
+            match (output.status.success(), fields.next(), fields.next()) {
+                (true, Some(Ok(runs)), Some(Ok(seconds))) if seconds > 0.0 => Ok(runs / seconds),
+                _ => Err(format!(
+                    "fresh_isolation failed: {}",
+                    String::from_utf8_lossy(&output.stderr).trim()
+                )),
+            }
+        };
+        Ok((rate(&[])?, rate(&["no-net"])?))
+    })();
+    match measured {
+        Ok((all, without_net)) => format!(
+            "kernel floor of a zygote run's isolation (fresh user, mount, PID, network, IPC and UTS namespaces, a limited cgroup in five hierarchies, no program), {CALLERS} callers: {all:.0} runs/s ({without_net:.0} without the network namespace)"
+        ),
+        Err(why) => format!("kernel floor of a zygote run's isolation: not measured ({why})"),
+    }
 }
 
 fn template_pss_kib(pid: u32) -> Option<u64> {

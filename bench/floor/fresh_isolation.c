@@ -1,0 +1,127 @@
+/*
+ * fresh_isolation: the kernel work every zygote run must have done for it, and nothing else,
+ * as the floor under `airlock-zygote throughput`. No interpreter, no program, no mounts, no
+ * filters, no report: only what "fresh namespaces and a cgroup of its own, for each run"
+ * costs on this kernel.
+ *
+ *   fresh_isolation CALLERS SECONDS MAX_RUNS [no-net]
+ *
+ * CALLERS processes loop for SECONDS (at most MAX_RUNS runs in all). A run: a cgroup in the
+ * memory, pids, cpu, cpuacct and freezer v1 hierarchies, with memory (+swap), pids and CPU
+ * limits written; a process cloned into new user, mount, PID, network, IPC and UTS namespaces
+ * (without the network namespace under `no-net`), which joins the cgroup by writing 0 to
+ * its `tasks` files (as the zygote's PID 1 does: no global lock), unshares its cgroup
+ * namespace and exits; the caller reaps it and removes the cgroup. Prints one line:
+ * `RUNS SECONDS`. The network namespace's teardown runs in a kernel worker, on the same
+ * CPUs, and so counts as it does for the zygote.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *HIERARCHIES[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
+#define COUNT 5
+
+static void fail(const char *what) {
+    perror(what);
+    exit(125);
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void put(const char *dir, const char *file, const char *value) {
+    char path[320];
+    snprintf(path, sizeof path, "%.255s/%.60s", dir, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, value, strlen(value)) < 0) fail(path);
+    close(fd);
+}
+
+static int tasks[COUNT];
+
+static int run_child(void *unused) {
+    (void)unused;
+    for (int i = 0; i < COUNT; i++)
+        if (write(tasks[i], "0", 1) != 1) return 1;
+    return unshare(CLONE_NEWCGROUP) ? 1 : 0;
+}
+
+static void one_run(int flags, int caller, long run) {
+    static char stack[1 << 16];
+    char dirs[COUNT][256];
+    for (int i = 0; i < COUNT; i++) {
+        snprintf(dirs[i], sizeof dirs[i], "/sys/fs/cgroup/%s/airlock-floor/fresh-%d-%d-%ld",
+                 HIERARCHIES[i], getppid(), caller, run);
+        if (mkdir(dirs[i], 0755)) fail(dirs[i]);
+    }
+    put(dirs[0], "memory.limit_in_bytes", "536870912");
+    put(dirs[0], "memory.memsw.limit_in_bytes", "536870912");
+    put(dirs[1], "pids.max", "64");
+    put(dirs[2], "cpu.cfs_quota_us", "100000");
+    for (int i = 0; i < COUNT; i++) {
+        char path[320];
+        snprintf(path, sizeof path, "%.255s/tasks", dirs[i]);
+        if ((tasks[i] = open(path, O_WRONLY | O_CLOEXEC)) < 0) fail(path);
+    }
+    pid_t child = clone(run_child, stack + sizeof stack, flags | SIGCHLD, NULL);
+    if (child < 0) fail("clone");
+    for (int i = 0; i < COUNT; i++) close(tasks[i]);
+    int status;
+    while (waitpid(child, &status, 0) < 0) {}
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail("the run's child failed");
+    for (int i = 0; i < COUNT; i++)
+        while (rmdir(dirs[i])) usleep(100);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: fresh_isolation CALLERS SECONDS MAX_RUNS [no-net]\n");
+        return 125;
+    }
+    int callers = atoi(argv[1]);
+    double seconds = atof(argv[2]);
+    long max_runs = atol(argv[3]);
+    int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (argc < 5 || strcmp(argv[4], "no-net")) flags |= CLONE_NEWNET;
+    for (int i = 0; i < COUNT; i++) {
+        char parent[128];
+        snprintf(parent, sizeof parent, "/sys/fs/cgroup/%s/airlock-floor", HIERARCHIES[i]);
+        mkdir(parent, 0755);
+    }
+    long *done = mmap(NULL, sizeof(long) * callers, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (done == MAP_FAILED) fail("mmap");
+    double started = now();
+    for (int c = 0; c < callers; c++) {
+        pid_t caller = fork();
+        if (caller < 0) fail("fork");
+        if (caller == 0) {
+            for (long run = 0; now() - started < seconds && run < max_runs / callers; run++) {
+                one_run(flags, c, run);
+                done[c] = run + 1;
+            }
+            _exit(0);
+        }
+    }
+    int failed = 0, status;
+    while (wait(&status) > 0)
+        failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    double took = now() - started;
+    long runs = 0;
+    for (int c = 0; c < callers; c++) runs += done[c];
+    printf("%ld %.3f\n", runs, took);
+    return failed ? 125 : 0;
+}
