@@ -30,6 +30,9 @@ struct Args {
     /// Idle sandboxes for the density measurement (0: skip it).
     #[arg(long, default_value_t = 200)]
     idle: usize,
+    /// Sandboxes each pool prepares at once (`WarmOptions::parallel`; default: the library's).
+    #[arg(long)]
+    parallel: Option<usize>,
     /// The airlock binary used as the init (default: the workspace's release build).
     #[arg(long)]
     airlock: Option<PathBuf>,
@@ -52,12 +55,15 @@ fn main() {
     burst(&sandbox, &args);
     sustained(&sandbox, &args);
     if args.idle > 0 {
-        density(&sandbox, args.idle);
+        density(&sandbox, &args);
     }
 }
 
-fn pool(sandbox: &Sandbox, target: usize, refill: bool) -> WarmPool {
+fn pool(sandbox: &Sandbox, args: &Args, target: usize, refill: bool) -> WarmPool {
     let mut options = WarmOptions::new(target);
+    if let Some(parallel) = args.parallel {
+        options.parallel = parallel;
+    }
     options.refill = refill;
     options.idle_expiry = None;
     options.ready_timeout = Duration::from_secs(120);
@@ -67,7 +73,7 @@ fn pool(sandbox: &Sandbox, target: usize, refill: bool) -> WarmPool {
 /// Runs from a pool holding one sandbox per run, filled first and not refilled: the rate of
 /// the run path (with each used sandbox's teardown in the background).
 fn burst(sandbox: &Sandbox, args: &Args) {
-    let pool = pool(sandbox, args.runs, false);
+    let pool = pool(sandbox, args, args.runs, false);
     let fill = Instant::now();
     assert!(
         pool.wait_ready(args.runs, Duration::from_secs(600)),
@@ -86,7 +92,7 @@ fn burst(sandbox: &Sandbox, args: &Args) {
 
 /// Runs from a small pool refilling as it goes: what a saturated host sustains.
 fn sustained(sandbox: &Sandbox, args: &Args) {
-    let pool = pool(sandbox, 2 * args.threads, true);
+    let pool = pool(sandbox, args, 2 * args.threads, true);
     assert!(pool.wait_ready(2 * args.threads, Duration::from_secs(120)));
     report("sustained (pool refilling)", &pool, args);
 }
@@ -140,10 +146,11 @@ fn tree_cpu() -> Duration {
 }
 
 /// What `count` idle prepared sandboxes cost the host.
-fn density(sandbox: &Sandbox, count: usize) {
+fn density(sandbox: &Sandbox, args: &Args) {
+    let count = args.idle;
     let before = meminfo_kib("MemAvailable");
     let slab_before = meminfo_kib("Slab");
-    let pool = Arc::new(pool(sandbox, count, false));
+    let pool = Arc::new(pool(sandbox, args, count, false));
     let start = Instant::now();
     let ready = pool.wait_ready(count, Duration::from_secs(1200));
     let took = start.elapsed().as_secs_f64();

@@ -363,6 +363,39 @@ fn a_pool_forks_its_inits_from_one_spawner() {
     assert_eq!(leftovers(std::process::id()), Vec::<String>::new());
 }
 
+/// A pool's command that finds no sandbox ready runs cold with its init forked by the pool's
+/// spawner too (an executed init's start-up made the cold fallbacks of a saturated pool its
+/// dearest runs); it is served like any cold run and leaves nothing behind.
+#[test]
+fn a_pools_cold_fallback_is_forked_by_its_spawner() {
+    let _serial = serial();
+    let sandbox = untrusted();
+    if !support::sandbox_available() {
+        eprintln!("skipped: the native backend cannot run here");
+        return;
+    }
+    let mut options = WarmOptions::new(1);
+    options.refill = false;
+    let pool = sandbox.warm(options).unwrap();
+    assert!(pool.wait_ready(1, READY), "{:?}", pool.stats());
+    assert!(pool.command("/bin/true").run().unwrap().success());
+    let handle = pool.command("/bin/sleep").arg("30").spawn().unwrap();
+    let forked = spawned_children().contains(&(handle.init_pid() as i32));
+    handle.cancel();
+    let result = handle.wait().unwrap();
+    assert_eq!(result.status, RunStatus::Cancelled, "{result:?}");
+    let warm = airlock::warm::WARM_DETAIL;
+    assert!(!result.details.iter().any(|d| d == warm), "{result:?}");
+    assert_eq!(pool.stats().cold_fallbacks, 1, "{:?}", pool.stats());
+    assert!(
+        forked,
+        "the cold run's init was executed, not forked by the pool's spawner"
+    );
+    pool.shutdown();
+    assert_eq!(spawned_children(), Vec::<i32>::new());
+    assert_eq!(leftovers(std::process::id()), Vec::<String>::new());
+}
+
 /// A long-lived caller's cold runs have their inits forked by a spawner
 /// (`Command::init_spawner`). When it dies with a request in flight, that run's init is
 /// executed on fresh descriptors: every run of a batch succeeds, and nothing is left (no

@@ -69,7 +69,7 @@ fn start_preparations(shared: &Shared, preparing: &mut Vec<Preparing>, failures:
         match Standby::prepare(
             &shared.sandbox,
             shared.prestart.as_ref(),
-            shared.spawner.as_ref(),
+            shared.spawner.as_deref(),
         ) {
             Ok(standby) => {
                 shared.lock().started += 1;

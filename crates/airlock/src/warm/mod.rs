@@ -157,8 +157,9 @@ struct Shared {
     sandbox: Sandbox,
     options: WarmOptions,
     prestart: Option<Prestart>,
-    /// Forks the sandboxes' inits (`None` when it could not start: they are executed).
-    spawner: Option<InitSpawner>,
+    /// Forks the sandboxes' inits, and the inits of the pool's commands that find no
+    /// sandbox ready and run cold (`None` when it could not start: they are executed).
+    spawner: Option<Arc<InitSpawner>>,
     state: Mutex<State>,
     changed: Condvar,
     /// A byte here wakes the filler (a sandbox was taken, or the pool shuts down).
@@ -199,7 +200,7 @@ impl WarmPool {
             Some(interpreter) => Some(interpreter.prestart()?),
             None => None,
         };
-        let spawner = InitSpawner::start(&sandbox).ok();
+        let spawner = InitSpawner::start(&sandbox).ok().map(Arc::new);
         let shared = Arc::new(Shared {
             sandbox,
             options,
@@ -227,10 +228,18 @@ impl WarmPool {
     }
 
     /// A command that runs on a prepared sandbox (or cold when none is ready). It cannot have
-    /// a terminal, keep its workdir or inherit the caller's stdin: those are refused.
+    /// a terminal, keep its workdir or inherit the caller's stdin: those are refused. Run
+    /// cold, its init is forked by the pool's spawner, as a prepared sandbox's is: an executed
+    /// init's start-up (the binary's loader, relocations, first page touches and the C
+    /// library's CPU probe, about 1 ms of CPU) would make the cold fallbacks of a saturated
+    /// pool the dearest runs.
     pub fn command(&self, program: impl Into<String>) -> Command {
         let source: Arc<dyn StandbySource> = self.shared.clone();
-        self.shared.sandbox.command(program).with_standby(source)
+        let command = self.shared.sandbox.command(program).with_standby(source);
+        match &self.shared.spawner {
+            Some(spawner) => command.init_spawner(Arc::clone(spawner)),
+            None => command,
+        }
     }
 
     /// A command running `code` with the pool's started interpreter (as its `-c` would); the
