@@ -214,7 +214,7 @@ mod tests {
         assert_eq!(class(layout(17, 8)), Some(1));
         assert_eq!(class(layout(LARGEST, 8)), Some(CLASSES - 1));
         // A request read to its end (16 MiB at most) grows its buffer to 32 MiB.
-        assert!(LARGEST >= 32 << 20);
+        const { assert!(LARGEST >= 32 << 20) };
         assert_eq!(class(layout(LARGEST + 1, 8)), None);
         // An alignment above the block's own (or above 64) goes to the system.
         assert_eq!(class(layout(16, 32)), None);
@@ -222,38 +222,68 @@ mod tests {
         assert_eq!(class(layout(128, 64)), Some(3));
     }
 
+    fn layout(size: usize, align: usize) -> Layout {
+        Layout::from_size_align(size, align).unwrap()
+    }
+
+    fn alloc(size: usize, align: usize) -> *mut u8 {
+        // SAFETY: a layout of non-zero size.
+        unsafe { ForkArena.alloc(layout(size, align)) }
+    }
+
+    fn zeroed(size: usize) -> *mut u8 {
+        // SAFETY: as above.
+        unsafe { ForkArena.alloc_zeroed(layout(size, 8)) }
+    }
+
+    fn free(block: *mut u8, size: usize, align: usize) {
+        // SAFETY: the tests free each block once, with the layout it was made with.
+        unsafe { ForkArena.dealloc(block, layout(size, align)) }
+    }
+
+    fn grow(block: *mut u8, size: usize, new_size: usize) -> *mut u8 {
+        // SAFETY: a block made with this layout, grown once and not used after.
+        unsafe { ForkArena.realloc(block, layout(size, 8), new_size) }
+    }
+
+    fn fill(block: *mut u8, byte: u8, len: usize) {
+        // SAFETY: the tests fill at most the block's own size.
+        unsafe { block.write_bytes(byte, len) }
+    }
+
+    fn bytes(block: *mut u8, len: usize) -> Vec<u8> {
+        // SAFETY: as above, for reading.
+        unsafe { std::slice::from_raw_parts(block, len) }.to_vec()
+    }
+
     /// Switched on (only `ForkArena`'s own calls see it: it is not this test binary's
     /// allocator), blocks come from the arena, aligned, reused once freed, and keep their
     /// bytes when they grow; a block from the system allocator grows into the arena.
     #[test]
     fn the_arena_serves_aligned_blocks_and_reuses_them() {
-        let arena = ForkArena;
-        let layout = |size, align| Layout::from_size_align(size, align).unwrap();
-        // SAFETY (all below): layouts of non-zero size; each block freed once, with its layout.
-        let before = unsafe { arena.alloc(layout(100, 8)) };
+        let before = alloc(100, 8);
         assert!(!before.is_null() && !in_arena(before));
         use_fresh_arena().unwrap();
         for (size, align) in [(1, 1), (24, 8), (100, 64), (5000, 8), (70 << 10, 16)] {
-            let block = unsafe { arena.alloc(layout(size, align)) };
+            let block = alloc(size, align);
             assert!(in_arena(block), "{size}");
             assert_eq!(block as usize % align, 0, "{size}");
-            unsafe { block.write_bytes(7, size) };
-            unsafe { arena.dealloc(block, layout(size, align)) };
-            let again = unsafe { arena.alloc(layout(size, align)) };
+            fill(block, 7, size);
+            free(block, size, align);
+            let again = alloc(size, align);
             assert_eq!(again, block, "a freed block of {size} bytes is taken again");
-            unsafe { arena.dealloc(again, layout(size, align)) };
+            free(again, size, align);
         }
-        unsafe { before.write_bytes(9, 100) };
-        let grown = unsafe { arena.realloc(before, layout(100, 8), 3000) };
+        fill(before, 9, 100);
+        let grown = grow(before, 100, 3000);
         assert!(in_arena(grown));
-        assert_eq!(unsafe { std::slice::from_raw_parts(grown, 100) }, [9; 100]);
-        unsafe { arena.dealloc(grown, layout(3000, 8)) };
-        let zeroed = unsafe { arena.alloc_zeroed(layout(3000, 8)) };
-        assert_eq!(zeroed, grown, "the freed block, with its old bytes zeroed");
-        assert!(unsafe { std::slice::from_raw_parts(zeroed, 3000) }
-            .iter()
-            .all(|b| *b == 0));
-        let huge = unsafe { arena.alloc(layout(LARGEST + 1, 8)) };
+        assert_eq!(bytes(grown, 100), [9; 100]);
+        free(grown, 3000, 8);
+        let cleared = zeroed(3000);
+        assert_eq!(cleared, grown, "the freed block, with its old bytes zeroed");
+        assert!(bytes(cleared, 3000).iter().all(|b| *b == 0));
+        let huge = alloc(LARGEST + 1, 8);
         assert!(!huge.is_null() && !in_arena(huge));
+        free(huge, LARGEST + 1, 8);
     }
 }
