@@ -151,14 +151,18 @@ impl Template {
     /// pages of the template's heap in it): its copy of the interpreter stays as the template
     /// left it at `before_fork`, and the program, forked from it, does that work once.
     fn pid1(&self, fds: Vec<OwnedFd>, interpreter: &mut dyn Interpreter) -> ! {
-        // From here this process's (and the program's) allocations come from fresh pages, not
-        // the template's heap, whose free chunks each copied a page when the allocator wrote
-        // them; without the arena (it fails, or the binary does not install it) as before.
-        let _ = sys::use_fresh_arena();
         let (request, tasks) = match place_child_fds(fds) {
             Ok(placed) => placed,
             Err(e) => sys::exit_now(e.raw_os_error().unwrap_or(1).clamp(1, 125)),
         };
+        // From here this process's (and the program's) small allocations come from fresh
+        // pages, not the template's heap, whose free chunks each copied a page when the
+        // allocator wrote them. Only for a run with a cgroup: one without falls back to
+        // `RLIMIT_AS` (`confine::enter`), which the arena's reservation would eat into.
+        // Without the arena (it fails, or the binary does not install it) as before.
+        if !tasks.is_empty() {
+            let _ = sys::use_fresh_arena();
+        }
         let (spec, native) = (&self.spec.init, self.native());
         let mut layers =
             confine::enter(spec, native, &tasks, self.ids).unwrap_or_else(|e| confine::fail(e));

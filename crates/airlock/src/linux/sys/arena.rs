@@ -1,10 +1,11 @@
 //! An allocator for the processes a zygote's template forks (see `docs/warm.md`): until
 //! [`use_fresh_arena`] switches it on it is the system allocator; after, in a process just
-//! forked, every allocation comes from a fresh mapping of that process's own, so that the
+//! forked, small allocations come from a fresh mapping of that process's own, so that the
 //! allocator never walks, splits or links the chunks the template left free in its heap —
-//! each such write copied a page of the template's heap in the fork (PID 1's setup: ~100
-//! copy-on-write faults a run). Memory of the template's heap freed after the switch is left
-//! as it is (written to, it would be copied): the forks are short-lived.
+//! each such write copied a page of the template's heap in the fork (PID 1's setup: ~60
+//! copy-on-write faults a run). Large blocks still come from the system allocator (glibc maps
+//! them on their own). Memory the template allocated and the fork frees is left as it is
+//! (written to, it would be copied; it is the template's memory, charged to no run).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,18 +13,19 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// The global allocator a zygote binary installs (`#[global_allocator]`).
 pub struct ForkArena;
 
-/// Blocks are powers of two from 16 bytes to [`LARGEST`] (past the largest request a run's
-/// program reads, `wire::MAX_REQUEST`); larger requests go to the system allocator.
+/// Small blocks are powers of two from 16 bytes to [`LARGEST`].
 const SMALLEST_CLASS: u32 = 4;
-const CLASSES: usize = 23;
+const CLASSES: usize = 13;
 const LARGEST: usize = 1 << (SMALLEST_CLASS as usize + CLASSES - 1);
 /// A block's address is a multiple of its size up to this.
 const MAX_ALIGN: usize = 64;
-/// A freed block this large gives its pages back (all but the first, which links it).
-const RELEASED: usize = 64 << 10;
 /// The arena's address space (reserved, not committed: only the pages in use are allocated,
-/// and charged to the process's memory cgroup).
-const ARENA: usize = 1 << 30;
+/// and charged to the process's memory cgroup). Past it, small blocks come from the system.
+const ARENA: usize = 16 << 20;
+/// Large blocks the fork took from the system allocator, remembered so that freeing one
+/// gives it back (one the template allocated is kept instead); past this many at once, a
+/// large block freed is kept too.
+const LARGE: usize = 64;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static LOCK: AtomicBool = AtomicBool::new(false);
@@ -32,13 +34,21 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 static END: AtomicUsize = AtomicUsize::new(0);
 /// Each class's free blocks, linked through their first word.
 static FREE: [AtomicUsize; CLASSES] = [const { AtomicUsize::new(0) }; CLASSES];
+/// The large blocks the fork took from the system allocator (0: a free slot).
+static TAKEN: [AtomicUsize; LARGE] = [const { AtomicUsize::new(0) }; LARGE];
 
 /// Switches this process's allocations to a fresh arena. For a process just forked (or
 /// cloned) from a single-threaded parent, before it starts any thread; a second call does
-/// nothing. Without [`ForkArena`] installed as the global allocator nothing changes but
-/// the reserved (never used) address space.
+/// nothing. Only where no address-space limit is in force (a run without a cgroup falls back
+/// to `RLIMIT_AS`, which the reservation would eat into): otherwise it does nothing. Without
+/// [`ForkArena`] installed as the global allocator nothing changes but the reserved (never
+/// used) address space.
 pub fn use_fresh_arena() -> std::io::Result<()> {
     if ACTIVE.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_AS)?;
+    if soft != nix::sys::resource::RLIM_INFINITY {
         return Ok(());
     }
     let prot = libc::PROT_READ | libc::PROT_WRITE;
@@ -61,15 +71,6 @@ fn class(layout: Layout) -> Option<usize> {
     let size = layout.size().max(1 << SMALLEST_CLASS).next_power_of_two();
     let fits = size <= LARGEST && layout.align() <= size.min(MAX_ALIGN);
     fits.then(|| (size.trailing_zeros() - SMALLEST_CLASS) as usize)
-}
-
-/// Where blocks of `size` start: a multiple of their size up to [`MAX_ALIGN`], of a page
-/// for those whose pages are given back when freed.
-fn alignment(size: usize) -> usize {
-    match size >= RELEASED {
-        true => 4096,
-        false => size.min(MAX_ALIGN),
-    }
 }
 
 fn in_arena(ptr: *mut u8) -> bool {
@@ -112,7 +113,7 @@ fn take_block(class: usize) -> *mut u8 {
     let size = 1usize << (class as u32 + SMALLEST_CLASS);
     let start = NEXT
         .load(Ordering::Relaxed)
-        .next_multiple_of(alignment(size));
+        .next_multiple_of(size.min(MAX_ALIGN));
     match start.checked_add(size) {
         Some(end) if end <= END.load(Ordering::Relaxed) => {
             NEXT.store(end, Ordering::Relaxed);
@@ -123,17 +124,33 @@ fn take_block(class: usize) -> *mut u8 {
 }
 
 fn give_back(ptr: *mut u8, class: usize) {
-    let size = 1usize << (class as u32 + SMALLEST_CLASS);
-    if size >= RELEASED {
-        // SAFETY: the block's pages past its first (such blocks start on a page, `alignment`),
-        // which no one uses any more: they read as zeros if taken again.
-        unsafe { libc::madvise(ptr.add(4096).cast(), size - 4096, libc::MADV_DONTNEED) };
-    }
     let _held = Held::take();
     // SAFETY: `ptr` is a block of this class no one uses any more; its first word (blocks are
     // at least 16 bytes, aligned to 16) links the list.
     unsafe { (ptr as *mut usize).write(FREE[class].load(Ordering::Relaxed)) };
     FREE[class].store(ptr as usize, Ordering::Relaxed);
+}
+
+/// Remembers a large block the fork took from the system allocator (if a slot is free).
+fn remember(ptr: *mut u8) {
+    if ptr.is_null() {
+        return;
+    }
+    let _held = Held::take();
+    if let Some(slot) = TAKEN.iter().find(|slot| slot.load(Ordering::Relaxed) == 0) {
+        slot.store(ptr as usize, Ordering::Relaxed);
+    }
+}
+
+/// Forgets a large block; whether the fork had taken it (else the template allocated it).
+fn forget(ptr: *mut u8) -> bool {
+    let _held = Held::take();
+    let taken = TAKEN
+        .iter()
+        .find(|slot| slot.load(Ordering::Relaxed) == ptr as usize);
+    taken
+        .inspect(|slot| slot.store(0, Ordering::Relaxed))
+        .is_some()
 }
 
 // SAFETY: blocks are at least `layout.size()` long and aligned to `layout.align()` (`class`
@@ -142,16 +159,20 @@ fn give_back(ptr: *mut u8, class: usize) {
 // (or, the template's after the switch, kept).
 unsafe impl GlobalAlloc for ForkArena {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ACTIVE.load(Ordering::Acquire) {
-            if let Some(class) = class(layout) {
-                let block = take_block(class);
-                if !block.is_null() {
-                    return block;
-                }
+        if !ACTIVE.load(Ordering::Acquire) {
+            // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
+            return unsafe { System.alloc(layout) };
+        }
+        if let Some(class) = class(layout) {
+            let block = take_block(class);
+            if !block.is_null() {
+                return block;
             }
         }
-        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
-        unsafe { System.alloc(layout) }
+        // SAFETY: as above.
+        let block = unsafe { System.alloc(layout) };
+        remember(block);
+        block
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -159,16 +180,20 @@ unsafe impl GlobalAlloc for ForkArena {
             if let Some(class) = class(layout) {
                 give_back(ptr, class);
             }
-        } else if !ACTIVE.load(Ordering::Acquire) {
+        } else if !ACTIVE.load(Ordering::Acquire) || forget(ptr) {
             // SAFETY: `ptr` came from the system allocator with this layout.
             unsafe { System.dealloc(ptr, layout) }
         }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !ACTIVE.load(Ordering::Acquire) {
+        if !ACTIVE.load(Ordering::Acquire) || class(layout).is_none() {
             // SAFETY: the caller's layout.
-            return unsafe { System.alloc_zeroed(layout) };
+            let block = unsafe { System.alloc_zeroed(layout) };
+            if ACTIVE.load(Ordering::Acquire) {
+                remember(block);
+            }
+            return block;
         }
         // SAFETY: the caller's layout; the block is `layout.size()` bytes long.
         let block = unsafe { self.alloc(layout) };
@@ -180,8 +205,8 @@ unsafe impl GlobalAlloc for ForkArena {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !ACTIVE.load(Ordering::Acquire) && !in_arena(ptr) {
-            // SAFETY: `ptr` came from the system allocator with `layout`.
+        if !ACTIVE.load(Ordering::Acquire) {
+            // SAFETY: before the switch every block is the system allocator's.
             return unsafe { System.realloc(ptr, layout, new_size) };
         }
         let Ok(new) = Layout::from_size_align(new_size, layout.align()) else {
@@ -189,6 +214,12 @@ unsafe impl GlobalAlloc for ForkArena {
         };
         if in_arena(ptr) && class(layout).is_some() && class(layout) == class(new) {
             return ptr; // the block already holds `new_size`
+        }
+        if !in_arena(ptr) && class(new).is_none() && forget(ptr) {
+            // SAFETY: a block the fork took from the system allocator with `layout`.
+            let moved = unsafe { System.realloc(ptr, layout, new_size) };
+            remember(if moved.is_null() { ptr } else { moved });
+            return moved;
         }
         // SAFETY: `new` is a valid layout of non-zero size (`new_size` is, by contract).
         let moved = unsafe { self.alloc(new) };
@@ -213,8 +244,6 @@ mod tests {
         assert_eq!(class(layout(16, 8)), Some(0));
         assert_eq!(class(layout(17, 8)), Some(1));
         assert_eq!(class(layout(LARGEST, 8)), Some(CLASSES - 1));
-        // A request read to its end (16 MiB at most) grows its buffer to 32 MiB.
-        const { assert!(LARGEST >= 32 << 20) };
         assert_eq!(class(layout(LARGEST + 1, 8)), None);
         // An alignment above the block's own (or above 64) goes to the system.
         assert_eq!(class(layout(16, 32)), None);
@@ -264,7 +293,7 @@ mod tests {
         let before = alloc(100, 8);
         assert!(!before.is_null() && !in_arena(before));
         use_fresh_arena().unwrap();
-        for (size, align) in [(1, 1), (24, 8), (100, 64), (5000, 8), (70 << 10, 16)] {
+        for (size, align) in [(1, 1), (24, 8), (100, 64), (5000, 8), (LARGEST, 16)] {
             let block = alloc(size, align);
             assert!(in_arena(block), "{size}");
             assert_eq!(block as usize % align, 0, "{size}");
@@ -282,8 +311,18 @@ mod tests {
         let cleared = zeroed(3000);
         assert_eq!(cleared, grown, "the freed block, with its old bytes zeroed");
         assert!(bytes(cleared, 3000).iter().all(|b| *b == 0));
-        let huge = alloc(LARGEST + 1, 8);
-        assert!(!huge.is_null() && !in_arena(huge));
-        free(huge, LARGEST + 1, 8);
+        // A large block comes from the system allocator and goes back to it when freed; one
+        // the template allocated (before the switch) is kept.
+        let is_taken = |block: *mut u8| {
+            TAKEN
+                .iter()
+                .any(|t| t.load(Ordering::Relaxed) == block as usize)
+        };
+        let large = alloc(LARGEST + 1, 8);
+        assert!(!large.is_null() && !in_arena(large) && is_taken(large));
+        let larger = grow(large, LARGEST + 1, 4 * LARGEST);
+        assert!(is_taken(larger) && (larger == large || !is_taken(large)));
+        free(larger, 4 * LARGEST, 8);
+        assert!(!is_taken(larger));
     }
 }
