@@ -12,6 +12,11 @@ use std::process::ExitCode;
 use airlock::zygote::{Interpreter, Template, RUNNER};
 use pyo3::prelude::*;
 
+/// The system allocator until a run's PID 1 switches its fork to a fresh arena (see
+/// `airlock::zygote::ForkArena`).
+#[global_allocator]
+static ALLOCATOR: airlock::zygote::ForkArena = airlock::zygote::ForkArena;
+
 fn main() -> ExitCode {
     let template = match Template::start() {
         Ok(template) => template,

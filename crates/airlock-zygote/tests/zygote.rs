@@ -253,6 +253,29 @@ fn memory_and_process_limits_hold_per_run() {
     assert_eq!(stdout(&run(&zygote, "print(1)")), "1\n");
 }
 
+/// Without a cgroup (`no_cgroup`) a run's memory limit falls back to `RLIMIT_AS`: the code gets
+/// the address space up to it (nothing its fork sets up for itself reserves any), and no more.
+#[test]
+fn without_a_cgroup_the_memory_limit_is_the_address_space() {
+    let _guard = shared();
+    let mut policy = untrusted();
+    policy.limits.memory.0 = 160 << 20;
+    let options = airlock::SandboxOptions {
+        no_cgroup: true,
+        ..Default::default()
+    };
+    let sandbox = Sandbox::with_options(policy, options).expect("sandbox");
+    let mut options = ZygoteOptions::python(&[]);
+    options.binary = Some(env!("CARGO_BIN_EXE_airlock-zygote").into());
+    let zygote = sandbox.zygote(options).expect("zygote");
+    let fits = run(&zygote, "print(len(bytearray(96 << 20)))");
+    assert_eq!(stdout(&fits), format!("{}\n", 96 << 20), "{fits:#?}");
+    let over = run(&zygote, "bytearray(200 << 20)");
+    assert_ne!(over.exit_code, Some(0), "{over:#?}");
+    let stderr = over.stderr.as_deref().unwrap_or_default();
+    assert!(stderr.contains("MemoryError"), "{over:#?}");
+}
+
 #[test]
 fn attacks_through_the_zygote_are_contained() {
     let _guard = shared();

@@ -25,7 +25,7 @@ mod run;
 mod template;
 mod wire;
 
-pub use crate::linux::sys::Forked;
+pub use crate::linux::sys::{ForkArena, Forked};
 pub use host::{Zygote, ZygoteOptions, ZygoteRun, ZygoteStats};
 pub use nix::unistd::Pid;
 

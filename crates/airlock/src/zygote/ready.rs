@@ -2,8 +2,8 @@
 //! children of the template waiting, each in a fresh cgroup (created with the run's limits)
 //! and already through every confinement step — namespaces, the root, Landlock, `no_new_privs`,
 //! capabilities, seccomp — its PID 1 waiting for the run's request on its report socket. Each
-//! serves exactly one run; a run that finds none ready forks its own. The keeper also removes
-//! finished runs' cgroups. Cgroups carry the `run-<pid>-…` name, so a dead owner's are swept
+//! serves exactly one run; a run that finds none ready forks its own. A thread of the keeper's
+//! removes finished runs' cgroups, so no refill waits behind a removal. Cgroups carry the `run-<pid>-…` name, so a dead owner's are swept
 //! like any abandoned run's, and a waiting child ends when its report socket closes.
 
 use std::collections::VecDeque;
@@ -196,19 +196,25 @@ struct Keeper {
 
 impl Keeper {
     fn serve(self, inbox: Receiver<Job>) {
-        while let Ok(job) = inbox.recv() {
-            match job {
-                Job::TearDown(cgroup, report) => {
-                    // A run may wait for a ready child, none waits for a removal: the pool is
-                    // refilled before the keeper waits for this run's PID 1 to end.
-                    self.refill();
-                    if let Some(report) = report {
-                        wait_for_pid1_exit(&report);
-                    }
-                    self.remove(cgroup)
+        // Removals wait (for a run's PID 1 to end, then for its cgroup to empty, sleeping at
+        // growing intervals): in a thread of their own, so that no refill ever waits behind
+        // one. When the keeper did both, callers under saturation found no child ready while
+        // it slept (runs forked on their own path).
+        let (removals, pending) = channel::<(RunCgroup, Option<UnixStream>)>();
+        let stats = Arc::clone(&self.stats);
+        let remover = std::thread::spawn(move || {
+            for (cgroup, report) in pending {
+                if let Some(report) = report {
+                    wait_for_pid1_exit(&report);
                 }
-                Job::Refill => self.refill(),
+                remove(cgroup, &stats);
             }
+        });
+        while let Ok(job) = inbox.recv() {
+            if let Job::TearDown(cgroup, report) = job {
+                let _ = removals.send((cgroup, report));
+            }
+            self.refill();
         }
         // Every unused child's socket and pipes are closed first: its PID 1 sees the report
         // socket close and ends, and the run with it, so the cgroups below are empty (or
@@ -219,8 +225,10 @@ impl Keeper {
             .filter_map(|child| child.cgroup)
             .collect();
         for cgroup in cgroups {
-            self.remove(cgroup);
+            let _ = removals.send((cgroup, None));
         }
+        drop(removals);
+        let _ = remover.join();
     }
 
     /// Keeps the pool at its target; a failure leaves the run to fork its own (and report
@@ -233,15 +241,15 @@ impl Keeper {
             }
         }
     }
+}
 
-    /// PID 1's exit ends the run's namespace; its last processes (PID 1 itself and what
-    /// the code left) leave the cgroup within moments. An empty cgroup is removed without a
-    /// kill round; whatever stays after a second is killed by `remove`.
-    fn remove(&self, cgroup: RunCgroup) {
-        cgroup.wait_for_exits(Duration::from_secs(1));
-        if cgroup.remove().is_err() {
-            lock(&self.stats).cleanup_failures += 1;
-        }
+/// PID 1's exit ends the run's namespace; its last processes (PID 1 itself and what the code
+/// left) leave the cgroup within moments. An empty cgroup is removed without a kill round;
+/// whatever stays after a second is killed by `remove`.
+fn remove(cgroup: RunCgroup, stats: &Mutex<ZygoteStats>) {
+    cgroup.wait_for_exits(Duration::from_secs(1));
+    if cgroup.remove().is_err() {
+        lock(stats).cleanup_failures += 1;
     }
 }
 

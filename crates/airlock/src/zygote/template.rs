@@ -155,6 +155,14 @@ impl Template {
             Ok(placed) => placed,
             Err(e) => sys::exit_now(e.raw_os_error().unwrap_or(1).clamp(1, 125)),
         };
+        // From here this process's (and the program's) small allocations come from fresh
+        // pages, not the template's heap, whose free chunks each copied a page when the
+        // allocator wrote them. Only for a run with a cgroup: one without falls back to
+        // `RLIMIT_AS` (`confine::enter`), which the arena's reservation would eat into.
+        // Without the arena (it fails, or the binary does not install it) as before.
+        if !tasks.is_empty() {
+            let _ = sys::use_fresh_arena();
+        }
         let (spec, native) = (&self.spec.init, self.native());
         let mut layers =
             confine::enter(spec, native, &tasks, self.ids).unwrap_or_else(|e| confine::fail(e));

@@ -7,8 +7,11 @@ use std::os::fd::{FromRawFd, RawFd};
 
 use nix::unistd::{ForkResult, Pid};
 
+mod arena;
 mod mount;
 mod spawn;
+
+pub use arena::{use_fresh_arena, ForkArena};
 
 pub use mount::{
     add_mount_flags, set_mount_idmap, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID,
