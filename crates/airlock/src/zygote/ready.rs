@@ -2,9 +2,10 @@
 //! children of the template waiting, each in a fresh cgroup (created with the run's limits)
 //! and already through every confinement step — namespaces, the root, Landlock, `no_new_privs`,
 //! capabilities, seccomp — its PID 1 waiting for the run's request on its report socket. Each
-//! serves exactly one run; a run that finds none ready forks its own. A thread of the keeper's
-//! removes finished runs' cgroups, so no refill waits behind a removal. Cgroups carry the `run-<pid>-…` name, so a dead owner's are swept
-//! like any abandoned run's, and a waiting child ends when its report socket closes.
+//! serves exactly one run; a run that finds none ready forks its own. A thread of the
+//! keeper's removes finished runs' cgroups, so no refill waits behind a removal. Cgroups carry
+//! the `run-<pid>-…` name, so a dead owner's are swept like any abandoned run's, and a waiting
+//! child ends when its report socket closes.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};

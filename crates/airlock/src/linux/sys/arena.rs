@@ -6,6 +6,13 @@
 //! copy-on-write faults a run). Large blocks still come from the system allocator (glibc maps
 //! them on their own). Memory the template allocated and the fork frees is left as it is
 //! (written to, it would be copied; it is the template's memory, charged to no run).
+//!
+//! Written here rather than taken from an allocator crate (`talc`, `linked_list_allocator`,
+//! `buddy_system_allocator` serve a region they are given): what this needs is the switch and
+//! the routing — the system allocator until a fork asks, then every block by its origin, the
+//! template's never written, the fork's large ones given back — which would be this same code
+//! around any of them; the region itself needs only power-of-two free lists, a few lines that
+//! a crate would not shorten.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
