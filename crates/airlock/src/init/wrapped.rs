@@ -415,14 +415,18 @@ pub(crate) fn tool_reported_exit(status: &str) -> bool {
 }
 
 /// Our seccomp filters (the first `count`) as raw `struct sock_filter` arrays in memfds, for
-/// `--add-seccomp-fd`.
+/// `--add-seccomp-fd`: the ones compiled ahead, as they are, where there are some.
 fn seccomp_descriptors(config: &SeccompConfig, count: usize) -> Setup<Vec<OwnedFd>> {
-    let programs =
-        seccomp::build_filters(config).map_err(|e| SetupError::at(Step::Seccomp, e.to_string()))?;
-    programs.iter().take(count).map(filter_memfd).collect()
+    let images =
+        seccomp::filter_images(config).map_err(|e| SetupError::at(Step::Seccomp, e.to_string()))?;
+    images
+        .iter()
+        .take(count)
+        .map(|image| filter_memfd(image))
+        .collect()
 }
 
-fn filter_memfd(program: &seccompiler::BpfProgram) -> Setup<OwnedFd> {
+fn filter_memfd(image: &[u8]) -> Setup<OwnedFd> {
     let failed = |message: String| SetupError::at(Step::Seccomp, message);
     let fd = nix::sys::memfd::memfd_create(
         c"airlock-seccomp",
@@ -430,7 +434,7 @@ fn filter_memfd(program: &seccompiler::BpfProgram) -> Setup<OwnedFd> {
     )
     .map_err(|e| failed(format!("memfd_create: {e}")))?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(&seccomp::filter_bytes(program))
+    file.write_all(image)
         .map_err(|e| failed(format!("cannot write the seccomp filter: {e}")))?;
     nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekSet)
         .map_err(|e| failed(format!("lseek: {e}")))?;

@@ -61,10 +61,13 @@ pub(super) fn validate_limits(limits: &CgroupLimits) -> Result<(), CgroupError> 
     Ok(())
 }
 
+/// The CFS period a new cgroup starts with (`default_bw_period_us` in the kernel), in µs.
+pub(super) const DEFAULT_CFS_PERIOD_US: u64 = 100_000;
+
 /// CFS `(quota_us, period_us)` for a millicore budget, keeping the quota at or above the
 /// kernel's 1ms minimum by stretching the period (up to its 1s maximum) for tiny budgets.
 pub(super) fn cfs_quota(millicores: u64) -> (u64, u64) {
-    const DEFAULT_PERIOD_US: u64 = 100_000;
+    const DEFAULT_PERIOD_US: u64 = DEFAULT_CFS_PERIOD_US;
     const LONG_PERIOD_US: u64 = 1_000_000;
     const MIN_QUOTA_US: u64 = 1_000;
     let quota = millicores.saturating_mul(DEFAULT_PERIOD_US) / 1000;

@@ -38,7 +38,7 @@ use control::{
     canonical_order, cfs_quota, control_file_offered, create_dir_if_missing, create_run_dir,
     ensure_parent, is_cgroupfs, read_optional, remove_empty_run_dir, remove_parent_if_empty,
     remove_run_dir, trial_create, validate_limits, validate_parent, validate_run_id, write_control,
-    CPU_LIMIT_HINT,
+    CPU_LIMIT_HINT, DEFAULT_CFS_PERIOD_US,
 };
 use layout::{Layout, V1Hierarchy, V2Mount};
 

@@ -303,10 +303,10 @@ fn fake_v1_create_writes_limits_in_each_hierarchy() {
         limit
     );
     assert_eq!(read(root.join("pids/airlock/r1/pids.max")), "16");
-    assert_eq!(
-        read(root.join("cpu,cpuacct/airlock/r1/cpu.cfs_period_us")),
-        "100000"
-    );
+    // The default period stays as the kernel made it: only the quota is written.
+    assert!(!root
+        .join("cpu,cpuacct/airlock/r1/cpu.cfs_period_us")
+        .exists());
     assert_eq!(
         read(root.join("cpu,cpuacct/airlock/r1/cpu.cfs_quota_us")),
         "50000"

@@ -10,7 +10,7 @@ use super::{
     canonical_order, cfs_quota, control_file_offered, create_run_dir, ensure_parent, read_optional,
     trial_create, write_control, CgroupConfig, CgroupError, CgroupLimits, CgroupSupport,
     CgroupUsage, CgroupVersion, Layout, RunCgroup, RunDir, V1Hierarchy, CPU_LIMIT_HINT,
-    RUN_CONTROLLERS,
+    DEFAULT_CFS_PERIOD_US, RUN_CONTROLLERS,
 };
 
 pub(super) fn probe(layout: &Layout, cfg: &CgroupConfig, support: &mut CgroupSupport) {
@@ -146,8 +146,13 @@ fn apply_limits(dirs: &[RunDir], limits: &CgroupLimits) -> Result<(), CgroupErro
     }
     if let (Some(millicores), Some(dir)) = (limits.cpu_millicores, dir_with(dirs, "cpu")) {
         let (quota, period) = cfs_quota(millicores);
-        let period_file = dir.join("cpu.cfs_period_us");
-        write_control(&period_file, &period.to_string(), CPU_LIMIT_HINT)?;
+        // A new cgroup starts with the kernel's default period (`default_bw_period_us`), and
+        // the quota is counted against the period in force: writing the default again would
+        // cost a kernfs open and a bandwidth update on every run's path for nothing.
+        if period != DEFAULT_CFS_PERIOD_US {
+            let period_file = dir.join("cpu.cfs_period_us");
+            write_control(&period_file, &period.to_string(), CPU_LIMIT_HINT)?;
+        }
         write_control(
             &dir.join("cpu.cfs_quota_us"),
             &quota.to_string(),

@@ -30,6 +30,7 @@
 mod arguments;
 mod bpf;
 mod lists;
+mod prebuilt;
 #[cfg(test)]
 mod seccompiler_oracle;
 mod table;
@@ -41,6 +42,7 @@ pub use lists::{IP_SOCKET_TYPES_REFUSED, SETID_BITS};
 
 use seccompiler::{sock_filter, BpfProgram, SeccompAction, SeccompFilter, SeccompRule, TargetArch};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// The knobs of the policy that differ between sandboxes.
@@ -89,8 +91,37 @@ const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
 
-/// The two filters in installation order: the syscall table, then the argument checks.
+/// The two filters in installation order: the syscall table, then the argument checks;
+/// the ones compiled ahead when this architecture has them ([`prebuilt`]).
 pub fn build_filters(cfg: &SeccompConfig) -> Result<Vec<BpfProgram>, SeccompError> {
+    let prebuilt = prebuilt::images(cfg).and_then(|images| {
+        images
+            .into_iter()
+            .map(prebuilt::program)
+            .collect::<Option<Vec<_>>>()
+    });
+    match prebuilt {
+        Some(programs) => Ok(programs),
+        None => compile_filters(cfg),
+    }
+}
+
+/// The two filters as the raw `struct sock_filter` arrays a tool reads from a descriptor
+/// (bwrap's `--add-seccomp-fd`), in installation order: the prebuilt files as they are, or
+/// the compiled programs' bytes.
+pub fn filter_images(cfg: &SeccompConfig) -> Result<Vec<Cow<'static, [u8]>>, SeccompError> {
+    if let Some(images) = prebuilt::images(cfg) {
+        return Ok(prebuilt::borrowed(images));
+    }
+    let programs = compile_filters(cfg)?;
+    Ok(programs
+        .iter()
+        .map(|program| Cow::Owned(filter_bytes(program)))
+        .collect())
+}
+
+/// The two filters compiled from the lists.
+fn compile_filters(cfg: &SeccompConfig) -> Result<Vec<BpfProgram>, SeccompError> {
     let arguments = argument_checks(cfg)
         .compile()
         .ok_or(SeccompError::ArgumentChecksTooLong)?;

@@ -746,3 +746,43 @@ fn config_round_trips_through_json() {
         ONLINE
     );
 }
+
+/// The filters compiled ahead ([`prebuilt`]) are the lists' filters, byte for byte, and
+/// [`build_filters`] and [`filter_images`] hand out the same programs. After a change to the
+/// lists, `AIRLOCK_WRITE_PREBUILT_SECCOMP=1 cargo test -p airlock --lib prebuilt_filters`
+/// rewrites the files (then build and run it again, without the variable).
+#[test]
+fn prebuilt_filters_are_the_compiled_ones() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/confine/seccomp/prebuilt")
+        .join(std::env::consts::ARCH);
+    let write = std::env::var_os("AIRLOCK_WRITE_PREBUILT_SECCOMP").is_some();
+    for cfg in [OFFLINE, ONLINE, GATED] {
+        let compiled = compile_filters(&cfg).unwrap();
+        let files = [prebuilt::TABLE, prebuilt::arguments_file(&cfg)];
+        for (file, program) in files.into_iter().zip(&compiled) {
+            let path = dir.join(file);
+            if write {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, filter_bytes(program)).unwrap();
+            } else if cfg!(target_arch = "x86_64") {
+                assert!(
+                    std::fs::read(&path).unwrap() == filter_bytes(program),
+                    "{} is not the compiled filter: regenerate it (see this test's comment)",
+                    path.display()
+                );
+            }
+        }
+        if write {
+            continue;
+        }
+        assert_eq!(build_filters(&cfg).unwrap(), compiled, "{cfg:?}");
+        let images: Vec<Vec<u8>> = compiled.iter().map(|p| filter_bytes(p)).collect();
+        let handed: Vec<Vec<u8>> = filter_images(&cfg)
+            .unwrap()
+            .iter()
+            .map(|image| image.to_vec())
+            .collect();
+        assert_eq!(handed, images, "{cfg:?}");
+    }
+}
