@@ -22,9 +22,14 @@ const INSTRUCTION_BYTES: usize = 8;
 /// The file each prebuilt program is in, under `prebuilt/<arch>/`.
 pub(super) const TABLE: &str = "table.bpf";
 
-/// The argument-check program's file for a configuration.
+/// The argument-check program's file for a configuration. Every knob is named here, so that
+/// a knob added to [`SeccompConfig`] cannot be left out of the choice without a compile error.
 pub(super) fn arguments_file(cfg: &SeccompConfig) -> &'static str {
-    match (cfg.allow_network, cfg.allow_inet) {
+    let SeccompConfig {
+        allow_network,
+        allow_inet,
+    } = *cfg;
+    match (allow_network, allow_inet) {
         (true, _) => "arguments-network.bpf",
         (false, true) => "arguments-inet.bpf",
         (false, false) => "arguments-unix.bpf",
