@@ -206,14 +206,19 @@ def main() -> None:
     if args[:1] == ["--check"] and len(args) == 2:
         check(args[1])
         return
-    if len(args) != 1:
+    if len(args) != 1 or args[0].startswith("-"):
         sys.exit(__doc__)
     binary = str(Path(args[0]).resolve())
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"{binary}: not an executable file; give the airlock release binary")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         found = sampled(binary, work)
         for symbol in traced(binary, work) - found.keys():
             found[symbol] = (0, 0)
+    if not found:
+        # Runs that failed or a binary without symbols: keep the file there is.
+        sys.exit(f"no function of {binary} was seen running; {OUTPUT} left as it was")
     # Deepest role first, then hottest, then by name (a stable file between runs).
     order = sorted(found, key=lambda s: (-found[s][0], -found[s][1], s))
     OUTPUT.write_text("".join(f"{symbol}\n" for symbol in order))
