@@ -67,12 +67,11 @@ pub(super) const DEFAULT_CFS_PERIOD_US: u64 = 100_000;
 /// CFS `(quota_us, period_us)` for a millicore budget, keeping the quota at or above the
 /// kernel's 1ms minimum by stretching the period (up to its 1s maximum) for tiny budgets.
 pub(super) fn cfs_quota(millicores: u64) -> (u64, u64) {
-    const DEFAULT_PERIOD_US: u64 = DEFAULT_CFS_PERIOD_US;
     const LONG_PERIOD_US: u64 = 1_000_000;
     const MIN_QUOTA_US: u64 = 1_000;
-    let quota = millicores.saturating_mul(DEFAULT_PERIOD_US) / 1000;
+    let quota = millicores.saturating_mul(DEFAULT_CFS_PERIOD_US) / 1000;
     if quota >= MIN_QUOTA_US {
-        (quota, DEFAULT_PERIOD_US)
+        (quota, DEFAULT_CFS_PERIOD_US)
     } else {
         (
             (millicores * LONG_PERIOD_US / 1000).max(MIN_QUOTA_US),
