@@ -33,10 +33,7 @@ fn descendants(root: u32) -> Vec<u32> {
         .flatten()
         .filter_map(|entry| {
             let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            let after_name = &stat[stat.rfind(')')? + 2..];
-            let ppid = after_name.split(' ').nth(1)?.parse().ok()?;
-            Some((pid, ppid))
+            Some((pid, parent_of(pid)?))
         })
         .collect();
     let mut found = vec![root];
@@ -150,15 +147,18 @@ fn every_process_of_a_run_is_in_its_cgroup_and_sees_it_as_the_root() {
 
 /// Neither reaped nor a zombie.
 fn still_running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| Some(!stat[stat.rfind(')')? + 2..].starts_with('Z')))
-        .unwrap_or(false)
+    stat_after_name(pid).is_some_and(|fields| !fields.starts_with('Z'))
 }
 
 fn parent_of(pid: u32) -> Option<u32> {
+    stat_after_name(pid)?.split(' ').nth(1)?.parse().ok()
+}
+
+/// `/proc/<pid>/stat` from the state (field 3) on: the command name before it may hold spaces
+/// and parentheses, so the text after its last `)` is the reliable part.
+fn stat_after_name(pid: u32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+    Some(stat[stat.rfind(')')? + 2..].to_string())
 }
 
 /// A run cgroup the kernel refuses (its CPU quota above the parent's): a profile that
