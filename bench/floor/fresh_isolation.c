@@ -28,26 +28,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *HIERARCHIES[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
-#define COUNT 5
-
-static void fail(const char *what) {
-    perror(what);
-    exit(125);
-}
+#include "floor.h"
 
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void put(const char *dir, const char *file, const char *value) {
-    char path[320];
-    snprintf(path, sizeof path, "%.255s/%.60s", dir, file);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || write(fd, value, strlen(value)) < 0) fail(path);
-    close(fd);
 }
 
 static int tasks[COUNT];
@@ -67,10 +53,7 @@ static void one_run(int flags, int caller, long run) {
                  HIERARCHIES[i], getppid(), caller, run);
         if (mkdir(dirs[i], 0755)) fail(dirs[i]);
     }
-    put(dirs[0], "memory.limit_in_bytes", "536870912");
-    put(dirs[0], "memory.memsw.limit_in_bytes", "536870912");
-    put(dirs[1], "pids.max", "64");
-    put(dirs[2], "cpu.cfs_quota_us", "100000");
+    limit_run_cgroup(dirs);
     for (int i = 0; i < COUNT; i++) {
         char path[320];
         snprintf(path, sizeof path, "%.255s/tasks", dirs[i]);

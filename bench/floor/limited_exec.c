@@ -27,21 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *HIERARCHIES[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
-enum { COUNT = sizeof HIERARCHIES / sizeof *HIERARCHIES };
-
-static void fail(const char *what) {
-    perror(what);
-    exit(125);
-}
-
-static void put(const char *dir, const char *file, const char *value) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || write(fd, value, strlen(value)) < 0) fail(path);
-    close(fd);
-}
+#include "floor.h"
 
 static ssize_t get(const char *dir, const char *file, char *buffer, size_t size) {
     char path[512];
@@ -72,10 +58,7 @@ int main(int argc, char **argv) {
         snprintf(dirs[i], sizeof dirs[i], "%s/run-%d", parent, getpid());
         if (mkdir(dirs[i], 0755)) fail(dirs[i]);
     }
-    put(dirs[0], "memory.limit_in_bytes", "536870912");
-    put(dirs[0], "memory.memsw.limit_in_bytes", "536870912");
-    put(dirs[1], "pids.max", "64");
-    put(dirs[2], "cpu.cfs_quota_us", "100000");
+    limit_run_cgroup(dirs);
     if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) fail("mount namespace");
     const char *capped = "size=268435456,nr_inodes=10000,mode=0777";
     scratch(argv[1], "work", capped);
