@@ -81,9 +81,8 @@ struct StatTicks {
 }
 
 fn stat_ticks(stat: &str) -> Option<StatTicks> {
-    // The command name (field 2) may hold spaces and parentheses: count after its last `)`,
-    // where field 3 (the state) comes first.
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    // Field 3 (the state) comes first after the command name.
+    let fields: Vec<&str> = crate::linux::tree::fields_after_name(stat)?.collect();
     let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
     Some(StatTicks {
         user: field(14)?,
