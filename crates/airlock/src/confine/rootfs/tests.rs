@@ -178,6 +178,21 @@ fn defaults_cover_merged_usr_and_linker_config() {
         .any(|p| p.ends_with("shadow") || p.ends_with("passwd")));
 }
 
+#[test]
+fn only_python3_entries_of_etc_are_added_in_order() {
+    let etc = tempfile::tempdir().unwrap();
+    for name in ["python3.11", "hosts", "python3", "apython3", "python2.7"] {
+        std::fs::write(etc.path().join(name), "").unwrap();
+    }
+    std::fs::create_dir(etc.path().join("python3.12")).unwrap();
+    let names: Vec<PathBuf> = ["python3", "python3.11", "python3.12"]
+        .iter()
+        .map(|name| etc.path().join(name))
+        .collect();
+    assert_eq!(python_etc_entries(etc.path()), names);
+    assert!(python_etc_entries(&etc.path().join("missing")).is_empty());
+}
+
 fn existing_plan() -> (tempfile::TempDir, RootfsPlan) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("data/ro")).unwrap();
