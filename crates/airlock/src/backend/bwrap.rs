@@ -331,16 +331,18 @@ impl Args {
         self.0.extend(flags.iter().map(|f| f.to_string()));
     }
 
+    // `to_string_lossy`, not `display().to_string()`: the same text without the formatting
+    // machinery, for the ~40 paths of every plan.
     fn path(&mut self, flag: &str, path: &Path) {
         self.0
-            .extend([flag.to_string(), path.display().to_string()]);
+            .extend([flag.to_string(), path.to_string_lossy().into_owned()]);
     }
 
     fn paths(&mut self, flag: &str, first: &Path, second: &Path) {
         self.0.extend([
             flag.to_string(),
-            first.display().to_string(),
-            second.display().to_string(),
+            first.to_string_lossy().into_owned(),
+            second.to_string_lossy().into_owned(),
         ]);
     }
 }
