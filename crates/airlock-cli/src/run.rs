@@ -78,7 +78,9 @@ fn build_command(args: &RunArgs, pool: &mut Option<WarmPool>) -> Result<airlock:
     .args(rest.iter().cloned())
     .keep_workdir(args.keep)
     .tty(args.tty)
-    .cancel_on_signals(true);
+    .cancel_on_signals(true)
+    // `airlock run` exits once it has printed the result.
+    .exits_after_run(true);
     for (key, value) in &args.sandbox.env {
         command = command.env(key.clone(), value.clone());
     }

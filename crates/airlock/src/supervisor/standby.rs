@@ -479,6 +479,7 @@ fn start_on(
         ),
         keep: false,
         retire: Some(source),
+        exits_after: false,
         git_watch,
     };
     Ok(Some(WarmStart {
