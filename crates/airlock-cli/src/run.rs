@@ -78,9 +78,7 @@ fn build_command(args: &RunArgs, pool: &mut Option<WarmPool>) -> Result<airlock:
     .args(rest.iter().cloned())
     .keep_workdir(args.keep)
     .tty(args.tty)
-    .cancel_on_signals(true)
-    // `airlock run` exits once it has printed the result.
-    .exits_after_run(true);
+    .cancel_on_signals(true);
     for (key, value) in &args.sandbox.env {
         command = command.env(key.clone(), value.clone());
     }

@@ -216,43 +216,6 @@ fn a_background_process_ends_with_the_run() {
     assert!(survivors.is_empty(), "outlived the run: {survivors:?}");
 }
 
-/// `airlock run` returns without waiting for its init's own exit (`exits_after_run`): the
-/// init closes its pipes once the result is sent and ends on its own. It was forked from the
-/// CLI, so it shows the CLI's command line, the program's argv included, until its address
-/// space is gone; it blanks it first. Whatever looks for the run's processes by their
-/// command line right after airlock returns (as this suite and the attack suite's leftover
-/// check do) must find none, on every run, not only once the init happened to be gone.
-#[test]
-fn no_process_shows_the_programs_command_line_once_airlock_returns() {
-    if !bwrap_usable() {
-        return;
-    }
-    for run in 0..40 {
-        let marker = format!("airlock-returned-{}-{run}", std::process::id());
-        let output = airlock_command()
-            .args(["run", "--backend", "bwrap", "--allow-degraded", "--"])
-            .args(["/bin/true", &marker])
-            .output()
-            .expect("airlock runs");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let showing: Vec<String> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
-            .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
-            .filter(|cmdline| cmdline.contains(&marker))
-            .collect();
-        assert!(
-            showing.is_empty(),
-            "run {run}: still shown after airlock returned: {showing:?}"
-        );
-    }
-}
-
 #[test]
 fn tmp_is_size_capped() {
     if !bwrap_usable() {

@@ -79,24 +79,7 @@ pub(crate) fn init_main_with(spec: Option<&InitSpec>) -> ! {
             1
         }
     };
-    drop(control);
-    leave_visibly_done();
     sys::exit_now(code)
-}
-
-/// After the last event: closes every descriptor, so the supervisor reads the event pipe's
-/// EOF now rather than at the end of this process's exit, and blanks the command line (a
-/// forked init's is the supervisor's, the program's argv included).
-///
-/// Why: the exit itself (this address space and the in-memory run directory's mount
-/// namespace torn down) takes ~0.2 ms, and releases the descriptors only at its end. A
-/// supervisor that exits right after the run (the CLI: `Command::exits_after_run`) returns
-/// once it has the result and the EOF, without waiting for it; whoever adopts this process
-/// reaps it. Everything of the run is gone by then (the result is sent after the clean-up),
-/// and from the EOF on, nothing in /proc shows the program's command line.
-fn leave_visibly_done() {
-    let _ = sys::blank_command_line();
-    let _ = sys::close_from(0);
 }
 
 fn run_init(given: Option<&InitSpec>, control: &mut std::fs::File) -> Setup<()> {

@@ -98,8 +98,6 @@ pub struct Command {
     /// Where a prepared sandbox comes from (a command made by a warm pool).
     pub(super) standby: Option<Arc<dyn StandbySource>>,
     pub(super) cancel_on_signals: bool,
-    /// The caller exits right after `run` (see [`Command::exits_after_run`]).
-    pub(super) exits_after_run: bool,
     /// Forks the init of a cold run instead of executing it (see [`Command::init_spawner`]).
     pub(super) spawner: Option<Arc<InitSpawner>>,
     /// The caller's check before anything of the run starts (see [`Command::before_launch`]).
@@ -170,7 +168,6 @@ impl Sandbox {
             files: Vec::new(),
             standby: None,
             cancel_on_signals: false,
-            exits_after_run: false,
             spawner: None,
             before_launch: None,
         }
@@ -315,18 +312,6 @@ impl Command {
     /// [`super::Canceller`]).
     pub fn cancel_on_signals(mut self, cancel: bool) -> Self {
         self.cancel_on_signals = cancel;
-        self
-    }
-
-    /// For a caller that exits as soon as [`run`](Command::run) returns, like a CLI: `run`
-    /// returns once the init has sent the result and closed its pipes (everything of the run
-    /// killed and removed), without waiting for the init process's own exit (its address
-    /// space and mount namespace torn down, ~0.2 ms a run). An init this process forked is
-    /// then left to end on its own, and whoever adopts it when this process exits reaps it;
-    /// a caller that goes on running would keep it as a zombie child, so only set this right
-    /// before exiting. Nothing changes for an init that was executed, or that failed.
-    pub fn exits_after_run(mut self, exits: bool) -> Self {
-        self.exits_after_run = exits;
         self
     }
 

@@ -37,9 +37,6 @@ pub(super) struct Ending {
     pub retire: Option<std::sync::Arc<dyn super::standby::StandbySource>>,
     /// What a failed run's hints are judged from.
     pub hints: HintFacts,
-    /// The caller exits right after the run ([`Command::exits_after_run`]): a forked init
-    /// that sent its result is not waited for.
-    pub exits_after: bool,
     /// Git metadata the program may have planted in the caller's paths, checked once every
     /// process of the run is gone.
     pub git_watch: Option<super::gitguard::PlantWatch>,
@@ -139,10 +136,6 @@ impl Ending {
         let init_status = match (&self.retire, finished) {
             (Some(source), true) => {
                 source.retire(self.init.id());
-                std::process::ExitStatus::default()
-            }
-            (None, true) if self.exits_after && self.init.was_forked() => {
-                self.init.reap_if_ended();
                 std::process::ExitStatus::default()
             }
             _ => self

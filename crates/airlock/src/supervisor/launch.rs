@@ -98,7 +98,6 @@ pub(super) fn start(
         ),
         keep: command.keep,
         retire: None,
-        exits_after: command.exits_after_run,
         git_watch,
     };
     Ok((started, ending))
@@ -389,17 +388,6 @@ impl InitProcess {
 
     pub fn id(&self) -> u32 {
         self.pid().as_raw() as u32
-    }
-
-    /// Whether this process forked the init (with the spec in its memory).
-    pub fn was_forked(&self) -> bool {
-        matches!(self, InitProcess::Forked(_))
-    }
-
-    /// Reaps the init if it has already ended, without waiting (see
-    /// `Command::exits_after_run`).
-    pub fn reap_if_ended(&mut self) {
-        let _ = waitpid(self.pid(), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
     }
 
     pub fn kill(&mut self) {

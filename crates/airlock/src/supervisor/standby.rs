@@ -479,7 +479,6 @@ fn start_on(
         ),
         keep: false,
         retire: Some(source),
-        exits_after: false,
         git_watch,
     };
     Ok(Some(WarmStart {

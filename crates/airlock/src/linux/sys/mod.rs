@@ -295,36 +295,6 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// Overwrites this process's command line (the argument strings `/proc/PID/cmdline` reads)
-/// with NUL bytes, so that from now on no reader of /proc finds the command line this
-/// process started with (its environment is left as it is).
-///
-/// For a process that has no further use for its arguments: a forked init shows its
-/// supervisor's command line, the program's included, until its address space is gone.
-pub fn blank_command_line() -> io::Result<()> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    let bounds = crate::linux::tree::fields_after_name(&stat).map(|fields| {
-        // Fields 48 and 49 (arg_start, arg_end); the iterator starts at field 3.
-        let mut fields = fields.skip(45).map(|field| field.parse::<usize>().ok());
-        (fields.next().flatten(), fields.next().flatten())
-    });
-    let (Some(start), Some(end)) = bounds.unwrap_or((None, None)) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "no argument bounds in /proc/self/stat",
-        ));
-    };
-    if end <= start {
-        return Ok(());
-    }
-    // SAFETY: the kernel set [arg_start, arg_end) up as this process's argument strings on
-    // its initial stack, mapped writable for the process's whole life. This process is
-    // single-threaded (the callers are inits), so nothing reads or writes these bytes
-    // concurrently; `std::env::args` reads them, and returns empty strings from now on.
-    unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
-    Ok(())
-}
-
 /// Makes `fd` this process's controlling terminal (after `setsid`).
 pub fn set_controlling_tty(fd: RawFd) -> io::Result<()> {
     // SAFETY: TIOCSCTTY takes an integer argument, no pointer.
