@@ -304,20 +304,8 @@ pub fn default_etc_files() -> Vec<PathBuf> {
     ];
     let etc = Path::new("/etc");
     let mut entries: Vec<PathBuf> = FIXED.iter().map(|name| etc.join(name)).collect();
-    entries.extend(python_etc_entries(etc));
+    entries.extend(source::python_etc_entries(etc));
     entries
-}
-
-fn python_etc_entries(etc: &Path) -> Vec<PathBuf> {
-    let Ok(dir) = std::fs::read_dir(etc) else {
-        return Vec::new();
-    };
-    let names: BTreeSet<String> = dir
-        .filter_map(|entry| entry.ok())
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.starts_with("python3"))
-        .collect();
-    names.into_iter().map(|name| etc.join(name)).collect()
 }
 
 /// Host-side pre-check of a plan, so mistakes surface as clear errors before any namespace

@@ -398,3 +398,43 @@ fn a_plan_reaches_a_directory_through_its_binds_only() {
     beside.read_write.push(real.join("run/other"));
     assert!(!beside.reaches(&runtime));
 }
+
+/// The `python3*` entries of `/etc` are listed again only when the directory changed: an
+/// entry made after a listing was kept shows in the next one.
+#[test]
+fn python_etc_entries_follow_the_directory() {
+    let etc = tempfile::tempdir().unwrap();
+    std::fs::create_dir(etc.path().join("python3.11")).unwrap();
+    std::fs::write(etc.path().join("passwd"), "").unwrap();
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let age = |when| {
+        std::fs::File::open(etc.path())
+            .unwrap()
+            .set_modified(when)
+            .unwrap()
+    };
+    age(an_hour_ago);
+    let listed = |names: &[&str]| names.iter().map(|n| etc.path().join(n)).collect::<Vec<_>>();
+    assert_eq!(
+        source::python_etc_entries(etc.path()),
+        listed(&["python3.11"])
+    );
+    assert_eq!(
+        source::python_etc_entries(etc.path()),
+        listed(&["python3.11"])
+    );
+    std::fs::write(etc.path().join("python3.12"), "").unwrap();
+    let both = listed(&["python3.11", "python3.12"]);
+    assert_eq!(source::python_etc_entries(etc.path()), both);
+    // Kept once settled: an entry made behind a time set back to the same value is not
+    // seen (only `utimensat` can do that; every change through the directory moves it).
+    let settled = an_hour_ago + std::time::Duration::from_secs(60);
+    age(settled);
+    assert_eq!(source::python_etc_entries(etc.path()), both);
+    std::fs::write(etc.path().join("python3.13"), "").unwrap();
+    age(settled);
+    assert_eq!(source::python_etc_entries(etc.path()), both);
+    age(std::time::SystemTime::now());
+    let all = listed(&["python3.11", "python3.12", "python3.13"]);
+    assert_eq!(source::python_etc_entries(etc.path()), all);
+}
