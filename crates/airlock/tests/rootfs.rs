@@ -98,6 +98,29 @@ for name in ["kcore", "keys", "timer_list", "kallsyms", "kpageflags"]:
         st = os.stat(path)
         masked[name] = stat.S_ISCHR(st.st_mode) and st.st_rdev == null_rdev
 r["proc_masked"] = masked
+masked_dirs = {}
+for name in ["acpi", "asound", "scsi"]:
+    path = "/proc/" + name
+    if os.path.isdir(path):
+        masked_dirs[name] = {
+            "entries": os.listdir(path),
+            "mode": oct(stat.S_IMODE(os.stat(path).st_mode)),
+            "create": write(path + "/new"),
+            "mkdir": attempt(lambda: os.mkdir(path + "/new-dir")),
+            "chmod": attempt(lambda: os.chmod(path, 0o777)),
+        }
+r["proc_masked_dirs"] = masked_dirs
+dev = os.stat("/dev")
+r["dev_mode"] = oct(stat.S_IMODE(dev.st_mode)) if stat.S_ISDIR(dev.st_mode) else "not a directory"
+r["dev_mkdir"] = attempt(lambda: os.mkdir("/dev/new-dir"))
+r["dev_chmod"] = attempt(lambda: os.chmod("/dev", 0o777))
+r["dev_nodes"] = {
+    name: [stat.S_ISCHR(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev)]
+    for name in ["null", "zero", "full", "random", "urandom"]
+    for st in [os.stat("/dev/" + name)]
+}
+r["dev_links"] = {name: os.readlink("/dev/" + name) for name in ["fd", "stdin", "stdout", "stderr"]}
+r["dev_shm_mode"] = oct(stat.S_IMODE(os.stat("/dev/shm").st_mode))
 print(json.dumps(r))
 "#;
 
@@ -291,6 +314,51 @@ fn proc_is_hardened(o: &Observed) {
     }
 }
 
+/// The masked `/proc` directories the host has show nothing, and nothing can be made there
+/// (read-only, mode 0555, as the empty read-only tmpfs each was): whatever the host holds
+/// there stays hidden.
+fn proc_dirs_are_masked(o: &Observed) {
+    let masked = o.inside["proc_masked_dirs"].as_object().unwrap();
+    let on_host: Vec<&str> = ["acpi", "asound", "scsi"]
+        .into_iter()
+        .filter(|name| Path::new("/proc").join(name).is_dir())
+        .collect();
+    let inside: Vec<&str> = masked.keys().map(String::as_str).collect();
+    assert_eq!(inside, on_host);
+    for (name, seen) in masked {
+        assert_eq!(seen["entries"], serde_json::json!([]), "/proc/{name}");
+        assert_eq!(seen["mode"], "0o555", "/proc/{name}");
+        for action in ["create", "mkdir"] {
+            assert_eq!(seen[action], "EROFS", "/proc/{name}: {action}");
+        }
+        assert_ne!(seen["chmod"], "ok", "/proc/{name}: chmod");
+    }
+}
+
+/// `/dev` is what it was as a tmpfs of its own: a directory of mode 0755 that nothing can
+/// be made in, the host's device nodes, the links to the process's descriptors and a
+/// writable `/dev/shm`.
+fn dev_is_sealed_with_the_host_nodes(o: &Observed) {
+    assert_eq!(o.inside["dev_mode"], "0o755");
+    assert_eq!(o.inside["dev_mkdir"], "EROFS");
+    assert_ne!(o.inside["dev_chmod"], "ok");
+    let nodes = o.inside["dev_nodes"].as_object().unwrap();
+    for (name, seen) in nodes {
+        let host = fs::metadata(Path::new("/dev").join(name)).unwrap();
+        let rdev = std::os::unix::fs::MetadataExt::rdev(&host);
+        let expected = serde_json::json!([true, libc::major(rdev), libc::minor(rdev)]);
+        assert_eq!(seen, &expected, "/dev/{name}");
+    }
+    let links = serde_json::json!({
+        "fd": "/proc/self/fd",
+        "stdin": "/proc/self/fd/0",
+        "stdout": "/proc/self/fd/1",
+        "stderr": "/proc/self/fd/2",
+    });
+    assert_eq!(o.inside["dev_links"], links);
+    assert_eq!(o.inside["dev_shm_mode"], "0o1777");
+}
+
 fn dev_has_only_listed_nodes(o: &Observed) {
     let expected = [
         "fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero",
@@ -408,7 +476,12 @@ const OBSERVED_CHECKS: &[(&str, ObservedCheck)] = &[
         proc_shows_only_sandbox_processes,
     ),
     ("proc_is_hardened", proc_is_hardened),
+    ("proc_dirs_are_masked", proc_dirs_are_masked),
     ("dev_has_only_listed_nodes", dev_has_only_listed_nodes),
+    (
+        "dev_is_sealed_with_the_host_nodes",
+        dev_is_sealed_with_the_host_nodes,
+    ),
     ("tmp_is_writable_but_capped", tmp_is_writable_but_capped),
     ("writable_mounts_are_noexec", writable_mounts_are_noexec),
     ("workdir_is_the_writable_cwd", workdir_is_the_writable_cwd),

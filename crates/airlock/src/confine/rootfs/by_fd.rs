@@ -2,6 +2,9 @@
 //! checked to be what the walk found, the mount point reached the same way inside the new
 //! root, then `open_tree` + `mount_setattr` + `move_mount`. A path swapped meanwhile for a
 //! symlink (by another program sharing the workspace) can redirect neither end.
+//!
+//! And the masks of `/proc` directories: each a read-only clone of one empty directory of the
+//! root, reached by a descriptor opened before the `/proc` mount covered it.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -119,4 +122,37 @@ fn mount_point(new_root: &Path, found: &Found) -> Result<OwnedFd, RootfsError> {
         true => Ok(dest),
         false => Err(changed(&found.path, rustix::io::Errno::STALE)),
     }
+}
+
+/// The directory `path` of the root built at `new_root` (an empty mount point), opened before
+/// something is mounted over it; `None` when it cannot be, which leaves the masks undone (and
+/// reported as such).
+pub(super) fn open_mount_point(new_root: &Path, path: &Path) -> Option<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::open(under(new_root, path), flags, Mode::empty()).ok()
+}
+
+/// Masks the directory `dest` with a clone of `empty` (only that directory, none of the
+/// mounts on or below it), read-only, never setuid, executable or device nodes: what the
+/// program sees there is an empty directory it cannot write, as an empty read-only tmpfs
+/// would show, without a superblock of its own to make and tear down.
+pub(super) fn mask_dir(empty: &OwnedFd, dest: &Path) -> Result<(), RootfsError> {
+    let mask_error = |e: io::Error| RootfsError::Bind {
+        src: "(the root's empty /proc)".into(),
+        dst: dest.to_path_buf(),
+        source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+    };
+    let flags = OpenTreeFlags::OPEN_TREE_CLONE
+        | OpenTreeFlags::OPEN_TREE_CLOEXEC
+        | OpenTreeFlags::AT_EMPTY_PATH;
+    let mask = open_tree(empty, "", flags).map_err(|e| mask_error(e.into()))?;
+    let sealed = BindAccess {
+        writable: false,
+        exec: false,
+        devices: false,
+    };
+    sys::add_mount_flags(mask.as_fd(), Path::new(""), wanted_attrs(sealed), false)
+        .map_err(mask_error)?;
+    let flags = MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH;
+    move_mount(mask.as_fd(), "", rustix::fs::CWD, dest, flags).map_err(|e| mask_error(e.into()))
 }

@@ -20,7 +20,7 @@
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -138,6 +138,7 @@ fn execute(
 ) -> Result<RootfsReport, RootfsError> {
     let mut executor = Executor {
         dev_null,
+        mask_source: None,
         report: RootfsReport::default(),
         new_root: Path::new(layout.new_root),
         host: Path::new(layout.host),
@@ -163,6 +164,9 @@ pub(super) fn under(root: impl AsRef<Path>, inner: &Path) -> PathBuf {
 
 struct Executor {
     dev_null: HostEntry,
+    /// The root's own `/proc` directory under the `/proc` mount: what a masked directory
+    /// shows (see [`ProcProtection::MaskDir`]).
+    mask_source: Option<OwnedFd>,
     report: RootfsReport,
     new_root: &'static Path,
     host: &'static Path,
@@ -175,7 +179,7 @@ impl Executor {
             MountOp::EnterStaging => enter_staging(),
             MountOp::MountNewRoot => mount_tmpfs(self.new_root, NEW_ROOT_OPTIONS, false),
             MountOp::BindPreparedRoot => bind_over_itself(self.new_root),
-            MountOp::MakeDir { path } => make_dirs(&under(self.new_root, path)),
+            MountOp::MakeDir { path, mode } => make_dirs_with(&under(self.new_root, path), *mode),
             MountOp::WriteFile {
                 path,
                 contents,
@@ -209,7 +213,10 @@ impl Executor {
             }
             MountOp::Symlink { target, link } => make_symlink(target, &under(self.new_root, link)),
             MountOp::RemountReadOnly { path } => seal(&under(self.new_root, path)),
-            MountOp::MountProc { hidepid } => mount_proc(self.new_root, *hidepid),
+            MountOp::MountProc { hidepid } => {
+                self.mask_source = by_fd::open_mount_point(self.new_root, Path::new("/proc"));
+                mount_proc(self.new_root, *hidepid)
+            }
             MountOp::ProtectProc { path, how } => {
                 self.protect_proc(path, *how);
                 Ok(())
@@ -257,7 +264,14 @@ impl Executor {
             (ProcProtection::MaskFile, HostEntry::Real(null, _)) if !meta.is_dir() => {
                 restrict_bind(&under(self.host, null), &dest, false, NULL_MASK)
             }
-            (ProcProtection::MaskDir, _) if meta.is_dir() => mask_dir(&dest),
+            (ProcProtection::MaskDir, _) if meta.is_dir() => match &self.mask_source {
+                Some(empty) => by_fd::mask_dir(empty, &dest),
+                None => Err(io_error(
+                    "open",
+                    Path::new("/proc"),
+                    io::ErrorKind::NotFound.into(),
+                )),
+            },
             _ => Err(RootfsError::Remount {
                 path: dest.clone(),
                 source: nix::Error::ENOTSUP,
@@ -372,18 +386,6 @@ fn mount_proc(new_root: &Path, hidepid: bool) -> Result<(), RootfsError> {
     })
 }
 
-fn mask_dir(dest: &Path) -> Result<(), RootfsError> {
-    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    let options = "size=4k,nr_inodes=1,mode=0555";
-    mount(Some("tmpfs"), dest, Some("tmpfs"), flags, Some(options)).map_err(|source| {
-        RootfsError::MountFs {
-            fstype: "tmpfs",
-            path: dest.to_path_buf(),
-            source,
-        }
-    })
-}
-
 /// Bind `src` onto `dst`, creating the mount point (a directory or an empty file).
 fn bind(src: &Path, dst: &Path, is_dir: bool, access: BindAccess) -> Result<(), RootfsError> {
     if is_dir {
@@ -450,9 +452,14 @@ fn seal(path: &Path) -> Result<(), RootfsError> {
 }
 
 fn make_dirs(path: &Path) -> Result<(), RootfsError> {
+    make_dirs_with(path, 0o755)
+}
+
+/// `path` and any missing parent, each with `mode`.
+fn make_dirs_with(path: &Path, mode: u32) -> Result<(), RootfsError> {
     DirBuilder::new()
         .recursive(true)
-        .mode(0o755)
+        .mode(mode)
         .create(path)
         .map_err(|e| io_error("create the directory", path, e))
 }

@@ -21,6 +21,7 @@ pub enum MountOp {
     BindPreparedRoot,
     MakeDir {
         path: PathBuf,
+        mode: u32,
     },
     WriteFile {
         path: PathBuf,
@@ -48,7 +49,7 @@ pub enum MountOp {
         target: PathBuf,
         link: PathBuf,
     },
-    /// Seal an already-populated tmpfs (used for `/dev`).
+    /// Seal an already-populated mount (a prepared root).
     RemountReadOnly {
         path: PathBuf,
     },
@@ -86,7 +87,8 @@ pub enum ProcProtection {
     ReadOnly,
     /// Bind `/dev/null` over a file.
     MaskFile,
-    /// Mount an empty read-only tmpfs over a directory.
+    /// Bind the root's own `/proc` mount point (an empty directory, mode 0555, which the
+    /// `/proc` mount covers) over a directory, read-only: no superblock of its own.
     MaskDir,
 }
 
@@ -114,9 +116,19 @@ const PROC_MASKED_FILES: &[&str] = &[
 ];
 const PROC_MASKED_DIRS: &[&str] = &["acpi", "asound", "scsi"];
 
-/// `/dev` holds a handful of nodes and links; its tmpfs is sealed read-only afterwards.
-const DEV_TMPFS_BYTES: u64 = 64 * 1024;
-const DEV_TMPFS_FILES: u64 = 64;
+/// The mode of a mount point the root makes: the `/proc` one is also what a masked `/proc`
+/// directory shows ([`ProcProtection::MaskDir`]), read-only to everyone as a mask should be.
+fn make_dir(path: impl AsRef<Path>) -> MountOp {
+    let path = path.as_ref();
+    let mode = match path == Path::new("/proc") {
+        true => 0o555,
+        false => 0o755,
+    };
+    MountOp::MakeDir {
+        path: path.to_path_buf(),
+        mode,
+    }
+}
 
 /// The ordered operations [`super::enter`] executes for `plan`, numbered as in the comments.
 pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
@@ -127,12 +139,14 @@ pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
     //    built where it hides no source (see `execute::run_cold`, which adds bubblewrap's
     //    staging pivot only where it would).
     ops.push(MountOp::MountNewRoot);
-    // 4. Skeleton.
-    ops.extend(["/etc", "/proc", "/dev", "/tmp"].map(|p| MountOp::MakeDir { path: p.into() }));
+    // 4. Skeleton. `/dev` is a directory of the root, sealed with it: a tmpfs of its own
+    //    would be one more superblock per run to make and tear down.
+    ops.extend(["/etc", "/proc", "/dev", "/tmp"].map(make_dir));
     // 5-7. Generated files, then system directories, then /etc entries.
     push_shared_files(&mut ops, plan);
-    // 8. /dev.
-    push_dev(&mut ops, plan);
+    // 8. /dev: its nodes and links, and its own /dev/shm.
+    push_dev_nodes(&mut ops, plan);
+    ops.push(dev_shm(plan));
     // 9. /proc.
     push_proc(&mut ops, plan.proc_hidepid);
     // 10. /tmp.
@@ -152,31 +166,18 @@ pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
 
 /// The part of the root every run of one plan shares, built once ahead of the runs (by an
 /// interpreter zygote's template, in its own mount namespace): the skeleton, the generated
-/// files, the system and `/etc` binds, `/dev` with its nodes (sealed), the caller's binds,
+/// files, the system and `/etc` binds, `/dev` with its nodes, the caller's binds,
 /// and empty mount points for what each run mounts afresh. The root is sealed read-only; a
 /// run's namespace holds it with the read-only flag locked.
 pub fn plan_prepared_root(plan: &RootfsPlan) -> Vec<MountOp> {
     let mut ops = vec![MountOp::MakeMountsPrivate, MountOp::MountNewRoot];
     let per_run = per_run_paths(plan);
     let (in_dev, in_root): (Vec<_>, Vec<_>) = per_run.iter().partition(|p| p.starts_with("/dev"));
-    ops.extend(
-        in_root
-            .into_iter()
-            .map(|p| MountOp::MakeDir { path: p.into() }),
-    );
-    ops.push(MountOp::MakeDir {
-        path: "/etc".into(),
-    });
+    ops.extend(in_root.into_iter().map(make_dir));
+    ops.extend(["/etc", "/dev"].map(make_dir));
     push_shared_files(&mut ops, plan);
     push_dev_nodes(&mut ops, plan);
-    ops.extend(
-        in_dev
-            .into_iter()
-            .map(|p| MountOp::MakeDir { path: p.into() }),
-    );
-    ops.push(MountOp::RemountReadOnly {
-        path: "/dev".into(),
-    });
+    ops.extend(in_dev.into_iter().map(make_dir));
     ops.extend(split_user_mounts(plan).0);
     ops.push(MountOp::RemountReadOnly { path: "/".into() });
     ops
@@ -218,22 +219,8 @@ fn per_run_paths(plan: &RootfsPlan) -> Vec<PathBuf> {
     paths
 }
 
-fn push_dev(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
-    push_dev_nodes(ops, plan);
-    ops.push(dev_shm(plan));
-    ops.push(MountOp::RemountReadOnly {
-        path: "/dev".into(),
-    });
-}
-
+/// `/dev`'s nodes and links, in the root's `/dev` directory (see [`make_dir`]).
 fn push_dev_nodes(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
-    ops.push(MountOp::Tmpfs {
-        path: "/dev".into(),
-        size_bytes: DEV_TMPFS_BYTES,
-        max_files: DEV_TMPFS_FILES,
-        mode: 0o755,
-        exec: false,
-    });
     // Device nodes cannot be created in a user namespace; binding the host's works.
     let tty: &[&str] = if plan.tty { &["tty"] } else { &[] };
     for name in DEVICE_NODES.iter().chain(tty) {
@@ -384,7 +371,8 @@ impl fmt::Display for MountOp {
             MountOp::EnterStaging => write!(f, "enter-staging"),
             MountOp::MountNewRoot => write!(f, "mount-new-root"),
             MountOp::BindPreparedRoot => write!(f, "bind-prepared-root"),
-            MountOp::MakeDir { path } => write!(f, "mkdir {}", path.display()),
+            MountOp::MakeDir { path, mode: 0o755 } => write!(f, "mkdir {}", path.display()),
+            MountOp::MakeDir { path, mode } => write!(f, "mkdir {} mode={mode:o}", path.display()),
             MountOp::WriteFile { path, mode, .. } => {
                 write!(f, "write {} mode={mode:o}", path.display())
             }

@@ -40,14 +40,13 @@ const EXPECTED_OPS: &str = "\
 make-private /
 mount-new-root
 mkdir /etc
-mkdir /proc
+mkdir /proc mode=555
 mkdir /dev
 mkdir /tmp
 write /etc/hosts mode=644
 mirror-ro /usr
 mirror-ro /bin
 mirror-ro /etc/ld.so.cache
-tmpfs /dev size=65536,nr_inodes=64,mode=755,noexec
 bind /dev/null rw,nosuid,dev,noexec
 bind /dev/zero rw,nosuid,dev,noexec
 bind /dev/full rw,nosuid,dev,noexec
@@ -59,7 +58,6 @@ symlink /dev/stdin -> /proc/self/fd/0
 symlink /dev/stdout -> /proc/self/fd/1
 symlink /dev/stderr -> /proc/self/fd/2
 tmpfs /dev/shm size=65536,nr_inodes=10,mode=1777,noexec
-remount-ro /dev
 proc hidepid=false
 protect /proc/sys ReadOnly
 protect /proc/sysrq-trigger ReadOnly
@@ -145,7 +143,8 @@ fn exec_writable_lifts_noexec_from_writable_mounts_only() {
     assert!(rendered.contains("tmpfs /tmp size=1048576,nr_inodes=100,mode=1777,exec\n"));
     assert!(rendered.contains("tmpfs /scratch size=4096,nr_inodes=8,mode=755,exec\n"));
     assert!(rendered.contains("bind /w/data rw,nosuid,nodev,exec\n"));
-    assert!(rendered.contains("tmpfs /dev size=65536,nr_inodes=64,mode=755,noexec\n"));
+    // `/dev` is a directory of the root (sealed read-only and noexec with it), not a mount.
+    assert!(!rendered.contains("tmpfs /dev "));
     assert!(!rendered.contains("/dev/tty"));
     assert!(rendered.ends_with("chdir /scratch\n"));
 }
@@ -189,8 +188,8 @@ fn only_python3_entries_of_etc_are_added_in_order() {
         .iter()
         .map(|name| etc.path().join(name))
         .collect();
-    assert_eq!(python_etc_entries(etc.path()), names);
-    assert!(python_etc_entries(&etc.path().join("missing")).is_empty());
+    assert_eq!(source::python_etc_entries(etc.path()), names);
+    assert!(source::python_etc_entries(&etc.path().join("missing")).is_empty());
 }
 
 fn existing_plan() -> (tempfile::TempDir, RootfsPlan) {
@@ -413,4 +412,44 @@ fn a_plan_reaches_a_directory_through_its_binds_only() {
     let mut beside = sample_plan(Path::new("/w"));
     beside.read_write.push(real.join("run/other"));
     assert!(!beside.reaches(&runtime));
+}
+
+/// The `python3*` entries of `/etc` are listed again only when the directory changed: an
+/// entry made after a listing was kept shows in the next one.
+#[test]
+fn python_etc_entries_follow_the_directory() {
+    let etc = tempfile::tempdir().unwrap();
+    std::fs::create_dir(etc.path().join("python3.11")).unwrap();
+    std::fs::write(etc.path().join("passwd"), "").unwrap();
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let age = |when| {
+        std::fs::File::open(etc.path())
+            .unwrap()
+            .set_modified(when)
+            .unwrap()
+    };
+    age(an_hour_ago);
+    let listed = |names: &[&str]| names.iter().map(|n| etc.path().join(n)).collect::<Vec<_>>();
+    assert_eq!(
+        source::python_etc_entries(etc.path()),
+        listed(&["python3.11"])
+    );
+    assert_eq!(
+        source::python_etc_entries(etc.path()),
+        listed(&["python3.11"])
+    );
+    std::fs::write(etc.path().join("python3.12"), "").unwrap();
+    let both = listed(&["python3.11", "python3.12"]);
+    assert_eq!(source::python_etc_entries(etc.path()), both);
+    // Kept once settled: an entry made behind a time set back to the same value is not
+    // seen (only `utimensat` can do that; every change through the directory moves it).
+    let settled = an_hour_ago + std::time::Duration::from_secs(60);
+    age(settled);
+    assert_eq!(source::python_etc_entries(etc.path()), both);
+    std::fs::write(etc.path().join("python3.13"), "").unwrap();
+    age(settled);
+    assert_eq!(source::python_etc_entries(etc.path()), both);
+    age(std::time::SystemTime::now());
+    let all = listed(&["python3.11", "python3.12", "python3.13"]);
+    assert_eq!(source::python_etc_entries(etc.path()), all);
 }
