@@ -230,6 +230,42 @@ fn concurrent_children_cannot_see_each_other() {
     assert!(pids == "[2]" || pids == "[1, 2]", "{pids}");
 }
 
+/// The program (same user, same namespaces as its PID 1, which is a copy of the template)
+/// can neither read nor write PID 1's memory, descriptors or environment, and no signal it
+/// sends changes the report PID 1 makes of its end.
+#[test]
+fn the_program_cannot_reach_its_pid_1() {
+    let _guard = shared();
+    let zygote = zygote(&[]);
+    let result = run(
+        &zygote,
+        "import os, signal\n\
+         reached = []\n\
+         for what, mode in [('environ', 'rb'), ('maps', 'rb'), ('mem', 'r+b'), ('cmdline', 'rb'),\n\
+                            ('fd/3', 'wb'), ('fd/0', 'rb'), ('status', 'rb')]:\n\
+         \x20   try:\n\
+         \x20       open('/proc/1/' + what, mode).read(1) if 'r' in mode else open('/proc/1/' + what, mode)\n\
+         \x20       reached.append(what)\n\
+         \x20   except OSError:\n\
+         \x20       pass\n\
+         for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP, signal.SIGINT, signal.SIGCHLD):\n\
+         \x20   try:\n\
+         \x20       os.kill(1, sig)\n\
+         \x20   except OSError:\n\
+         \x20       pass\n\
+         print(reached, os.getppid())\n\
+         raise SystemExit(7)",
+    );
+    assert_eq!(result.status, RunStatus::Exited, "{result:#?}");
+    assert_eq!(result.exit_code, Some(7), "{result:#?}");
+    assert_eq!(result.stdout.as_deref(), Some("[] 1\n"), "{result:#?}");
+    // The next run is PID 1's first child again, in namespaces of its own.
+    assert_eq!(
+        stdout(&run(&zygote, "import os; print(os.getpid())")),
+        "2\n"
+    );
+}
+
 #[test]
 fn memory_and_process_limits_hold_per_run() {
     let _guard = shared();
