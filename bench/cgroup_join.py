@@ -16,9 +16,9 @@ ROOT = "/sys/fs/cgroup"
 HIERARCHIES = ["cpu", "cpuacct", "memory", "freezer", "pids"]
 
 
-def join_once(control_file):
-    name = "airlock-bench-join-%d" % os.getpid()
-    dirs = ["%s/%s/%s" % (ROOT, h, name) for h in HIERARCHIES]
+def join_once(control_file: str) -> float:
+    name = f"airlock-bench-join-{os.getpid()}"
+    dirs = [f"{ROOT}/{h}/{name}" for h in HIERARCHIES]
     for d in dirs:
         os.mkdir(d)
     try:
@@ -27,7 +27,7 @@ def join_once(control_file):
         if pid == 0:
             start = time.perf_counter()
             for d in dirs:
-                with open("%s/%s" % (d, control_file), "w") as f:
+                with open(f"{d}/{control_file}", "w") as f:
                     f.write("0")
             os.write(write_end, repr(time.perf_counter() - start).encode())
             os._exit(0)
@@ -39,11 +39,11 @@ def join_once(control_file):
             os.rmdir(d)
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
-    samples = {"cgroup.procs": [], "tasks": []}
+    samples: dict[str, list[float]] = {"cgroup.procs": [], "tasks": []}
     for _ in range(args.runs):
         for control_file, spans in samples.items():
             # Apart in time, like separate runs: a write right after another skips the wait.
@@ -51,8 +51,11 @@ def main():
             spans.append(join_once(control_file))
     for control_file, spans in samples.items():
         spans.sort()
-        print("join via %-12s median %6.2f ms  p90 %6.2f ms  min %5.2f ms  (%d runs)" % (
-            control_file, statistics.median(spans), spans[int(len(spans) * 0.9)], spans[0], len(spans)))
+        print(
+            f"join via {control_file:<12} median {statistics.median(spans):6.2f} ms"
+            f"  p90 {spans[int(len(spans) * 0.9)]:6.2f} ms  min {spans[0]:5.2f} ms"
+            f"  ({len(spans)} runs)"
+        )
 
 
 if __name__ == "__main__":

@@ -17,10 +17,12 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 
-MARKERS = "execve,clone,clone3,setsid,unshare,pivot_root,landlock_restrict_self,seccomp,wait4,rmdir,exit_group"
+MARKERS = (
+    "execve,clone,clone3,setsid,unshare,pivot_root,landlock_restrict_self,seccomp,wait4,rmdir,"
+    "exit_group"
+)
 LINE = re.compile(r"^(\d+) +(\d\d):(\d\d):(\d\d\.\d+) (.*)$")
 
 # (name, start marker, end marker, backends); "native" phases need the unshare marker.
@@ -46,29 +48,35 @@ PHASES = [
 ]
 
 
-def seconds(h, m, s):
+def seconds(h: str, m: str, s: str) -> float:
     return int(h) * 3600 + int(m) * 60 + float(s)
 
 
-def markers(trace_path, program):
+def markers(trace_path: str, program: str) -> dict[str, float]:
     """Times (ms from the supervisor's exec) of the marker events of one traced run. Processes
     are told apart by what they do: the init execs `__init`, the child calls setsid, the mirror
     unshare, PID 1 pivot_root, the program execs the workload."""
-    events = []
-    for raw in open(trace_path):
-        match = LINE.match(raw)
-        if match:
-            pid, h, m, s, rest = match.groups()
-            events.append((int(pid), seconds(h, m, s) * 1000, rest))
+    events: list[tuple[int, float, str]] = []
+    with open(trace_path) as trace:
+        for raw in trace:
+            match = LINE.match(raw)
+            if match:
+                pid, h, m, s, rest = match.groups()
+                events.append((int(pid), seconds(h, m, s) * 1000, rest))
     t0, sup = events[0][1], events[0][0]
     roles = {sup: "sup"}
     found = {"start": 0.0}
-    becomes = [("init", "execve(\""), ("child", "setsid("), ("pid1", "pivot_root("), ("prog", "execve(\"%s\"" % program)]
+    becomes = [
+        ("init", 'execve("'),
+        ("child", "setsid("),
+        ("pid1", "pivot_root("),
+        ("prog", f'execve("{program}"'),
+    ]
     for pid, when, rest in events:
-        for role, prefix in becomes:
-            if rest.startswith(prefix) and (role != "init" or '"__init"' in rest):
-                roles[pid] = role
-        role, at = roles.get(pid), when - t0
+        for becomes_role, prefix in becomes:
+            if rest.startswith(prefix) and (becomes_role != "init" or '"__init"' in rest):
+                roles[pid] = becomes_role
+        role, at = roles.get(pid, ""), when - t0  # "": no role (yet)
         call = rest.split("(", 1)[0]
         key = {
             ("sup", "clone"): "spawn",
@@ -95,37 +103,63 @@ def markers(trace_path, program):
     return found
 
 
-def one_run(airlock, flags, workload):
+def one_run(airlock: str, flags: list[str], workload: list[str]) -> dict[str, float]:
     with tempfile.NamedTemporaryFile(prefix="airlock-phases-", suffix=".strace") as trace:
-        command = ["strace", "-f", "--seccomp-bpf", "-tt", "-e", "trace=" + MARKERS, "-o", trace.name,
-                   airlock, "run", *flags, "--", *workload]
-        done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        command = [
+            "strace",
+            "-f",
+            "--seccomp-bpf",
+            "-tt",
+            "-e",
+            "trace=" + MARKERS,
+            "-o",
+            trace.name,
+            airlock,
+            "run",
+            *flags,
+            "--",
+            *workload,
+        ]
+        # The exit status is checked below, to show strace's and airlock's stderr.
+        done = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
         if done.returncode != 0:
-            raise SystemExit("run failed: %s\n%s" % (" ".join(command), done.stderr.decode()))
+            raise SystemExit(f"run failed: {' '.join(command)}\n{done.stderr.decode()}")
         return markers(trace.name, workload[0])
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--airlock", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "airlock"))
+    parser.add_argument(
+        "--airlock",
+        default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "airlock"),
+    )
     parser.add_argument("--workload", default="/bin/true")
     parser.add_argument("flags", nargs="*")
     args = parser.parse_args()
     workload = args.workload.split()
     one_run(args.airlock, args.flags, workload)  # warmup
     runs = [one_run(args.airlock, args.flags, workload) for _ in range(args.runs)]
-    print("airlock run %s -- %s: median of %d traced runs (ms)" % (" ".join(args.flags), args.workload, args.runs))
+    print(
+        f"airlock run {' '.join(args.flags)} -- {args.workload}:"
+        f" median of {args.runs} traced runs (ms)"
+    )
     native = all("unshare" in r for r in runs)
     for name, start, end, kind in PHASES:
         if kind == ("tier0" if native else "native"):
             continue
         spans = [r[end] - r[start] for r in runs if start in r and end in r]
         if len(spans) == len(runs):
-            print("  %-50s %7.2f" % (name, statistics.median(spans)))
+            print(f"  {name:<50} {statistics.median(spans):7.2f}")
     totals = [r["end"] for r in runs]
-    print("  %-50s %7.2f" % ("total (traced)", statistics.median(totals)))
+    print(f"  {'total (traced)':<50} {statistics.median(totals):7.2f}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -16,31 +16,44 @@ precise as a sum; the split between them is by tick), the quartiles and the rati
 variant. Use the same environment in every variant: the caller's PYTHON* variables change what
 Python does.
 """
+
 import statistics
 import subprocess
 import sys
 
 
-def main():
+def loadavg() -> list[str]:
+    """The 1, 5 and 15 minute load averages."""
+    with open("/proc/loadavg") as f:
+        return f.read().split()[:3]
+
+
+def quantile(sorted_us: list[int], q: float) -> float:
+    """The q quantile (nearest rank below) of sorted microseconds, in ms."""
+    return sorted_us[int(q * (len(sorted_us) - 1))] / 1000
+
+
+def main() -> None:
     rounds = int(sys.argv[1])
     variants = [arg.split("=", 1) for arg in sys.argv[2:]]
-    samples = {name: [] for name, _ in variants}
-    load_start = open("/proc/loadavg").read().split()[:3]
+    samples: dict[str, list[tuple[int, int, int, int]]] = {name: [] for name, _ in variants}
+    load_start = loadavg()
     for i in range(rounds):
         for name, command in variants if i % 2 == 0 else variants[::-1]:
-            out = subprocess.run(command, shell=True, capture_output=True, text=True)
+            # No check: a failed variant shows as the parse error of its missing output.
+            out = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
             user, system, faults = map(int, out.stdout.split()[-3:])
             samples[name].append((user + system, user, system, faults))
-    load_end = open("/proc/loadavg").read().split()[:3]
+    load_end = loadavg()
     print("load at start", " ".join(load_start), "at end", " ".join(load_end))
     median = statistics.median
     first = median(s[0] for s in samples[variants[0][0]])
     for name, _ in variants:
         totals = sorted(s[0] for s in samples[name])
-        quartile = lambda q: totals[int(q * (len(totals) - 1))] / 1000
         print(
             f"{name:20s} {median(totals) / 1000:6.2f} ms"
-            f" (p25 {quartile(0.25):5.2f}, p75 {quartile(0.75):5.2f}) x{median(totals) / first:5.3f}"
+            f" (p25 {quantile(totals, 0.25):5.2f}, p75 {quantile(totals, 0.75):5.2f})"
+            f" x{median(totals) / first:5.3f}"
             f"  user {median(s[1] for s in samples[name]) / 1000:5.2f}"
             f" sys {median(s[2] for s in samples[name]) / 1000:5.2f}"
             f" faults {median(s[3] for s in samples[name]):.0f}"
