@@ -28,7 +28,7 @@ LINE = re.compile(r"^(\d+) +(\d\d):(\d\d):(\d\d\.\d+) (.*)$")
 # (name, start marker, end marker, backends); "native" phases need the unshare marker.
 PHASES = [
     ("supervisor: exec, parse, plan, spawn init", "start", "spawn", "both"),
-    ("init: exec, read spec, run dirs, create cgroup", "spawn", "fork_child", "both"),
+    ("init: start, read spec, run dirs, create cgroup", "spawn", "fork_child", "both"),
     ("child: join cgroup", "fork_child", "setsid", "both"),
     ("child: session, rlimits, uid drop", "setsid", "unshare", "native"),
     ("child: unshare, id maps, fork PID 1", "unshare", "pid1_fork", "native"),
@@ -65,6 +65,9 @@ def markers(trace_path: str, program: str) -> dict[str, float]:
                 events.append((int(pid), seconds(h, m, s) * 1000, rest))
     t0, sup = events[0][1], events[0][0]
     roles = {sup: "sup"}
+    init = forked_init(events, sup)
+    if init is not None:
+        roles[init] = "init"
     found = {"start": 0.0}
     becomes = [
         ("init", 'execve("'),
@@ -101,6 +104,18 @@ def markers(trace_path: str, program: str) -> dict[str, float]:
         if role == "pid1" and call in ("pivot_root", "seccomp"):
             found["pivot_last" if call == "pivot_root" else "seccomp_last"] = at
     return found
+
+
+def forked_init(events: list[tuple[int, float, str]], sup: int) -> int | None:
+    """The init the supervisor forked (the CLI forks it; a threaded caller executes `__init`,
+    which `markers` recognises by the exec): the pid its first process clone returned."""
+    for pid, _, rest in events:
+        if pid != sup or "CLONE_THREAD" in rest or "clone" not in rest.split("(", 1)[0]:
+            continue
+        returned = re.search(r"= (\d+)$", rest)
+        if returned:
+            return int(returned.group(1))
+    return None
 
 
 def one_run(airlock: str, flags: list[str], workload: list[str]) -> dict[str, float]:
