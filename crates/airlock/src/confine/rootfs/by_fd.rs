@@ -7,7 +7,7 @@
 //! root, reached by a descriptor opened before the `/proc` mount covered it.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{Mode, OFlags};
@@ -94,19 +94,35 @@ fn clone_onto(
         dst: found.path.clone(),
         source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
     };
-    let tree = open_tree(
-        source,
-        "",
-        OpenTreeFlags::OPEN_TREE_CLONE
-            | OpenTreeFlags::OPEN_TREE_CLOEXEC
-            | OpenTreeFlags::AT_RECURSIVE
-            | OpenTreeFlags::AT_EMPTY_PATH,
-    )
-    .map_err(|e| bind_error(e.into()))?;
-    sys::add_mount_flags(tree.as_fd(), Path::new(""), wanted_attrs(access), true)
-        .map_err(bind_error)?;
-    let flags = MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH;
-    move_mount(tree.as_fd(), "", dest.as_fd(), "", flags).map_err(|e| bind_error(e.into()))
+    let to = (dest.as_fd(), Path::new(""));
+    clone_tree(source, true, access, to, bind_error)
+}
+
+/// Clones the mount tree at `source` (with every mount below it when `recursive`), adds
+/// `access`'s flags to the clone and attaches it at `to` (a directory descriptor and a path
+/// under it; an empty path: the descriptor's own object).
+fn clone_tree(
+    source: &OwnedFd,
+    recursive: bool,
+    access: BindAccess,
+    to: (BorrowedFd, &Path),
+    error: impl Fn(io::Error) -> RootfsError,
+) -> Result<(), RootfsError> {
+    let mut flags = OpenTreeFlags::OPEN_TREE_CLONE
+        | OpenTreeFlags::OPEN_TREE_CLOEXEC
+        | OpenTreeFlags::AT_EMPTY_PATH;
+    if recursive {
+        flags |= OpenTreeFlags::AT_RECURSIVE;
+    }
+    let tree = open_tree(source, "", flags).map_err(|e| error(e.into()))?;
+    sys::add_mount_flags(tree.as_fd(), Path::new(""), wanted_attrs(access), recursive)
+        .map_err(&error)?;
+    let (dir, path) = to;
+    let mut flags = MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH;
+    if path.as_os_str().is_empty() {
+        flags |= MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH;
+    }
+    move_mount(tree.as_fd(), "", dir, path, flags).map_err(|e| error(e.into()))
 }
 
 /// The found object as the sandbox sees it: below the writable root's mount in the new root
@@ -142,17 +158,10 @@ pub(super) fn mask_dir(empty: &OwnedFd, dest: &Path) -> Result<(), RootfsError> 
         dst: dest.to_path_buf(),
         source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
     };
-    let flags = OpenTreeFlags::OPEN_TREE_CLONE
-        | OpenTreeFlags::OPEN_TREE_CLOEXEC
-        | OpenTreeFlags::AT_EMPTY_PATH;
-    let mask = open_tree(empty, "", flags).map_err(|e| mask_error(e.into()))?;
     let sealed = BindAccess {
         writable: false,
         exec: false,
         devices: false,
     };
-    sys::add_mount_flags(mask.as_fd(), Path::new(""), wanted_attrs(sealed), false)
-        .map_err(mask_error)?;
-    let flags = MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH;
-    move_mount(mask.as_fd(), "", rustix::fs::CWD, dest, flags).map_err(|e| mask_error(e.into()))
+    clone_tree(empty, false, sealed, (rustix::fs::CWD, dest), mask_error)
 }
