@@ -21,15 +21,14 @@ import tempfile
 
 MARKERS = (
     "execve,clone,clone3,setsid,unshare,pivot_root,landlock_restrict_self,seccomp,wait4,rmdir,"
-    "exit_group,sendmsg"
+    "exit_group"
 )
 LINE = re.compile(r"^(\d+) +(\d\d):(\d\d):(\d\d\.\d+) (.*)$")
 
 # (name, start marker, end marker, backends); "native" phases need the unshare marker.
 PHASES = [
-    ("supervisor: exec, parse, plan, spawn init", "start", "launch", "both"),
-    ("  of which: start to the init forked ahead", "start", "ahead", "both"),
-    ("init: start, read spec, run dirs, create cgroup", "launch", "fork_child", "both"),
+    ("supervisor: exec, parse, plan, spawn init", "start", "spawn", "both"),
+    ("init: start, read spec, run dirs, create cgroup", "spawn", "fork_child", "both"),
     ("child: join cgroup", "fork_child", "setsid", "both"),
     ("child: session, rlimits, uid drop", "setsid", "unshare", "native"),
     ("child: unshare, id maps, fork PID 1", "unshare", "pid1_fork", "native"),
@@ -104,22 +103,12 @@ def markers(trace_path: str, program: str) -> dict[str, float]:
             found.setdefault(key, at)
         if role == "pid1" and call in ("pivot_root", "seccomp"):
             found["pivot_last" if call == "pivot_root" else "seccomp_last"] = at
-        if role == "sup" and call == "sendmsg":
-            found.setdefault("handoff", at)
-    # The CLI forks its init first thing and hands it the run's descriptors (a `sendmsg`) once
-    # the plan is made: its phase ends there; the init's starts there (it waited before).
-    if "handoff" in found and "spawn" in found:
-        found["ahead"] = found["spawn"]
-        found["launch"] = found["handoff"]
-    elif "spawn" in found:
-        found["launch"] = found["spawn"]
     return found
 
 
 def forked_init(events: list[tuple[int, float, str]], sup: int) -> int | None:
-    """The init the supervisor forked (the CLI forks it, first thing or once its plan is made;
-    a threaded caller executes `__init`, which `markers` recognises by the exec): the pid its
-    first process clone returned."""
+    """The init the supervisor forked (the CLI forks it; a threaded caller executes `__init`,
+    which `markers` recognises by the exec): the pid its first process clone returned."""
     for pid, _, rest in events:
         if pid != sup or "CLONE_THREAD" in rest or "clone" not in rest.split("(", 1)[0]:
             continue

@@ -57,8 +57,6 @@ pub struct ExecArgs {
 
 pub fn exec(args: ExecArgs) -> Result<u8> {
     if let Some(preload) = zygote_preload(&args)? {
-        // The interpreter's registry entry sends it to a zygote: no cold init.
-        crate::ahead::release();
         return exec_on_zygote(&args, &preload);
     }
     // A warm run's pool outlives the run (its sandbox is reaped when the pool is dropped).
@@ -87,7 +85,7 @@ fn build_command(args: &ExecArgs, pool: &mut Option<WarmPool>) -> Result<airlock
     };
     let mut command = match pool {
         Some(pool) => pool.command(program.clone()),
-        None => crate::run::with_init_ahead(sandbox.command(program.clone())),
+        None => sandbox.command(program.clone()),
     }
     .args(rest.iter().cloned())
     .cancel_on_signals(true);

@@ -1,7 +1,6 @@
 //! `airlock`: run untrusted code behind an OS-enforced boundary. A thin layer over the
 //! `airlock` library: argument parsing, printing and exit codes live here, nothing else.
 
-mod ahead;
 mod call_cmd;
 mod cli;
 mod conformance_cmd;
@@ -35,15 +34,6 @@ fn main() -> ExitCode {
     // entries root-owned. Failure only means an older kernel; the sandbox layers still apply.
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_dumpable(false);
-    // Before anything else is allocated or started (see `ahead`).
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    ahead::fork_for(&args);
-    let code = run_command_line();
-    ahead::release();
-    code
-}
-
-fn run_command_line() -> ExitCode {
     // Only when asked for: building the filter and subscriber costs ~0.1 ms of every run.
     if std::env::var_os("AIRLOCK_LOG").is_some() {
         tracing_subscriber::fmt()

@@ -73,7 +73,7 @@ fn build_command(args: &RunArgs, pool: &mut Option<WarmPool>) -> Result<airlock:
         Some(pool) => pool
             .command(program.clone())
             .stdin(crate::warm_cmd::read_stdin()?),
-        None => with_init_ahead(sandbox.command(program.clone()).stdin_from(Input::Inherit)),
+        None => sandbox.command(program.clone()).stdin_from(Input::Inherit),
     }
     .args(rest.iter().cloned())
     .keep_workdir(args.keep)
@@ -86,14 +86,6 @@ fn build_command(args: &RunArgs, pool: &mut Option<WarmPool>) -> Result<airlock:
         command = command.forward_output();
     }
     Ok(command)
-}
-
-/// A cold run's command with the init forked ahead, if there is one (see `ahead`).
-pub fn with_init_ahead(command: airlock::Command) -> airlock::Command {
-    match crate::ahead::spawner() {
-        Some(spawner) => command.init_spawner(spawner),
-        None => command,
-    }
 }
 
 /// Prints the plan as JSON without running anything; a plan the run would refuse exits as

@@ -90,7 +90,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
 ];
 
 /// What the supervisor may name in the init: how to start it, nothing of its insides.
-const INIT_ENTRY: &[&str] = &["INIT_ARG", "init_main_with", "init_ahead_main"];
+const INIT_ENTRY: &[&str] = &["INIT_ARG", "init_main_with"];
 
 /// Non-test lines a source file may hold.
 const MAX_LINES: usize = 520;

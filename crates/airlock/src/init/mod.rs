@@ -59,13 +59,6 @@ pub fn init_main() -> ! {
     init_main_with(None)
 }
 
-/// Becomes the init of the run a single-threaded supervisor hands this process, which it
-/// forked from itself at its start, with the socket at [`CONTROL_FD`] (see
-/// `spawner::serve_one_run_ahead`), and exits.
-pub(crate) fn init_ahead_main() -> ! {
-    spawner::serve_one_run_ahead()
-}
-
 /// Runs the init with `spec` when the supervisor forked it (the spec is already in memory),
 /// or with the spec read from the control pipe, and exits.
 pub(crate) fn init_main_with(spec: Option<&InitSpec>) -> ! {

@@ -48,7 +48,7 @@ pub(super) fn serve() -> ! {
             // The init answers itself: a spawner killed right after the fork cannot leave an
             // init the pool does not know of.
             Ok(Forked::Child) if answer(socket, std::process::id() as i32) => {
-                become_init(fds, &targets, false)
+                become_init(fds, &targets)
             }
             Ok(Forked::Child) => sys::exit_now(0),
             Ok(Forked::Parent(_)) => true,
@@ -76,33 +76,9 @@ fn receive(socket: BorrowedFd) -> Option<(Vec<OwnedFd>, Vec<u8>)> {
         .then(|| (message.fds, targets[..count].to_vec()))
 }
 
-/// The init a single-threaded supervisor (the CLI) forked from itself at its start, before it
-/// worked out its run (see `supervisor::InitSpawner::fork_ahead`), with the socket at
-/// [`CONTROL_FD`] and the supervisor's stdio: it does what does not depend on the run while
-/// the supervisor plans, then waits for one request, as a spawner's, and becomes that run's
-/// init itself (no further fork). EOF (the supervisor ended or died before it had a run for
-/// it, or had none) ends it at once, having created nothing.
-pub(crate) fn serve_one_run_ahead() -> ! {
-    let socket = sys::borrow_fd(CONTROL_FD);
-    // The run's own start blocks these too; blocked from here, a Ctrl-C to the process group
-    // while the supervisor still plans ends the supervisor (then this process, by EOF) but
-    // cannot kill an init handed its run after the supervisor blocked them (a forked init
-    // inherits them blocked; `supervisor::signals`).
-    let _ = super::stop_signals().thread_block();
-    // The run's cgroup is made from this layout, read while the supervisor plans.
-    cgroup::remember_layout(&cgroup::CgroupConfig::default().root);
-    match receive(socket) {
-        Some((fds, targets)) => become_init(fds, &targets, true),
-        None => sys::exit_now(0),
-    }
-}
-
 /// In the forked child: the descriptors at their numbers and no other, signal handlers as
-/// exec leaves them, then the init, which reads its spec on the control pipe. `own_stdio`: a
-/// standard descriptor not sent is kept (an init forked ahead by its supervisor has the
-/// supervisor's own stdio, which the run inherits as a forked init's), else closed (a
-/// spawner's are not the pool's).
-fn become_init(fds: Vec<OwnedFd>, targets: &[u8], own_stdio: bool) -> ! {
+/// exec leaves them, then the init, which reads its spec on the control pipe.
+fn become_init(fds: Vec<OwnedFd>, targets: &[u8]) -> ! {
     let placed: Vec<(RawFd, RawFd)> = fds
         .into_iter()
         .map(IntoRawFd::into_raw_fd)
@@ -112,8 +88,7 @@ fn become_init(fds: Vec<OwnedFd>, targets: &[u8], own_stdio: bool) -> ! {
     if sys::place_fds_inheritable(&placed).is_err() {
         sys::exit_now(127);
     }
-    let first_closed = if own_stdio { 3 } else { 0 };
-    for fd in first_closed..highest {
+    for fd in 0..highest {
         if !placed.iter().any(|(_, target)| *target == fd) {
             let _ = nix::unistd::close(fd);
         }

@@ -249,9 +249,7 @@ impl Command {
     /// (not [`Input::Inherit`] or the caller's own output): the cost of a fork of a small
     /// process instead of the binary's loader, relocations and first page touches, for a
     /// long-lived caller (a daemon) that keeps one spawner for its cold runs. A spawner that
-    /// is gone is not asked: the init is executed. An init forked ahead by this process
-    /// ([`InitSpawner::fork_ahead`]) is this run's init whatever its stdio, unless an init
-    /// program is named; when it is gone, the init is forked or executed as without it.
+    /// is gone is not asked: the init is executed.
     pub fn init_spawner(mut self, spawner: Arc<InitSpawner>) -> Self {
         self.spawner = Some(spawner);
         self

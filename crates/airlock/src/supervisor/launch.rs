@@ -408,9 +408,9 @@ impl InitProcess {
     }
 }
 
-/// Starts the init with `stdio` and `pipes` in place: the one this process forked ahead
-/// when it has one, else forked from this process when it may be, else forked by `spawner`
-/// when given, else executed. The caller's copies may be dropped once this returns.
+/// Starts the init with `stdio` and `pipes` in place: forked from this process when it may
+/// be, else forked by `spawner` when given, else executed. The caller's copies may be dropped
+/// once this returns.
 fn start_init(
     launch: &InitLaunch,
     stdio: InitStdio,
@@ -418,12 +418,6 @@ fn start_init(
     spec: &InitSpec,
     spawner: Option<&InitSpawner>,
 ) -> Result<Launched<()>, Error> {
-    // Forked from this same binary: not used when an init program is named.
-    if let Some(ahead) = spawner.filter(|s| s.is_ahead() && launch.may_fork) {
-        if let Spawned::Forked(pid) = ahead.spawn(&placements(&stdio, &pipes)) {
-            return Ok(Launched::Started(InitProcess::Executed(pid), ()));
-        }
-    }
     if launch.may_fork {
         match sys::fork_if_single_threaded() {
             Ok(Some(Forked::Child)) => become_init(&stdio, &pipes, spec),
@@ -455,10 +449,7 @@ fn spawn_or_fork_by(
 ) -> Result<Launched<()>, Error> {
     let own_stdio = stdio.stdin.is_some() && stdio.stdout.is_some() && stdio.stderr.is_some();
     let spawned = match spawner {
-        // One forked ahead was asked first, by `start_init`, if it could be.
-        Some(spawner) if own_stdio && !spawner.is_ahead() => {
-            spawner.spawn(&placements(&stdio, &pipes))
-        }
+        Some(spawner) if own_stdio => spawner.spawn(&placements(&stdio, &pipes)),
         _ => Spawned::NotAsked,
     };
     match spawned {

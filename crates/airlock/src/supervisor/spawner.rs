@@ -28,11 +28,8 @@ const ANSWER_TIMEOUT_S: i64 = 10;
 pub struct InitSpawner {
     /// `None` once the spawner failed or was closed: later inits are executed.
     socket: Mutex<Option<OwnedFd>>,
-    /// `None` once reaped, or handed over as a run's init (a spawner forked ahead).
+    /// `None` once reaped.
     pid: Mutex<Option<Pid>>,
-    /// Forked ahead by this process (see [`InitSpawner::fork_ahead`]): it becomes the init of
-    /// the one run it is handed.
-    ahead: bool,
 }
 
 impl InitSpawner {
@@ -61,7 +58,6 @@ impl InitSpawner {
         let spawner = InitSpawner {
             socket: Mutex::new(None),
             pid: Mutex::new(Some(pid)),
-            ahead: false,
         };
         // A binary that does not know the spawner (an older init program) ends without the
         // greeting; one that hangs is not waited for longer than the timeout.
@@ -73,57 +69,8 @@ impl InitSpawner {
         Ok(spawner)
     }
 
-    /// Forks this process, which must have one thread (the CLI, first thing on a command that
-    /// runs a sandbox: its memory is still small, so the fork copies few page tables and
-    /// leaves few shared pages that either side writes later), into the init of its next cold
-    /// run: it reads the host's cgroup layout while this process works out the run, then
-    /// waits for the run's descriptors on a socket and reads its spec on the control pipe,
-    /// as an init a spawner forked. `None` when this process has other threads.
-    ///
-    /// Give it to the run with [`Command::init_spawner`](super::Command::init_spawner); it
-    /// serves one run (whatever its stdio), and a run on a warm pool, a zygote or with an
-    /// explicit init program does not use it. [`InitSpawner::close`] (or dropping it) ends
-    /// an unused one and reaps it: nothing of it outlives this process, which, killed before
-    /// it handed a run over, ends it by the socket's EOF before it created anything.
-    pub fn fork_ahead() -> Result<Option<InitSpawner>, Error> {
-        let (ours, theirs) = crate::linux::seqpacket_pair()
-            .map_err(|e| Error::io("cannot create the init's socket", e))?;
-        let forked = crate::linux::fork_if_single_threaded().map_err(|cause| Error::Spawn {
-            program: "airlock (init forked ahead)".into(),
-            cause,
-        })?;
-        match forked {
-            None => Ok(None),
-            Some(sys::Forked::Child) => {
-                // The socket at the spawner's number, nothing else of this process's but its
-                // stdio: its other end must be this process's alone, to read as EOF when it
-                // ends.
-                drop(ours);
-                let placed = [(theirs.as_raw_fd(), CONTROL_FD)];
-                if crate::linux::place_fds(&placed).is_err() {
-                    sys::exit_now(127);
-                }
-                sys::reset_caught_signals();
-                crate::init::init_ahead_main()
-            }
-            Some(sys::Forked::Parent(pid)) => Ok(Some(InitSpawner {
-                socket: Mutex::new(Some(ours)),
-                pid: Mutex::new(Some(pid)),
-                ahead: true,
-            })),
-        }
-    }
-
-    /// Whether it was forked ahead by this process (see [`InitSpawner::fork_ahead`]).
-    pub(super) fn is_ahead(&self) -> bool {
-        self.ahead
-    }
-
     /// Forks an init with each `(source, target)` descriptor at `target`, or says why not.
     pub(super) fn spawn(&self, placed: &[(RawFd, RawFd)]) -> Spawned {
-        if self.ahead {
-            return self.hand_over(placed);
-        }
         let mut socket = self.socket.lock().unwrap_or_else(|p| p.into_inner());
         let Some(connected) = socket.as_ref() else {
             return Spawned::NotAsked;
@@ -145,27 +92,6 @@ impl InitSpawner {
                 Spawned::Unanswered(e)
             }
         }
-    }
-}
-
-impl InitSpawner {
-    /// Hands an init forked ahead its run's descriptors: it becomes that run's init, reaped by
-    /// the run as one it started (no answer awaited: its pid is known since the fork, and one
-    /// that died before reading them closes the control pipe, which the spec's write then
-    /// finds). Asked once only; one found gone is reaped and not asked (the run forks or
-    /// executes its init instead).
-    fn hand_over(&self, placed: &[(RawFd, RawFd)]) -> Spawned {
-        let socket = self.socket.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let pid = self.pid.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let (Some(socket), Some(pid)) = (socket, pid) else {
-            return Spawned::NotAsked;
-        };
-        if send_request(&socket, placed).is_ok() {
-            return Spawned::Forked(pid);
-        }
-        drop(socket);
-        while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
-        Spawned::NotAsked
     }
 }
 
