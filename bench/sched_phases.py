@@ -22,12 +22,23 @@ import re
 import statistics
 import subprocess
 import tempfile
+from typing import Any
 
 EVENTS = (
     "sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit,"
     "syscalls:sys_enter_sendmsg,syscalls:sys_exit_recvmsg"
 )
 LINE = re.compile(r"\s*(\d+)\s+([\d.]+):\s+(\S+):\s*(.*)")
+
+Run = dict[str, Any]  # one run's marks: ms from the CLI's exec, its pids and build
+
+
+def field(pattern: str, text: str) -> str:
+    """The first group of `pattern` in a tracepoint's text, which perf always prints."""
+    found = re.search(pattern, text)
+    if found is None:
+        raise ValueError(f"no {pattern!r} in {text!r}")
+    return found[1]
 
 
 def record(builds: list[str], backend: str, runs: int, data: str) -> None:
@@ -37,18 +48,31 @@ def record(builds: list[str], backend: str, runs: int, data: str) -> None:
     a, b = builds
     loop = f"for i in $(seq {runs}); do {one(a)}; {one(b)}; {one(b)}; {one(a)}; done"
     subprocess.run(
-        ["perf", "record", "-q", "-a", "-o", data, "-e", EVENTS, "--", "sh", "-c", loop],
+        [
+            "perf",
+            "record",
+            "-q",
+            "-a",
+            "-o",
+            data,
+            "-e",
+            EVENTS,
+            "--",
+            "sh",
+            "-c",
+            loop,
+        ],
         check=True,
         stderr=subprocess.DEVNULL,
     )
 
 
-def parse(data: str, builds: list[str]) -> dict[str, list[dict]]:
+def parse(data: str, builds: list[str]) -> dict[str, list[Run]]:
     """Each finished run's marks, by build: a run is the process tree of one exec of a build."""
     script = ["perf", "script", "-i", data, "-F", "pid,time,event,trace"]
     out = subprocess.run(script, capture_output=True, text=True, check=True).stdout
-    done: dict[str, list[dict]] = {b: [] for b in builds}
-    runs: dict[int, dict] = {}  # the CLI's pid -> its run's marks
+    done: dict[str, list[Run]] = {b: [] for b in builds}
+    runs: dict[int, Run] = {}  # the CLI's pid -> its run's marks
     owner: dict[int, int] = {}  # every pid of a run -> the run's CLI
     for line in out.splitlines():
         match = LINE.match(line)
@@ -56,7 +80,7 @@ def parse(data: str, builds: list[str]) -> dict[str, list[dict]]:
             continue
         pid, ms, event, rest = int(match[1]), float(match[2]) * 1000, match[3], match[4]
         if event.endswith("exec") and pid not in owner:
-            build = re.search(r"filename=(\S+)", rest)[1]
+            build = field(r"filename=(\S+)", rest)
             if build in done:
                 runs[pid] = {"t0": ms, "build": build, "init": None, "child": None}
                 owner[pid] = pid
@@ -67,7 +91,7 @@ def parse(data: str, builds: list[str]) -> dict[str, list[dict]]:
         run = runs[cli]
         at = ms - run["t0"]
         if event.endswith("fork"):
-            child = int(re.search(r"child_pid=(\d+)", rest)[1])
+            child = int(field(r"child_pid=(\d+)", rest))
             owner[child] = cli
             if pid == cli and run["init"] is None:
                 run["init"], run["cli_fork"] = child, at
