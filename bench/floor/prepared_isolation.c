@@ -41,7 +41,9 @@
  * Left out (not kernel work the isolation needs, or chosen differently by airlock): the
  * supervisor, init and spawner processes and their pipes, the host run directory, resolving
  * the sources (done once here, per sandbox in airlock), the checks that a path did not change
- * under the bind, PID 1's report and its wait for a quiet namespace.
+ * under the bind, the read of `/proc/thread-self/status` that checks the capabilities are
+ * gone, Landlock's fallback to an older ABI (this floor needs ABI 6), PID 1's report and its
+ * wait for a quiet namespace.
  *
  * Prints one line: `RUNS SECONDS CPU_SECONDS`, the last being the user and system time of
  * every process the callers reaped (the kernel's workers that tear namespaces down, such as
@@ -71,6 +73,20 @@
 #include <unistd.h>
 
 #include "floor.h"
+
+/* The newer calls' numbers (the same on every architecture) where the headers predate them. */
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#define SYS_move_mount 429
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+#endif
 
 enum mode { NS, ROOT, CONFINE, PROGRAM };
 
