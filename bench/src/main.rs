@@ -7,6 +7,7 @@
 //! `cargo build --release && cargo run --release -p airlock-bench -- --runs 200 [--markdown]`
 
 mod egress;
+mod floor;
 mod order;
 mod report;
 mod stats;

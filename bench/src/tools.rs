@@ -203,20 +203,7 @@ fn bwrap_under_floor_wrapper(same_argv: &Tool) -> Result<Tool, String> {
 
 /// `bench/floor/NAME.c` compiled into the scratch directory.
 pub fn compile_floor(name: &str) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(scratch_dir())
-        .map_err(|e| format!("cannot create the scratch directory: {e}"))?;
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("floor/{name}.c"));
-    let binary = scratch_dir().join(name);
-    let compiled = std::process::Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .status()
-        .map_err(|e| format!("cannot run cc: {e}"))?;
-    if !compiled.success() {
-        return Err(format!("cc could not compile {}", source.display()));
-    }
-    Ok(binary)
+    crate::floor::compile(name, &scratch_dir())
 }
 
 /// The parent cgroup of the OCI peers' containers.

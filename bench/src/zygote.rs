@@ -113,21 +113,14 @@ fn kernel_floor() -> String {
         }
         let binary = crate::tools::compile_floor("fresh_isolation")?;
         let rate = |extra: &[&str]| -> Result<f64, String> {
-            let output = std::process::Command::new(&binary)
-                .args([CALLERS.to_string(), THROUGHPUT_TIME.as_secs().to_string()])
-                .arg(THROUGHPUT_MAX_RUNS.to_string())
-                .args(extra)
-                .output()
-                .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
-            let text = String::from_utf8_lossy(&output.stdout);
-            let mut fields = text.split_whitespace().map(|f| f.parse::<f64>());
-            match (output.status.success(), fields.next(), fields.next()) {
-                (true, Some(Ok(runs)), Some(Ok(seconds))) if seconds > 0.0 => Ok(runs / seconds),
-                _ => Err(format!(
-                    "fresh_isolation failed: {}",
-                    String::from_utf8_lossy(&output.stderr).trim()
-                )),
-            }
+            let mut args = vec![
+                CALLERS.to_string(),
+                THROUGHPUT_TIME.as_secs().to_string(),
+                THROUGHPUT_MAX_RUNS.to_string(),
+            ];
+            args.extend(extra.iter().map(|arg| arg.to_string()));
+            let fields = crate::floor::run(&binary, &args)?;
+            Ok(fields[0] / fields[1])
         };
         Ok((rate(&[])?, rate(&["no-net"])?))
     })();

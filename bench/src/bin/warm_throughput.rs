@@ -6,10 +6,13 @@
 //!   sustained rate with the pool refilling as it is used (runs that find no sandbox ready
 //!   run cold, and are counted). CPU per run is the whole process tree's, preparation and
 //!   teardown included.
+//! - the kernel floor of that sustained rate (root only): `bench/floor/prepared_isolation.c`
+//!   from as many callers, the same cgroup, namespaces, root, Landlock, seccomp and program per
+//!   run with nothing of airlock's own, whole and without its later parts.
 //! - density: `--idle` sandboxes prepared and left idle, and what they cost the host:
 //!   `MemAvailable` before and after, and the proportional set size of their processes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +21,9 @@ use airlock::warm::{WarmOptions, WarmPool};
 use airlock::{Sandbox, SandboxOptions};
 use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
+
+#[path = "../floor.rs"]
+mod floor;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -36,6 +42,9 @@ struct Args {
     /// The airlock binary used as the init (default: the workspace's release build).
     #[arg(long)]
     airlock: Option<PathBuf>,
+    /// Seconds each mode of the kernel floor runs (0: skip the floor).
+    #[arg(long, default_value_t = 3)]
+    floor_seconds: u64,
 }
 
 fn main() {
@@ -54,6 +63,9 @@ fn main() {
     let sandbox = Sandbox::with_options(policy, options).expect("sandbox");
     burst(&sandbox, &args);
     sustained(&sandbox, &args);
+    if args.floor_seconds > 0 {
+        kernel_floor(&args);
+    }
     if args.idle > 0 {
         density(&sandbox, &args);
     }
@@ -131,6 +143,77 @@ fn run_from_threads(pool: &WarmPool, runs: usize, threads: usize) -> usize {
         }
     });
     failed.load(Ordering::SeqCst)
+}
+
+/// `prepared_isolation`'s modes, each with the parts before it, and what its line says.
+const FLOOR_MODES: [(&str, &str); 4] = [
+    ("program", "every layer and /bin/true"),
+    ("confine", "no program"),
+    (
+        "root",
+        "no program, no Landlock, seccomp or capability drop",
+    ),
+    (
+        "ns",
+        "no program, no confinement, no root (the cgroup and namespaces only)",
+    ),
+];
+
+/// What the kernel alone needs for the runs `sustained` measured, from as many callers: the
+/// least kernel work each run's sandbox needs with airlock's guarantees (its cgroup, its
+/// namespaces, the root built from scratch, Landlock, seccomp and the capability drop, the
+/// program's start; `bench/floor/prepared_isolation.c`), then without the later parts.
+fn kernel_floor(args: &Args) {
+    let label = "kernel floor of a prepared sandbox's run (bench/floor/prepared_isolation.c)";
+    let seccomp = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/airlock/src/confine/seccomp/prebuilt")
+        .join(std::env::consts::ARCH);
+    let skipped = if !nix::unistd::geteuid().is_root() {
+        Some("needs root (cgroups)".to_string())
+    } else if !seccomp.join("table.bpf").is_file() {
+        Some(format!(
+            "no prebuilt seccomp filters in {}",
+            seccomp.display()
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = skipped {
+        return println!("{label}: not measured ({why})");
+    }
+    let scratch = std::env::temp_dir().join(format!("airlock-floor-{}", std::process::id()));
+    let binary = floor::compile("prepared_isolation", &scratch);
+    println!("{label}, {} callers:", args.threads);
+    for (mode, what) in FLOOR_MODES {
+        let measured = binary.as_ref().map_err(String::clone).and_then(|binary| {
+            let line = [
+                args.threads.to_string(),
+                args.floor_seconds.to_string(),
+                "20000".to_string(),
+                mode.to_string(),
+                seccomp.display().to_string(),
+            ];
+            floor::run(binary, &line)
+        });
+        match measured {
+            Ok(fields) if fields.len() >= 3 && fields[0] > 0.0 => println!(
+                "  {what}: {:.0} runs/s, {:.2} ms of CPU per run",
+                fields[0] / fields[1],
+                fields[2] * 1000.0 / fields[0]
+            ),
+            Ok(fields) => println!("  {what}: not measured (it printed {fields:?})"),
+            Err(why) => println!("  {what}: not measured ({why})"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    // The floor's parent cgroups, if nothing else uses them.
+    for hierarchy in ["memory", "pids", "cpu", "cpuacct", "freezer"] {
+        let _ = std::fs::remove_dir(
+            Path::new("/sys/fs/cgroup")
+                .join(hierarchy)
+                .join("airlock-floor"),
+        );
+    }
 }
 
 /// User + system time of this process and every child it reaped.
