@@ -70,6 +70,7 @@ fn start_preparations(shared: &Shared, preparing: &mut Vec<Preparing>, failures:
             &shared.sandbox,
             shared.prestart.as_ref(),
             shared.spawner.as_deref(),
+            Some(&shared.roots),
         ) {
             Ok(standby) => {
                 shared.lock().started += 1;
@@ -141,7 +142,9 @@ fn push_ready(shared: &Shared, standby: Standby) {
         shared.retire_standby(standby);
         return;
     }
-    state.ready.push_back((standby, Instant::now()));
+    // Expiry counts from the `/etc` snapshot: a shared root's build, or this preparation.
+    let since = standby.snapshot_taken().unwrap_or_else(Instant::now);
+    state.ready.push_back((standby, since));
     drop(state);
     shared.changed.notify_all();
 }

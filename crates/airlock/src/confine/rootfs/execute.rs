@@ -142,6 +142,7 @@ fn execute(
         report: RootfsReport::default(),
         new_root: Path::new(layout.new_root),
         host: Path::new(layout.host),
+        mask_dir: Path::new(layout.mask_dir),
     };
     for (op, source) in ops.iter().zip(sources) {
         executor.apply(op, source)?;
@@ -170,6 +171,7 @@ struct Executor {
     report: RootfsReport,
     new_root: &'static Path,
     host: &'static Path,
+    mask_dir: &'static Path,
 }
 
 impl Executor {
@@ -214,9 +216,18 @@ impl Executor {
             MountOp::Symlink { target, link } => make_symlink(target, &under(self.new_root, link)),
             MountOp::RemountReadOnly { path } => seal(&under(self.new_root, path)),
             MountOp::MountProc { hidepid } => {
-                self.mask_source = by_fd::open_mount_point(self.new_root, Path::new("/proc"));
+                self.mask_source = by_fd::open_mount_point(self.new_root, self.mask_dir);
                 mount_proc(self.new_root, *hidepid)
             }
+            MountOp::MountEmptyProc => mount_empty_proc(self.new_root),
+            MountOp::WorkdirBelow {
+                base,
+                path,
+                size_bytes,
+                max_files,
+                exec,
+                files,
+            } => workdir_below(base, path, (*size_bytes, *max_files), *exec, files),
             MountOp::ProtectProc { path, how } => {
                 self.protect_proc(path, *how);
                 Ok(())
@@ -384,6 +395,82 @@ fn mount_proc(new_root: &Path, hidepid: bool) -> Result<(), RootfsError> {
         path,
         source,
     })
+}
+
+/// See [`MountOp::MountEmptyProc`]: mounted by the shared root's builder, PID 1 of a PID
+/// namespace of its own that ends when it exits. Not read-only: the kernel lets a run mount
+/// its writable `/proc` only where the one already visible is not locked read-only (it has
+/// nothing to write: `subset=pid` of an ended namespace shows no entry at all).
+fn mount_empty_proc(new_root: &Path) -> Result<(), RootfsError> {
+    let path = under(new_root, Path::new("/proc"));
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("proc"), &path, Some("proc"), flags, Some("subset=pid")).map_err(|source| {
+        RootfsError::MountFs {
+            fstype: "proc",
+            path,
+            source,
+        }
+    })
+}
+
+/// See [`MountOp::WorkdirBelow`] (in a shared root's copy: paths are the run's own).
+fn workdir_below(
+    base: &Path,
+    path: &Path,
+    (size_bytes, max_files): (u64, u64),
+    exec: bool,
+    files: &[super::GeneratedFile],
+) -> Result<(), RootfsError> {
+    // What the tmpfs holds besides the workdir (its root, the directories down to it, a page
+    // and an inode per file while it is bound), added to the caps: the workdir has as much
+    // room left as a cold one.
+    let extra_files = 2 + files.len() as u64;
+    let extra_bytes = 4096 * files.len() as u64;
+    let options = format!(
+        "size={},nr_inodes={},mode=755",
+        size_bytes.saturating_add(extra_bytes),
+        max_files.saturating_add(extra_files)
+    );
+    mount_tmpfs(base, &options, exec)?;
+    make_dirs(path)?;
+    let access = BindAccess {
+        writable: true,
+        exec,
+        devices: false,
+    };
+    restrict_bind(path, path, true, access)?;
+    for (index, file) in files.iter().enumerate() {
+        let source = base.join(format!(".file-{index}"));
+        write_file(&source, &file.contents, file.mode)?;
+        restrict_bind(&source, &file.path, false, SEALED_FILE)?;
+        fs::remove_file(&source).map_err(|e| io_error("remove", &source, e))?;
+    }
+    seal(base)
+}
+
+const SEALED_FILE: BindAccess = BindAccess {
+    writable: false,
+    exec: false,
+    devices: false,
+};
+
+/// A shared root ([`super::build_shared`]): built in place, in a namespace of its own, and
+/// refused where that would hide a source (a pool then builds each sandbox's root).
+pub(super) fn run_shared(
+    ops: &[MountOp],
+    layout: Layout,
+    plan: &RootfsPlan,
+) -> Result<RootfsReport, RootfsError> {
+    let (sources, dev_null) = resolve_sources(ops, &plan.git_found)?;
+    if let Some(dir) = &plan.unreachable {
+        refuse_reaching(&sources, dir)?;
+    }
+    if !hides_no_source(Path::new(layout.new_root), &sources, &dev_null) {
+        return Err(RootfsError::SharedRootHidesSource {
+            dir: layout.new_root.into(),
+        });
+    }
+    execute(ops, sources, dev_null, layout)
 }
 
 /// Bind `src` onto `dst`, creating the mount point (a directory or an empty file).

@@ -56,6 +56,29 @@ pub enum MountOp {
     MountProc {
         hidepid: bool,
     },
+    /// A shared root's own `/proc`, showing only the processes of a PID namespace that ends
+    /// with the root's build (`subset=pid`: an empty directory for good). The
+    /// kernel lets a user namespace mount a `/proc` only where one is fully visible in its
+    /// mount namespace already; a run's copy of the shared root holds this one (covered by
+    /// the run's own), since the host's is gone from it.
+    MountEmptyProc,
+    /// A run's tmpfs workdir on a shared root, which holds only `base` (the same for every
+    /// run) as its mount point: the tmpfs (the workdir's caps, plus the two directories
+    /// below) is mounted at `base`, `path` made in it and bound over itself, then the mount
+    /// at `base` sealed read-only, so that the run sees the cold root's read-only
+    /// directories down to a writable, capped workdir, with one superblock as a cold run.
+    ///
+    /// `files`: the generated files that name the workdir (`/etc/passwd`'s home), which the
+    /// shared root holds as its first run's: each is written into the tmpfs, bound read-only
+    /// over the root's and unlinked, before the seal.
+    WorkdirBelow {
+        base: PathBuf,
+        path: PathBuf,
+        size_bytes: u64,
+        max_files: u64,
+        exec: bool,
+        files: Vec<super::GeneratedFile>,
+    },
     /// Best effort: a failure is reported, not fatal (runc's masked and read-only paths).
     ProtectProc {
         path: PathBuf,
@@ -115,6 +138,8 @@ const PROC_MASKED_FILES: &[&str] = &[
     "config.gz",
 ];
 const PROC_MASKED_DIRS: &[&str] = &["acpi", "asound", "scsi"];
+/// A shared root's source for the masked `/proc` directories (see `rootfs::Layout`).
+pub(super) const SHARED_MASK_DIR: &str = "/tmp/masked";
 
 /// The mode of a mount point the root makes: the `/proc` one is also what a masked `/proc`
 /// directory shows ([`ProcProtection::MaskDir`]), read-only to everyone as a mask should be.
@@ -170,8 +195,12 @@ pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
 /// and empty mount points for what each run mounts afresh. The root is sealed read-only; a
 /// run's namespace holds it with the read-only flag locked.
 pub fn plan_prepared_root(plan: &RootfsPlan) -> Vec<MountOp> {
+    prepared_root_with(plan, per_run_paths(plan))
+}
+
+/// [`plan_prepared_root`] with `per_run` as the mount points each run mounts on.
+fn prepared_root_with(plan: &RootfsPlan, per_run: Vec<PathBuf>) -> Vec<MountOp> {
     let mut ops = vec![MountOp::MakeMountsPrivate, MountOp::MountNewRoot];
-    let per_run = per_run_paths(plan);
     let (in_dev, in_root): (Vec<_>, Vec<_>) = per_run.iter().partition(|p| p.starts_with("/dev"));
     ops.extend(in_root.into_iter().map(make_dir));
     ops.extend(["/etc", "/dev"].map(make_dir));
@@ -180,6 +209,88 @@ pub fn plan_prepared_root(plan: &RootfsPlan) -> Vec<MountOp> {
     ops.extend(in_dev.into_iter().map(make_dir));
     ops.extend(split_user_mounts(plan).0);
     ops.push(MountOp::RemountReadOnly { path: "/".into() });
+    ops
+}
+
+/// The root a warm pool shares between its sandboxes, built once by a process of its own in a
+/// user and mount namespace that the sandboxes' setup enters (`setns`) before it makes its
+/// own: [`plan_prepared_root`] with an empty `/proc` of its own ([`MountOp::MountEmptyProc`]),
+/// then the pivot into it and the host dropped, so that the mount namespace holds the
+/// prepared root and nothing else. Each sandbox's namespace is a copy of it, every mount
+/// locked (see [`plan_shared_run`]). A sandbox's tmpfs workdir is named after its run
+/// (`<runtime>/<run>/work`), so the root holds the runtime directory as the mount point
+/// ([`shared_workdir_base`]). `None` for a plan whose runs would bind a host path under a
+/// mount they make (the host is not in the shared namespace to bind it from) or whose
+/// workdir is not such a tmpfs.
+pub fn plan_shared_root(plan: &RootfsPlan) -> Option<Vec<MountOp>> {
+    let base = shared_workdir_base(plan)?;
+    let (shared, per_run) = split_user_mounts(plan);
+    let per_run_bind = per_run.iter().any(|op| matches!(op, MountOp::Bind { .. }));
+    let hidden = |op: &MountOp| matches!(op, MountOp::Bind { path, .. } if path.starts_with(base));
+    if per_run_bind || shared.iter().any(hidden) {
+        return None;
+    }
+    let mut mount_points = per_run_paths(plan);
+    mount_points.retain(|path| path != plan.workdir.path());
+    mount_points.push(base.to_path_buf());
+    let mut ops = prepared_root_with(plan, mount_points);
+    // Before the seal (the last operation so far): the masks' source, covered by each
+    // run's `/tmp`.
+    let mask = MountOp::MakeDir {
+        path: SHARED_MASK_DIR.into(),
+        mode: 0o555,
+    };
+    ops.insert(ops.len() - 1, mask);
+    ops.push(MountOp::MountEmptyProc);
+    ops.push(MountOp::PivotIntoNewRoot);
+    Some(ops)
+}
+
+/// Where a shared root holds the mount point of its runs' tmpfs workdirs: the workdir's
+/// grandparent (`<runtime>` of `<runtime>/<run>/work`), which must not be `/`.
+pub fn shared_workdir_base(plan: &RootfsPlan) -> Option<&Path> {
+    let Workdir::Tmpfs { path, .. } = &plan.workdir else {
+        return None;
+    };
+    let base = path.parent()?.parent()?;
+    (base != Path::new("/")).then_some(base)
+}
+
+/// The generated files whose contents name the workdir (differ from run to run).
+pub fn naming_the_workdir(plan: &RootfsPlan) -> Vec<super::GeneratedFile> {
+    let workdir = plan.workdir.path().display().to_string();
+    let names = |file: &&super::GeneratedFile| file.contents.contains(&workdir);
+    plan.generated_files.iter().filter(names).cloned().collect()
+}
+
+/// What each sandbox adds to its copy of a shared root ([`plan_shared_root`]), which is its
+/// `/` already: the fresh `/proc` (protected), `/tmp`, `/dev/shm` and its tmpfs workdir
+/// ([`MountOp::WorkdirBelow`]). No pivot and no host to drop: the copy holds nothing else.
+pub fn plan_shared_run(plan: &RootfsPlan) -> Vec<MountOp> {
+    let mut ops = vec![MountOp::MakeMountsPrivate, dev_shm(plan)];
+    push_proc(&mut ops, plan.proc_hidepid);
+    ops.push(tmp(plan));
+    if let (
+        Some(base),
+        Workdir::Tmpfs {
+            path,
+            size_bytes,
+            max_files,
+        },
+    ) = (shared_workdir_base(plan), &plan.workdir)
+    {
+        ops.push(MountOp::WorkdirBelow {
+            base: base.to_path_buf(),
+            path: path.clone(),
+            size_bytes: *size_bytes,
+            max_files: *max_files,
+            exec: plan.exec_writable,
+            files: naming_the_workdir(plan),
+        });
+    }
+    ops.push(MountOp::Chdir {
+        path: plan.workdir.path().to_path_buf(),
+    });
     ops
 }
 
@@ -397,6 +508,10 @@ impl fmt::Display for MountOp {
             }
             MountOp::RemountReadOnly { path } => write!(f, "remount-ro {}", path.display()),
             MountOp::MountProc { hidepid } => write!(f, "proc hidepid={hidepid}"),
+            MountOp::MountEmptyProc => write!(f, "proc subset=pid"),
+            MountOp::WorkdirBelow { base, path, .. } => {
+                write!(f, "workdir {} below {}", path.display(), base.display())
+            }
             MountOp::ProtectProc { path, how } => write!(f, "protect {} {how:?}", path.display()),
             MountOp::DetachHost => write!(f, "detach-host"),
             MountOp::PivotIntoNewRoot => write!(f, "pivot-new-root"),
