@@ -18,31 +18,16 @@
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use crate::confine::rootfs;
+use crate::linux::sys::{self, Forked};
+use crate::spec::shared_root::{SharedRootRequest, BUILT, FAILED};
+use crate::spec::CONTROL_FD;
 use nix::sched::CloneFlags;
 use nix::sys::socket::{recv, sendmsg, ControlMessage, MsgFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
-use serde::{Deserialize, Serialize};
-
-use crate::confine::rootfs::{self, RootfsPlan};
-use crate::confine::Credentials;
-use crate::linux::sys::{self, Forked};
-use crate::spec::CONTROL_FD;
 
 /// The largest request read (a root's plan: paths and generated files).
 const MAX_REQUEST: usize = 1 << 20;
-
-/// What the pool asks for.
-#[derive(Serialize, Deserialize, Debug)]
-pub(crate) struct SharedRootRequest {
-    pub rootfs: RootfsPlan,
-    /// The sandbox user, who owns the shared root's user namespace (so that each sandbox's
-    /// setup, as that user, may enter it); `None`: this process's own.
-    pub credentials: Option<Credentials>,
-}
-
-/// The answer's first byte: the namespaces follow, or an error's text does.
-pub(crate) const BUILT: u8 = b'+';
-pub(crate) const FAILED: u8 = b'-';
 
 /// Builds the root, answers, and exits.
 pub(super) fn serve() -> ! {

@@ -13,6 +13,7 @@ use crate::result::RunStatus;
 use crate::rundir::MemoryScratch;
 
 pub mod fds;
+pub mod shared_root;
 mod wrap;
 
 pub use wrap::{GitBind, HiddenFile, StartEvidence, WrapSpec, WrapStep};

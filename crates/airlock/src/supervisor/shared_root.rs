@@ -22,9 +22,9 @@ use nix::sys::socket::{send, MsgFlags};
 use super::builder::SandboxOptions;
 use crate::confine::rootfs::{self, RootfsPlan, Workdir};
 use crate::error::Error;
-use crate::init::shared_root::{SharedRootRequest, BUILT};
 use crate::init::INIT_ARG;
 use crate::linux::sys;
+use crate::spec::shared_root::{SharedRootRequest, BUILT};
 use crate::spec::{Confinement, InitSpec, CONTROL_FD, SHARED_ROOT_ARG};
 
 /// How long the builder may take (it mounts ~20 binds: milliseconds).

@@ -55,11 +55,11 @@ pub(super) fn run(
 
 /// A cold run's root: built in place (`in_place`, the host root where it is) when the
 /// directory it is built over hides no source, else by bubblewrap's staging scheme
-/// (`staged`), [`with_staging`]'s two more operations.
+/// (`staged`), [`with_staging`]'s two more operations; without one (a shared root), refused.
 pub(super) fn run_cold(
     ops: &[MountOp],
     in_place: Layout,
-    staged: Layout,
+    staged: Option<Layout>,
     plan: &RootfsPlan,
 ) -> Result<RootfsReport, RootfsError> {
     let (sources, dev_null) = resolve_sources(ops, &plan.git_found)?;
@@ -69,6 +69,8 @@ pub(super) fn run_cold(
     if hides_no_source(Path::new(in_place.new_root), &sources, &dev_null) {
         return execute(ops, sources, dev_null, in_place);
     }
+    let dir = in_place.new_root.into();
+    let staged = staged.ok_or(RootfsError::SharedRootHidesSource { dir })?;
     let (ops, sources) = with_staging(ops, sources);
     execute(&ops, sources, dev_null, staged)
 }
@@ -219,15 +221,8 @@ impl Executor {
                 self.mask_source = by_fd::open_mount_point(self.new_root, self.mask_dir);
                 mount_proc(self.new_root, *hidepid)
             }
-            MountOp::MountEmptyProc => mount_empty_proc(self.new_root),
-            MountOp::WorkdirBelow {
-                base,
-                path,
-                size_bytes,
-                max_files,
-                exec,
-                files,
-            } => workdir_below(base, path, (*size_bytes, *max_files), *exec, files),
+            MountOp::MountEmptyProc => super::shared::mount_empty_proc(self.new_root),
+            MountOp::WorkdirBelow { .. } => super::shared::workdir_below(op),
             MountOp::ProtectProc { path, how } => {
                 self.protect_proc(path, *how);
                 Ok(())
@@ -397,82 +392,6 @@ fn mount_proc(new_root: &Path, hidepid: bool) -> Result<(), RootfsError> {
     })
 }
 
-/// See [`MountOp::MountEmptyProc`]: mounted by the shared root's builder, PID 1 of a PID
-/// namespace of its own that ends when it exits. Not read-only: the kernel lets a run mount
-/// its writable `/proc` only where the one already visible is not locked read-only (it has
-/// nothing to write: `subset=pid` of an ended namespace shows no entry at all).
-fn mount_empty_proc(new_root: &Path) -> Result<(), RootfsError> {
-    let path = under(new_root, Path::new("/proc"));
-    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    mount(Some("proc"), &path, Some("proc"), flags, Some("subset=pid")).map_err(|source| {
-        RootfsError::MountFs {
-            fstype: "proc",
-            path,
-            source,
-        }
-    })
-}
-
-/// See [`MountOp::WorkdirBelow`] (in a shared root's copy: paths are the run's own).
-fn workdir_below(
-    base: &Path,
-    path: &Path,
-    (size_bytes, max_files): (u64, u64),
-    exec: bool,
-    files: &[super::GeneratedFile],
-) -> Result<(), RootfsError> {
-    // What the tmpfs holds besides the workdir (its root, the directories down to it, a page
-    // and an inode per file while it is bound), added to the caps: the workdir has as much
-    // room left as a cold one.
-    let extra_files = 2 + files.len() as u64;
-    let extra_bytes = 4096 * files.len() as u64;
-    let options = format!(
-        "size={},nr_inodes={},mode=755",
-        size_bytes.saturating_add(extra_bytes),
-        max_files.saturating_add(extra_files)
-    );
-    mount_tmpfs(base, &options, exec)?;
-    make_dirs(path)?;
-    let access = BindAccess {
-        writable: true,
-        exec,
-        devices: false,
-    };
-    restrict_bind(path, path, true, access)?;
-    for (index, file) in files.iter().enumerate() {
-        let source = base.join(format!(".file-{index}"));
-        write_file(&source, &file.contents, file.mode)?;
-        restrict_bind(&source, &file.path, false, SEALED_FILE)?;
-        fs::remove_file(&source).map_err(|e| io_error("remove", &source, e))?;
-    }
-    seal(base)
-}
-
-const SEALED_FILE: BindAccess = BindAccess {
-    writable: false,
-    exec: false,
-    devices: false,
-};
-
-/// A shared root ([`super::build_shared`]): built in place, in a namespace of its own, and
-/// refused where that would hide a source (a pool then builds each sandbox's root).
-pub(super) fn run_shared(
-    ops: &[MountOp],
-    layout: Layout,
-    plan: &RootfsPlan,
-) -> Result<RootfsReport, RootfsError> {
-    let (sources, dev_null) = resolve_sources(ops, &plan.git_found)?;
-    if let Some(dir) = &plan.unreachable {
-        refuse_reaching(&sources, dir)?;
-    }
-    if !hides_no_source(Path::new(layout.new_root), &sources, &dev_null) {
-        return Err(RootfsError::SharedRootHidesSource {
-            dir: layout.new_root.into(),
-        });
-    }
-    execute(ops, sources, dev_null, layout)
-}
-
 /// Bind `src` onto `dst`, creating the mount point (a directory or an empty file).
 fn bind(src: &Path, dst: &Path, is_dir: bool, access: BindAccess) -> Result<(), RootfsError> {
     if is_dir {
@@ -489,7 +408,7 @@ fn bind(src: &Path, dst: &Path, is_dir: bool, access: BindAccess) -> Result<(), 
 /// remount must repeat them) and no mount table read for the submounts, which were each
 /// remounted by path (bubblewrap's `bind_mount` does both). `dst_is_dir` is what the mount
 /// point was made as (a file holds no submounts).
-fn restrict_bind(
+pub(super) fn restrict_bind(
     src: &Path,
     dst: &Path,
     dst_is_dir: bool,
@@ -530,7 +449,7 @@ fn add_flags(path: &Path, attrs: u64, recursive: bool) -> Result<(), RootfsError
 }
 
 /// Make an already-populated mount read-only; everything we seal is nosuid, nodev, noexec.
-fn seal(path: &Path) -> Result<(), RootfsError> {
+pub(super) fn seal(path: &Path) -> Result<(), RootfsError> {
     let sealed = sys::MOUNT_ATTR_RDONLY
         | sys::MOUNT_ATTR_NOSUID
         | sys::MOUNT_ATTR_NODEV
@@ -538,7 +457,7 @@ fn seal(path: &Path) -> Result<(), RootfsError> {
     add_flags(path, sealed, false)
 }
 
-fn make_dirs(path: &Path) -> Result<(), RootfsError> {
+pub(super) fn make_dirs(path: &Path) -> Result<(), RootfsError> {
     make_dirs_with(path, 0o755)
 }
 
@@ -591,7 +510,7 @@ fn make_symlink(target: &Path, link: &Path) -> Result<(), RootfsError> {
     with_parents(link, "create the symlink", || symlink(target, link))
 }
 
-fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), RootfsError> {
+pub(super) fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), RootfsError> {
     with_parents(path, "write", || fs::write(path, contents))?;
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
         .map_err(|e| io_error("set the mode of", path, e))

@@ -11,6 +11,7 @@ mod by_fd;
 mod execute;
 mod plan;
 mod scratch;
+mod shared;
 mod source;
 
 use std::collections::BTreeSet;
@@ -19,14 +20,12 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use by_fd::bind_found_at;
-pub use plan::{
-    plan_operations, plan_prepared_root, plan_prepared_run, plan_shared_root, plan_shared_run,
-    shared_workdir_base, MountOp, ProcProtection,
-};
+pub use plan::{plan_operations, plan_prepared_root, plan_prepared_run, MountOp, ProcProtection};
 pub use scratch::{
     cover_with_empty_file, enter_private_mount_namespace, enter_private_runtime, mount_scratch,
     ScratchMount,
 };
+pub use shared::{plan_shared_root, plan_shared_run, shared_workdir_base};
 
 /// Everything needed to build the sandbox's root filesystem. Crosses the process boundary
 /// (supervisor to init) as JSON.
@@ -454,7 +453,7 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run_cold(&plan_operations(plan), IN_PLACE, STAGED, plan)
+    execute::run_cold(&plan_operations(plan), IN_PLACE, Some(STAGED), plan)
 }
 
 /// Builds the part of the plan's root that every run shares, read-only, in this process's
@@ -488,7 +487,7 @@ pub fn build_shared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
         return Err(RootfsError::NotSandboxInit { pid });
     }
     let ops = plan_shared_root(plan).ok_or(RootfsError::NotShareable)?;
-    execute::run_shared(&ops, IN_PLACE, plan)
+    execute::run_cold(&ops, IN_PLACE, None, plan)
 }
 
 /// A sandbox's root from its copy of a shared root ([`build_shared`]), which is already its
@@ -508,7 +507,7 @@ pub fn enter_shared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
 const SHARED: Layout = Layout {
     new_root: "/",
     host: "/",
-    mask_dir: plan::SHARED_MASK_DIR,
+    mask_dir: shared::SHARED_MASK_DIR,
 };
 
 #[cfg(test)]

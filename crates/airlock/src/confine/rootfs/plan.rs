@@ -138,12 +138,10 @@ const PROC_MASKED_FILES: &[&str] = &[
     "config.gz",
 ];
 const PROC_MASKED_DIRS: &[&str] = &["acpi", "asound", "scsi"];
-/// A shared root's source for the masked `/proc` directories (see `rootfs::Layout`).
-pub(super) const SHARED_MASK_DIR: &str = "/tmp/masked";
 
 /// The mode of a mount point the root makes: the `/proc` one is also what a masked `/proc`
 /// directory shows ([`ProcProtection::MaskDir`]), read-only to everyone as a mask should be.
-fn make_dir(path: impl AsRef<Path>) -> MountOp {
+pub(super) fn make_dir(path: impl AsRef<Path>) -> MountOp {
     let path = path.as_ref();
     let mode = match path == Path::new("/proc") {
         true => 0o555,
@@ -199,7 +197,7 @@ pub fn plan_prepared_root(plan: &RootfsPlan) -> Vec<MountOp> {
 }
 
 /// [`plan_prepared_root`] with `per_run` as the mount points each run mounts on.
-fn prepared_root_with(plan: &RootfsPlan, per_run: Vec<PathBuf>) -> Vec<MountOp> {
+pub(super) fn prepared_root_with(plan: &RootfsPlan, per_run: Vec<PathBuf>) -> Vec<MountOp> {
     let mut ops = vec![MountOp::MakeMountsPrivate, MountOp::MountNewRoot];
     let (in_dev, in_root): (Vec<_>, Vec<_>) = per_run.iter().partition(|p| p.starts_with("/dev"));
     ops.extend(in_root.into_iter().map(make_dir));
@@ -209,88 +207,6 @@ fn prepared_root_with(plan: &RootfsPlan, per_run: Vec<PathBuf>) -> Vec<MountOp> 
     ops.extend(in_dev.into_iter().map(make_dir));
     ops.extend(split_user_mounts(plan).0);
     ops.push(MountOp::RemountReadOnly { path: "/".into() });
-    ops
-}
-
-/// The root a warm pool shares between its sandboxes, built once by a process of its own in a
-/// user and mount namespace that the sandboxes' setup enters (`setns`) before it makes its
-/// own: [`plan_prepared_root`] with an empty `/proc` of its own ([`MountOp::MountEmptyProc`]),
-/// then the pivot into it and the host dropped, so that the mount namespace holds the
-/// prepared root and nothing else. Each sandbox's namespace is a copy of it, every mount
-/// locked (see [`plan_shared_run`]). A sandbox's tmpfs workdir is named after its run
-/// (`<runtime>/<run>/work`), so the root holds the runtime directory as the mount point
-/// ([`shared_workdir_base`]). `None` for a plan whose runs would bind a host path under a
-/// mount they make (the host is not in the shared namespace to bind it from) or whose
-/// workdir is not such a tmpfs.
-pub fn plan_shared_root(plan: &RootfsPlan) -> Option<Vec<MountOp>> {
-    let base = shared_workdir_base(plan)?;
-    let (shared, per_run) = split_user_mounts(plan);
-    let per_run_bind = per_run.iter().any(|op| matches!(op, MountOp::Bind { .. }));
-    let hidden = |op: &MountOp| matches!(op, MountOp::Bind { path, .. } if path.starts_with(base));
-    if per_run_bind || shared.iter().any(hidden) {
-        return None;
-    }
-    let mut mount_points = per_run_paths(plan);
-    mount_points.retain(|path| path != plan.workdir.path());
-    mount_points.push(base.to_path_buf());
-    let mut ops = prepared_root_with(plan, mount_points);
-    // Before the seal (the last operation so far): the masks' source, covered by each
-    // run's `/tmp`.
-    let mask = MountOp::MakeDir {
-        path: SHARED_MASK_DIR.into(),
-        mode: 0o555,
-    };
-    ops.insert(ops.len() - 1, mask);
-    ops.push(MountOp::MountEmptyProc);
-    ops.push(MountOp::PivotIntoNewRoot);
-    Some(ops)
-}
-
-/// Where a shared root holds the mount point of its runs' tmpfs workdirs: the workdir's
-/// grandparent (`<runtime>` of `<runtime>/<run>/work`), which must not be `/`.
-pub fn shared_workdir_base(plan: &RootfsPlan) -> Option<&Path> {
-    let Workdir::Tmpfs { path, .. } = &plan.workdir else {
-        return None;
-    };
-    let base = path.parent()?.parent()?;
-    (base != Path::new("/")).then_some(base)
-}
-
-/// The generated files whose contents name the workdir (differ from run to run).
-pub fn naming_the_workdir(plan: &RootfsPlan) -> Vec<super::GeneratedFile> {
-    let workdir = plan.workdir.path().display().to_string();
-    let names = |file: &&super::GeneratedFile| file.contents.contains(&workdir);
-    plan.generated_files.iter().filter(names).cloned().collect()
-}
-
-/// What each sandbox adds to its copy of a shared root ([`plan_shared_root`]), which is its
-/// `/` already: the fresh `/proc` (protected), `/tmp`, `/dev/shm` and its tmpfs workdir
-/// ([`MountOp::WorkdirBelow`]). No pivot and no host to drop: the copy holds nothing else.
-pub fn plan_shared_run(plan: &RootfsPlan) -> Vec<MountOp> {
-    let mut ops = vec![MountOp::MakeMountsPrivate, dev_shm(plan)];
-    push_proc(&mut ops, plan.proc_hidepid);
-    ops.push(tmp(plan));
-    if let (
-        Some(base),
-        Workdir::Tmpfs {
-            path,
-            size_bytes,
-            max_files,
-        },
-    ) = (shared_workdir_base(plan), &plan.workdir)
-    {
-        ops.push(MountOp::WorkdirBelow {
-            base: base.to_path_buf(),
-            path: path.clone(),
-            size_bytes: *size_bytes,
-            max_files: *max_files,
-            exec: plan.exec_writable,
-            files: naming_the_workdir(plan),
-        });
-    }
-    ops.push(MountOp::Chdir {
-        path: plan.workdir.path().to_path_buf(),
-    });
     ops
 }
 
@@ -313,7 +229,7 @@ pub fn plan_prepared_run(plan: &RootfsPlan) -> Vec<MountOp> {
 
 /// The caller's mounts, parents first: those a prepared root holds, and those each run makes
 /// (a tmpfs workdir, and any bind under a mount each run makes afresh, which would hide it).
-fn split_user_mounts(plan: &RootfsPlan) -> (Vec<MountOp>, Vec<MountOp>) {
+pub(super) fn split_user_mounts(plan: &RootfsPlan) -> (Vec<MountOp>, Vec<MountOp>) {
     let per_run = per_run_paths(plan);
     user_mounts(plan).into_iter().partition(|op| match op {
         MountOp::Tmpfs { .. } => false,
@@ -322,7 +238,7 @@ fn split_user_mounts(plan: &RootfsPlan) -> (Vec<MountOp>, Vec<MountOp>) {
     })
 }
 
-fn per_run_paths(plan: &RootfsPlan) -> Vec<PathBuf> {
+pub(super) fn per_run_paths(plan: &RootfsPlan) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = ["/proc", "/tmp", "/dev/shm"].map(PathBuf::from).into();
     if let Workdir::Tmpfs { path, .. } = &plan.workdir {
         paths.push(path.clone());
@@ -350,7 +266,7 @@ fn push_dev_nodes(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
     }));
 }
 
-fn dev_shm(plan: &RootfsPlan) -> MountOp {
+pub(super) fn dev_shm(plan: &RootfsPlan) -> MountOp {
     MountOp::Tmpfs {
         path: "/dev/shm".into(),
         size_bytes: plan.dev_shm.size_bytes,
@@ -360,7 +276,7 @@ fn dev_shm(plan: &RootfsPlan) -> MountOp {
     }
 }
 
-fn tmp(plan: &RootfsPlan) -> MountOp {
+pub(super) fn tmp(plan: &RootfsPlan) -> MountOp {
     MountOp::Tmpfs {
         path: "/tmp".into(),
         size_bytes: plan.tmp.size_bytes,
@@ -370,7 +286,7 @@ fn tmp(plan: &RootfsPlan) -> MountOp {
     }
 }
 
-fn push_proc(ops: &mut Vec<MountOp>, hidepid: bool) {
+pub(super) fn push_proc(ops: &mut Vec<MountOp>, hidepid: bool) {
     ops.push(MountOp::MountProc { hidepid });
     let protections = [
         (PROC_READ_ONLY, ProcProtection::ReadOnly),
