@@ -17,6 +17,7 @@ mod native;
 mod prepared_cpu;
 mod quiet;
 mod run;
+pub(crate) mod shared_root;
 mod spawner;
 mod standby;
 mod status;
@@ -55,6 +56,12 @@ pub fn init_main() -> ! {
         .is_some_and(|arg| arg == crate::spec::SPAWNER_ARG)
     {
         spawner::serve()
+    }
+    if std::env::args_os()
+        .nth(2)
+        .is_some_and(|arg| arg == crate::spec::SHARED_ROOT_ARG)
+    {
+        shared_root::serve()
     }
     init_main_with(None)
 }
@@ -275,8 +282,8 @@ pub(crate) fn any_file_at_least(dirs: &[PathBuf], size: u64) -> bool {
 }
 
 /// Starts the child that becomes the program, with its pipes at the numbers of `spec::fds`
-/// (setup, exit report, and the gate's channel, a tool's status, a warm run's command pipe or
-/// the cgroup hand-off when the run has them); every other inherited descriptor is closed.
+/// (setup, exit report, and the gate's channel, a tool's status, a warm run's command pipe and
+/// shared root, or the cgroup hand-off when the run has them); every other inherited descriptor is closed.
 ///
 /// A child that ends in its exec (Tier 0, a wrapping tool without a guard) shares the init's
 /// memory until then ([`sys::spawn_sharing_memory`]): the init waits meanwhile, which costs it
@@ -295,7 +302,7 @@ pub(crate) fn fork_child(
     setup: &OwnedFd,
     report: &OwnedFd,
     tool_status: Option<RawFd>,
-    go: Option<(RawFd, RawFd)>,
+    warm: &[(RawFd, RawFd)],
     cgroup_handoff: Option<RawFd>,
 ) -> Setup<nix::unistd::Pid> {
     let init_pid = nix::unistd::getpid();
@@ -306,7 +313,7 @@ pub(crate) fn fork_child(
         ];
         keep.extend(run.gate.as_ref().map(|fd| (fd.as_raw_fd(), child::GATE_FD)));
         keep.extend(tool_status.map(|fd| (fd, child::TOOL_STATUS_FD)));
-        keep.extend(go);
+        keep.extend_from_slice(warm);
         keep.extend(cgroup_handoff.map(|fd| (fd, crate::spec::fds::CGROUP_HANDOFF_FD)));
         // Closes every other descriptor, the gaps between these included.
         if sys::place_fds(&keep).is_err() {

@@ -15,6 +15,7 @@
 //!    which makes the kernel kill it.
 
 use std::convert::Infallible;
+use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::sched::{unshare, CloneFlags};
@@ -31,6 +32,7 @@ use crate::confine::{caps, landlock, rootfs, seccomp};
 use crate::error::SetupError;
 use crate::layer::Layer;
 use crate::linux::sys;
+use crate::spec::fds::CHILD_SHARED_ROOT_FDS;
 use crate::spec::{InitSpec, NativeSpec};
 
 /// Enters the namespaces but the cgroup namespace while the init makes the run's cgroup
@@ -45,7 +47,12 @@ pub(super) fn enter(
     gate: Option<&OwnedFd>,
     handed_cgroup: bool,
 ) -> Setup<Infallible> {
-    enter_namespaces_but_cgroup(native.new_net)?;
+    let proc_self = match spec.shared_root {
+        true => Some(enter_shared_root()?),
+        false => None,
+    };
+    enter_namespaces_but_cgroup(native.new_net, proc_self.as_ref())?;
+    drop(proc_self);
     match handed_cgroup && super::cgroup_handoff::join_when_made()? {
         true => layers.push(Layer::Cgroup),
         false => super::child::fall_back_to_rlimits(spec)?,
@@ -74,9 +81,43 @@ pub(super) fn enter(
     ))
 }
 
+/// A warm pool's shared root (`rootfs::build_shared`): enters the user and mount namespaces
+/// that hold it (inherited at [`CHILD_SHARED_ROOT_FDS`]), so that the sandbox's own, made next,
+/// are their children, and its mount namespace a copy of the shared root's, every mount of
+/// which the kernel locks in a less privileged user namespace's copy (no run can unmount,
+/// remount or make writable what is shared, and its mounts propagate nowhere: the shared
+/// root's are private). This process, as the sandbox user, owns the shared root's user
+/// namespace (its builder made it as that user), which gives it the capabilities `setns`
+/// needs there and nowhere else. Returns this process's own `/proc` directory, opened
+/// before: the shared root's `/proc` belongs to another (ended) PID namespace, where
+/// `/proc/self` names nothing.
+fn enter_shared_root() -> Setup<OwnedFd> {
+    let failed = |what: &str, e: std::io::Error| {
+        SetupError::at(
+            Step::Namespaces,
+            format!("cannot enter the pool's shared root ({what}): {e}"),
+        )
+    };
+    let flags =
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC;
+    let proc_self = rustix::fs::open("/proc/self", flags, rustix::fs::Mode::empty())
+        .map_err(|e| failed("/proc/self", e.into()))?;
+    let [user, mnt] = CHILD_SHARED_ROOT_FDS.map(sys::claim_inherited_fd);
+    let (user, mnt) = (
+        user.map_err(|e| failed("descriptor", e))?,
+        mnt.map_err(|e| failed("descriptor", e))?,
+    );
+    nix::sched::setns(&user, CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| failed("user namespace", e.into()))?;
+    nix::sched::setns(&mnt, CloneFlags::CLONE_NEWNS)
+        .map_err(|e| failed("mount namespace", e.into()))?;
+    Ok(proc_self)
+}
+
 /// The user, mount, PID, IPC and UTS (and network) namespaces: the cgroup namespace waits
-/// for the run's cgroup ([`enter_cgroup_namespace`]).
-fn enter_namespaces_but_cgroup(new_net: bool) -> Setup<()> {
+/// for the run's cgroup ([`enter_cgroup_namespace`]). `proc_self`: this process's `/proc`
+/// directory where `/proc/self` would not name it.
+fn enter_namespaces_but_cgroup(new_net: bool, proc_self: Option<&OwnedFd>) -> Setup<()> {
     let mut others = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
@@ -84,7 +125,7 @@ fn enter_namespaces_but_cgroup(new_net: bool) -> Setup<()> {
     if new_net {
         others |= CloneFlags::CLONE_NEWNET;
     }
-    enter_user_namespace(others)
+    enter_user_namespace_at(others, proc_self)
 }
 
 /// A cgroup namespace rooted in the cgroup this process is in (made in the user namespace
@@ -102,6 +143,10 @@ pub(super) fn enter_cgroup_namespace() -> Setup<()> {
 /// them all, and maps only our own (already unprivileged) uid and gid in it, which needs no
 /// privilege at all.
 pub(super) fn enter_user_namespace(others: CloneFlags) -> Setup<()> {
+    enter_user_namespace_at(others, None)
+}
+
+fn enter_user_namespace_at(others: CloneFlags, proc_self: Option<&OwnedFd>) -> Setup<()> {
     let (uid, gid) = (getuid(), getgid());
     let flags = CloneFlags::CLONE_NEWUSER | others;
     unshare(flags).map_err(|e| {
@@ -111,12 +156,21 @@ pub(super) fn enter_user_namespace(others: CloneFlags) -> Setup<()> {
         )
         .with_fix("check `airlock doctor` for user namespace support")
     })?;
-    map_own_ids(uid, gid)
+    map_own_ids_at(uid, gid, proc_self)
 }
 
 /// In a new user namespace: maps only `uid` and `gid`, our own ids in the parent namespace
 /// (the process's ids before the namespace existed), which needs no privilege at all.
 pub(super) fn map_own_ids(uid: nix::unistd::Uid, gid: nix::unistd::Gid) -> Setup<()> {
+    map_own_ids_at(uid, gid, None)
+}
+
+/// [`map_own_ids`] through `proc_self` (this process's `/proc` directory) when given.
+fn map_own_ids_at(
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+    proc_self: Option<&OwnedFd>,
+) -> Setup<()> {
     // A uid change made us non-dumpable, which makes /proc/self/* root-owned; we need to write
     // our own id maps, then go back to non-dumpable so the sandbox cannot open our descriptors.
     let dumpable = |e: nix::errno::Errno| {
@@ -124,14 +178,23 @@ pub(super) fn map_own_ids(uid: nix::unistd::Uid, gid: nix::unistd::Gid) -> Setup
             .of_kind(crate::error::SetupErrorKind::InitFailed)
     };
     nix::sys::prctl::set_dumpable(true).map_err(dumpable)?;
-    write_proc_self("setgroups", "deny")?;
-    write_proc_self("uid_map", &format!("{uid} {uid} 1"))?;
-    write_proc_self("gid_map", &format!("{gid} {gid} 1"))?;
+    write_proc_self(proc_self, "setgroups", "deny")?;
+    write_proc_self(proc_self, "uid_map", &format!("{uid} {uid} 1"))?;
+    write_proc_self(proc_self, "gid_map", &format!("{gid} {gid} 1"))?;
     nix::sys::prctl::set_dumpable(false).map_err(dumpable)
 }
 
-fn write_proc_self(file: &str, contents: &str) -> Setup<()> {
-    std::fs::write(format!("/proc/self/{file}"), contents).map_err(|e| {
+fn write_proc_self(proc_self: Option<&OwnedFd>, file: &str, contents: &str) -> Setup<()> {
+    let written = match proc_self {
+        None => std::fs::write(format!("/proc/self/{file}"), contents),
+        Some(dir) => {
+            let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC;
+            rustix::fs::openat(dir, file, flags, rustix::fs::Mode::empty())
+                .map_err(std::io::Error::from)
+                .and_then(|fd| std::fs::File::from(fd).write_all(contents.as_bytes()))
+        }
+    };
+    written.map_err(|e| {
         SetupError::at(
             Step::Namespaces,
             format!("cannot write {contents:?} to /proc/self/{file}: {e}"),
@@ -146,8 +209,12 @@ fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
         true => super::child::new_session(true),
         false => Ok(()),
     };
+    let enter_root = match spec.shared_root {
+        true => rootfs::enter_shared,
+        false => rootfs::enter,
+    };
     let result = session
-        .and_then(|()| confine(native, &mut layers))
+        .and_then(|()| confine_with_root(native, &mut layers, enter_root))
         .and_then(|()| {
             // A warm sandbox waits here for its command; a cold run has it in its spec.
             let spec = super::standby::command_for(spec)?;
@@ -161,12 +228,9 @@ fn pid1(spec: &InitSpec, native: &NativeSpec, mut layers: Vec<Layer>) -> ! {
 }
 
 /// Every confinement step of PID 1, in the only order that works: mounts need capabilities,
-/// Landlock and seccomp need no_new_privs, and seccomp would forbid the earlier steps.
-pub(super) fn confine(native: &NativeSpec, layers: &mut Vec<Layer>) -> Setup<()> {
-    confine_with_root(native, layers, rootfs::enter)
-}
-
-/// [`confine`] with the root entered by `enter_root` (built from scratch, or a zygote run's
+/// Landlock and seccomp need no_new_privs, and seccomp would forbid the earlier steps; the
+/// root entered by `enter_root` (built from scratch, a copy of a warm pool's shared root's
+/// completed, or a zygote run's
 /// copy of the root its template prepared).
 pub(super) fn confine_with_root(
     native: &NativeSpec,

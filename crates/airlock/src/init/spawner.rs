@@ -28,8 +28,9 @@ use crate::linux;
 use crate::linux::sys::{self, Forked};
 use crate::spec::CONTROL_FD;
 
-/// The most descriptors one init gets (stdio, control, events, gate, command pipe).
-const MAX_FDS: usize = 8;
+/// The most descriptors one init gets (stdio, control, events, gate, command pipe, a shared
+/// root's two namespaces).
+const MAX_FDS: usize = 10;
 
 /// Serves the pool until it closes the socket, then exits.
 pub(super) fn serve() -> ! {

@@ -23,7 +23,7 @@ use super::watch::{StopCause, Watch};
 use super::{Kind, Setup, Step};
 use crate::error::SetupError;
 use crate::linux::sys;
-use crate::spec::fds::{CHILD_GO_FD, GO_FD};
+use crate::spec::fds::{CHILD_GO_FD, CHILD_SHARED_ROOT_FDS, GO_FD, SHARED_ROOT_FDS};
 use crate::spec::{InitEvent, InitSpec, StagedFile, StopReason, WarmGo, WARM_STARTED_LINE};
 
 /// The largest command (argv, environment and staged files) PID 1 reads.
@@ -39,9 +39,27 @@ pub(super) fn inherited_go(spec: &InitSpec) -> Setup<Option<OwnedFd>> {
         .map_err(|e| SetupError::at(Step::Init, format!("cannot take the command pipe: {e}")))
 }
 
-/// Where the command pipe goes in the child.
-pub(super) fn go_placement(go: Option<&OwnedFd>) -> Option<(RawFd, RawFd)> {
-    go.map(|read| (read.as_raw_fd(), CHILD_GO_FD))
+/// A warm sandbox's shared root: the user and mount namespaces that hold it, inherited from
+/// the supervisor for the child (see `native::enter_shared_root`).
+pub(super) fn inherited_shared_root(spec: &InitSpec) -> Setup<Vec<OwnedFd>> {
+    if !spec.shared_root {
+        return Ok(Vec::new());
+    }
+    let claim = |fd| {
+        sys::claim_inherited_fd(fd)
+            .map_err(|e| SetupError::at(Step::Init, format!("cannot take the shared root: {e}")))
+    };
+    SHARED_ROOT_FDS.into_iter().map(claim).collect()
+}
+
+/// Where the command pipe and a shared root's namespaces go in the child.
+pub(super) fn placements(go: Option<&OwnedFd>, shared_root: &[OwnedFd]) -> Vec<(RawFd, RawFd)> {
+    let go = go.map(|read| (read.as_raw_fd(), CHILD_GO_FD));
+    let root = shared_root
+        .iter()
+        .map(AsRawFd::as_raw_fd)
+        .zip(CHILD_SHARED_ROOT_FDS);
+    go.into_iter().chain(root).collect()
 }
 
 /// In PID 1, after every confinement step: the command this run executes. A cold run's is in

@@ -29,7 +29,12 @@ pub const GATE_FD: RawFd = 5;
 /// [`CHILD_GO_FD`]); the supervisor writes one `WarmGo` into it and closes it.
 pub const GO_FD: RawFd = 6;
 
-// In the init's child (the sandbox's setup and PID 1), besides GATE_FD.
+/// A warm pool's shared root ([`crate::spec::InitSpec::shared_root`]): the user and the mount
+/// namespace that hold it, which the init hands to its child at the same numbers and the
+/// child enters before it makes the sandbox's own (see `init::native`).
+pub const SHARED_ROOT_FDS: [RawFd; 2] = [10, 11];
+
+// In the init's child (the sandbox's setup and PID 1), besides GATE_FD and SHARED_ROOT_FDS.
 
 /// The setup pipe (close-on-exec: EOF at exec means success).
 pub const SETUP_FD: RawFd = 3;
@@ -40,6 +45,9 @@ pub const REPORT_FD: RawFd = 4;
 pub const TOOL_STATUS_FD: RawFd = 7;
 /// A warm sandbox's command pipe in PID 1, which claims it.
 pub const CHILD_GO_FD: RawFd = 8;
+/// A warm sandbox's shared root in the child, which claims them and enters both before it
+/// makes the sandbox's own namespaces (see `init::native`). A native child only: no tool.
+pub const CHILD_SHARED_ROOT_FDS: [RawFd; 2] = [12, 13];
 /// The native sandbox's cgroup hand-off (a `SOCK_SEQPACKET` socket), which the child
 /// claims: the child makes its namespaces while the init makes the run's cgroup, then waits
 /// here for one message, with the cgroup's membership files (opened by the init) or without
@@ -69,7 +77,14 @@ pub const PRESIZED_FD: RawFd = 1023;
 
 /// The numbers the init holds.
 #[cfg(test)]
-const IN_INIT: [RawFd; 4] = [CONTROL_FD, EVENTS_FD, GATE_FD, GO_FD];
+const IN_INIT: [RawFd; 6] = [
+    CONTROL_FD,
+    EVENTS_FD,
+    GATE_FD,
+    GO_FD,
+    SHARED_ROOT_FDS[0],
+    SHARED_ROOT_FDS[1],
+];
 /// The numbers the init's child holds.
 #[cfg(test)]
 const IN_CHILD: [RawFd; 6] = [
@@ -82,7 +97,12 @@ const IN_CHILD: [RawFd; 6] = [
 ];
 /// The numbers the init's child claims for itself.
 #[cfg(test)]
-const CLAIMED_IN_CHILD: [RawFd; 2] = [CHILD_GO_FD, CGROUP_HANDOFF_FD];
+const CLAIMED_IN_CHILD: [RawFd; 4] = [
+    CHILD_GO_FD,
+    CGROUP_HANDOFF_FD,
+    CHILD_SHARED_ROOT_FDS[0],
+    CHILD_SHARED_ROOT_FDS[1],
+];
 
 #[cfg(test)]
 mod tests {
@@ -99,6 +119,10 @@ mod tests {
     fn no_two_pipes_share_a_number_in_one_process() {
         assert!(distinct_and_above_stdio(&IN_INIT));
         assert!(distinct_and_above_stdio(&IN_CHILD));
+        // A native sandbox's child (no tool) also holds a shared root's namespaces.
+        let mut native = IN_CHILD.to_vec();
+        native.extend(CHILD_SHARED_ROOT_FDS);
+        assert!(distinct_and_above_stdio(&native));
         let mut in_tool = IN_CHILD.to_vec();
         in_tool.extend(BWRAP_SECCOMP_FDS);
         in_tool.extend([BWRAP_STATUS_FD, BWRAP_GIT_FDS_FIRST, PRESIZED_FD]);

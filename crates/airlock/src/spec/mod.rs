@@ -13,6 +13,7 @@ use crate::result::RunStatus;
 use crate::rundir::MemoryScratch;
 
 pub mod fds;
+pub mod shared_root;
 mod wrap;
 
 pub use wrap::{GitBind, HiddenFile, StartEvidence, WrapSpec, WrapStep};
@@ -72,6 +73,12 @@ pub struct InitSpec {
     /// ahead too, and then waits on its stdin for the code to run.
     #[serde(default)]
     pub warm_prestart: bool,
+    /// A warm native sandbox whose root is a copy of its pool's shared root: the init holds
+    /// that root's user and mount namespaces at [`fds::SHARED_ROOT_FDS`], its child enters
+    /// them before it makes the sandbox's own, and PID 1 mounts only what is the run's own
+    /// (`rootfs::enter_shared`).
+    #[serde(default)]
+    pub shared_root: bool,
     /// The caller's paths (workdir, read-write paths) whose owner the program is shown as,
     /// through idmapped mounts the init makes in its own mount namespace.
     #[serde(default)]
@@ -108,6 +115,10 @@ pub const WARM_STARTED_LINE: &[u8] = b"\"started\"\n";
 /// The argument after `__init` that makes the airlock binary a warm pool's init spawner (it
 /// forks the pool's inits instead of the pool executing one each: `init::spawner`).
 pub const SPAWNER_ARG: &str = "spawner";
+
+/// The argument after `__init` that makes the airlock binary build a warm pool's shared root
+/// (`init::shared_root`) and hand its namespaces back.
+pub const SHARED_ROOT_ARG: &str = "shared-root";
 
 /// Refuses staged files whose paths could leave the workdir.
 pub fn check_staged_files(files: &[StagedFile]) -> Result<(), crate::error::Error> {

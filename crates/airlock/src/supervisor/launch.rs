@@ -163,6 +163,7 @@ fn start_on_new_descriptors(
         events: events_write,
         gate: sandbox_end,
         go: None,
+        shared_root: None,
     };
     let mut init = match start_init(launch, stdio, pipes, spec, spawner)? {
         Launched::Started(init, ()) => init,
@@ -292,8 +293,8 @@ pub(super) fn init_program(options: &SandboxOptions) -> PathBuf {
 pub(super) fn start_executed(
     options: &SandboxOptions,
     stdio: InitStdio,
-    go: OwnedFd,
-    gate: Option<OwnedFd>,
+    (go, gate): (OwnedFd, Option<OwnedFd>),
+    shared_root: Option<&super::shared_root::SharedRoot>,
     spec: &InitSpec,
     spawner: Option<&InitSpawner>,
 ) -> Result<(InitProcess, std::fs::File, OwnedFd), Error> {
@@ -308,6 +309,7 @@ pub(super) fn start_executed(
         events: events_write,
         gate,
         go: Some(go),
+        shared_root: shared_root.map(|root| root.fds()),
     };
     // The pool prepares another sandbox when this one fails.
     let mut init = match spawn_or_fork_by(&launch, stdio, pipes, spawner)? {
@@ -342,6 +344,9 @@ struct InitPipes {
     gate: Option<OwnedFd>,
     /// A warm init's command pipe (read end).
     go: Option<OwnedFd>,
+    /// A warm init's shared root (its user and mount namespaces), borrowed from the pool
+    /// until the init has its copies.
+    shared_root: Option<[RawFd; 2]>,
 }
 
 impl InitPipes {
@@ -353,6 +358,8 @@ impl InitPipes {
         ];
         placed.extend(self.gate.as_ref().map(|fd| (fd.as_raw_fd(), GATE_FD)));
         placed.extend(self.go.as_ref().map(|fd| (fd.as_raw_fd(), GO_FD)));
+        let shared_root = self.shared_root.iter().flatten().copied();
+        placed.extend(shared_root.zip(crate::spec::fds::SHARED_ROOT_FDS));
         placed
     }
 }
@@ -526,6 +533,7 @@ mod tests {
             events: events_write,
             gate: None,
             go: None,
+            shared_root: None,
         };
         let pid = sys::spawn_with_fds(
             std::path::Path::new("/bin/sh"),

@@ -27,6 +27,7 @@ mod launch;
 pub(crate) mod output;
 mod prepare;
 mod serve;
+mod shared_root;
 mod signals;
 mod spawner;
 mod staged;
@@ -38,6 +39,7 @@ mod workspace;
 
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
+pub(crate) use shared_root::SharedRoots;
 pub use spawner::InitSpawner;
 pub use standalone::StandaloneWrapper;
 pub use standby::WARM_DETAIL;

@@ -217,6 +217,7 @@ fn init_spec(
         files: command.files.clone(),
         warm: false,
         warm_prestart: false,
+        shared_root: false,
         mapped: placement.mapped,
         egress: network.egress.as_ref().map(|e| e.sandbox.clone()),
     }

@@ -58,6 +58,8 @@ pub struct Standby {
     /// A started interpreter's ready marker, when the sandbox has one, and what of it came.
     prestart: Option<(&'static [u8], Vec<u8>)>,
     init_ready: bool,
+    /// When the shared root this sandbox is prepared on (and its `/etc` snapshot) was made.
+    snapshot: Option<Instant>,
     workdir: PathBuf,
     /// The program's environment from the network plan (a gated run's proxy variables).
     network_env: Vec<(String, String)>,
@@ -99,9 +101,13 @@ impl Standby {
         sandbox: &Sandbox,
         prestart: Option<&Prestart>,
         spawner: Option<&super::InitSpawner>,
+        shared_roots: Option<&super::SharedRoots>,
     ) -> Result<Standby, Error> {
         let mut prepared = plan_standby(sandbox, Effects::Run)?;
         prepared.spec.warm = true;
+        let shared_root =
+            shared_roots.and_then(|roots| roots.for_spec(&sandbox.options, &prepared.spec));
+        prepared.spec.shared_root = shared_root.is_some();
         prepared.spec.argv = Vec::new();
         if let Some(prestart) = prestart {
             prepared.spec.argv = prestart.argv.clone();
@@ -127,8 +133,8 @@ impl Standby {
         let (init, control, events) = launch::start_executed(
             &sandbox.options,
             stdio,
-            go_read,
-            gate_channel,
+            (go_read, gate_channel),
+            shared_root.as_deref(),
             &prepared.spec,
             spawner,
         )?;
@@ -143,6 +149,7 @@ impl Standby {
             event_bytes: Vec::new(),
             prestart: prestart.map(|p| (p.ready_marker, Vec::new())),
             init_ready: false,
+            snapshot: shared_root.map(|root| root.built()),
             workdir: prepared.spec.workdir.clone(),
             network_env,
             gate,
@@ -235,6 +242,12 @@ impl Standby {
             InitEvent::SetupFailed { error } => Some(setup_failed(error)),
             _ => None,
         })
+    }
+
+    /// When the sandbox's `/etc` snapshot was taken, if before its preparation (it is
+    /// prepared on a pool's shared root).
+    pub fn snapshot_taken(&self) -> Option<Instant> {
+        self.snapshot
     }
 
     /// Gives the sandbox up without a run: its init tears it down. Returns the init's pid to

@@ -2,6 +2,7 @@
 //! report ready (one poll over their event pipes and the wake pipe), replaces what was taken
 //! and tears down what expired.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
@@ -70,6 +71,7 @@ fn start_preparations(shared: &Shared, preparing: &mut Vec<Preparing>, failures:
             &shared.sandbox,
             shared.prestart.as_ref(),
             shared.spawner.as_deref(),
+            Some(&shared.roots),
         ) {
             Ok(standby) => {
                 shared.lock().started += 1;
@@ -141,28 +143,28 @@ fn push_ready(shared: &Shared, standby: Standby) {
         shared.retire_standby(standby);
         return;
     }
-    state.ready.push_back((standby, Instant::now()));
+    // Expiry counts from the `/etc` snapshot: a shared root's build, or this preparation.
+    let since = standby.snapshot_taken().unwrap_or_else(Instant::now);
+    state.ready.push_back((standby, since));
     drop(state);
     shared.changed.notify_all();
 }
 
-/// Tears down sandboxes ready for longer than the idle expiry (the oldest are at the front).
+/// Tears down sandboxes whose `/etc` snapshot is older than the idle expiry (their
+/// preparation, or the shared root they were prepared on: not always in queue order, since
+/// a sandbox prepared on a root just replaced may become ready after one on its successor).
 fn expire_idle(shared: &Shared) {
     let Some(expiry) = shared.options.idle_expiry else {
         return;
     };
-    let mut expired = Vec::new();
     let mut state = shared.lock();
-    while state
-        .ready
-        .front()
-        .is_some_and(|(_, since)| since.elapsed() >= expiry)
-    {
-        expired.extend(state.ready.pop_front().map(|(standby, _)| standby));
-        state.stats.expired += 1;
-    }
+    let (expired, fresh): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut state.ready)
+        .into_iter()
+        .partition(|(_, since)| since.elapsed() >= expiry);
+    state.ready = fresh;
+    state.stats.expired += expired.len() as u64;
     drop(state);
-    for standby in expired {
+    for (standby, _) in expired {
         shared.release_budget();
         shared.retire_standby(standby);
     }

@@ -45,7 +45,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::supervisor::{InitSpawner, Prestart, Standby, StandbySource};
+use crate::supervisor::{InitSpawner, Prestart, SharedRoots, Standby, StandbySource};
 use crate::{Command, Sandbox};
 
 /// How a pool keeps its prepared sandboxes.
@@ -142,6 +142,12 @@ pub struct WarmStats {
     pub failed: u64,
     /// The last preparation failure.
     pub last_error: Option<String>,
+    /// Shared roots built (the read-only part of the sandboxes' root: once per plan and
+    /// `/etc` snapshot).
+    pub shared_roots: u64,
+    /// Why the pool's plan has no shared root, when it could not be built (its sandboxes
+    /// then build their own root).
+    pub shared_root_error: Option<String>,
 }
 
 /// Sandboxes of one policy prepared ahead of their runs (see the module documentation).
@@ -160,6 +166,9 @@ struct Shared {
     /// Forks the sandboxes' inits, and the inits of the pool's commands that find no
     /// sandbox ready and run cold (`None` when it could not start: they are executed).
     spawner: Option<Arc<InitSpawner>>,
+    /// The read-only part of the sandboxes' root, built once per plan and `/etc` snapshot
+    /// (`supervisor::shared_root`).
+    roots: SharedRoots,
     state: Mutex<State>,
     changed: Condvar,
     /// A byte here wakes the filler (a sandbox was taken, or the pool shuts down).
@@ -201,11 +210,15 @@ impl WarmPool {
             None => None,
         };
         let spawner = InitSpawner::start(&sandbox).ok().map(Arc::new);
+        // Renewed at half the idle expiry, so that a sandbox prepared on it still has a useful
+        // part of the expiry (counted from the root's build) to wait in.
+        let roots = SharedRoots::new(options.idle_expiry.map(|expiry| expiry / 2));
         let shared = Arc::new(Shared {
             sandbox,
             options,
             prestart,
             spawner,
+            roots,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             wake,
@@ -257,9 +270,12 @@ impl WarmPool {
     /// The pool's counters now.
     pub fn stats(&self) -> WarmStats {
         let state = self.shared.lock();
+        let (shared_roots, shared_root_error) = self.shared.roots.stats();
         WarmStats {
             ready: state.ready.len(),
             tearing_down: self.shared.tearing_down.load(Ordering::SeqCst),
+            shared_roots,
+            shared_root_error,
             ..state.stats.clone()
         }
     }
@@ -319,6 +335,7 @@ impl WarmPool {
         if let Some(spawner) = &self.shared.spawner {
             spawner.close();
         }
+        self.shared.roots.clear();
         self.shared.reap.lock().map(|mut tx| tx.take()).ok();
         if let Some(reaper) = self.reaper.take() {
             let _ = reaper.join();

@@ -55,11 +55,11 @@ pub(super) fn run(
 
 /// A cold run's root: built in place (`in_place`, the host root where it is) when the
 /// directory it is built over hides no source, else by bubblewrap's staging scheme
-/// (`staged`), [`with_staging`]'s two more operations.
+/// (`staged`), [`with_staging`]'s two more operations; without one (a shared root), refused.
 pub(super) fn run_cold(
     ops: &[MountOp],
     in_place: Layout,
-    staged: Layout,
+    staged: Option<Layout>,
     plan: &RootfsPlan,
 ) -> Result<RootfsReport, RootfsError> {
     let (sources, dev_null) = resolve_sources(ops, &plan.git_found)?;
@@ -69,6 +69,8 @@ pub(super) fn run_cold(
     if hides_no_source(Path::new(in_place.new_root), &sources, &dev_null) {
         return execute(ops, sources, dev_null, in_place);
     }
+    let dir = in_place.new_root.into();
+    let staged = staged.ok_or(RootfsError::SharedRootHidesSource { dir })?;
     let (ops, sources) = with_staging(ops, sources);
     execute(&ops, sources, dev_null, staged)
 }
@@ -142,6 +144,7 @@ fn execute(
         report: RootfsReport::default(),
         new_root: Path::new(layout.new_root),
         host: Path::new(layout.host),
+        mask_dir: Path::new(layout.mask_dir),
     };
     for (op, source) in ops.iter().zip(sources) {
         executor.apply(op, source)?;
@@ -170,6 +173,7 @@ struct Executor {
     report: RootfsReport,
     new_root: &'static Path,
     host: &'static Path,
+    mask_dir: &'static Path,
 }
 
 impl Executor {
@@ -214,9 +218,11 @@ impl Executor {
             MountOp::Symlink { target, link } => make_symlink(target, &under(self.new_root, link)),
             MountOp::RemountReadOnly { path } => seal(&under(self.new_root, path)),
             MountOp::MountProc { hidepid } => {
-                self.mask_source = by_fd::open_mount_point(self.new_root, Path::new("/proc"));
+                self.mask_source = by_fd::open_mount_point(self.new_root, self.mask_dir);
                 mount_proc(self.new_root, *hidepid)
             }
+            MountOp::MountEmptyProc => super::shared::mount_empty_proc(self.new_root),
+            MountOp::WorkdirBelow { .. } => super::shared::workdir_below(op),
             MountOp::ProtectProc { path, how } => {
                 self.protect_proc(path, *how);
                 Ok(())
@@ -402,7 +408,7 @@ fn bind(src: &Path, dst: &Path, is_dir: bool, access: BindAccess) -> Result<(), 
 /// remount must repeat them) and no mount table read for the submounts, which were each
 /// remounted by path (bubblewrap's `bind_mount` does both). `dst_is_dir` is what the mount
 /// point was made as (a file holds no submounts).
-fn restrict_bind(
+pub(super) fn restrict_bind(
     src: &Path,
     dst: &Path,
     dst_is_dir: bool,
@@ -443,7 +449,7 @@ fn add_flags(path: &Path, attrs: u64, recursive: bool) -> Result<(), RootfsError
 }
 
 /// Make an already-populated mount read-only; everything we seal is nosuid, nodev, noexec.
-fn seal(path: &Path) -> Result<(), RootfsError> {
+pub(super) fn seal(path: &Path) -> Result<(), RootfsError> {
     let sealed = sys::MOUNT_ATTR_RDONLY
         | sys::MOUNT_ATTR_NOSUID
         | sys::MOUNT_ATTR_NODEV
@@ -451,7 +457,7 @@ fn seal(path: &Path) -> Result<(), RootfsError> {
     add_flags(path, sealed, false)
 }
 
-fn make_dirs(path: &Path) -> Result<(), RootfsError> {
+pub(super) fn make_dirs(path: &Path) -> Result<(), RootfsError> {
     make_dirs_with(path, 0o755)
 }
 
@@ -504,7 +510,7 @@ fn make_symlink(target: &Path, link: &Path) -> Result<(), RootfsError> {
     with_parents(link, "create the symlink", || symlink(target, link))
 }
 
-fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), RootfsError> {
+pub(super) fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), RootfsError> {
     with_parents(path, "write", || fs::write(path, contents))?;
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
         .map_err(|e| io_error("set the mode of", path, e))

@@ -11,6 +11,7 @@ mod by_fd;
 mod execute;
 mod plan;
 mod scratch;
+mod shared;
 mod source;
 
 use std::collections::BTreeSet;
@@ -24,6 +25,7 @@ pub use scratch::{
     cover_with_empty_file, enter_private_mount_namespace, enter_private_runtime, mount_scratch,
     ScratchMount,
 };
+pub use shared::{plan_shared_root, plan_shared_run, shared_workdir_base};
 
 /// Everything needed to build the sandbox's root filesystem. Crosses the process boundary
 /// (supervisor to init) as JSON.
@@ -124,6 +126,9 @@ struct Layout {
     pub new_root: &'static str,
     /// The host's root as seen while building.
     pub host: &'static str,
+    /// An empty directory of the root, mode 0555, that a `/proc` mount or a run's own mount
+    /// covers: what a masked `/proc` directory shows ([`ProcProtection::MaskDir`]).
+    pub mask_dir: &'static str,
 }
 
 /// The root built in place, with the host root left where it is, over the host's `/dev/shm`,
@@ -134,6 +139,7 @@ struct Layout {
 const IN_PLACE: Layout = Layout {
     new_root: "/dev/shm",
     host: "/",
+    mask_dir: "/proc",
 };
 
 /// A cold run's fallback where [`IN_PLACE`] would hide a source (a host without a `/dev/shm`
@@ -142,10 +148,11 @@ const IN_PLACE: Layout = Layout {
 const STAGED: Layout = Layout {
     new_root: execute::NEW_ROOT,
     host: execute::OLD_ROOT,
+    mask_dir: "/proc",
 };
 
 /// A file created inside the sandbox with fixed contents.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct GeneratedFile {
     pub path: PathBuf,
     pub contents: String,
@@ -262,6 +269,10 @@ pub enum RootfsError {
          meanwhile); run again once nothing else changes it"
     )]
     ReachesUncovered { path: PathBuf, dir: PathBuf },
+    #[error("a shared root built over {dir} would hide a source; each sandbox builds its own")]
+    SharedRootHidesSource { dir: PathBuf },
+    #[error("this plan binds a host path under a mount each run makes; no root is shared")]
+    NotShareable,
     #[error("failed to {action} {path}: {source}")]
     Io {
         action: &'static str,
@@ -442,7 +453,7 @@ pub fn enter(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     if pid != 1 {
         return Err(RootfsError::NotSandboxInit { pid });
     }
-    execute::run_cold(&plan_operations(plan), IN_PLACE, STAGED, plan)
+    execute::run_cold(&plan_operations(plan), IN_PLACE, Some(STAGED), plan)
 }
 
 /// Builds the part of the plan's root that every run shares, read-only, in this process's
@@ -464,6 +475,40 @@ pub fn enter_prepared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     }
     execute::run(&plan_prepared_run(plan), IN_PLACE, &plan.git_found)
 }
+
+/// Builds the root a warm pool's sandboxes share ([`plan_shared_root`]) and makes it this
+/// process's `/`, dropping the host. Must run as PID 1 of fresh user, mount and PID
+/// namespaces made for it alone (the PID namespace ends with this process, which leaves the
+/// root's own `/proc` empty for good).
+pub fn build_shared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
+    validate(plan)?;
+    let pid = nix::unistd::getpid().as_raw();
+    if pid != 1 {
+        return Err(RootfsError::NotSandboxInit { pid });
+    }
+    let ops = plan_shared_root(plan).ok_or(RootfsError::NotShareable)?;
+    execute::run_cold(&ops, IN_PLACE, None, plan)
+}
+
+/// A sandbox's root from its copy of a shared root ([`build_shared`]), which is already its
+/// `/`: this run's own `/proc`, `/tmp`, `/dev/shm` and workdir mounted on it. Must run as
+/// PID 1 of fresh user, mount and PID namespaces made inside the shared root's.
+pub fn enter_shared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
+    let pid = nix::unistd::getpid().as_raw();
+    if pid != 1 {
+        return Err(RootfsError::NotSandboxInit { pid });
+    }
+    execute::run(&plan_shared_run(plan), SHARED, &plan.git_found)
+}
+
+/// A sandbox's copy of a shared root: the root is `/`, and there is no host. Its `/proc` is
+/// covered by the shared root's own (not empty), so masks come from a directory under
+/// `/tmp`, which the run's `/tmp` covers.
+const SHARED: Layout = Layout {
+    new_root: "/",
+    host: "/",
+    mask_dir: shared::SHARED_MASK_DIR,
+};
 
 #[cfg(test)]
 mod tests;

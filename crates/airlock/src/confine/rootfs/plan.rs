@@ -56,6 +56,29 @@ pub enum MountOp {
     MountProc {
         hidepid: bool,
     },
+    /// A shared root's own `/proc`, showing only the processes of a PID namespace that ends
+    /// with the root's build (`subset=pid`: an empty directory for good). The
+    /// kernel lets a user namespace mount a `/proc` only where one is fully visible in its
+    /// mount namespace already; a run's copy of the shared root holds this one (covered by
+    /// the run's own), since the host's is gone from it.
+    MountEmptyProc,
+    /// A run's tmpfs workdir on a shared root, which holds only `base` (the same for every
+    /// run) as its mount point: the tmpfs (the workdir's caps, plus the two directories
+    /// below) is mounted at `base`, `path` made in it and bound over itself, then the mount
+    /// at `base` sealed read-only, so that the run sees the cold root's read-only
+    /// directories down to a writable, capped workdir, with one superblock as a cold run.
+    ///
+    /// `files`: the generated files that name the workdir (`/etc/passwd`'s home), which the
+    /// shared root holds as its first run's: each is written into the tmpfs, bound read-only
+    /// over the root's and unlinked, before the seal.
+    WorkdirBelow {
+        base: PathBuf,
+        path: PathBuf,
+        size_bytes: u64,
+        max_files: u64,
+        exec: bool,
+        files: Vec<super::GeneratedFile>,
+    },
     /// Best effort: a failure is reported, not fatal (runc's masked and read-only paths).
     ProtectProc {
         path: PathBuf,
@@ -118,7 +141,7 @@ const PROC_MASKED_DIRS: &[&str] = &["acpi", "asound", "scsi"];
 
 /// The mode of a mount point the root makes: the `/proc` one is also what a masked `/proc`
 /// directory shows ([`ProcProtection::MaskDir`]), read-only to everyone as a mask should be.
-fn make_dir(path: impl AsRef<Path>) -> MountOp {
+pub(super) fn make_dir(path: impl AsRef<Path>) -> MountOp {
     let path = path.as_ref();
     let mode = match path == Path::new("/proc") {
         true => 0o555,
@@ -170,8 +193,12 @@ pub fn plan_operations(plan: &RootfsPlan) -> Vec<MountOp> {
 /// and empty mount points for what each run mounts afresh. The root is sealed read-only; a
 /// run's namespace holds it with the read-only flag locked.
 pub fn plan_prepared_root(plan: &RootfsPlan) -> Vec<MountOp> {
+    prepared_root_with(plan, per_run_paths(plan))
+}
+
+/// [`plan_prepared_root`] with `per_run` as the mount points each run mounts on.
+pub(super) fn prepared_root_with(plan: &RootfsPlan, per_run: Vec<PathBuf>) -> Vec<MountOp> {
     let mut ops = vec![MountOp::MakeMountsPrivate, MountOp::MountNewRoot];
-    let per_run = per_run_paths(plan);
     let (in_dev, in_root): (Vec<_>, Vec<_>) = per_run.iter().partition(|p| p.starts_with("/dev"));
     ops.extend(in_root.into_iter().map(make_dir));
     ops.extend(["/etc", "/dev"].map(make_dir));
@@ -202,7 +229,7 @@ pub fn plan_prepared_run(plan: &RootfsPlan) -> Vec<MountOp> {
 
 /// The caller's mounts, parents first: those a prepared root holds, and those each run makes
 /// (a tmpfs workdir, and any bind under a mount each run makes afresh, which would hide it).
-fn split_user_mounts(plan: &RootfsPlan) -> (Vec<MountOp>, Vec<MountOp>) {
+pub(super) fn split_user_mounts(plan: &RootfsPlan) -> (Vec<MountOp>, Vec<MountOp>) {
     let per_run = per_run_paths(plan);
     user_mounts(plan).into_iter().partition(|op| match op {
         MountOp::Tmpfs { .. } => false,
@@ -211,7 +238,7 @@ fn split_user_mounts(plan: &RootfsPlan) -> (Vec<MountOp>, Vec<MountOp>) {
     })
 }
 
-fn per_run_paths(plan: &RootfsPlan) -> Vec<PathBuf> {
+pub(super) fn per_run_paths(plan: &RootfsPlan) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = ["/proc", "/tmp", "/dev/shm"].map(PathBuf::from).into();
     if let Workdir::Tmpfs { path, .. } = &plan.workdir {
         paths.push(path.clone());
@@ -239,7 +266,7 @@ fn push_dev_nodes(ops: &mut Vec<MountOp>, plan: &RootfsPlan) {
     }));
 }
 
-fn dev_shm(plan: &RootfsPlan) -> MountOp {
+pub(super) fn dev_shm(plan: &RootfsPlan) -> MountOp {
     MountOp::Tmpfs {
         path: "/dev/shm".into(),
         size_bytes: plan.dev_shm.size_bytes,
@@ -249,7 +276,7 @@ fn dev_shm(plan: &RootfsPlan) -> MountOp {
     }
 }
 
-fn tmp(plan: &RootfsPlan) -> MountOp {
+pub(super) fn tmp(plan: &RootfsPlan) -> MountOp {
     MountOp::Tmpfs {
         path: "/tmp".into(),
         size_bytes: plan.tmp.size_bytes,
@@ -259,7 +286,7 @@ fn tmp(plan: &RootfsPlan) -> MountOp {
     }
 }
 
-fn push_proc(ops: &mut Vec<MountOp>, hidepid: bool) {
+pub(super) fn push_proc(ops: &mut Vec<MountOp>, hidepid: bool) {
     ops.push(MountOp::MountProc { hidepid });
     let protections = [
         (PROC_READ_ONLY, ProcProtection::ReadOnly),
@@ -397,6 +424,10 @@ impl fmt::Display for MountOp {
             }
             MountOp::RemountReadOnly { path } => write!(f, "remount-ro {}", path.display()),
             MountOp::MountProc { hidepid } => write!(f, "proc hidepid={hidepid}"),
+            MountOp::MountEmptyProc => write!(f, "proc subset=pid"),
+            MountOp::WorkdirBelow { base, path, .. } => {
+                write!(f, "workdir {} below {}", path.display(), base.display())
+            }
             MountOp::ProtectProc { path, how } => write!(f, "protect {} {how:?}", path.display()),
             MountOp::DetachHost => write!(f, "detach-host"),
             MountOp::PivotIntoNewRoot => write!(f, "pivot-new-root"),

@@ -71,6 +71,7 @@ pub(super) fn supervise(
         nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(pipe_failed)?;
     let tool_status = super::wrapped::status_pipe(spec)?;
     let go = super::standby::inherited_go(spec)?;
+    let shared_root = super::standby::inherited_shared_root(spec)?;
     let handoff = super::cgroup_handoff::channel(spec)?;
     let start = Instant::now();
     let child = fork_child(
@@ -79,10 +80,10 @@ pub(super) fn supervise(
         &setup_write,
         &report_write,
         tool_status.as_ref().map(|(_, write)| write.as_raw_fd()),
-        super::standby::go_placement(go.as_ref()),
+        &super::standby::placements(go.as_ref(), &shared_root),
         handoff.as_ref().map(|(_, child_end)| child_end.as_raw_fd()),
     )?;
-    drop((setup_write, report_write, go, run.gate.take()));
+    drop((setup_write, report_write, go, shared_root, run.gate.take()));
     super::cgroup_handoff::make_and_hand_over(spec, run, handoff);
     let tool_status = tool_status.map(|(read, _write)| read);
     silence_stdio();

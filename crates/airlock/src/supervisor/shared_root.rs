@@ -1,0 +1,228 @@
+//! A warm pool's shared root, the pool's half (the builder: `init::shared_root`). The
+//! read-only part of a prepared sandbox's root — skeleton, generated `/etc` files, system and
+//! `/etc` binds, `/dev`, the caller's binds — is the same for every sandbox of one plan, so
+//! it is built once, in a user and mount namespace of its own that only descriptors keep
+//! alive, and each sandbox's setup enters those namespaces before it makes its own: its root
+//! is then a copy of mounts (every one locked by the kernel) instead of a tmpfs superblock
+//! and ~20 binds made afresh, and its PID 1 adds only its own `/proc`, `/tmp`, `/dev/shm`
+//! and workdir.
+//!
+//! The root holds a snapshot of the host's `/etc` files (binds of the files as they were),
+//! as each sandbox's root did: it is built again once half the pool's idle expiry has
+//! passed, and a sandbox prepared on it expires counting from the root's build, so that no
+//! sandbox runs on a snapshot older than the expiry. Dropping the pool's [`SharedRoots`]
+//! closes the descriptors, and the namespaces go with the last sandbox made in them.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{send, MsgFlags};
+
+use super::builder::SandboxOptions;
+use crate::confine::rootfs::{self, RootfsPlan, Workdir};
+use crate::error::Error;
+use crate::init::INIT_ARG;
+use crate::linux::sys;
+use crate::spec::shared_root::{SharedRootRequest, BUILT};
+use crate::spec::{Confinement, InitSpec, CONTROL_FD, SHARED_ROOT_ARG};
+
+/// How long the builder may take (it mounts ~20 binds: milliseconds).
+const BUILD_TIMEOUT_S: i64 = 10;
+
+/// One shared root: the user and mount namespaces that hold it.
+#[derive(Debug)]
+pub struct SharedRoot {
+    user: OwnedFd,
+    mnt: OwnedFd,
+    rootfs: RootfsPlan,
+    built: Instant,
+}
+
+impl SharedRoot {
+    /// Builds the root of `rootfs` in namespaces owned by the sandbox user (`credentials`:
+    /// `None` for this process's own), by executing the init program as `__init shared-root`.
+    pub fn build(
+        options: &SandboxOptions,
+        rootfs: &RootfsPlan,
+        credentials: Option<crate::confine::Credentials>,
+    ) -> Result<SharedRoot, Error> {
+        let failed = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
+        let (ours, theirs) = crate::linux::seqpacket_pair()
+            .map_err(|e| failed("cannot create the shared root's socket", e))?;
+        let null =
+            std::fs::File::open("/dev/null").map_err(|e| failed("cannot open /dev/null", e))?;
+        let program = super::launch::init_program(options);
+        let placed = [
+            (null.as_raw_fd(), 0),
+            (null.as_raw_fd(), 1),
+            (null.as_raw_fd(), 2),
+            (theirs.as_raw_fd(), CONTROL_FD),
+        ];
+        let pid = sys::spawn_with_fds(&program, &[INIT_ARG, SHARED_ROOT_ARG], &placed)
+            .map_err(|cause| Error::Spawn { program, cause })?;
+        drop((theirs, null));
+        let answer = ask(&ours, rootfs, credentials);
+        if answer.is_err() {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
+        let [user, mnt] = answer?;
+        Ok(SharedRoot {
+            user,
+            mnt,
+            rootfs: rootfs.clone(),
+            built: Instant::now(),
+        })
+    }
+
+    /// The user and mount namespaces' descriptors, in the order of
+    /// `spec::fds::SHARED_ROOT_FDS`.
+    pub(super) fn fds(&self) -> [RawFd; 2] {
+        [self.user.as_raw_fd(), self.mnt.as_raw_fd()]
+    }
+
+    /// When the root (and its `/etc` snapshot) was made.
+    pub fn built(&self) -> Instant {
+        self.built
+    }
+}
+
+fn ask(
+    socket: &OwnedFd,
+    rootfs: &RootfsPlan,
+    credentials: Option<crate::confine::Credentials>,
+) -> Result<[OwnedFd; 2], Error> {
+    let failed = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
+    let timeout = nix::sys::time::TimeVal::new(BUILD_TIMEOUT_S, 0);
+    nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
+        .map_err(|e| failed("cannot set the shared root's timeout", e.into()))?;
+    let request = SharedRootRequest {
+        rootfs: rootfs.clone(),
+        credentials,
+    };
+    let body = serde_json::to_vec(&request)
+        .map_err(|e| failed("cannot encode the shared root's plan", e.into()))?;
+    send(socket.as_raw_fd(), &body, MsgFlags::MSG_NOSIGNAL)
+        .map_err(|e| failed("cannot send the shared root's plan", e.into()))?;
+    let mut answer = vec![0u8; 64 << 10];
+    let message = crate::linux::receive_with_fds::<2>(socket.as_fd(), &mut answer)
+        .map_err(|e| failed("the shared root's builder did not answer", e.into()))?;
+    let said = String::from_utf8_lossy(&answer[1..message.bytes.max(1)]).into_owned();
+    match (
+        message.bytes,
+        answer[0],
+        <[OwnedFd; 2]>::try_from(message.fds),
+    ) {
+        (1, BUILT, Ok(namespaces)) => Ok(namespaces),
+        _ => Err(Error::io(
+            format!("cannot build the shared root: {said}"),
+            std::io::Error::other("shared root refused"),
+        )),
+    }
+}
+
+/// The shared root a pool prepares its sandboxes on, replaced when the plan changes or the
+/// root's age reaches `renew_after`.
+#[derive(Debug)]
+pub struct SharedRoots {
+    current: Mutex<Option<Arc<SharedRoot>>>,
+    /// A plan whose root could not be built, and why: its sandboxes build their own.
+    refused: Mutex<Option<(RootfsPlan, String)>>,
+    renew_after: Option<Duration>,
+    built: std::sync::atomic::AtomicU64,
+}
+
+impl SharedRoots {
+    /// `renew_after`: half the pool's idle expiry (`None`: never renewed for age).
+    pub fn new(renew_after: Option<Duration>) -> SharedRoots {
+        SharedRoots {
+            current: Mutex::new(None),
+            refused: Mutex::new(None),
+            renew_after,
+            built: Default::default(),
+        }
+    }
+
+    /// The shared root for `spec`'s sandbox, built now if none fits; `None` when the spec
+    /// cannot use one (see [`shareable`]) or it could not be built (the sandbox builds its
+    /// own root, as a cold run's).
+    pub(super) fn for_spec(
+        &self,
+        options: &SandboxOptions,
+        spec: &InitSpec,
+    ) -> Option<Arc<SharedRoot>> {
+        let rootfs = shareable(spec)?;
+        let rootfs = &same_for_every_run(rootfs);
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let young = |root: &SharedRoot| {
+            self.renew_after
+                .is_none_or(|limit| root.built.elapsed() < limit)
+        };
+        if let Some(root) = current.as_ref().filter(|r| r.rootfs == *rootfs && young(r)) {
+            return Some(Arc::clone(root));
+        }
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.as_ref().is_some_and(|(plan, _)| plan == rootfs) {
+            return None;
+        }
+        // The old root goes once its last sandbox is prepared (each holds an `Arc` until
+        // then) and its namespaces with the last sandbox made in them.
+        *current = None;
+        match SharedRoot::build(options, rootfs, spec.credentials) {
+            Ok(root) => {
+                self.built.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                *current = Some(Arc::new(root));
+                current.clone()
+            }
+            Err(e) => {
+                *refused = Some((rootfs.clone(), e.to_string()));
+                None
+            }
+        }
+    }
+
+    /// Roots built so far, and why the last plan's could not be (if it could not).
+    pub fn stats(&self) -> (u64, Option<String>) {
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let built = self.built.load(std::sync::atomic::Ordering::SeqCst);
+        (built, refused.as_ref().map(|(_, why)| why.clone()))
+    }
+
+    /// Drops the current root (the pool is shut down).
+    pub fn clear(&self) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// `rootfs` with what differs between runs of one pool and is not in the shared root (the
+/// tmpfs workdir's own directories, see `rootfs::plan_shared_root`) left out, for finding the
+/// root of a sandbox's plan.
+fn same_for_every_run(rootfs: &RootfsPlan) -> RootfsPlan {
+    let mut key = rootfs.clone();
+    let workdir = rootfs.workdir.path().display().to_string();
+    if let (Some(base), Workdir::Tmpfs { path, .. }) =
+        (rootfs::shared_workdir_base(rootfs), &mut key.workdir)
+    {
+        *path = base.join("run").join("work");
+        let same = path.display().to_string();
+        for file in &mut key.generated_files {
+            file.contents = file.contents.replace(&workdir, &same);
+        }
+    }
+    key
+}
+
+/// The root plan of a spec whose sandbox can be prepared on a shared root: a native warm
+/// sandbox whose workdir is its own tmpfs, with no host path bound under a mount it makes
+/// afresh and no idmapped path (the init maps those in its own mount namespace, which the
+/// shared root's builder does not see).
+fn shareable(spec: &InitSpec) -> Option<&RootfsPlan> {
+    let Confinement::Native(native) = &spec.confinement else {
+        return None;
+    };
+    let rootfs = &native.rootfs;
+    let own_workdir = matches!(rootfs.workdir, Workdir::Tmpfs { .. });
+    let fits = spec.warm && !spec.tty && own_workdir && spec.mapped.is_empty();
+    (fits && rootfs::plan_shared_root(rootfs).is_some()).then_some(rootfs)
+}
