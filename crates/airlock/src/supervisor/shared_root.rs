@@ -22,10 +22,8 @@ use nix::sys::socket::{send, MsgFlags};
 use super::builder::SandboxOptions;
 use crate::confine::rootfs::{self, RootfsPlan, Workdir};
 use crate::error::Error;
-use crate::init::INIT_ARG;
-use crate::linux::sys;
 use crate::spec::shared_root::{SharedRootRequest, BUILT};
-use crate::spec::{Confinement, InitSpec, CONTROL_FD, SHARED_ROOT_ARG};
+use crate::spec::{Confinement, InitSpec, SHARED_ROOT_ARG};
 
 /// How long the builder may take (it mounts ~20 binds: milliseconds).
 const BUILD_TIMEOUT_S: i64 = 10;
@@ -47,21 +45,8 @@ impl SharedRoot {
         rootfs: &RootfsPlan,
         credentials: Option<crate::confine::Credentials>,
     ) -> Result<SharedRoot, Error> {
-        let failed = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
-        let (ours, theirs) = crate::linux::seqpacket_pair()
-            .map_err(|e| failed("cannot create the shared root's socket", e))?;
-        let null =
-            std::fs::File::open("/dev/null").map_err(|e| failed("cannot open /dev/null", e))?;
-        let program = super::launch::init_program(options);
-        let placed = [
-            (null.as_raw_fd(), 0),
-            (null.as_raw_fd(), 1),
-            (null.as_raw_fd(), 2),
-            (theirs.as_raw_fd(), CONTROL_FD),
-        ];
-        let pid = sys::spawn_with_fds(&program, &[INIT_ARG, SHARED_ROOT_ARG], &placed)
-            .map_err(|cause| Error::Spawn { program, cause })?;
-        drop((theirs, null));
+        let (ours, pid) =
+            super::spawner::execute_init_helper(options, SHARED_ROOT_ARG, "the shared root")?;
         let answer = ask(&ours, rootfs, credentials);
         if answer.is_err() {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);

@@ -22,6 +22,31 @@ use crate::spec::{CONTROL_FD, SPAWNER_ARG};
 /// milliseconds; a spawner that does not answer in this time is not asked again).
 const ANSWER_TIMEOUT_S: i64 = 10;
 
+/// Executes the init program of `options` as `__init ROLE` (the spawner, a shared root's
+/// builder: a threaded pool must not fork), its stdio on `/dev/null` and one end of a
+/// socket at [`CONTROL_FD`]; returns the other end and its pid. Only the helper holds its
+/// end, so a helper that ends reads as EOF here. `what` names it in errors.
+pub(super) fn execute_init_helper(
+    options: &SandboxOptions,
+    role: &str,
+    what: &str,
+) -> Result<(OwnedFd, Pid), Error> {
+    let (ours, theirs) = crate::linux::seqpacket_pair()
+        .map_err(|e| Error::io(format!("cannot create {what}'s socket"), e))?;
+    let null =
+        std::fs::File::open("/dev/null").map_err(|e| Error::io("cannot open /dev/null", e))?;
+    let program = super::launch::init_program(options);
+    let placed = [
+        (null.as_raw_fd(), 0),
+        (null.as_raw_fd(), 1),
+        (null.as_raw_fd(), 2),
+        (theirs.as_raw_fd(), CONTROL_FD),
+    ];
+    let pid = sys::spawn_with_fds(&program, &[INIT_ARG, role], &placed)
+        .map_err(|cause| Error::Spawn { program, cause })?;
+    Ok((ours, pid))
+}
+
 /// A running init spawner. [`InitSpawner::close`] (or dropping it) closes its socket, which
 /// ends it, and reaps it.
 #[derive(Debug)]
@@ -40,21 +65,7 @@ impl InitSpawner {
 
     /// Executes the spawner: the init program of `options`, as `__init spawner`.
     pub fn start_with(options: &SandboxOptions) -> Result<InitSpawner, Error> {
-        let (ours, theirs) = crate::linux::seqpacket_pair()
-            .map_err(|e| Error::io("cannot create the init spawner's socket", e))?;
-        let null =
-            std::fs::File::open("/dev/null").map_err(|e| Error::io("cannot open /dev/null", e))?;
-        let program = super::launch::init_program(options);
-        let placed = [
-            (null.as_raw_fd(), 0),
-            (null.as_raw_fd(), 1),
-            (null.as_raw_fd(), 2),
-            (theirs.as_raw_fd(), CONTROL_FD),
-        ];
-        let pid = sys::spawn_with_fds(&program, &[INIT_ARG, SPAWNER_ARG], &placed)
-            .map_err(|cause| Error::Spawn { program, cause })?;
-        // Only the spawner may hold its end: a spawner that ends must read as EOF here.
-        drop((theirs, null));
+        let (ours, pid) = execute_init_helper(options, SPAWNER_ARG, "the init spawner")?;
         let spawner = InitSpawner {
             socket: Mutex::new(None),
             pid: Mutex::new(Some(pid)),
