@@ -1,5 +1,5 @@
 /*
- * What the C floors (limited_exec.c, fresh_isolation.c) share: the v1 hierarchies a run's
+ * What the C floors (limited_exec.c, fresh_isolation.c, prepared_isolation.c) share: the v1 hierarchies a run's
  * cgroup is made in and the limits airlock writes there, and their error and file helpers.
  * Each floor is compiled on its own (`cc -O2 -o BIN FLOOR.c`); this header sits beside them.
  */
@@ -7,6 +7,11 @@
 #define AIRLOCK_FLOOR_H
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +40,52 @@ static void limit_run_cgroup(char dirs[COUNT][256]) {
     put(dirs[0], "memory.memsw.limit_in_bytes", "536870912");
     put(dirs[1], "pids.max", "64");
     put(dirs[2], "cpu.cfs_quota_us", "100000");
+}
+
+static inline double floor_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* A throughput floor's measurement: CALLERS processes each call `one_run(caller, run)` in a
+ * loop for SECONDS (at most MAX_RUNS runs in all), under the `airlock-floor` parent cgroups;
+ * then prints `RUNS SECONDS CPU_SECONDS` (the user and system time of every process reaped,
+ * the callers and theirs) and returns the exit status (125 when a caller failed). */
+static inline int run_callers(int callers, double seconds, long max_runs,
+                              void (*one_run)(int caller, long run)) {
+    for (int i = 0; i < COUNT; i++) {
+        char parent[128];
+        snprintf(parent, sizeof parent, "/sys/fs/cgroup/%s/airlock-floor", HIERARCHIES[i]);
+        mkdir(parent, 0755);
+    }
+    long *done = mmap(NULL, sizeof(long) * callers, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (done == MAP_FAILED) fail("mmap");
+    double started = floor_now();
+    for (int c = 0; c < callers; c++) {
+        pid_t caller = fork();
+        if (caller < 0) fail("fork");
+        if (caller == 0) {
+            for (long run = 0; floor_now() - started < seconds && run < max_runs / callers; run++) {
+                one_run(c, run);
+                done[c] = run + 1;
+            }
+            _exit(0);
+        }
+    }
+    int failed = 0, status;
+    while (wait(&status) > 0)
+        failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    double took = floor_now() - started;
+    long runs = 0;
+    for (int c = 0; c < callers; c++) runs += done[c];
+    struct rusage usage;
+    getrusage(RUSAGE_CHILDREN, &usage);
+    double cpu = usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 + usage.ru_stime.tv_sec +
+                 usage.ru_stime.tv_usec / 1e6;
+    printf("%ld %.3f %.4f\n", runs, took, cpu);
+    return failed ? 125 : 0;
 }
 
 #endif

@@ -12,7 +12,7 @@
  * (without the network namespace under `no-net`), which joins the cgroup by writing 0 to
  * its `tasks` files (as the zygote's PID 1 does: no global lock), unshares its cgroup
  * namespace and exits; the caller reaps it and removes the cgroup. Prints one line:
- * `RUNS SECONDS`. The network namespace's teardown runs in a kernel worker, on the same
+ * `RUNS SECONDS CPU_SECONDS` (`run_callers`, floor.h). The network namespace's teardown runs in a kernel worker, on the same
  * CPUs, and so counts as it does for the zygote.
  */
 #define _GNU_SOURCE
@@ -30,12 +30,6 @@
 
 #include "floor.h"
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static int tasks[COUNT];
 
 static int run_child(void *unused) {
@@ -45,7 +39,9 @@ static int run_child(void *unused) {
     return unshare(CLONE_NEWCGROUP) ? 1 : 0;
 }
 
-static void one_run(int flags, int caller, long run) {
+static int flags; /* the namespaces a run clones into */
+
+static void one_run(int caller, long run) {
     static char stack[1 << 16];
     char dirs[COUNT][256];
     for (int i = 0; i < COUNT; i++) {
@@ -77,34 +73,7 @@ int main(int argc, char **argv) {
     int callers = atoi(argv[1]);
     double seconds = atof(argv[2]);
     long max_runs = atol(argv[3]);
-    int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
     if (argc < 5 || strcmp(argv[4], "no-net")) flags |= CLONE_NEWNET;
-    for (int i = 0; i < COUNT; i++) {
-        char parent[128];
-        snprintf(parent, sizeof parent, "/sys/fs/cgroup/%s/airlock-floor", HIERARCHIES[i]);
-        mkdir(parent, 0755);
-    }
-    long *done = mmap(NULL, sizeof(long) * callers, PROT_READ | PROT_WRITE,
-                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (done == MAP_FAILED) fail("mmap");
-    double started = now();
-    for (int c = 0; c < callers; c++) {
-        pid_t caller = fork();
-        if (caller < 0) fail("fork");
-        if (caller == 0) {
-            for (long run = 0; now() - started < seconds && run < max_runs / callers; run++) {
-                one_run(flags, c, run);
-                done[c] = run + 1;
-            }
-            _exit(0);
-        }
-    }
-    int failed = 0, status;
-    while (wait(&status) > 0)
-        failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-    double took = now() - started;
-    long runs = 0;
-    for (int c = 0; c < callers; c++) runs += done[c];
-    printf("%ld %.3f\n", runs, took);
-    return failed ? 125 : 0;
+    return run_callers(callers, seconds, max_runs, one_run);
 }

@@ -125,12 +125,6 @@ struct path_beneath {
 #define LL_FS_ALL ((1ULL << 16) - 1)
 #define LL_FILE_RIGHTS (LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_TRUNCATE | LL_IOCTL_DEV)
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 /* What a run does, fixed before the first: the host's sources (kinds and symlink targets),
  * the seccomp images, the Landlock ABI. */
 enum kind { ABSENT, DIRECTORY, FILE_, SYMLINK };
@@ -541,36 +535,5 @@ int main(int argc, char **argv) {
         load_filter(argv[5], "arguments-unix.bpf", &filters[1]);
         landlock_abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1 /* VERSION */);
     }
-    for (int i = 0; i < COUNT; i++) {
-        char parent[128];
-        snprintf(parent, sizeof parent, "/sys/fs/cgroup/%s/airlock-floor", HIERARCHIES[i]);
-        mkdir(parent, 0755);
-    }
-    long *done = mmap(NULL, sizeof(long) * callers, PROT_READ | PROT_WRITE,
-                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (done == MAP_FAILED) fail("mmap");
-    double started = now();
-    for (int c = 0; c < callers; c++) {
-        pid_t caller = fork();
-        if (caller < 0) fail("fork");
-        if (caller == 0) {
-            for (long run = 0; now() - started < seconds && run < max_runs / callers; run++) {
-                one_run(c, run);
-                done[c] = run + 1;
-            }
-            _exit(0);
-        }
-    }
-    int failed = 0, status;
-    while (wait(&status) > 0)
-        failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-    double took = now() - started;
-    long runs = 0;
-    for (int c = 0; c < callers; c++) runs += done[c];
-    struct rusage usage;
-    getrusage(RUSAGE_CHILDREN, &usage);
-    double cpu = usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 + usage.ru_stime.tv_sec +
-                 usage.ru_stime.tv_usec / 1e6;
-    printf("%ld %.3f %.4f\n", runs, took, cpu);
-    return failed ? 125 : 0;
+    return run_callers(callers, seconds, max_runs, one_run);
 }
