@@ -69,8 +69,8 @@ pub enum MountOp {
     /// directories down to a writable, capped workdir, with one superblock as a cold run.
     ///
     /// `files`: the generated files that name the workdir (`/etc/passwd`'s home), which the
-    /// shared root holds as its first run's: each is written into the tmpfs, bound read-only
-    /// over the root's and unlinked, before the seal.
+    /// shared root holds with a placeholder workdir (`<base>/run/work`, no run's): each is
+    /// written into the tmpfs, bound read-only over the root's and unlinked, before the seal.
     WorkdirBelow {
         base: PathBuf,
         path: PathBuf,
