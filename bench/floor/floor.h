@@ -42,6 +42,23 @@ static void limit_run_cgroup(char dirs[COUNT][256]) {
     put(dirs[2], "cpu.cfs_quota_us", "100000");
 }
 
+/* A run's cgroup, `KIND-PARENT-CALLER-RUN` under `airlock-floor` in each hierarchy, made and
+ * limited, with its `tasks` files opened into `tasks` (what a run's process writes to join). */
+static inline void make_run_cgroup(char dirs[COUNT][256], int tasks[COUNT], const char *kind,
+                                   int caller, long run) {
+    for (int i = 0; i < COUNT; i++) {
+        snprintf(dirs[i], 256, "/sys/fs/cgroup/%s/airlock-floor/%s-%d-%d-%ld", HIERARCHIES[i],
+                 kind, getppid(), caller, run);
+        if (mkdir(dirs[i], 0755)) fail(dirs[i]);
+    }
+    limit_run_cgroup(dirs);
+    for (int i = 0; i < COUNT; i++) {
+        char path[320];
+        snprintf(path, sizeof path, "%.255s/tasks", dirs[i]);
+        if ((tasks[i] = open(path, O_WRONLY | O_CLOEXEC)) < 0) fail(path);
+    }
+}
+
 static inline double floor_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

@@ -44,17 +44,7 @@ static int flags; /* the namespaces a run clones into */
 static void one_run(int caller, long run) {
     static char stack[1 << 16];
     char dirs[COUNT][256];
-    for (int i = 0; i < COUNT; i++) {
-        snprintf(dirs[i], sizeof dirs[i], "/sys/fs/cgroup/%s/airlock-floor/fresh-%d-%d-%ld",
-                 HIERARCHIES[i], getppid(), caller, run);
-        if (mkdir(dirs[i], 0755)) fail(dirs[i]);
-    }
-    limit_run_cgroup(dirs);
-    for (int i = 0; i < COUNT; i++) {
-        char path[320];
-        snprintf(path, sizeof path, "%.255s/tasks", dirs[i]);
-        if ((tasks[i] = open(path, O_WRONLY | O_CLOEXEC)) < 0) fail(path);
-    }
+    make_run_cgroup(dirs, tasks, "fresh", caller, run);
     pid_t child = clone(run_child, stack + sizeof stack, flags | SIGCHLD, NULL);
     if (child < 0) fail("clone");
     for (int i = 0; i < COUNT; i++) close(tasks[i]);

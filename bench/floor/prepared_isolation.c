@@ -486,17 +486,7 @@ static int holder(void *pid1_out) {
 static void one_run(int caller, long run) {
     static char stack[1 << 16];
     char dirs[COUNT][256];
-    for (int i = 0; i < COUNT; i++) {
-        snprintf(dirs[i], sizeof dirs[i], "/sys/fs/cgroup/%s/airlock-floor/prepared-%d-%d-%ld",
-                 HIERARCHIES[i], getppid(), caller, run);
-        if (mkdir(dirs[i], 0755)) fail(dirs[i]);
-    }
-    limit_run_cgroup(dirs);
-    for (int i = 0; i < COUNT; i++) {
-        char path[320];
-        snprintf(path, sizeof path, "%.255s/tasks", dirs[i]);
-        if ((tasks[i] = open(path, O_WRONLY | O_CLOEXEC)) < 0) fail(path);
-    }
+    make_run_cgroup(dirs, tasks, "prepared", caller, run);
     volatile pid_t pid1_pid = -1;
     pid_t first =
         clone(holder, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, (void *)&pid1_pid);
