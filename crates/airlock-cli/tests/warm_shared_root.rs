@@ -3,7 +3,8 @@
 //! namespace is a copy of it. What one run tries against it — writing into it, changing a
 //! mode, remounting, unmounting or mounting over it — must leave no trace on the host, in a
 //! run going on meanwhile or in the next run; the root is renewed with its `/etc` snapshot
-//! and goes with the pool.
+//! and goes with the pool. A pool's command that finds no sandbox ready runs cold on the same
+//! root, and the same holds for it.
 
 mod support;
 
@@ -141,6 +142,38 @@ fn a_run_cannot_change_the_shared_root_for_the_host_a_concurrent_or_the_next_run
     let Some(pool) = pool_of(&sandbox, WarmOptions::new(3)) else {
         return;
     };
+    attack_the_shared_root(&pool);
+    assert_eq!(pool.stats().served, 3, "{:?}", pool.stats());
+}
+
+/// The same attack from a cold fallback on the shared root (the pool's one sandbox taken by
+/// the concurrent run and not replaced): it fails alike, and the concurrent (prepared) run
+/// and the next run (a fallback too) see the root unchanged.
+#[test]
+fn a_cold_fallback_cannot_change_the_shared_root_for_the_host_a_concurrent_or_the_next_run() {
+    let _serial = serial();
+    let sandbox = untrusted();
+    let Some(pool) = pool_of(&sandbox, one_sandbox_never_replaced()) else {
+        return;
+    };
+    attack_the_shared_root(&pool);
+    let stats = pool.stats();
+    assert_eq!(stats.served, 1, "{stats:?}");
+    assert_eq!(stats.cold_fallbacks, 2, "{stats:?}");
+    assert_eq!(stats.cold_on_shared_root, 2, "{stats:?}");
+}
+
+/// A pool of one sandbox, not replaced once used: its later commands find none ready and run
+/// cold (on the shared root, which the pool keeps).
+fn one_sandbox_never_replaced() -> WarmOptions {
+    let mut options = WarmOptions::new(1);
+    options.refill = false;
+    options
+}
+
+/// A run probing the root while the next command of `pool` attacks it, then a probe by the
+/// command after (see the two tests above).
+fn attack_the_shared_root(pool: &WarmPool) {
     let stats = pool.stats();
     assert_eq!(stats.shared_roots, 1, "{stats:?}");
     assert_eq!(stats.shared_root_error, None, "{stats:?}");
@@ -216,7 +249,13 @@ fn a_run_on_a_shared_root_sees_the_cold_runs_mounts() {
     let warm = probe(pool.command(support::PYTHON));
     assert_eq!(pool.stats().served, 1, "{:?}", pool.stats());
     let cold = probe(sandbox.command(support::PYTHON));
-    assert_eq!(warm["modes"], cold["modes"]);
+    assert_cold_mounts_and_the_shared_roots(&warm, &cold);
+}
+
+/// `seen` (a probe of a run on a shared root) has `cold`'s modes and mount table, but for
+/// the three mounts the shared root adds.
+fn assert_cold_mounts_and_the_shared_roots(seen: &serde_json::Value, cold: &serde_json::Value) {
+    assert_eq!(seen["modes"], cold["modes"]);
     // Mount point, flags and type; not the superblock's options (sizes, the run's ids).
     let mounts = |seen: &serde_json::Value| -> Vec<String> {
         let mut mounts: Vec<String> = seen["mounts"]
@@ -231,7 +270,7 @@ fn a_run_on_a_shared_root_sees_the_cold_runs_mounts() {
         mounts.sort();
         mounts
     };
-    let mut warm_mounts = mounts(&warm);
+    let mut warm_mounts = mounts(seen);
     let workdir_base = "/run/airlock ro,nosuid,nodev,noexec,relatime tmpfs";
     let added = [
         "/proc rw,nosuid,nodev,noexec,relatime proc",
@@ -243,7 +282,78 @@ fn a_run_on_a_shared_root_sees_the_cold_runs_mounts() {
         assert!(at.is_some(), "{mount} not in {warm_mounts:#?}");
         warm_mounts.remove(at.unwrap());
     }
-    assert_eq!(warm_mounts, mounts(&cold));
+    assert_eq!(warm_mounts, mounts(cold));
+}
+
+/// A pool's command that finds no sandbox ready runs cold on the pool's shared root: its
+/// PID 1 adds only the run's own mounts, so it sees exactly what a prepared run sees (the
+/// cold run's mount table but for the shared root's three mounts), its isolation record is a
+/// cold run's, and nothing of it or of the root outlives the pool.
+#[test]
+fn a_cold_fallback_runs_on_the_shared_root_with_a_cold_runs_isolation() {
+    let _serial = serial();
+    let sandbox = untrusted();
+    let namespaces_before = namespace_fds();
+    let Some(pool) = pool_of(&sandbox, one_sandbox_never_replaced()) else {
+        return;
+    };
+    let run = |command: airlock::Command| {
+        let result = command
+            .args(["-c".to_string(), probe_once()])
+            .run()
+            .unwrap();
+        assert!(result.success(), "{result:?}");
+        let seen: serde_json::Value =
+            serde_json::from_str(result.stdout.as_deref().unwrap().trim()).unwrap();
+        (result, seen)
+    };
+    let (_, warm) = run(pool.command(support::PYTHON));
+    let (fallback, seen) = run(pool.command(support::PYTHON));
+    assert_eq!(
+        seen, warm,
+        "the fallback's view differs from a prepared run's"
+    );
+    let stats = pool.stats();
+    assert_eq!(
+        (
+            stats.served,
+            stats.cold_fallbacks,
+            stats.cold_on_shared_root
+        ),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    let warm_detail = airlock::warm::WARM_DETAIL;
+    assert!(
+        !fallback.details.iter().any(|d| d == warm_detail),
+        "{fallback:?}"
+    );
+    let (cold_result, cold) = run(sandbox.command(support::PYTHON));
+    assert_cold_mounts_and_the_shared_roots(&seen, &cold);
+    assert_eq!(fallback.isolation, cold_result.isolation);
+    assert_eq!(fallback.warnings, cold_result.warnings);
+    assert_eq!(fallback.backend, cold_result.backend);
+    pool.shutdown();
+    assert_eq!(namespace_fds(), namespaces_before);
+    assert_eq!(leftovers(), Vec::<std::path::PathBuf>::new());
+}
+
+/// What this process's runs left: run directories, and cgroups in any hierarchy.
+fn leftovers() -> Vec<std::path::PathBuf> {
+    let prefix = format!("run-{}-", std::process::id());
+    let mut places = vec![std::path::PathBuf::from("/run/airlock")];
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+        places.push(hierarchy.path().join("airlock"));
+    }
+    let mut left = Vec::new();
+    for place in places {
+        for entry in std::fs::read_dir(place).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                left.push(entry.path());
+            }
+        }
+    }
+    left
 }
 
 /// The descriptors this process holds on user or mount namespaces (a pool's shared root).
@@ -291,18 +401,5 @@ fn the_shared_root_is_renewed_with_the_etc_snapshot_and_goes_with_the_pool() {
         .map(|cmdline| String::from_utf8_lossy(&cmdline).into_owned())
         .collect();
     assert_eq!(builders, Vec::<String>::new());
-    let prefix = format!("run-{}-", std::process::id());
-    let mut left = Vec::new();
-    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-        for entry in std::fs::read_dir(hierarchy.path().join("airlock"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                left.push(entry.path());
-            }
-        }
-    }
-    assert_eq!(left, Vec::<std::path::PathBuf>::new());
+    assert_eq!(leftovers(), Vec::<std::path::PathBuf>::new());
 }

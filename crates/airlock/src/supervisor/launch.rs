@@ -23,6 +23,7 @@ use super::finish::Ending;
 use super::hints::HintFacts;
 use super::prepare::Prepared;
 use super::serve;
+use super::shared_root::SharedRoot;
 use super::spawner::{InitSpawner, Spawned};
 use super::terminal;
 use crate::error::Error;
@@ -47,7 +48,7 @@ pub(super) fn start(
 ) -> Result<(Started, Ending), Error> {
     let Prepared {
         plan,
-        spec,
+        mut spec,
         warnings,
         egress,
         git_watch,
@@ -55,7 +56,13 @@ pub(super) fn start(
     let launch = init_launch(&command.sandbox.options);
     let gated = egress.is_some();
     let spawner = command.spawner.as_deref();
-    let (mut init, ours) = start_init_on_new_descriptors(command, &launch, &spec, gated, spawner)?;
+    // A warm pool's command that found no sandbox ready: on the pool's shared root when it has
+    // one for this plan, so that its PID 1 adds only the run's own mounts, as a prepared one's.
+    let pool = command.standby.as_ref();
+    let root = pool.and_then(|pool| pool.shared_root(&spec));
+    spec.shared_root = root.is_some();
+    let on = (spawner, root.as_deref());
+    let (mut init, ours) = start_init_on_new_descriptors(command, &launch, &spec, gated, on)?;
     let OurEnds {
         control,
         events_read,
@@ -129,13 +136,13 @@ fn start_init_on_new_descriptors(
     launch: &InitLaunch,
     spec: &InitSpec,
     gated: bool,
-    spawner: Option<&InitSpawner>,
+    (spawner, shared_root): (Option<&InitSpawner>, Option<&SharedRoot>),
 ) -> Result<(InitProcess, OurEnds), Error> {
-    match start_on_new_descriptors(command, launch, spec, gated, spawner)? {
+    match start_on_new_descriptors(command, launch, spec, gated, (spawner, shared_root))? {
         Launched::Started(init, ours) => Ok((init, ours)),
         Launched::SpawnerLost(e) if spawner.is_some() => {
             tracing::warn!("the init spawner did not answer ({e}): the init is executed");
-            start_init_on_new_descriptors(command, launch, spec, gated, None)
+            start_init_on_new_descriptors(command, launch, spec, gated, (None, shared_root))
         }
         Launched::SpawnerLost(e) => Err(Error::io("the init spawner did not answer", e)),
     }
@@ -148,7 +155,7 @@ fn start_on_new_descriptors(
     launch: &InitLaunch,
     spec: &InitSpec,
     gated: bool,
-    spawner: Option<&InitSpawner>,
+    (spawner, shared_root): (Option<&InitSpawner>, Option<&SharedRoot>),
 ) -> Result<Launched<OurEnds>, Error> {
     let (control_read, control_write) = pipe()?;
     let (events_read, events_write) = pipe()?;
@@ -163,7 +170,7 @@ fn start_on_new_descriptors(
         events: events_write,
         gate: sandbox_end,
         go: None,
-        shared_root: None,
+        shared_root: shared_root.map(SharedRoot::fds),
     };
     let mut init = match start_init(launch, stdio, pipes, spec, spawner)? {
         Launched::Started(init, ()) => init,
@@ -294,7 +301,7 @@ pub(super) fn start_executed(
     options: &SandboxOptions,
     stdio: InitStdio,
     (go, gate): (OwnedFd, Option<OwnedFd>),
-    shared_root: Option<&super::shared_root::SharedRoot>,
+    shared_root: Option<&SharedRoot>,
     spec: &InitSpec,
     spawner: Option<&InitSpawner>,
 ) -> Result<(InitProcess, std::fs::File, OwnedFd), Error> {

@@ -167,6 +167,20 @@ impl SharedRoots {
         }
     }
 
+    /// The current root when it serves `spec` (the same plan, not due for renewal), neither
+    /// built nor waited for while one is being built: a warm pool's command that found no
+    /// sandbox ready runs cold on it (`launch::start`), or builds its own root as any cold run.
+    pub fn existing_for(&self, spec: &InitSpec) -> Option<Arc<SharedRoot>> {
+        let rootfs = same_for_every_run(shareable(spec)?);
+        let current = self.current.try_lock().ok()?;
+        let young = |root: &SharedRoot| {
+            self.renew_after
+                .is_none_or(|limit| root.built.elapsed() < limit)
+        };
+        let root = current.as_ref().filter(|r| r.rootfs == rootfs && young(r));
+        root.cloned()
+    }
+
     /// Roots built so far, and why the last plan's could not be (if it could not).
     pub fn stats(&self) -> (u64, Option<String>) {
         let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
@@ -198,16 +212,17 @@ fn same_for_every_run(rootfs: &RootfsPlan) -> RootfsPlan {
     key
 }
 
-/// The root plan of a spec whose sandbox can be prepared on a shared root: a native warm
-/// sandbox whose workdir is its own tmpfs, with no host path bound under a mount it makes
-/// afresh and no idmapped path (the init maps those in its own mount namespace, which the
-/// shared root's builder does not see).
+/// The root plan of a spec whose sandbox can be prepared on a shared root, or whose cold run
+/// can use one (a warm pool's command that found no sandbox ready): a native sandbox without
+/// a terminal whose workdir is its own tmpfs, not kept, with no host path bound under a mount
+/// it makes afresh and no idmapped path (the init maps those in its own mount namespace,
+/// which the shared root's builder does not see).
 fn shareable(spec: &InitSpec) -> Option<&RootfsPlan> {
     let Confinement::Native(native) = &spec.confinement else {
         return None;
     };
     let rootfs = &native.rootfs;
     let own_workdir = matches!(rootfs.workdir, Workdir::Tmpfs { .. });
-    let fits = spec.warm && !spec.tty && own_workdir && spec.mapped.is_empty();
+    let fits = !spec.tty && !spec.keep && own_workdir && spec.mapped.is_empty();
     (fits && rootfs::plan_shared_root(rootfs).is_some()).then_some(rootfs)
 }

@@ -45,7 +45,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::supervisor::{InitSpawner, Prestart, SharedRoots, Standby, StandbySource};
+use crate::supervisor::{InitSpawner, Prestart, SharedRoot, SharedRoots, Standby, StandbySource};
 use crate::{Command, Sandbox};
 
 /// How a pool keeps its prepared sandboxes.
@@ -136,6 +136,9 @@ pub struct WarmStats {
     pub served: u64,
     /// Warm commands that found no sandbox ready and ran cold.
     pub cold_fallbacks: u64,
+    /// Those of them that ran on the pool's shared root (its PID 1 added only the run's own
+    /// mounts); the others built their whole root.
+    pub cold_on_shared_root: u64,
     /// Sandboxes torn down unused after `idle_expiry`.
     pub expired: u64,
     /// Preparations that failed or timed out.
@@ -245,7 +248,8 @@ impl WarmPool {
     /// cold, its init is forked by the pool's spawner, as a prepared sandbox's is: an executed
     /// init's start-up (the binary's loader, relocations, first page touches and the C
     /// library's CPU probe, about 1 ms of CPU) would make the cold fallbacks of a saturated
-    /// pool the dearest runs.
+    /// pool the dearest runs; and it runs on the pool's shared root when that serves its plan
+    /// (see [`WarmStats::cold_on_shared_root`]).
     pub fn command(&self, program: impl Into<String>) -> Command {
         let source: Arc<dyn StandbySource> = self.shared.clone();
         let command = self.shared.sandbox.command(program).with_standby(source);
@@ -397,6 +401,14 @@ impl StandbySource for Shared {
             reap(init_pid);
             reaped.fetch_sub(1, Ordering::SeqCst);
         });
+    }
+
+    /// The root the pool's sandboxes are being prepared on, when it serves `spec`: never
+    /// built for a cold run, nor waited for while it is renewed.
+    fn shared_root(&self, spec: &crate::spec::InitSpec) -> Option<Arc<SharedRoot>> {
+        let root = self.roots.existing_for(spec)?;
+        self.lock().stats.cold_on_shared_root += 1;
+        Some(root)
     }
 }
 
