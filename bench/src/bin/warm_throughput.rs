@@ -119,10 +119,11 @@ fn report(label: &str, pool: &WarmPool, args: &Args) {
     let cpu = (tree_cpu() - cpu_before).as_secs_f64();
     let warm = after.served - before.served;
     println!(
-        "{label}: {} runs in {elapsed:.2} s = {:.0} runs/s ({warm} warm, {} cold, {failed} failed), {:.2} ms of CPU per run so far",
+        "{label}: {} runs in {elapsed:.2} s = {:.0} runs/s ({warm} warm, {} cold of which {} on the shared root, {failed} failed), {:.2} ms of CPU per run so far",
         args.runs,
         args.runs as f64 / elapsed,
         after.cold_fallbacks - before.cold_fallbacks,
+        after.cold_on_shared_root - before.cold_on_shared_root,
         cpu * 1000.0 / args.runs as f64,
     );
 }
