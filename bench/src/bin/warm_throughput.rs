@@ -45,6 +45,10 @@ struct Args {
     /// Seconds each mode of the kernel floor runs (0: skip the floor).
     #[arg(long, default_value_t = 3)]
     floor_seconds: u64,
+    /// Also measure a pool's cold fallbacks (on its shared root) against cold runs whose init
+    /// a spawner forks and whose root is built whole (what fallbacks were before), alternated.
+    #[arg(long)]
+    fallbacks: bool,
 }
 
 fn main() {
@@ -63,6 +67,9 @@ fn main() {
     let sandbox = Sandbox::with_options(policy, options).expect("sandbox");
     burst(&sandbox, &args);
     sustained(&sandbox, &args);
+    if args.fallbacks {
+        fallbacks(&sandbox, &args);
+    }
     if args.floor_seconds > 0 {
         kernel_floor(&args);
     }
@@ -128,14 +135,65 @@ fn report(label: &str, pool: &WarmPool, args: &Args) {
     );
 }
 
+/// A pool whose one sandbox is used and not replaced, so that every later command of it runs
+/// cold (on the pool's shared root), against cold commands of the same sandbox with their init
+/// forked by a spawner of their own, in rounds alternated A/B/B/A.
+fn fallbacks(sandbox: &Sandbox, args: &Args) {
+    let pool = pool(sandbox, args, 1, false);
+    assert!(pool.wait_ready(1, Duration::from_secs(120)));
+    let first = pool.command("/bin/true").discard_output().run();
+    assert!(first.is_ok_and(|r| r.success()));
+    let spawner = Arc::new(airlock::InitSpawner::start(sandbox).expect("spawner"));
+    for on_shared_root in [true, false, false, true] {
+        let before = pool.stats();
+        let cpu_before = tree_cpu();
+        let start = Instant::now();
+        let failed = match on_shared_root {
+            true => commands_from_threads(|| pool.command("/bin/true"), args.runs, args.threads),
+            false => commands_from_threads(
+                || {
+                    sandbox
+                        .command("/bin/true")
+                        .init_spawner(Arc::clone(&spawner))
+                },
+                args.runs,
+                args.threads,
+            ),
+        };
+        let elapsed = start.elapsed().as_secs_f64();
+        let cpu = (tree_cpu() - cpu_before).as_secs_f64();
+        let after = pool.stats();
+        let label = match on_shared_root {
+            true => "a pool's cold fallbacks",
+            false => "cold runs, init forked by a spawner",
+        };
+        println!(
+            "{label}: {} runs in {elapsed:.2} s = {:.0} runs/s ({} on the shared root, {failed} failed), {:.2} ms of CPU per run",
+            args.runs,
+            args.runs as f64 / elapsed,
+            after.cold_on_shared_root - before.cold_on_shared_root,
+            cpu * 1000.0 / args.runs as f64,
+        );
+    }
+    spawner.close();
+}
+
 fn run_from_threads(pool: &WarmPool, runs: usize, threads: usize) -> usize {
+    commands_from_threads(|| pool.command("/bin/true"), runs, threads)
+}
+
+fn commands_from_threads(
+    command: impl Fn() -> airlock::Command + Sync,
+    runs: usize,
+    threads: usize,
+) -> usize {
     let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
                 while next.fetch_add(1, Ordering::SeqCst) < runs {
-                    let result = pool.command("/bin/true").discard_output().run();
+                    let result = command().discard_output().run();
                     if !result.is_ok_and(|r| r.success()) {
                         failed.fetch_add(1, Ordering::SeqCst);
                     }
