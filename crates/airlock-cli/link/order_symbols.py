@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerates symbol-order.txt: the functions of the `airlock` binary that cold runs execute.
+"""Regenerates symbol-order.txt: the functions of the `airlock` binary that runs execute, cold
+and on a warm pool's prepared sandbox.
 
 build.rs passes the file to lld's --symbol-ordering-file, which places those functions
 together at the start of `.text`: each process of a run (the CLI, its forked init, the
@@ -42,8 +43,9 @@ OUTPUT = Path(__file__).resolve().parent / "symbol-order.txt"
 
 def workload(binary: str) -> list[list[str]]:
     """The cold runs users make: native with output forwarded or captured, a script on
-    stdin, a failing program, Python; and the bwrap backend's (its init forks a child that
-    executes bwrap: the planning, set-up and watching that only wrapped runs do)."""
+    stdin, a failing program, Python; the bwrap backend's (its init forks a child that
+    executes bwrap: the planning, set-up and watching that only wrapped runs do); and a
+    warm run (`--warm`), whose processes run code no cold run does."""
     return [
         [binary, "run", "--", "/bin/true"],
         [binary, "run", "--json", "--", "/bin/true"],
@@ -52,6 +54,10 @@ def workload(binary: str) -> list[list[str]]:
         [binary, "run", "--", "/bin/false"],
         [binary, "run", "--backend", "bwrap", "--", "/bin/true"],
         [binary, "run", "--backend", "bwrap", "--", PYTHON, "-c", "pass"],
+        # A prepared sandbox's run (a pool of one): the init spawner, the forked init, the
+        # namespace child entering the shared root and PID 1 completing its copy and waiting
+        # for the command, the code a warm pool's every sandbox runs.
+        [binary, "run", "--warm", "--", "/bin/true"],
     ]
 
 

@@ -76,6 +76,7 @@ attempt("mkdir /dev/d", lambda: os.mkdir("/dev/d"))
 attempt("symlink /etc/l", lambda: os.symlink("/", "/etc/l"))
 MS_REMOUNT, MS_BIND, MNT_DETACH = 32, 4096, 2
 call("remount / rw", "mount", None, b"/", None, MS_REMOUNT | MS_BIND, None)
+call("remount superblock / rw", "mount", None, b"/", None, MS_REMOUNT, None)
 call("remount /usr rw", "mount", None, b"/usr", None, MS_REMOUNT | MS_BIND, None)
 call("umount /usr", "umount2", b"/usr", MNT_DETACH)
 call("umount /proc", "umount2", b"/proc", MNT_DETACH)
@@ -86,7 +87,20 @@ import fcntl
 attempt("get the parent namespace", lambda: fcntl.ioctl(os.open("/proc/self/ns/user", os.O_RDONLY), 0xB702))
 for path in ["/", "/dev", "/etc", "/usr"]:
     out["read-only " + path] = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+out["read-only superblock /"] = SUPERBLOCK_READ_ONLY()
 print(json.dumps(out, sort_keys=True))
+"#;
+
+/// Whether the superblock of the mount at `/` is read-only: the super options of
+/// `/proc/self/mountinfo` (after the `-`), not the mount's own.
+const SUPERBLOCK: &str = r#"
+def SUPERBLOCK_READ_ONLY(mountinfo=None):
+    for line in mountinfo or open("/proc/self/mountinfo"):
+        fields = line.split()
+        if fields[4] == "/":
+            sep = fields.index("-")
+            found = fields[sep + 3].split(",")[0] == "ro"
+    return found
 "#;
 
 /// What a run sees of the shared root: which trace files exist, the modes of its
@@ -111,7 +125,7 @@ def probe():
 "#;
 
 fn script(body: &str) -> String {
-    format!("TRACES = {TRACES:?}\n{body}")
+    format!("TRACES = {TRACES:?}\n{SUPERBLOCK}\n{body}")
 }
 
 fn probe_once() -> String {
@@ -358,15 +372,112 @@ fn leftovers() -> Vec<std::path::PathBuf> {
 
 /// The descriptors this process holds on user or mount namespaces (a pool's shared root).
 fn namespace_fds() -> usize {
+    shared_root_namespaces().len()
+}
+
+/// `/proc/<this process>/fd/N` of each descriptor on a user or mount namespace, with its
+/// target.
+fn shared_root_namespaces() -> Vec<(String, String)> {
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .flatten()
-        .filter_map(|entry| std::fs::read_link(entry.path()).ok())
-        .filter(|target| {
-            let target = target.to_string_lossy();
-            target.starts_with("user:[") || target.starts_with("mnt:[")
+        .filter_map(|entry| {
+            let target = std::fs::read_link(entry.path()).ok()?;
+            let fd = entry.file_name().to_string_lossy().into_owned();
+            let path = format!("/proc/{}/fd/{fd}", std::process::id());
+            Some((path, target.to_string_lossy().into_owned()))
         })
-        .count()
+        .filter(|(_, target)| target.starts_with("user:[") || target.starts_with("mnt:["))
+        .collect()
+}
+
+/// Run on the host with the shared root's user and mount namespaces (`argv[1]`, `argv[2]`):
+/// enters them, where it holds every capability (their owner is this process's user), and
+/// clears the read-only flag of the root's mount (not locked there: the builder made it),
+/// as a mount whose flag came to be lost, then tries to write through it.
+const FROM_THE_BUILDERS_NAMESPACE: &str = r#"
+import ctypes, errno, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_size_t]
+def name(e):
+    return errno.errorcode.get(e, str(e))
+# The root's own /proc is empty: the host's, opened first, shows this process.
+host_proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+# Both opened first: once in the namespace, the host's /proc/<pid>/fd is not this process's.
+namespaces = [(os.open(sys.argv[1], os.O_RDONLY), 0x10000000), (os.open(sys.argv[2], os.O_RDONLY), 0x00020000)]
+for fd, kind in namespaces:
+    if libc.setns(fd, kind) != 0:
+        raise OSError(ctypes.get_errno(), "setns")
+os.chdir("/")
+# The ids the namespace maps (its owner's), as the files the root holds are owned: a write
+# as an unmapped id would be refused for that alone (EOVERFLOW). The capabilities stay.
+def inside_id(name):
+    return int(os.fdopen(os.open("self/" + name, os.O_RDONLY, dir_fd=host_proc)).read().split()[0])
+gid, uid = inside_id("gid_map"), inside_id("uid_map")
+os.setresgid(gid, gid, gid)
+os.setresuid(uid, uid, uid)
+def mountinfo():
+    return os.fdopen(os.open("self/mountinfo", os.O_RDONLY, dir_fd=host_proc)).readlines()
+out = {"read-only superblock /": SUPERBLOCK_READ_ONLY(mountinfo())}
+MOUNT_ATTR_RDONLY, SYS_mount_setattr, AT_FDCWD = 1, 442, -100
+def setattr_root(set_, clear):
+    attr = (ctypes.c_uint64 * 4)(set_, clear, 0, 0)
+    r = libc.syscall(SYS_mount_setattr, AT_FDCWD, b"/", 0, ctypes.addressof(attr), 32)
+    return "ok" if r == 0 else name(ctypes.get_errno())
+out["clear the mount's read-only flag"] = setattr_root(0, MOUNT_ATTR_RDONLY)
+try:
+    open("/airlock-trace", "w").write("x")
+    out["create /airlock-trace"] = "ok"
+    os.unlink("/airlock-trace")
+except OSError as e:
+    out["create /airlock-trace"] = name(e.errno)
+out["restore the mount's read-only flag"] = setattr_root(MOUNT_ATTR_RDONLY, 0)
+print(json.dumps(out, sort_keys=True))
+"#;
+
+/// The shared root's tmpfs superblock is read-only, not only its mounts: a run reads `ro`
+/// in its super options, and in the builder's own namespaces (entered from the host by the
+/// namespaces' owner, who can clear the mount's unlocked read-only flag) a write through the
+/// root's mount is still refused with `EROFS`. The next run sees no trace.
+#[test]
+fn the_shared_roots_superblock_is_read_only() {
+    let _serial = serial();
+    let sandbox = untrusted();
+    let Some(pool) = pool_of(&sandbox, WarmOptions::new(1)) else {
+        return;
+    };
+    let namespaces = shared_root_namespaces();
+    let find = |kind: &str| {
+        let found = namespaces
+            .iter()
+            .find(|(_, target)| target.starts_with(kind));
+        found.unwrap().0.clone()
+    };
+    let (user, mnt) = (find("user:["), find("mnt:["));
+    let attack = std::process::Command::new(support::PYTHON)
+        .args(["-c", &script(FROM_THE_BUILDERS_NAMESPACE), &user, &mnt])
+        .output()
+        .unwrap();
+    assert!(attack.status.success(), "{attack:?}");
+    let outcome: serde_json::Value = serde_json::from_slice(&attack.stdout).unwrap();
+    let expected = serde_json::json!({
+        "read-only superblock /": true,
+        "clear the mount's read-only flag": "ok",
+        "create /airlock-trace": "EROFS",
+        "restore the mount's read-only flag": "ok",
+    });
+    assert_eq!(outcome, expected);
+    let run = pool
+        .command(support::PYTHON)
+        .args(["-c".to_string(), script(ATTACK)])
+        .run()
+        .unwrap();
+    assert!(run.success(), "{run:?}");
+    let seen: serde_json::Value =
+        serde_json::from_str(run.stdout.as_deref().unwrap().trim()).unwrap();
+    assert_eq!(seen["read-only superblock /"], true, "{seen}");
+    assert_ne!(seen["remount superblock / rw"], "ok", "{seen}");
+    assert_eq!(seen["create /airlock-trace"], "EROFS", "{seen}");
 }
 
 /// The shared root is built again with its `/etc` snapshot (half the idle expiry), its

@@ -229,6 +229,7 @@ impl Executor {
             }
             MountOp::DetachHost => detach(self.host),
             MountOp::PivotIntoNewRoot => pivot_into_new_root(self.new_root),
+            MountOp::SealSuperblock => super::shared::seal_superblock(),
             MountOp::RemountRootReadOnly => seal(Path::new("/")),
             MountOp::Chdir { path } => chdir(path.as_path()).map_err(|source| RootfsError::Chdir {
                 path: path.clone(),

@@ -477,9 +477,9 @@ pub fn enter_prepared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
 }
 
 /// Builds the root a warm pool's sandboxes share ([`plan_shared_root`]) and makes it this
-/// process's `/`, dropping the host. Must run as PID 1 of fresh user, mount and PID
-/// namespaces made for it alone (the PID namespace ends with this process, which leaves the
-/// root's own `/proc` empty for good).
+/// process's `/`, dropping the host and sealing its tmpfs superblock read-only. Must run as
+/// PID 1 of fresh user, mount and PID namespaces made for it alone (the PID namespace ends
+/// with this process, which leaves the root's own `/proc` empty for good).
 pub fn build_shared(plan: &RootfsPlan) -> Result<RootfsReport, RootfsError> {
     validate(plan)?;
     let pid = nix::unistd::getpid().as_raw();

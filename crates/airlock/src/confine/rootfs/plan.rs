@@ -89,6 +89,10 @@ pub enum MountOp {
     DetachHost,
     /// Make the new root `/` and detach what was `/` before (the host, or the staging root).
     PivotIntoNewRoot,
+    /// A shared root's last step: its tmpfs superblock made read-only (a remount without
+    /// `MS_BIND`), not only its mounts, so that no mount of it, however its flags came to
+    /// be, can write to it (see `shared::seal_superblock`).
+    SealSuperblock,
     RemountRootReadOnly,
     Chdir {
         path: PathBuf,
@@ -431,6 +435,7 @@ impl fmt::Display for MountOp {
             MountOp::ProtectProc { path, how } => write!(f, "protect {} {how:?}", path.display()),
             MountOp::DetachHost => write!(f, "detach-host"),
             MountOp::PivotIntoNewRoot => write!(f, "pivot-new-root"),
+            MountOp::SealSuperblock => write!(f, "remount-superblock-ro /"),
             MountOp::RemountRootReadOnly => write!(f, "remount-ro /"),
             MountOp::Chdir { path } => write!(f, "chdir {}", path.display()),
         }

@@ -48,6 +48,7 @@ pub fn plan_shared_root(plan: &RootfsPlan) -> Option<Vec<MountOp>> {
     ops.insert(ops.len() - 1, mask);
     ops.push(MountOp::MountEmptyProc);
     ops.push(MountOp::PivotIntoNewRoot);
+    ops.push(MountOp::SealSuperblock);
     Some(ops)
 }
 
@@ -110,6 +111,28 @@ pub(super) fn mount_empty_proc(new_root: &Path) -> Result<(), RootfsError> {
         RootfsError::MountFs {
             fstype: "proc",
             path,
+            source,
+        }
+    })
+}
+
+/// See [`MountOp::SealSuperblock`]: the root (`/`, after the pivot) remounted read-only as
+/// a superblock. Every mount of it is read-only already, and locked in each run's copy; this
+/// makes the tmpfs itself refuse writes (`EROFS`), through any mount of it, even one whose
+/// read-only flag were cleared in the builder's own namespace, where the flag is not
+/// locked. The kernel allows it to the builder, which holds `CAP_SYS_ADMIN` in the user
+/// namespace owning the superblock; no file of it is open for writing by then. The mount's
+/// own flags are repeated (a remount sets them all); its atime flag is kept.
+pub(super) fn seal_superblock() -> Result<(), RootfsError> {
+    let flags = MsFlags::MS_REMOUNT
+        | MsFlags::MS_RDONLY
+        | MsFlags::MS_NOSUID
+        | MsFlags::MS_NODEV
+        | MsFlags::MS_NOEXEC;
+    let root = Path::new("/");
+    mount(None::<&str>, root, None::<&str>, flags, None::<&str>).map_err(|source| {
+        RootfsError::Remount {
+            path: root.to_path_buf(),
             source,
         }
     })
