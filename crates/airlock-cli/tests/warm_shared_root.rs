@@ -134,6 +134,17 @@ fn probe_once() -> String {
     ))
 }
 
+/// The result of `command` running the probe once, and what the probe saw.
+fn probed(command: airlock::Command) -> (airlock::RunResult, serde_json::Value) {
+    let result = command
+        .args(["-c".to_string(), probe_once()])
+        .run()
+        .unwrap();
+    assert!(result.success(), "{result:?}");
+    let seen = serde_json::from_str(result.stdout.as_deref().unwrap().trim()).unwrap();
+    (result, seen)
+}
+
 /// Probes, sleeps while the attack runs elsewhere, probes again.
 fn probe_around(pause_s: f64) -> String {
     script(&format!(
@@ -250,16 +261,7 @@ fn a_run_on_a_shared_root_sees_the_cold_runs_mounts() {
     let Some(pool) = pool_of(&sandbox, WarmOptions::new(1)) else {
         return;
     };
-    let probe = |command: airlock::Command| {
-        let result = command
-            .args(["-c".to_string(), probe_once()])
-            .run()
-            .unwrap();
-        assert!(result.success(), "{result:?}");
-        let seen: serde_json::Value =
-            serde_json::from_str(result.stdout.as_deref().unwrap().trim()).unwrap();
-        seen
-    };
+    let probe = |command| probed(command).1;
     let warm = probe(pool.command(support::PYTHON));
     assert_eq!(pool.stats().served, 1, "{:?}", pool.stats());
     let cold = probe(sandbox.command(support::PYTHON));
@@ -311,16 +313,7 @@ fn a_cold_fallback_runs_on_the_shared_root_with_a_cold_runs_isolation() {
     let Some(pool) = pool_of(&sandbox, one_sandbox_never_replaced()) else {
         return;
     };
-    let run = |command: airlock::Command| {
-        let result = command
-            .args(["-c".to_string(), probe_once()])
-            .run()
-            .unwrap();
-        assert!(result.success(), "{result:?}");
-        let seen: serde_json::Value =
-            serde_json::from_str(result.stdout.as_deref().unwrap().trim()).unwrap();
-        (result, seen)
-    };
+    let run = probed;
     let (_, warm) = run(pool.command(support::PYTHON));
     let (fallback, seen) = run(pool.command(support::PYTHON));
     assert_eq!(
