@@ -59,7 +59,7 @@ pub(super) fn start(
     // A warm pool's command that found no sandbox ready: on the pool's shared root when it has
     // one for this plan, so that its PID 1 adds only the run's own mounts, as a prepared one's.
     let pool = command.standby.as_ref();
-    let root = pool.and_then(|pool| pool.shared_root(&spec));
+    let root = pool.and_then(|pool| pool.shared_roots().existing_for(&spec));
     spec.shared_root = root.is_some();
     let on = (spawner, root.as_deref());
     let (mut init, ours) = start_init_on_new_descriptors(command, &launch, &spec, gated, on)?;

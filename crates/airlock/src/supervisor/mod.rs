@@ -39,7 +39,7 @@ mod workspace;
 
 pub use builder::{Command, Input, RunEvent, Sandbox, SandboxOptions};
 pub use handle::{Canceller, RunHandle};
-pub(crate) use shared_root::{SharedRoot, SharedRoots};
+pub(crate) use shared_root::SharedRoots;
 pub use spawner::InitSpawner;
 pub use standalone::StandaloneWrapper;
 pub use standby::WARM_DETAIL;

@@ -116,6 +116,8 @@ pub struct SharedRoots {
     refused: Mutex<Option<(RootfsPlan, String)>>,
     renew_after: Option<Duration>,
     built: std::sync::atomic::AtomicU64,
+    /// Cold runs that were given the current root (`existing_for`).
+    lent_to_cold: std::sync::atomic::AtomicU64,
 }
 
 impl SharedRoots {
@@ -126,6 +128,7 @@ impl SharedRoots {
             refused: Mutex::new(None),
             renew_after,
             built: Default::default(),
+            lent_to_cold: Default::default(),
         }
     }
 
@@ -178,7 +181,15 @@ impl SharedRoots {
                 .is_none_or(|limit| root.built.elapsed() < limit)
         };
         let root = current.as_ref().filter(|r| r.rootfs == rootfs && young(r));
-        root.cloned()
+        let root = root.cloned()?;
+        self.lent_to_cold
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(root)
+    }
+
+    /// Cold runs given a root by [`SharedRoots::existing_for`] so far.
+    pub fn lent_to_cold(&self) -> u64 {
+        self.lent_to_cold.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Roots built so far, and why the last plan's could not be (if it could not).

@@ -41,9 +41,10 @@ pub trait StandbySource: Send + Sync + std::fmt::Debug {
     fn take(&self) -> Option<Standby>;
     /// The init of a run that has ended: it is tearing its sandbox down; reap it.
     fn retire(&self, init_pid: u32);
-    /// A shared root for a command that found no standby and runs cold with `spec`, if the
-    /// source has one that serves it (see `launch::start`).
-    fn shared_root(&self, spec: &crate::spec::InitSpec) -> Option<Arc<super::SharedRoot>>;
+    /// The shared roots the source prepares its standbys on: a command that found no standby
+    /// runs cold on the current one when it serves its plan (`SharedRoots::existing_for`,
+    /// see `launch::start`).
+    fn shared_roots(&self) -> &super::SharedRoots;
 }
 
 /// An init whose sandbox is prepared (or being prepared) and waits for its command.

@@ -45,7 +45,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::supervisor::{InitSpawner, Prestart, SharedRoot, SharedRoots, Standby, StandbySource};
+use crate::supervisor::{InitSpawner, Prestart, SharedRoots, Standby, StandbySource};
 use crate::{Command, Sandbox};
 
 /// How a pool keeps its prepared sandboxes.
@@ -280,6 +280,7 @@ impl WarmPool {
             tearing_down: self.shared.tearing_down.load(Ordering::SeqCst),
             shared_roots,
             shared_root_error,
+            cold_on_shared_root: self.shared.roots.lent_to_cold(),
             ..state.stats.clone()
         }
     }
@@ -403,12 +404,8 @@ impl StandbySource for Shared {
         });
     }
 
-    /// The root the pool's sandboxes are being prepared on, when it serves `spec`: never
-    /// built for a cold run, nor waited for while it is renewed.
-    fn shared_root(&self, spec: &crate::spec::InitSpec) -> Option<Arc<SharedRoot>> {
-        let root = self.roots.existing_for(spec)?;
-        self.lock().stats.cold_on_shared_root += 1;
-        Some(root)
+    fn shared_roots(&self) -> &SharedRoots {
+        &self.roots
     }
 }
 
