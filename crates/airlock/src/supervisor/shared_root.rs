@@ -140,15 +140,10 @@ impl SharedRoots {
         options: &SandboxOptions,
         spec: &InitSpec,
     ) -> Option<Arc<SharedRoot>> {
-        let rootfs = shareable(spec)?;
-        let rootfs = &same_for_every_run(rootfs);
+        let rootfs = &same_for_every_run(shareable(spec)?);
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        let young = |root: &SharedRoot| {
-            self.renew_after
-                .is_none_or(|limit| root.built.elapsed() < limit)
-        };
-        if let Some(root) = current.as_ref().filter(|r| r.rootfs == *rootfs && young(r)) {
-            return Some(Arc::clone(root));
+        if let Some(root) = self.serving(&current, rootfs) {
+            return Some(root);
         }
         let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         if refused.as_ref().is_some_and(|(plan, _)| plan == rootfs) {
@@ -176,15 +171,25 @@ impl SharedRoots {
     pub fn existing_for(&self, spec: &InitSpec) -> Option<Arc<SharedRoot>> {
         let rootfs = same_for_every_run(shareable(spec)?);
         let current = self.current.try_lock().ok()?;
+        let root = self.serving(&current, &rootfs)?;
+        self.lent_to_cold
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(root)
+    }
+
+    /// `current` when it serves `rootfs` (the key of `same_for_every_run`): built from the
+    /// same plan and not due for renewal. One test for prepared sandboxes and cold runs alike.
+    fn serving(
+        &self,
+        current: &Option<Arc<SharedRoot>>,
+        rootfs: &RootfsPlan,
+    ) -> Option<Arc<SharedRoot>> {
         let young = |root: &SharedRoot| {
             self.renew_after
                 .is_none_or(|limit| root.built.elapsed() < limit)
         };
-        let root = current.as_ref().filter(|r| r.rootfs == rootfs && young(r));
-        let root = root.cloned()?;
-        self.lent_to_cold
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Some(root)
+        let root = current.as_ref().filter(|r| r.rootfs == *rootfs && young(r));
+        root.cloned()
     }
 
     /// Cold runs given a root by [`SharedRoots::existing_for`] so far.
