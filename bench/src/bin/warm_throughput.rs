@@ -118,12 +118,12 @@ fn sustained(sandbox: &Sandbox, args: &Args) {
 
 fn report(label: &str, pool: &WarmPool, args: &Args) {
     let before = pool.stats();
-    let cpu_before = tree_cpu();
-    let start = Instant::now();
-    let failed = run_from_threads(pool, args.runs, args.threads);
-    let elapsed = start.elapsed().as_secs_f64();
+    let Timed {
+        elapsed,
+        cpu,
+        failed,
+    } = timed(|| pool.command("/bin/true"), args);
     let after = pool.stats();
-    let cpu = (tree_cpu() - cpu_before).as_secs_f64();
     let warm = after.served - before.served;
     println!(
         "{label}: {} runs in {elapsed:.2} s = {:.0} runs/s ({warm} warm, {} cold of which {} on the shared root, {failed} failed), {:.2} ms of CPU per run so far",
@@ -146,22 +146,21 @@ fn fallbacks(sandbox: &Sandbox, args: &Args) {
     let spawner = Arc::new(airlock::InitSpawner::start(sandbox).expect("spawner"));
     for on_shared_root in [true, false, false, true] {
         let before = pool.stats();
-        let cpu_before = tree_cpu();
-        let start = Instant::now();
-        let failed = match on_shared_root {
-            true => commands_from_threads(|| pool.command("/bin/true"), args.runs, args.threads),
-            false => commands_from_threads(
+        let Timed {
+            elapsed,
+            cpu,
+            failed,
+        } = match on_shared_root {
+            true => timed(|| pool.command("/bin/true"), args),
+            false => timed(
                 || {
                     sandbox
                         .command("/bin/true")
                         .init_spawner(Arc::clone(&spawner))
                 },
-                args.runs,
-                args.threads,
+                args,
             ),
         };
-        let elapsed = start.elapsed().as_secs_f64();
-        let cpu = (tree_cpu() - cpu_before).as_secs_f64();
         let after = pool.stats();
         let label = match on_shared_root {
             true => "a pool's cold fallbacks",
@@ -178,8 +177,23 @@ fn fallbacks(sandbox: &Sandbox, args: &Args) {
     spawner.close();
 }
 
-fn run_from_threads(pool: &WarmPool, runs: usize, threads: usize) -> usize {
-    commands_from_threads(|| pool.command("/bin/true"), runs, threads)
+/// `args.runs` commands from `args.threads` threads: wall seconds, the process tree's CPU
+/// seconds, and how many failed.
+struct Timed {
+    elapsed: f64,
+    cpu: f64,
+    failed: usize,
+}
+
+fn timed(command: impl Fn() -> airlock::Command + Sync, args: &Args) -> Timed {
+    let cpu_before = tree_cpu();
+    let start = Instant::now();
+    let failed = commands_from_threads(command, args.runs, args.threads);
+    Timed {
+        elapsed: start.elapsed().as_secs_f64(),
+        cpu: (tree_cpu() - cpu_before).as_secs_f64(),
+        failed,
+    }
 }
 
 fn commands_from_threads(
