@@ -104,6 +104,74 @@ fn a_warm_native_run_honours_the_allowlist() {
     gated_run("native", &["--warm"]);
 }
 
+/// A gated warm pool's command that finds no sandbox ready runs cold on the pool's shared root
+/// (`WarmStats::cold_on_shared_root`) with an egress gate of its own: it is gated exactly as
+/// the prepared run before it (allowed name reached three ways, unlisted name no address, the
+/// gate's report) and its isolation record is the prepared run's.
+#[test]
+fn a_gated_pools_cold_fallback_is_gated_like_its_prepared_run() {
+    use support::api::{Overrides, WarmOptions};
+    let Some(world) = crate::world() else { return };
+    // The CA outside `/tmp`: a host path bound under a mount each run makes afresh would give
+    // the pool no shared root (`rootfs::plan_shared_root`).
+    let ca_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    support::set_mode(ca_dir.path(), 0o755);
+    let ca = support::write_file(
+        ca_dir.path(),
+        "cert.pem",
+        std::fs::read(ca(&world)).unwrap(),
+    );
+    let client = client(&world).replace(&world.ca(), &ca.display().to_string());
+    let (results, stats) = airlock_testworld::in_netns(&world.gate_ns, move || {
+        let mut policy = support::api::load_profile("untrusted").unwrap();
+        let overrides = Overrides {
+            allow_net: ["allowed.test"]
+                .iter()
+                .chain(crate::TEST_RANGES.iter())
+                .map(|rule| rule.to_string())
+                .collect(),
+            resolver: Some(airlock_testworld::RESOLVER.into()),
+            read_only: vec![ca],
+            ..Overrides::default()
+        };
+        overrides.apply(&mut policy).unwrap();
+        let sandbox = support::api::Sandbox::with_options(policy, support::sandbox_options());
+        let mut options = WarmOptions::new(1);
+        options.refill = false;
+        let pool = sandbox.unwrap().warm(options).unwrap();
+        assert!(
+            pool.wait_ready(1, std::time::Duration::from_secs(30)),
+            "{:?}",
+            pool.stats()
+        );
+        let run = || {
+            let result = pool
+                .command(airlock_testworld::PYTHON)
+                .args(["-c", &client])
+                .run()
+                .unwrap();
+            serde_json::to_value(result).unwrap()
+        };
+        let results = [run(), run()];
+        let stats = pool.stats();
+        pool.shutdown();
+        (results, stats)
+    });
+    let served = (
+        stats.served,
+        stats.cold_fallbacks,
+        stats.cold_on_shared_root,
+    );
+    assert_eq!(served, (1, 1, 1), "{stats:?}");
+    drop(ca_dir);
+    for result in &results {
+        let out = stdout_ok(result);
+        assert_eq!(out.lines().collect::<Vec<_>>(), EXPECTED, "{result:#}");
+        check_report(result, "native");
+    }
+    assert_eq!(results[0]["isolation"], results[1]["isolation"]);
+}
+
 #[test]
 fn bwrap_honours_the_allowlist() {
     gated_run("bwrap", &[]);
