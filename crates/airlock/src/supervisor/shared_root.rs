@@ -260,3 +260,59 @@ fn fits(spec: &InitSpec) -> Option<&RootfsPlan> {
     let own_workdir = matches!(rootfs.workdir, Workdir::Tmpfs { .. });
     (!spec.tty && !spec.keep && own_workdir && spec.mapped.is_empty()).then_some(rootfs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::prepare::Effects;
+    use crate::supervisor::Sandbox;
+
+    fn spec(runtime: &std::path::Path, read_only: Vec<std::path::PathBuf>) -> InitSpec {
+        let mut policy = crate::policy::load_profile("untrusted").unwrap();
+        policy.filesystem.read_only.extend(read_only);
+        let options = SandboxOptions {
+            runtime_dir: Some(runtime.to_path_buf()),
+            ..SandboxOptions::default()
+        };
+        let sandbox = Sandbox::with_options(policy, options).unwrap();
+        let prepared = super::super::standby::plan_standby(&sandbox, Effects::Run).unwrap();
+        prepared.spec
+    }
+
+    /// A root held by descriptors that are no namespaces: `existing_for` only compares.
+    fn root_for(key: RootfsPlan) -> SharedRoots {
+        let fd = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let roots = SharedRoots::new(None);
+        *roots.current.lock().unwrap() = Some(Arc::new(SharedRoot {
+            user: fd(),
+            mnt: fd(),
+            rootfs: key,
+            built: Instant::now(),
+        }));
+        roots
+    }
+
+    /// A cold fallback gets the pool's root for its own plan of another run (another run id),
+    /// never for a plan that differs from the root's (here, one more path bound), nor for a
+    /// run that cannot share one.
+    #[test]
+    fn a_fallback_gets_the_root_of_its_own_plan_only() {
+        let runtime = tempfile::tempdir().unwrap();
+        // Not under `/tmp`, which each run mounts afresh (a bind there cannot be shared).
+        let extra = tempfile::tempdir_in("/var/tmp").unwrap();
+        let pool = spec(runtime.path(), Vec::new());
+        let roots = root_for(SharedRoots::key_for(&pool).unwrap());
+        let same_plan = spec(runtime.path(), Vec::new());
+        assert_ne!(same_plan.run_dir, pool.run_dir);
+        assert!(roots.existing_for(&same_plan).is_some());
+        let other_plan = spec(runtime.path(), vec![extra.path().to_path_buf()]);
+        assert!(SharedRoots::key_for(&other_plan).is_some());
+        assert!(roots.existing_for(&other_plan).is_none());
+        let tty = InitSpec {
+            tty: true,
+            ..same_plan
+        };
+        assert!(roots.existing_for(&tty).is_none());
+        assert_eq!(roots.lent_to_cold(), 1);
+    }
+}
