@@ -258,6 +258,37 @@ fn nothing_passes_from_one_warm_run_to_the_next() {
     );
 }
 
+/// The sandboxes of one plan (a pool plans once and fills in each sandbox's own names): each
+/// run has a workdir of its own, and its `HOME` is that workdir.
+#[test]
+fn the_sandboxes_of_one_plan_each_have_their_own_run() {
+    let _serial = serial();
+    let sandbox = untrusted();
+    let Some(pool) = ready_pool(&sandbox, 3) else {
+        return;
+    };
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let result = pool
+            .command("/bin/sh")
+            .args(["-c", "pwd; echo \"$HOME\""])
+            .run()
+            .unwrap();
+        assert!(result.success(), "{result:?}");
+        let out = result.stdout.clone().unwrap();
+        let (pwd, home) = out.trim().split_once('\n').unwrap();
+        assert_eq!(pwd, home, "{result:?}");
+        assert!(result
+            .details
+            .iter()
+            .any(|d| d == airlock::warm::WARM_DETAIL));
+        seen.push(pwd.to_string());
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+}
+
 /// Shutting a pool down tears every sandbox down; so do expiry and each run's end.
 #[test]
 fn shutdown_expiry_and_runs_leave_nothing_behind() {

@@ -52,6 +52,7 @@ pub(super) fn start(
         warnings,
         egress,
         git_watch,
+        ..
     } = prepared;
     let launch = init_launch(&command.sandbox.options);
     let gated = egress.is_some();
@@ -178,7 +179,8 @@ fn start_on_new_descriptors(
     };
     let mut control = std::fs::File::from(control_write);
     if init.reads_spec() {
-        send_spec(&mut init, &mut control, spec)?;
+        let body = serde_json::to_vec(spec).map_err(std::io::Error::from);
+        send_spec(&mut init, &mut control, body)?;
     }
     let ours = OurEnds {
         control,
@@ -190,17 +192,19 @@ fn start_on_new_descriptors(
     Ok(Launched::Started(init, ours))
 }
 
-/// Sends the init its spec; an init that cannot be sent it is killed and reaped.
-fn send_spec(
+/// Sends the init its spec (the JSON, or why it could not be made); an init that cannot be
+/// sent it is killed and reaped.
+fn send_spec<B: AsRef<[u8]>>(
     init: &mut InitProcess,
     control: &mut std::fs::File,
-    spec: &InitSpec,
+    body: std::io::Result<B>,
 ) -> Result<(), Error> {
-    write_spec(control, spec).map_err(|e| {
-        init.kill();
-        let _ = init.wait();
-        Error::io("cannot send the run spec to the init", e)
-    })
+    body.and_then(|body| write_spec(control, body.as_ref()))
+        .map_err(|e| {
+            init.kill();
+            let _ = init.wait();
+            Error::io("cannot send the run spec to the init", e)
+        })
 }
 
 pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), Error> {
@@ -295,14 +299,15 @@ pub(super) fn init_program(options: &SandboxOptions) -> PathBuf {
 
 /// Executes an init (never forks one from this process: a warm sandbox's init outlives the
 /// moment it was started in), or has the pool's `spawner` fork it, with `stdio`, its command
-/// pipe and, for a gated run, the gate's channel, sends it `spec`, and returns it with its
-/// control pipe and the read end of its event pipe.
+/// pipe and, for a gated run, the gate's channel, sends it its spec (`spec`: the JSON,
+/// `super::standby_plan`), and returns it with its control pipe and the read end of its
+/// event pipe.
 pub(super) fn start_executed(
     options: &SandboxOptions,
     stdio: InitStdio,
     (go, gate): (OwnedFd, Option<OwnedFd>),
     shared_root: Option<&SharedRoot>,
-    spec: &InitSpec,
+    spec: &[u8],
     spawner: Option<&InitSpawner>,
 ) -> Result<(InitProcess, std::fs::File, OwnedFd), Error> {
     let (control_read, control_write) = pipe()?;
@@ -324,14 +329,13 @@ pub(super) fn start_executed(
         Launched::SpawnerLost(e) => return Err(Error::io("the init spawner did not answer", e)),
     };
     let mut control = std::fs::File::from(control_write);
-    send_spec(&mut init, &mut control, spec)?;
+    send_spec(&mut init, &mut control, Ok(spec))?;
     Ok((init, control, events_read))
 }
 
-fn write_spec(control: &mut std::fs::File, spec: &InitSpec) -> std::io::Result<()> {
-    let body = serde_json::to_vec(spec)?;
+fn write_spec(control: &mut std::fs::File, body: &[u8]) -> std::io::Result<()> {
     control.write_all(&(body.len() as u64).to_le_bytes())?;
-    control.write_all(&body)
+    control.write_all(body)
 }
 
 /// The init's standard descriptors; `None` inherits the supervisor's own.

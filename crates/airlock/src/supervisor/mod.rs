@@ -34,6 +34,7 @@ mod staged;
 mod standalone;
 mod standby;
 mod standby_gate;
+mod standby_plan;
 mod terminal;
 mod workspace;
 
@@ -44,3 +45,4 @@ pub use spawner::InitSpawner;
 pub use standalone::StandaloneWrapper;
 pub use standby::WARM_DETAIL;
 pub(crate) use standby::{plan_zygote, Prestart, Readiness, Standby, StandbySource, ZygotePlan};
+pub(crate) use standby_plan::StandbyPlans;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::builder::Command;
+use super::builder::{Command, SandboxOptions};
 use super::describe;
 use super::judge::{host_limit_warnings, judge, Judged};
 use super::staged;
@@ -40,6 +40,10 @@ pub(super) struct Prepared {
     pub egress: Option<EgressPlan>,
     /// What the supervisor checks for planted git metadata after the run.
     pub git_watch: Option<gitguard::PlantWatch>,
+    /// The run's id, which every name of the run's own in `spec` contains (its directory,
+    /// workdir, cgroup): a warm pool's plan is filled in for each sandbox by replacing it
+    /// (`super::standby_plan`).
+    pub run_id: String,
 }
 
 /// Prepares a run, refusing a plan whose required layers are missing unless the caller
@@ -84,6 +88,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         &placement.run_id,
         &judged.layers,
     );
+    let run_id = placement.run_id.clone();
     let spec = init_spec(command, placement, confinement, &judged, &network);
     let planned = describe::PlannedNetwork {
         egress: network.egress.as_ref(),
@@ -98,6 +103,7 @@ pub(super) fn prepare(command: &Command, effects: Effects) -> Result<Prepared, E
         warnings: judged.warnings,
         egress: network.egress,
         git_watch,
+        run_id,
     })
 }
 
@@ -139,7 +145,7 @@ pub(super) struct Placement {
 impl Placement {
     fn of(command: &Command, backend: &dyn Backend, effects: Effects) -> Result<Placement, Error> {
         let run_id = rundir::new_run_id();
-        let runtime = runtime_dir(command, effects)?;
+        let runtime = runtime_dir(&command.sandbox.options, effects)?;
         let run_dir = runtime.join(&run_id);
         let workdir = Workdir::of(command, &run_dir)?;
         let scratch = plan_scratch(command, backend, &runtime, &run_dir, &workdir);
@@ -250,8 +256,7 @@ pub(super) fn check_command(command: &Command) -> Result<(), Error> {
 
 /// The runtime directory: created for a run (after which abandoned runs are swept), only
 /// resolved for a plan.
-fn runtime_dir(command: &Command, effects: Effects) -> Result<PathBuf, Error> {
-    let options = &command.sandbox.options;
+pub(super) fn runtime_dir(options: &SandboxOptions, effects: Effects) -> Result<PathBuf, Error> {
     let configured = options.runtime_dir.as_deref();
     if effects == Effects::None {
         return rundir::existing_runtime_dir(configured);

@@ -132,34 +132,43 @@ impl SharedRoots {
         }
     }
 
-    /// The shared root for `spec`'s sandbox, built now if none fits; `None` when the spec
-    /// cannot use one (see [`shareable`]) or it could not be built (the sandbox builds its
-    /// own root, as a cold run's).
-    pub(super) fn for_spec(
+    /// The key of the shared root `spec`'s sandbox can be prepared on (see
+    /// [`same_for_every_run`]); `None` when the spec cannot use one (see [`shareable`]). The
+    /// same for every sandbox of a pool's plan, so a pool computes it once a plan
+    /// (`super::standby_plan`).
+    pub(super) fn key_for(spec: &InitSpec) -> Option<RootfsPlan> {
+        shareable(spec).map(same_for_every_run)
+    }
+
+    /// The shared root of `key` (from [`SharedRoots::key_for`]), built now if none serves it
+    /// (none yet, another plan's, or due for renewal: checked for every sandbox, so that no
+    /// sandbox is prepared on a root older than `renew_after`); `None` when it could not be
+    /// built (the sandbox builds its own root, as a cold run's).
+    pub(super) fn for_key(
         &self,
         options: &SandboxOptions,
-        spec: &InitSpec,
+        key: &RootfsPlan,
+        credentials: Option<crate::confine::Credentials>,
     ) -> Option<Arc<SharedRoot>> {
-        let rootfs = &same_for_every_run(shareable(spec)?);
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(root) = self.serving(&current, rootfs) {
+        if let Some(root) = self.serving(&current, key) {
             return Some(root);
         }
         let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        if refused.as_ref().is_some_and(|(plan, _)| plan == rootfs) {
+        if refused.as_ref().is_some_and(|(plan, _)| plan == key) {
             return None;
         }
         // The old root goes once its last sandbox is prepared (each holds an `Arc` until
         // then) and its namespaces with the last sandbox made in them.
         *current = None;
-        match SharedRoot::build(options, rootfs, spec.credentials) {
+        match SharedRoot::build(options, key, credentials) {
             Ok(root) => {
                 self.built.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 *current = Some(Arc::new(root));
                 current.clone()
             }
             Err(e) => {
-                *refused = Some((rootfs.clone(), e.to_string()));
+                *refused = Some((key.clone(), e.to_string()));
                 None
             }
         }
@@ -168,8 +177,11 @@ impl SharedRoots {
     /// The current root when it serves `spec` (the same plan, not due for renewal), neither
     /// built nor waited for while one is being built: a warm pool's command that found no
     /// sandbox ready runs cold on it (`launch::start`), or builds its own root as any cold run.
+    /// The root's plan is not made again to see that `spec` can share one: a root exists only
+    /// for a key that [`shareable`] passed, and a spec whose key is the same differs from it
+    /// only in its workdir's run directory, below the base that test looks at.
     pub fn existing_for(&self, spec: &InitSpec) -> Option<Arc<SharedRoot>> {
-        let rootfs = same_for_every_run(shareable(spec)?);
+        let rootfs = same_for_every_run(fits(spec)?);
         let current = self.current.try_lock().ok()?;
         let root = self.serving(&current, &rootfs)?;
         self.lent_to_cold
@@ -229,16 +241,78 @@ fn same_for_every_run(rootfs: &RootfsPlan) -> RootfsPlan {
 }
 
 /// The root plan of a spec whose sandbox can be prepared on a shared root, or whose cold run
-/// can use one (a warm pool's command that found no sandbox ready): a native sandbox without
-/// a terminal whose workdir is its own tmpfs, not kept, with no host path bound under a mount
-/// it makes afresh and no idmapped path (the init maps those in its own mount namespace,
-/// which the shared root's builder does not see).
+/// can use one (a warm pool's command that found no sandbox ready): one that [`fits`] and
+/// whose read-only part can be built apart from the run's own mounts (no host path bound
+/// under a mount it makes afresh).
 fn shareable(spec: &InitSpec) -> Option<&RootfsPlan> {
+    fits(spec).filter(|rootfs| rootfs::plan_shared_root(rootfs).is_some())
+}
+
+/// The root plan of a native sandbox without a terminal whose workdir is its own tmpfs, not
+/// kept, and no idmapped path (the init maps those in its own mount namespace, which the
+/// shared root's builder does not see): what [`shareable`] asks first, without planning the
+/// root's mounts.
+fn fits(spec: &InitSpec) -> Option<&RootfsPlan> {
     let Confinement::Native(native) = &spec.confinement else {
         return None;
     };
     let rootfs = &native.rootfs;
     let own_workdir = matches!(rootfs.workdir, Workdir::Tmpfs { .. });
-    let fits = !spec.tty && !spec.keep && own_workdir && spec.mapped.is_empty();
-    (fits && rootfs::plan_shared_root(rootfs).is_some()).then_some(rootfs)
+    (!spec.tty && !spec.keep && own_workdir && spec.mapped.is_empty()).then_some(rootfs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::prepare::Effects;
+    use crate::supervisor::Sandbox;
+
+    fn spec(runtime: &std::path::Path, read_only: Vec<std::path::PathBuf>) -> InitSpec {
+        let mut policy = crate::policy::load_profile("untrusted").unwrap();
+        policy.filesystem.read_only.extend(read_only);
+        let options = SandboxOptions {
+            runtime_dir: Some(runtime.to_path_buf()),
+            ..SandboxOptions::default()
+        };
+        let sandbox = Sandbox::with_options(policy, options).unwrap();
+        let prepared = super::super::standby::plan_standby(&sandbox, Effects::Run).unwrap();
+        prepared.spec
+    }
+
+    /// A root held by descriptors that are no namespaces: `existing_for` only compares.
+    fn root_for(key: RootfsPlan) -> SharedRoots {
+        let fd = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let roots = SharedRoots::new(None);
+        *roots.current.lock().unwrap() = Some(Arc::new(SharedRoot {
+            user: fd(),
+            mnt: fd(),
+            rootfs: key,
+            built: Instant::now(),
+        }));
+        roots
+    }
+
+    /// A cold fallback gets the pool's root for its own plan of another run (another run id),
+    /// never for a plan that differs from the root's (here, one more path bound), nor for a
+    /// run that cannot share one.
+    #[test]
+    fn a_fallback_gets_the_root_of_its_own_plan_only() {
+        let runtime = tempfile::tempdir().unwrap();
+        // Not under `/tmp`, which each run mounts afresh (a bind there cannot be shared).
+        let extra = tempfile::tempdir_in("/var/tmp").unwrap();
+        let pool = spec(runtime.path(), Vec::new());
+        let roots = root_for(SharedRoots::key_for(&pool).unwrap());
+        let same_plan = spec(runtime.path(), Vec::new());
+        assert_ne!(same_plan.run_dir, pool.run_dir);
+        assert!(roots.existing_for(&same_plan).is_some());
+        let other_plan = spec(runtime.path(), vec![extra.path().to_path_buf()]);
+        assert!(SharedRoots::key_for(&other_plan).is_some());
+        assert!(roots.existing_for(&other_plan).is_none());
+        let tty = InitSpec {
+            tty: true,
+            ..same_plan
+        };
+        assert!(roots.existing_for(&tty).is_none());
+        assert_eq!(roots.lent_to_cold(), 1);
+    }
 }

@@ -21,6 +21,7 @@ use super::launch::{self, InitProcess, Started};
 use super::prepare::{self, Effects};
 use super::serve;
 use super::standby_gate::StandbyGate;
+use super::standby_plan::StandbyPlans;
 use crate::error::{Error, SetupError};
 use crate::net;
 use crate::spec::{Confinement, InitEvent, WarmGo};
@@ -98,25 +99,17 @@ pub enum Readiness {
 }
 
 impl Standby {
-    /// Starts preparing a sandbox for `sandbox`'s policy and options: plans the run as a cold
-    /// one (refusing what a cold run would refuse), then starts its init (forked by
+    /// Starts preparing a sandbox for `sandbox`'s policy and options: its plan is a cold run's
+    /// (refusing what a cold run would refuse), made by `plans` once for many sandboxes and
+    /// filled in for this one (see `super::standby_plan`); then starts its init (forked by
     /// `spawner` when given, else executed). Does not wait.
     pub fn prepare(
         sandbox: &Sandbox,
         prestart: Option<&Prestart>,
         spawner: Option<&super::InitSpawner>,
-        shared_roots: Option<&super::SharedRoots>,
+        (plans, shared_roots): (&StandbyPlans, Option<&super::SharedRoots>),
     ) -> Result<Standby, Error> {
-        let mut prepared = plan_standby(sandbox, Effects::Run)?;
-        prepared.spec.warm = true;
-        let shared_root =
-            shared_roots.and_then(|roots| roots.for_spec(&sandbox.options, &prepared.spec));
-        prepared.spec.shared_root = shared_root.is_some();
-        prepared.spec.argv = Vec::new();
-        if let Some(prestart) = prestart {
-            prepared.spec.argv = prestart.argv.clone();
-            prepared.spec.warm_prestart = true;
-        }
+        let planned = plans.next(sandbox, prestart, shared_roots)?;
         let (stdin_read, stdin) = launch::pipe()?;
         let (stdout, stdout_write) = launch::pipe()?;
         let (stderr, stderr_write) = launch::pipe()?;
@@ -126,20 +119,21 @@ impl Standby {
             stderr: Some(stderr_write),
         };
         let (go_read, go) = launch::pipe()?;
-        let network_env = net::program_env(prepared.egress.as_ref());
-        let (gate, gate_channel) = match prepared.egress.take() {
+        let network_env = net::program_env(planned.egress.as_ref());
+        let (gate, gate_channel) = match planned.egress {
             Some(egress) => {
                 let (gate, channel) = StandbyGate::launch(egress)?;
                 (Some(gate), Some(channel))
             }
             None => (None, None),
         };
+        let shared_root = planned.shared_root;
         let (init, control, events) = launch::start_executed(
             &sandbox.options,
             stdio,
             (go_read, gate_channel),
             shared_root.as_deref(),
-            &prepared.spec,
+            &planned.body,
             spawner,
         )?;
         Ok(Standby {
@@ -154,14 +148,14 @@ impl Standby {
             prestart: prestart.map(|p| (p.ready_marker, Vec::new())),
             init_ready: false,
             snapshot: shared_root.map(|root| root.built()),
-            workdir: prepared.spec.workdir.clone(),
+            workdir: planned.workdir,
             network_env,
             gate,
-            hints: HintFacts::of(&prepared.plan),
-            backend: prepared.plan.backend.clone(),
-            details: prepared.plan.details.clone(),
-            warnings: prepared.warnings,
-            git_watch: prepared.git_watch,
+            hints: planned.hints,
+            backend: planned.backend,
+            details: planned.details,
+            warnings: planned.warnings,
+            git_watch: planned.git_watch,
         })
     }
 
@@ -262,7 +256,10 @@ impl Standby {
 }
 
 /// A cold run's plan and spec for `sandbox`, refused unless it runs natively.
-fn plan_standby(sandbox: &Sandbox, effects: Effects) -> Result<prepare::Prepared, Error> {
+pub(super) fn plan_standby(
+    sandbox: &Sandbox,
+    effects: Effects,
+) -> Result<prepare::Prepared, Error> {
     plan_native(&sandbox.command("/bin/true"), effects)
 }
 

@@ -71,7 +71,7 @@ fn start_preparations(shared: &Shared, preparing: &mut Vec<Preparing>, failures:
             &shared.sandbox,
             shared.prestart.as_ref(),
             shared.spawner.as_deref(),
-            Some(&shared.roots),
+            (&shared.plans, Some(&shared.roots)),
         ) {
             Ok(standby) => {
                 shared.lock().started += 1;
@@ -130,6 +130,8 @@ fn abandon_slow(shared: &Shared, preparing: &mut Vec<Preparing>, failures: &mut 
 }
 
 fn fail(shared: &Shared, standby: Standby, message: String) {
+    // A change on the host may explain it: the next sandbox is planned again.
+    shared.plans.forget();
     shared.release_budget();
     shared.record_failure(message);
     shared.retire_standby(standby);

@@ -45,7 +45,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::supervisor::{InitSpawner, Prestart, SharedRoots, Standby, StandbySource};
+use crate::supervisor::{InitSpawner, Prestart, SharedRoots, Standby, StandbyPlans, StandbySource};
 use crate::{Command, Sandbox};
 
 /// How a pool keeps its prepared sandboxes.
@@ -151,6 +151,10 @@ pub struct WarmStats {
     /// Why the pool's plan has no shared root, when it could not be built (its sandboxes
     /// then build their own root).
     pub shared_root_error: Option<String>,
+    /// Plans made for the sandboxes: one serves every sandbox prepared within a second of it
+    /// (`supervisor::standby_plan`), but a plan that reads the caller's writable paths is
+    /// made for each.
+    pub plans: u64,
 }
 
 /// Sandboxes of one policy prepared ahead of their runs (see the module documentation).
@@ -172,6 +176,8 @@ struct Shared {
     /// The read-only part of the sandboxes' root, built once per plan and `/etc` snapshot
     /// (`supervisor::shared_root`).
     roots: SharedRoots,
+    /// The sandboxes' plan, made once and filled in for each (`supervisor::standby_plan`).
+    plans: StandbyPlans,
     state: Mutex<State>,
     changed: Condvar,
     /// A byte here wakes the filler (a sandbox was taken, or the pool shuts down).
@@ -222,6 +228,7 @@ impl WarmPool {
             prestart,
             spawner,
             roots,
+            plans: StandbyPlans::default(),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             wake,
@@ -281,6 +288,7 @@ impl WarmPool {
             shared_roots,
             shared_root_error,
             cold_on_shared_root: self.shared.roots.lent_to_cold(),
+            plans: self.shared.plans.made(),
             ..state.stats.clone()
         }
     }
