@@ -175,6 +175,26 @@ fn a_program_ignoring_sigterm_is_killed_after_the_grace_period() {
     }
 }
 
+/// A program that handles SIGTERM gets the grace period to finish: the wall limit's SIGTERM
+/// reaches it, and nothing of the run dies before the grace period ends (in the native
+/// sandbox PID 1, which the program's end would take along, must not die of the stop: it is
+/// the init's own child and dies only with it).
+#[test]
+fn a_program_handling_sigterm_finishes_within_the_grace_period() {
+    for (mode, base) in modes() {
+        let code = "import signal, sys, time\ndef stop(*_):\n    time.sleep(0.5)\n    print('cleaned up', flush=True)\n    sys.exit(3)\nsignal.signal(signal.SIGTERM, stop)\nprint('ready', flush=True)\nwhile True: time.sleep(0.1)";
+        let result = run_json(
+            &flags(base, &["--wall", "1s", "--grace", "3s"]),
+            &[PYTHON, "-c", code],
+        );
+        assert_eq!(status(&result), "timeout", "{mode}: {result}");
+        assert_eq!(
+            result["stdout"], "ready\ncleaned up\n",
+            "{mode}: the program did not get its grace period: {result}"
+        );
+    }
+}
+
 /// A command that sleeps for a long time with `marker` in its command line.
 fn sleeper(marker: &str) -> String {
     format!("{PYTHON} -c 'import time; time.sleep(1000)' {marker}")
