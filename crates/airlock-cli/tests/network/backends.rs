@@ -112,9 +112,10 @@ fn a_warm_native_run_honours_the_allowlist() {
 fn a_gated_pools_cold_fallback_is_gated_like_its_prepared_run() {
     use support::api::{Overrides, WarmOptions};
     let Some(world) = crate::world() else { return };
-    // The CA outside `/tmp`: a host path bound under a mount each run makes afresh would give
-    // the pool no shared root (`rootfs::plan_shared_root`).
-    let ca_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // The CA outside `/tmp` (where the target directory of a clone in `/tmp` is too): a host
+    // path bound under a mount each run makes afresh would give the pool no shared root
+    // (`rootfs::plan_shared_root`).
+    let ca_dir = tempfile::tempdir_in("/var/tmp").unwrap();
     support::set_mode(ca_dir.path(), 0o755);
     let ca = support::write_file(
         ca_dir.path(),
