@@ -446,24 +446,32 @@ fn start_on(
         _ => Vec::new(),
     };
     // The command goes straight to PID 1 (which reads it to EOF), or the code to the
-    // interpreter started in the sandbox (ahead of the program's own stdin); then the init
-    // starts the run's clocks.
-    let sent = if prestarted {
-        match code_request(&go) {
-            Ok(request) => drop(stdin_bytes.splice(0..0, request)),
-            Err(e) => {
-                source.retire(init.id());
-                return Err(e);
-            }
-        }
-        Ok(())
-    } else {
-        serde_json::to_vec(&go)
-            .map_err(std::io::Error::from)
-            .and_then(|body| command_pipe.write_all(&body))
+    // interpreter started in the sandbox (ahead of the program's own stdin, fed once the run
+    // is on).
+    let encoded = match prestarted {
+        true => code_request(&go).map(|request| {
+            drop(stdin_bytes.splice(0..0, request));
+            Vec::new()
+        }),
+        false => serde_json::to_vec(&go)
+            .map_err(|e| Error::io("cannot encode the command", std::io::Error::from(e))),
     };
+    let command_body = match encoded {
+        Ok(body) => body,
+        Err(e) => {
+            source.retire(init.id());
+            return Err(e);
+        }
+    };
+    // The init hears that the run started (and starts its clocks) before PID 1 gets the
+    // command: a sandbox whose init is gone is then found before anything of the run was
+    // handed over, and the command runs cold once. In the other order a program that ended
+    // before the word reached its init (`/bin/true` while this thread waited for a CPU) had
+    // run, its init had ended with no run to report, and the command ran a second time, cold.
+    let sent = control
+        .write_all(crate::spec::WARM_STARTED_LINE)
+        .and_then(|()| command_pipe.write_all(&command_body));
     drop(command_pipe);
-    let sent = sent.and_then(|()| control.write_all(crate::spec::WARM_STARTED_LINE));
     if sent.is_err() {
         source.retire(init.id());
         return Ok(None);
@@ -500,4 +508,80 @@ fn start_on(
         ending,
         network,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::supervisor::SharedRoots;
+
+    /// A source that records the inits it is asked to reap.
+    #[derive(Debug)]
+    struct Retired(Mutex<Vec<u32>>, SharedRoots);
+
+    impl StandbySource for Retired {
+        fn take(&self) -> Option<Standby> {
+            None
+        }
+        fn retire(&self, init_pid: u32) {
+            self.0.lock().unwrap().push(init_pid);
+        }
+        fn shared_roots(&self) -> &SharedRoots {
+            &self.1
+        }
+    }
+
+    fn null() -> OwnedFd {
+        OwnedFd::from(std::fs::File::open("/dev/null").unwrap())
+    }
+
+    /// A ready standby whose init is gone (its control pipe has no reader) while its PID 1
+    /// still reads the command pipe: the command must not reach PID 1, since the command then
+    /// runs cold. Sent first, a program that ends before the init hears of the run runs twice.
+    #[test]
+    fn a_command_never_reaches_a_sandbox_whose_init_is_gone() {
+        let sandbox = Sandbox::new(crate::policy::load_profile("untrusted").unwrap()).unwrap();
+        let prepared = plan_standby(&sandbox, Effects::None).unwrap();
+        let (control_read, control) = launch::pipe().unwrap();
+        drop(control_read);
+        let (pid1_end, go) = launch::pipe().unwrap();
+        let (events, _events_write) = launch::pipe().unwrap();
+        let standby = Standby {
+            init: InitProcess::Executed(nix::unistd::Pid::from_raw(999_999)),
+            control: control.into(),
+            go: go.into(),
+            stdin: null(),
+            stdout: null(),
+            stderr: null(),
+            events: events.into(),
+            event_bytes: Vec::new(),
+            prestart: None,
+            init_ready: true,
+            snapshot: None,
+            workdir: prepared.spec.workdir.clone(),
+            network_env: Vec::new(),
+            gate: None,
+            hints: HintFacts::of(&prepared.plan),
+            backend: prepared.plan.backend.clone(),
+            details: Vec::new(),
+            warnings: Vec::new(),
+            git_watch: None,
+        };
+        let source = Arc::new(Retired(Mutex::new(Vec::new()), SharedRoots::new(None)));
+        let command = sandbox.command("/bin/true");
+        let started = start_on(&command, standby, source.clone()).unwrap();
+        assert!(started.is_none(), "the run went on without its init");
+        assert_eq!(*source.0.lock().unwrap(), [999_999]);
+        let mut handed = Vec::new();
+        std::fs::File::from(pid1_end)
+            .read_to_end(&mut handed)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&handed),
+            "",
+            "PID 1 got the command of a run that then ran cold"
+        );
+    }
 }
